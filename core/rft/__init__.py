@@ -1,0 +1,13 @@
+"""rft: reinforcement fine-tuning of language models with pluggable algorithms.
+
+Public front for plugin authors: ``from rft import hookimpl`` and the types plugins use.
+Heavy dependencies (torch, transformers) are imported only by the modules that need them.
+"""
+
+from __future__ import annotations
+
+from rft.errors import ConfigError, PluginError, RftError, UnknownNameError
+from rft.hookspecs import hookimpl, hookspec
+
+__all__ = ["ConfigError", "PluginError", "RftError", "UnknownNameError", "hookimpl", "hookspec"]
+__version__ = "0.1.0"

@@ -1,0 +1,37 @@
+"""Exceptions of rft.
+
+Every error a user can cause derives from :class:`RftError`. Its ``str()`` is one line
+that names the culprit (a dotted config key, a plugin, a file and row); the CLI prints
+that line alone, without a traceback, unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+
+class RftError(Exception):
+    """Base class of user-facing errors: the message is one line naming the culprit."""
+
+
+class PluginError(RftError):
+    """A plugin misbehaved: bad hook return value, failing import, duplicate names."""
+
+
+class UnknownNameError(RftError):
+    """A name given in a config is not registered for its kind."""
+
+    def __init__(self, kind: str, name: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+
+
+class DuplicateNameError(PluginError):
+    """Two plugins registered the same name for the same kind."""
+
+
+class ConfigError(RftError):
+    """A config has one or more problems; each is a line ``dotted.key: what is wrong``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))

@@ -1,0 +1,328 @@
+"""The plugin manager: built-in plugins plus entry points of group ``rft``, and lookups.
+
+A :class:`PluginRegistry` is built fresh for each run (there is no import-time global):
+
+    registry = PluginRegistry.create()
+    grpo = registry.get("algorithm", "grpo")
+
+Environment variables:
+
+- ``RFT_DISABLE_PLUGIN_AUTOLOAD=1`` — load only the core's built-in plugins.
+- ``RFT_PLUGINS=a,b`` — load only the entry points of these distributions (or entry-point
+  names); others are skipped.
+- ``RFT_TRACE_PLUGINS=1`` — print every hook call and what it returned to stderr.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as importlib_metadata
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from rft import hookspecs
+from rft.errors import DuplicateNameError, PluginError, UnknownNameError
+
+CORE_DISTRIBUTION = "rft"
+"""Distribution name reported for the core's built-in plugins."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of thing a config selects by name."""
+
+    name: str
+    """Short name used in lookups, e.g. ``"advantage_fn"``."""
+    hook: str
+    """Name of the ``register_*`` hook that provides it."""
+    label: str
+    """Human wording used in error messages."""
+
+
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind("algorithm", "register_algorithms", "algorithm"),
+        Kind("advantage_fn", "register_advantage_fns", "advantage function"),
+        Kind("policy_loss_fn", "register_policy_loss_fns", "policy loss function"),
+        Kind("kl_fn", "register_kl_fns", "KL function"),
+        Kind("entropy_loss_fn", "register_entropy_loss_fns", "entropy loss function"),
+        Kind("sample_strategy", "register_sample_strategies", "sample strategy"),
+        Kind("workflow", "register_workflows", "workflow"),
+        Kind("reward_fn", "register_reward_fns", "reward function"),
+        Kind("task_selector", "register_task_selectors", "task selector"),
+        Kind("experience_operator", "register_experience_operators", "experience operator"),
+        Kind("engine", "register_engines", "engine"),
+        Kind("trainer", "register_trainers", "trainer"),
+        Kind("monitor", "register_monitors", "monitor"),
+    )
+}
+
+_ALGORITHM_PACKAGES = ("grpo", "ppo", "opmd", "rloo", "reinforceplusplus", "remax", "gspo",
+                       "dpo", "sft", "mix")
+
+KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
+    **{("algorithm", name): f"rft-plugin-{name}" for name in _ALGORITHM_PACKAGES},
+    **{("advantage_fn", name): f"rft-plugin-{name}" for name in _ALGORITHM_PACKAGES},
+    ("advantage_fn", "grpo_no_std"): "rft-plugin-grpo",
+    ("advantage_fn", "reinforceplusplus_baseline"): "rft-plugin-reinforceplusplus",
+    ("policy_loss_fn", "opmd"): "rft-plugin-opmd",
+    ("policy_loss_fn", "gspo"): "rft-plugin-gspo",
+    ("policy_loss_fn", "dpo"): "rft-plugin-dpo",
+    ("policy_loss_fn", "sft"): "rft-plugin-sft",
+    ("policy_loss_fn", "mix"): "rft-plugin-mix",
+    **{("workflow", name): "rft-plugin-workflows" for name in (
+        "simple_workflow", "math_workflow", "math_boxed_workflow", "verl_gsm8k_workflow")},
+    **{("reward_fn", name): "rft-plugin-rewards" for name in (
+        "math_reward", "math_boxed_reward", "gsm8k_reward", "countdown_reward",
+        "format_reward", "accuracy_reward")},
+    **{("task_selector", name): "rft-plugin-selectors" for name in (
+        "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")},
+}
+"""Names provided by the project's official plugin distributions, for install hints."""
+
+
+@dataclass
+class PluginInfo:
+    """What ``rft plugins`` shows about one loaded plugin."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: list[str]
+    registers: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "distribution": self.distribution,
+                "version": self.version, "hooks": self.hooks, "registers": self.registers}
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One name of one kind, with its implementation and where it came from."""
+
+    kind: str
+    name: str
+    implementation: Any
+    plugin: str
+    distribution: str
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _builtin_plugin_modules() -> list[ModuleType]:
+    from rft.builtin import builtin_plugin_modules
+
+    return builtin_plugin_modules()
+
+
+class RftPluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers which distribution each plugin came from."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self.distributions: dict[str, tuple[str, str]] = {}
+        """``plugin name -> (distribution, version)`` for plugins loaded from entry points."""
+
+
+def create_plugin_manager(
+    *,
+    autoload: bool | None = None,
+    allow: Iterable[str] | None = None,
+    extra_plugins: Iterable[object] = (),
+) -> RftPluginManager:
+    """Build a fresh pluggy manager with the core built-ins and the ``rft`` entry points.
+
+    :param autoload: load entry points; defaults to ``not RFT_DISABLE_PLUGIN_AUTOLOAD``.
+    :param allow: distribution or entry-point names to load; defaults to ``RFT_PLUGINS``.
+    :param extra_plugins: plugin objects registered after the built-ins (tests, scripts).
+    """
+    manager = RftPluginManager()
+    for module in _builtin_plugin_modules():
+        manager.register(module, name=f"rft.builtin.{module.__name__.rsplit('.', 1)[-1]}")
+    if autoload is None:
+        autoload = not _env_flag("RFT_DISABLE_PLUGIN_AUTOLOAD")
+    if allow is None and os.environ.get("RFT_PLUGINS", "").strip():
+        allow = [part.strip() for part in os.environ["RFT_PLUGINS"].split(",") if part.strip()]
+    if autoload:
+        _load_entry_points(manager, set(allow) if allow is not None else None)
+    for plugin in extra_plugins:
+        manager.register(plugin)
+    if _env_flag("RFT_TRACE_PLUGINS"):
+        manager.trace.root.setwriter(lambda message: sys.stderr.write(message))
+        manager.enable_tracing()
+    return manager
+
+
+def _load_entry_points(manager: RftPluginManager, allow: set[str] | None) -> None:
+    """Load every entry point of group ``rft``, optionally filtered by ``allow``."""
+    for entry_point in importlib_metadata.entry_points(group=hookspecs.PROJECT_NAME):
+        distribution = entry_point.dist.name if entry_point.dist else entry_point.name
+        if allow is not None and distribution not in allow and entry_point.name not in allow:
+            continue
+        if manager.get_plugin(entry_point.name) is not None:
+            continue
+        try:
+            plugin = entry_point.load()
+        except Exception as exc:  # a broken plugin must name itself
+            raise PluginError(
+                f"plugin {entry_point.name!r} from distribution {distribution!r} failed to "
+                f"import: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            manager.register(plugin, name=entry_point.name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                f"plugin {entry_point.name!r} from distribution {distribution!r} is invalid: "
+                f"{exc}"
+            ) from exc
+        if entry_point.dist is not None:
+            manager.distributions[entry_point.name] = (entry_point.dist.metadata["name"],
+                                                       entry_point.dist.version)
+
+
+class PluginRegistry:
+    """All names of all kinds, collected once from a plugin manager."""
+
+    def __init__(self, manager: RftPluginManager) -> None:
+        self.manager = manager
+        self._entries: dict[str, dict[str, Registration]] = {
+            kind.name: self._collect(kind) for kind in KINDS.values()
+        }
+
+    @classmethod
+    def create(cls, **kwargs: Any) -> PluginRegistry:
+        """A registry over :func:`create_plugin_manager` (same keyword arguments)."""
+        return cls(create_plugin_manager(**kwargs))
+
+    # ---- building ------------------------------------------------------------------
+
+    def distribution_of(self, plugin_name: str) -> tuple[str, str]:
+        """``(distribution, version)`` that provides a plugin; the core for built-ins."""
+        if plugin_name in self.manager.distributions:
+            return self.manager.distributions[plugin_name]
+        return CORE_DISTRIBUTION, _core_version()
+
+    def _collect(self, kind: Kind) -> dict[str, Registration]:
+        caller = getattr(self.manager.hook, kind.hook)
+        entries: dict[str, Registration] = {}
+        for impl in reversed(caller.get_hookimpls()):  # registration order
+            plugin_name = impl.plugin_name
+            distribution = self.distribution_of(plugin_name)[0]
+            try:
+                returned = impl.function()
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {plugin_name!r} ({distribution}): {kind.hook}() raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            if _env_flag("RFT_TRACE_PLUGINS"):
+                names = sorted(returned) if isinstance(returned, dict) else returned
+                sys.stderr.write(f"rft-trace: {plugin_name}.{kind.hook}() -> {names}\n")
+            if returned is None:
+                continue
+            if not isinstance(returned, dict) or not all(isinstance(k, str) for k in returned):
+                raise PluginError(
+                    f"plugin {plugin_name!r} ({distribution}): {kind.hook}() must return a "
+                    f"dict of {{name: implementation}}, got {type(returned).__name__}"
+                )
+            for name, implementation in returned.items():
+                if name in entries:
+                    other = entries[name]
+                    raise DuplicateNameError(
+                        f"{kind.label} {name!r} is registered twice: by plugin "
+                        f"{other.plugin!r} (distribution {other.distribution}) and by plugin "
+                        f"{plugin_name!r} (distribution {distribution})"
+                    )
+                entries[name] = Registration(kind.name, name, implementation, plugin_name,
+                                             distribution)
+        return entries
+
+    # ---- lookups -------------------------------------------------------------------
+
+    def names(self, kind: str) -> list[str]:
+        """Sorted names registered for ``kind``."""
+        return sorted(self._entries[_check_kind(kind)])
+
+    def has(self, kind: str, name: str) -> bool:
+        return name in self._entries[_check_kind(kind)]
+
+    def registration(self, kind: str, name: str, *, key: str | None = None) -> Registration:
+        """The registration of ``name``; :class:`UnknownNameError` if there is none.
+
+        :param key: the dotted config key the name came from, put first in the message.
+        """
+        entries = self._entries[_check_kind(kind)]
+        if name in entries:
+            return entries[name]
+        raise UnknownNameError(kind, name, self.unknown_name_message(kind, name, key=key))
+
+    def get(self, kind: str, name: str, *, key: str | None = None) -> Any:
+        """The implementation registered as ``name`` for ``kind``."""
+        return self.registration(kind, name, key=key).implementation
+
+    def unknown_name_message(self, kind: str, name: str, *, key: str | None = None) -> str:
+        """One line: unknown name, closest names, and the package that provides it."""
+        label = KINDS[_check_kind(kind)].label
+        known = self.names(kind)
+        prefix = f"{key}: " if key else ""
+        message = f"{prefix}unknown {label} {name!r}"
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.6)
+        if close:
+            message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        provider = KNOWN_PROVIDERS.get((kind, str(name)))
+        if provider:
+            message += f" (it is provided by {provider}: pip install {provider})"
+        elif not close:
+            shown = ", ".join(known[:12]) + (", …" if len(known) > 12 else "")
+            message += f"; registered: {shown or 'none'}"
+        return message
+
+    # ---- listing -------------------------------------------------------------------
+
+    def plugins(self) -> list[PluginInfo]:
+        """One :class:`PluginInfo` per loaded plugin, in registration order."""
+        infos: dict[str, PluginInfo] = {}
+        for plugin_name, plugin in self.manager.list_name_plugin():
+            if plugin is None:
+                continue
+            distribution, version = self.distribution_of(plugin_name)
+            hooks = sorted(
+                caller.name for caller in self.manager.get_hookcallers(plugin) or []
+            )
+            infos[plugin_name] = PluginInfo(plugin_name, distribution, version, hooks)
+        for kind, entries in self._entries.items():
+            for registration in entries.values():
+                info = infos.get(registration.plugin)
+                if info is not None:
+                    info.registers.setdefault(kind, []).append(registration.name)
+        for info in infos.values():
+            info.registers = {kind: sorted(names) for kind, names in info.registers.items()}
+        return list(infos.values())
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise KeyError(f"unknown plugin kind {kind!r}; kinds: {', '.join(KINDS)}")
+    return kind
+
+
+def _core_version() -> str:
+    try:
+        return importlib_metadata.version(CORE_DISTRIBUTION)
+    except importlib_metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def args_type_of(implementation: Any) -> type | None:
+    """The dataclass an implementation declares for its ``*_args``, or ``None``."""
+    return getattr(implementation, "Args", None)
