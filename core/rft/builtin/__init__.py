@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-BUILTIN_MODULES: tuple[str, ...] = ()
+BUILTIN_MODULES: tuple[str, ...] = (
+    "rft.builtin.monitors",
+)
 """Dotted names of the built-in plugin modules, in registration order."""
 
 

@@ -1,0 +1,47 @@
+"""Algorithm presets: what ``algorithm.algorithm_type`` selects.
+
+An algorithm plugin registers one :class:`AlgorithmPreset` per name through
+``register_algorithms``. Validation copies every preset default into the ``algorithm``
+section where the user left the field unset (``None``); a value the user wrote wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class AlgorithmPreset:
+    """Defaults and flags of one algorithm."""
+
+    advantage_fn: str | None = None
+    """Default advantage function name; ``None`` when the algorithm uses none (SFT, DPO)."""
+    policy_loss_fn: str = "ppo"
+    """Default policy loss function name."""
+    kl_loss_fn: str = "none"
+    """Default KL estimator used as a loss term (``none``: no KL loss)."""
+    kl_penalty_fn: str = "none"
+    """Default KL estimator subtracted from token-level rewards (``none``: no penalty)."""
+    entropy_loss_fn: str = "none"
+    """Default entropy loss function name."""
+    sample_strategy: str = "default"
+    """Default sample strategy name."""
+    repeat_times: int = 1
+    """Default rollouts per task."""
+    min_repeat_times: int = 1
+    """Smallest ``repeat_times`` the algorithm works with (group baselines need 2)."""
+    fixed_repeat_times: int | None = None
+    """When set, ``repeat_times`` is forced to this value (DPO: a chosen and a rejected)."""
+    use_critic: bool = False
+    """The trainer keeps a value model (PPO)."""
+    use_reference: bool = False
+    """The trainer keeps a frozen reference model (KL terms, DPO)."""
+    advantage_in_explorer: bool = False
+    """Advantages are computed by an experience operator in the explorer, not the trainer."""
+    train_only: bool = False
+    """The algorithm learns from a fixed dataset: no explorer (SFT, DPO)."""
+    experience_format: Literal["rollout", "sft", "dpo"] = "rollout"
+    """What one training example looks like: a rollout, a prompt/response, a preference pair."""
+    default_args: dict[str, dict[str, Any]] | None = None
+    """Default ``*_args`` per algorithm field, e.g. ``{"advantage_fn_args": {"epsilon": 1e-6}}``."""

@@ -1,0 +1,1 @@
+"""Buffers: tasksets the explorer reads, experience storages between explorer and trainer."""

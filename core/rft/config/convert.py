@@ -1,0 +1,198 @@
+"""Typed conversion of plain data (resolved YAML) onto dataclasses.
+
+``to_dataclass(cls, data, key, problems)`` builds an instance of ``cls`` from nested dicts
+and lists and appends one line per problem to ``problems`` instead of stopping at the
+first: unknown keys (with did-you-mean), wrong types, values outside a ``Literal``. Each
+line starts with the dotted key of the culprit, e.g.
+``algorithm.optimizer.lr: expected a number, got 'fast'``.
+
+Supported field types: ``int``, ``float``, ``bool``, ``str``, ``Any``, ``X | None``,
+``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+T = TypeVar("T")
+
+
+
+class _Invalid:
+    """Marker returned for a value that failed conversion (its problem is recorded)."""
+
+    def __repr__(self) -> str:
+        return "INVALID"
+
+
+INVALID: Any = _Invalid()
+"""Returned by :func:`convert_value` on failure; callers fall back to the default."""
+
+
+def join_key(parent: str, child: str | int) -> str:
+    """Dotted key of ``child`` under ``parent``: ``a.b`` or ``a[0]`` for list items."""
+    if isinstance(child, int):
+        return f"{parent}[{child}]"
+    return f"{parent}.{child}" if parent else child
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def type_name(tp: Any) -> str:
+    """Readable name of a field type for error messages."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return "anything"
+    if tp is bool:
+        return "a boolean"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    if origin is list:
+        return "a list"
+    if origin is dict:
+        return "a mapping"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(type_name(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def convert_value(tp: Any, value: Any, key: str, problems: list[str]) -> Any:
+    """Convert ``value`` to type ``tp``; on failure append a problem and return ``INVALID``."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        non_none = [o for o in options if o is not type(None)]
+        if len(non_none) == 1:
+            return convert_value(non_none[0], value, key, problems)
+        for option in non_none:  # first option that converts cleanly wins
+            trial: list[str] = []
+            converted = convert_value(option, value, key, trial)
+            if not trial:
+                return converted
+        problems.append(f"{key}: expected {type_name(tp)}, got {_describe(value)}")
+        return INVALID
+    if value is None:
+        problems.append(f"{key}: expected {type_name(tp)}, got null")
+        return INVALID
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping, got {_describe(value)}")
+            return INVALID
+        return to_dataclass(tp, value, key, problems)
+    if origin is list:
+        (item_type,) = typing.get_args(tp) or (Any,)
+        if not isinstance(value, (list, tuple)):
+            problems.append(f"{key}: expected a list, got {_describe(value)}")
+            return INVALID
+        items = [convert_value(item_type, item, join_key(key, i), problems)
+                 for i, item in enumerate(value)]
+        return [item for item in items if item is not INVALID]
+    if origin is dict:
+        _key_type, item_type = typing.get_args(tp) or (str, Any)
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping, got {_describe(value)}")
+            return INVALID
+        entries = {str(k): convert_value(item_type, v, join_key(key, str(k)), problems)
+                   for k, v in value.items()}
+        return {k: v for k, v in entries.items() if v is not INVALID}
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value in allowed and type(value) in {type(a) for a in allowed}:
+            return value
+        message = f"{key}: {_describe(value)} is not allowed; expected {type_name(tp)}"
+        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
+        problems.append(message)
+        return INVALID
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    problems.append(f"{key}: expected {type_name(tp)}, got {_describe(value)}")
+    return INVALID
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Resolved field types of a dataclass (works with postponed annotations)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def to_dataclass(cls: type[T], data: dict[str, Any], key: str, problems: list[str]) -> T:
+    """Build ``cls`` from ``data``; unknown keys and bad values are appended to ``problems``.
+
+    Fields missing from ``data`` keep their dataclass defaults; a field without a default
+    that is missing is a problem.
+    """
+    types_by_name = field_types(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        name = str(name)
+        if name not in types_by_name:
+            message = f"{join_key(key, name)}: unknown key"
+            close = difflib.get_close_matches(name, list(types_by_name), n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+            else:
+                where = f"in {key}" if key else "at the top level"
+                message += f" {where}; known keys: {', '.join(types_by_name)}"
+            problems.append(message)
+            continue
+        converted = convert_value(types_by_name[name], value, join_key(key, name), problems)
+        if converted is not INVALID:  # an invalid value keeps the default
+            kwargs[name] = converted
+    for f in dataclasses.fields(cls):
+        missing_default = (f.default is dataclasses.MISSING
+                           and f.default_factory is dataclasses.MISSING)
+        if f.init and missing_default and f.name not in kwargs:
+            problems.append(f"{join_key(key, f.name)}: required key is missing")
+            return INVALID
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # a __post_init__ check of the dataclass
+        problems.append(f"{key or cls.__name__}: {exc}")
+        return INVALID

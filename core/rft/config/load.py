@@ -1,0 +1,111 @@
+"""Reading a YAML config: OmegaConf loading, dot-list overrides, interpolation.
+
+The result is plain data (dicts, lists, scalars) with every ``${...}`` resolved, ready
+for :mod:`rft.config.convert`. Every problem is collected as one line starting with its
+location: ``FILE:LINE:COL`` for YAML syntax, the dotted key for interpolation errors, the
+override itself for a malformed ``key=value``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rft.config.convert import join_key
+from rft.errors import ConfigError
+
+
+def read_yaml(path: str | os.PathLike[str]) -> DictConfig:
+    """Load ``path`` with OmegaConf (interpolations left unresolved).
+
+    :raises ConfigError: missing file, YAML syntax error (with line and column), or a
+        top level that is not a mapping.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ConfigError([f"{path}: config file not found"])
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        what = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError([f"{where}: YAML syntax error: {what}"]) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: YAML error: {str(exc).splitlines()[0]}"]) from exc
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read config file: {exc.strerror}"]) from exc
+    if loaded is None:
+        loaded = OmegaConf.create({})
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError([f"{path}: the top level of a config must be a mapping"])
+    return loaded
+
+
+def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """Merge command-line ``key.sub=value`` overrides (values parsed as YAML) onto ``config``."""
+    problems: list[str] = []
+    for item in overrides:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            problems.append(f"override {item!r}: expected key.sub=value")
+            continue
+        try:
+            config = OmegaConf.merge(config, OmegaConf.from_dotlist([item]))
+        except (OmegaConfBaseException, yaml.YAMLError) as exc:
+            problems.append(f"override {item!r}: {str(exc).splitlines()[0]}")
+    if problems:
+        raise ConfigError(problems)
+    return config  # type: ignore[return-value]
+
+
+def _interpolation_problem(key: str, raw: Any, exc: Exception) -> str:
+    message = str(exc).splitlines()[0]
+    if "Environment variable" in message and "not found" in message:
+        variable = message.split("'")[1] if "'" in message else message
+        return f"{key}: environment variable {variable} is not set (used in {raw})"
+    if type(exc).__name__ == "InterpolationKeyError":
+        return f"{key}: {raw} refers to a key that is not in the config"
+    return f"{key}: cannot resolve {raw}: {message}"
+
+
+def resolve(node: DictConfig | ListConfig, key: str, problems: list[str]) -> Any:
+    """Plain data of ``node`` with every interpolation resolved, leaf by leaf, so that all
+    unresolvable leaves are reported (each with its dotted key), not just the first."""
+    if isinstance(node, DictConfig):
+        items: list[tuple[str | int, Any]] = [(str(k), k) for k in node.keys()]
+    else:
+        items = [(i, i) for i in range(len(node))]
+    result: Any = {} if isinstance(node, DictConfig) else []
+    for label, index in items:
+        child_key = join_key(key, label)
+        raw = node._get_node(index)._value()  # noqa: SLF001 (raw text for messages)
+        try:
+            value = node[index]
+        except OmegaConfBaseException as exc:
+            problems.append(_interpolation_problem(child_key, raw, exc))
+            continue
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = resolve(value, child_key, problems)
+        if isinstance(result, dict):
+            result[str(label)] = value
+        else:
+            result.append(value)
+    return result
+
+
+def load_plain(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Read a config file, apply overrides and resolve interpolations into plain data.
+
+    :raises ConfigError: with one line per problem.
+    """
+    config = apply_overrides(read_yaml(path), overrides)
+    problems: list[str] = []
+    plain = resolve(config, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    return plain

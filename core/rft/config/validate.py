@@ -1,0 +1,421 @@
+"""Validation and derivation of a config.
+
+:func:`validate` takes a converted :class:`~rft.config.schema.RftConfig`, fills in every
+value the configuration guide derives, resolves **every** plugin name through the plugin
+registry (checking its ``*_args`` against the implementation's ``Args`` dataclass), and
+collects **all** problems, each one line starting with its dotted key. Checks are small
+functions run in order; each reads what the ones before it derived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rft.algorithm import AlgorithmPreset
+from rft.config.convert import INVALID, join_key, to_dataclass
+from rft.config.schema import RftConfig, TasksetConfig
+from rft.plugins import PluginRegistry, args_type_of
+
+GPU_MODES = ("both", "train", "explore", "bench")
+"""Modes whose processes are placed on GPUs through the cluster section."""
+
+SYNC_METHODS_BY_MODE: dict[str, tuple[str, ...]] = {
+    "both": ("nccl", "memory", "checkpoint"),
+    "colocate": ("memory", "nccl", "checkpoint"),
+    "train": ("checkpoint",),
+    "explore": ("checkpoint",),
+    "bench": ("checkpoint",),
+}
+"""Weight synchronisation methods that can work in each mode."""
+
+
+@dataclass
+class Selected:
+    """A plugin name from the config, resolved once: its implementation and built args."""
+
+    key: str
+    """Dotted config key the name came from, e.g. ``algorithm.advantage_fn``."""
+    name: str
+    implementation: Any
+    args: Any = None
+    """Instance of the implementation's ``Args`` dataclass, or ``None`` if it has none."""
+
+
+@dataclass
+class Validation:
+    """Everything validation found: problems, warnings and resolved plugins."""
+
+    registry: PluginRegistry
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    selected: dict[str, Selected] = field(default_factory=dict)
+    preset: AlgorithmPreset | None = None
+
+    def problem(self, key: str, message: str) -> None:
+        self.problems.append(f"{key}: {message}")
+
+    def select(self, kind: str, key: str, name: str | None, args: dict[str, Any] | None = None,
+               args_key: str | None = None) -> Selected | None:
+        """Resolve ``name`` of ``kind`` found at ``key``; build its args from ``args``."""
+        if name is None:
+            return None
+        if not self.registry.has(kind, name):
+            self.problems.append(self.registry.unknown_name_message(kind, name, key=key))
+            return None
+        implementation = self.registry.get(kind, name)
+        built = build_args(implementation, name, args or {}, args_key or f"{key}_args",
+                           self.problems)
+        chosen = Selected(key, name, implementation, built)
+        self.selected[key] = chosen
+        return chosen
+
+
+def build_args(implementation: Any, name: str, args: dict[str, Any], key: str,
+               problems: list[str]) -> Any:
+    """Instance of ``implementation.Args`` built from ``args`` (problems appended)."""
+    args_type = args_type_of(implementation)
+    if args_type is None:
+        if args:
+            problems.append(f"{key}: {name!r} takes no arguments, got {', '.join(args)}")
+        return None
+    built = to_dataclass(args_type, dict(args), key, problems)
+    return None if built is INVALID else built
+
+
+def local_looking(path: str) -> bool:
+    """True for paths that must exist here (absolute, ``./``, ``../``, ``~``), as opposed
+    to hub ids such as ``Qwen/Qwen2.5-1.5B-Instruct``."""
+    return os.path.isabs(path) or path.startswith((".", "~"))
+
+
+def _require_local(v: Validation, key: str, path: str | None) -> None:
+    if path and local_looking(path) and not os.path.exists(os.path.expanduser(path)):
+        v.problem(key, f"path {path!r} does not exist")
+
+
+# --------------------------------------------------------------------------------------
+# Checks, run in order
+# --------------------------------------------------------------------------------------
+
+
+def check_global(c: RftConfig, v: Validation) -> None:
+    """Names, checkpoint job dir ``<root>/<project>/<name>``, Ray namespace."""
+    for key in ("project", "name"):
+        value = getattr(c, key)
+        if not value or "/" in value:
+            v.problem(key, f"must be a non-empty name without '/', got {value!r}")
+    if not c.checkpoint_root_dir:
+        v.problem("checkpoint_root_dir", "must be set")
+        return
+    c.checkpoint_job_dir = os.path.join(c.checkpoint_root_dir, c.project, c.name)
+    if c.ray_namespace is None:
+        c.ray_namespace = f"{c.project}/{c.name}"
+
+
+def check_algorithm(c: RftConfig, v: Validation) -> None:
+    """Apply the preset, then resolve every algorithm function name with its args."""
+    a = c.algorithm
+    chosen = v.select("algorithm", "algorithm.algorithm_type", a.algorithm_type)
+    if chosen is None:
+        return
+    preset = chosen.implementation
+    if not isinstance(preset, AlgorithmPreset):
+        v.problem("algorithm.algorithm_type",
+                  f"plugin for {a.algorithm_type!r} registered a {type(preset).__name__}, "
+                  "expected an AlgorithmPreset")
+        return
+    v.preset = preset
+    for name in ("advantage_fn", "policy_loss_fn", "kl_loss_fn", "kl_penalty_fn",
+                 "entropy_loss_fn", "sample_strategy"):
+        if getattr(a, name) is None:
+            setattr(a, name, getattr(preset, name))
+    for args_name, defaults in (preset.default_args or {}).items():
+        merged = {**defaults, **(getattr(a, args_name) or {})}
+        setattr(a, args_name, merged)
+    if preset.fixed_repeat_times is not None:
+        if a.repeat_times not in (None, preset.fixed_repeat_times):
+            v.problem("algorithm.repeat_times",
+                      f"{a.algorithm_type} needs repeat_times={preset.fixed_repeat_times}, "
+                      f"got {a.repeat_times}")
+        a.repeat_times = preset.fixed_repeat_times
+    if a.repeat_times is None:
+        a.repeat_times = preset.repeat_times
+    if a.repeat_times < preset.min_repeat_times:
+        v.problem("algorithm.repeat_times",
+                  f"{a.algorithm_type} needs repeat_times >= {preset.min_repeat_times}, "
+                  f"got {a.repeat_times}")
+    v.select("advantage_fn", "algorithm.advantage_fn", a.advantage_fn, a.advantage_fn_args)
+    v.select("policy_loss_fn", "algorithm.policy_loss_fn", a.policy_loss_fn,
+             a.policy_loss_fn_args)
+    v.select("kl_fn", "algorithm.kl_loss_fn", a.kl_loss_fn, a.kl_loss_fn_args)
+    v.select("kl_fn", "algorithm.kl_penalty_fn", a.kl_penalty_fn, a.kl_penalty_fn_args)
+    v.select("entropy_loss_fn", "algorithm.entropy_loss_fn", a.entropy_loss_fn,
+             a.entropy_loss_fn_args)
+    v.select("sample_strategy", "algorithm.sample_strategy", a.sample_strategy,
+             a.sample_strategy_args)
+    opt = a.optimizer
+    if opt.lr <= 0:
+        v.problem("algorithm.optimizer.lr", f"must be > 0, got {opt.lr}")
+    if not 0.0 <= opt.lr_warmup_steps_ratio <= 1.0:
+        v.problem("algorithm.optimizer.lr_warmup_steps_ratio",
+                  f"must be within [0, 1], got {opt.lr_warmup_steps_ratio}")
+
+
+def check_model(c: RftConfig, v: Validation) -> None:
+    """Model path, token limits and the ``max_model_len`` derivation."""
+    m = c.model
+    if not m.model_path and not m.external_model.enable:
+        v.problem("model.model_path", "must be set")
+    _require_local(v, "model.model_path", m.model_path)
+    _require_local(v, "model.chat_template_path", m.chat_template_path)
+    if m.critic_model_path is None:
+        m.critic_model_path = m.model_path
+    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+        value = getattr(m, key)
+        if value is not None and value <= 0:
+            v.problem(f"model.{key}", f"must be > 0, got {value}")
+    if m.max_model_len is None:
+        if m.max_prompt_tokens is None or m.max_response_tokens is None:
+            v.problem("model.max_model_len",
+                      "cannot be derived: set it, or both model.max_prompt_tokens and "
+                      "model.max_response_tokens")
+            return
+        m.max_model_len = m.max_prompt_tokens + m.max_response_tokens
+    if m.max_response_tokens is None and m.max_prompt_tokens is not None:
+        m.max_response_tokens = m.max_model_len - m.max_prompt_tokens
+    if m.max_prompt_tokens is None and m.max_response_tokens is not None:
+        m.max_prompt_tokens = m.max_model_len - m.max_response_tokens
+    if m.max_prompt_tokens is not None and m.max_response_tokens is not None:
+        if m.max_prompt_tokens <= 0 or m.max_response_tokens <= 0:
+            v.problem("model.max_model_len",
+                      f"{m.max_model_len} leaves no room: max_prompt_tokens="
+                      f"{m.max_prompt_tokens}, max_response_tokens={m.max_response_tokens}")
+        elif m.max_prompt_tokens + m.max_response_tokens > m.max_model_len:
+            v.problem("model.max_model_len",
+                      f"{m.max_model_len} is less than max_prompt_tokens + "
+                      f"max_response_tokens = {m.max_prompt_tokens} + "
+                      f"{m.max_response_tokens}")
+    if m.max_response_tokens is not None and m.min_response_tokens >= m.max_response_tokens:
+        v.problem("model.min_response_tokens",
+                  f"must be less than max_response_tokens ({m.max_response_tokens}), "
+                  f"got {m.min_response_tokens}")
+
+
+def _tasksets(c: RftConfig) -> list[tuple[str, TasksetConfig]]:
+    ei = c.buffer.explorer_input
+    found: list[tuple[str, TasksetConfig]] = []
+    if ei.taskset is not None:
+        found.append(("buffer.explorer_input.taskset", ei.taskset))
+    found += [(f"buffer.explorer_input.tasksets[{i}]", t) for i, t in enumerate(ei.tasksets)]
+    return found
+
+
+def check_buffer(c: RftConfig, v: Validation) -> None:
+    """Batch sizes, tasksets (defaults, names, paths, plugins) and the experience buffer."""
+    b = c.buffer
+    repeat_times = c.algorithm.repeat_times or 1
+    if b.batch_size <= 0:
+        v.problem("buffer.batch_size", f"must be > 0, got {b.batch_size}")
+    if b.train_batch_size is None:
+        b.train_batch_size = b.batch_size * repeat_times
+    elif b.train_batch_size <= 0:
+        v.problem("buffer.train_batch_size", f"must be > 0, got {b.train_batch_size}")
+    if b.total_steps is not None and b.total_steps <= 0:
+        v.problem("buffer.total_steps", f"must be > 0, got {b.total_steps}")
+    if b.total_epochs <= 0:
+        v.problem("buffer.total_epochs", f"must be > 0, got {b.total_epochs}")
+    ei = c.buffer.explorer_input
+    train_only = v.preset is not None and v.preset.train_only
+    tasksets = _tasksets(c)
+    if not tasksets and c.mode in ("both", "explore", "colocate") and not train_only:
+        v.problem("buffer.explorer_input.taskset",
+                  f"mode {c.mode!r} explores tasks: set a taskset")
+    seen: dict[str, str] = {}
+    evals = [(f"buffer.explorer_input.eval_tasksets[{i}]", t, True)
+             for i, t in enumerate(ei.eval_tasksets)]
+    for key, taskset, is_eval in [(k, t, False) for k, t in tasksets] + evals:
+        if taskset.name in seen:
+            v.problem(f"{key}.name", f"{taskset.name!r} is already used by {seen[taskset.name]}")
+        seen[taskset.name] = key
+        if taskset.repeat_times is None:
+            taskset.repeat_times = 1 if is_eval else repeat_times
+        elif taskset.repeat_times <= 0:
+            v.problem(f"{key}.repeat_times", f"must be > 0, got {taskset.repeat_times}")
+        if taskset.default_workflow_type is None:
+            taskset.default_workflow_type = (
+                (ei.default_eval_workflow_type or ei.default_workflow_type) if is_eval
+                else ei.default_workflow_type)
+        if taskset.default_reward_fn_type is None:
+            taskset.default_reward_fn_type = ei.default_reward_fn_type
+        check_taskset(key, taskset, v)
+    storage = b.trainer_input.experience_buffer
+    if storage is not None and storage.storage_type in ("sql", "file") and not storage.path:
+        if c.checkpoint_job_dir:
+            suffix = ".db" if storage.storage_type == "sql" else ""
+            storage.path = os.path.join(c.checkpoint_job_dir, "buffer", storage.name + suffix)
+    for name, aux in b.trainer_input.auxiliary_buffers.items():
+        key = f"buffer.trainer_input.auxiliary_buffers.{name}"
+        if aux.storage_type == "file":
+            if not aux.path:
+                v.problem(f"{key}.path", "must be set for storage_type 'file'")
+            _require_local(v, f"{key}.path", aux.path)
+
+
+def check_taskset(key: str, taskset: TasksetConfig, v: Validation) -> None:
+    """One taskset: storage, path, workflow, reward and selector plugins."""
+    if taskset.storage_type in ("file", "sql"):
+        if not taskset.path:
+            v.problem(f"{key}.path", f"must be set for storage_type {taskset.storage_type!r}")
+        _require_local(v, f"{key}.path", taskset.path)
+    if taskset.default_workflow_type is None:
+        v.problem(f"{key}.default_workflow_type",
+                  "no workflow: set it here or buffer.explorer_input.default_workflow_type")
+    v.select("workflow", f"{key}.default_workflow_type", taskset.default_workflow_type,
+             taskset.workflow_args, f"{key}.workflow_args")
+    v.select("reward_fn", f"{key}.default_reward_fn_type", taskset.default_reward_fn_type,
+             taskset.reward_fn_args, f"{key}.reward_fn_args")
+    selector = taskset.task_selector
+    v.select("task_selector", f"{key}.task_selector.selector_type", selector.selector_type,
+             selector.args if hasattr(selector, "args") else None,
+             f"{key}.task_selector.args")
+
+
+def check_explorer(c: RftConfig, v: Validation) -> None:
+    """Engine plugin, runner limits, eval interval as a multiple of sync interval."""
+    e = c.explorer
+    rm = e.rollout_model
+    v.select("engine", "explorer.rollout_model.engine_type", rm.engine_type)
+    for key, value in (("explorer.rollout_model.engine_num", rm.engine_num),
+                       ("explorer.rollout_model.tensor_parallel_size", rm.tensor_parallel_size),
+                       ("explorer.runner_per_model", e.runner_per_model),
+                       ("explorer.eval_interval", e.eval_interval)):
+        if value <= 0:
+            v.problem(key, f"must be > 0, got {value}")
+    if e.max_timeout <= 0:
+        v.problem("explorer.max_timeout", f"must be > 0 seconds, got {e.max_timeout}")
+    if e.max_retry_times < 0:
+        v.problem("explorer.max_retry_times", f"must be >= 0, got {e.max_retry_times}")
+    if e.max_repeat_times_per_runner is not None and e.max_repeat_times_per_runner <= 0:
+        v.problem("explorer.max_repeat_times_per_runner",
+                  f"must be > 0, got {e.max_repeat_times_per_runner}")
+    interval = c.synchronizer.sync_interval
+    if interval > 0 and e.eval_interval > 0 and e.eval_interval % interval:
+        rounded = max(interval, round(e.eval_interval / interval) * interval)
+        v.warnings.append(f"explorer.eval_interval: {e.eval_interval} is not a multiple of "
+                          f"synchronizer.sync_interval ({interval}); using {rounded}")
+        e.eval_interval = rounded
+    if not 0.0 <= e.over_rollout.ratio < 1.0:
+        v.problem("explorer.over_rollout.ratio", f"must be within [0, 1), got "
+                  f"{e.over_rollout.ratio}")
+
+
+def check_cluster(c: RftConfig, v: Validation) -> None:
+    """GPU split: explorer = engines × TP, auxiliary models, trainer = the rest."""
+    cl = c.cluster
+    if cl.node_num <= 0:
+        v.problem("cluster.node_num", f"must be > 0, got {cl.node_num}")
+    if cl.gpu_per_node < 0:
+        v.problem("cluster.gpu_per_node", f"must be >= 0, got {cl.gpu_per_node}")
+    rm = c.explorer.rollout_model
+    explorer_gpus = rm.engine_num * rm.tensor_parallel_size
+    auxiliary_gpus = sum(m.engine_num * m.tensor_parallel_size
+                         for m in c.explorer.auxiliary_models)
+    total = cl.node_num * cl.gpu_per_node
+    if c.mode == "colocate":
+        if rm.engine_num != 1 or rm.tensor_parallel_size != 1:
+            v.problem("explorer.rollout_model.engine_num",
+                      "mode 'colocate' runs one engine with tensor_parallel_size 1, got "
+                      f"engine_num={rm.engine_num}, tensor_parallel_size="
+                      f"{rm.tensor_parallel_size}")
+        if c.explorer.auxiliary_models:
+            v.problem("explorer.auxiliary_models", "mode 'colocate' runs no auxiliary models")
+        return
+    if c.mode not in GPU_MODES or total == 0:
+        return
+    explorer_side = explorer_gpus + auxiliary_gpus if c.mode != "train" else auxiliary_gpus
+    trainer_gpus = total - explorer_side if c.mode in ("both", "train") else 0
+    if c.mode in ("both", "explore", "bench") and explorer_side > total:
+        v.problem("explorer.rollout_model.engine_num",
+                  f"explorer needs {explorer_gpus} GPUs (+{auxiliary_gpus} auxiliary) but the "
+                  f"cluster has {total}")
+    elif c.mode in ("both", "train") and trainer_gpus <= 0:
+        v.problem("cluster.gpu_per_node",
+                  f"no GPU left for the trainer: cluster has {total}, explorer uses "
+                  f"{explorer_gpus}, auxiliary models {auxiliary_gpus}")
+    c.explorer_gpu_num = explorer_gpus
+    c.auxiliary_gpu_num = auxiliary_gpus
+    c.trainer_gpu_num = max(trainer_gpus, 0)
+
+
+def check_synchronizer(c: RftConfig, v: Validation) -> None:
+    """Sync method against mode; positive intervals and timeout."""
+    s = c.synchronizer
+    allowed = SYNC_METHODS_BY_MODE.get(c.mode, ())
+    if s.sync_method not in allowed:
+        v.problem("synchronizer.sync_method",
+                  f"{s.sync_method!r} does not work in mode {c.mode!r}; use one of "
+                  f"{', '.join(allowed)}")
+    if s.sync_interval <= 0:
+        v.problem("synchronizer.sync_interval", f"must be > 0, got {s.sync_interval}")
+    if s.sync_offset < 0:
+        v.problem("synchronizer.sync_offset", f"must be >= 0, got {s.sync_offset}")
+    if s.sync_timeout <= 0:
+        v.problem("synchronizer.sync_timeout", f"must be > 0 seconds, got {s.sync_timeout}")
+    if c.mode == "colocate" and s.sync_offset != 0:
+        v.problem("synchronizer.sync_offset",
+                  f"mode 'colocate' alternates explore and train: must be 0, got {s.sync_offset}")
+
+
+def check_trainer(c: RftConfig, v: Validation) -> None:
+    """Trainer plugin, total steps, checkpoint settings."""
+    t = c.trainer
+    v.select("trainer", "trainer.trainer_type", t.trainer_type)
+    if t.total_steps is None:
+        t.total_steps = c.buffer.total_steps
+    if t.save_interval < 0:
+        v.problem("trainer.save_interval", f"must be >= 0, got {t.save_interval}")
+    if t.max_checkpoints_to_keep is not None and t.max_checkpoints_to_keep <= 0:
+        v.problem("trainer.max_checkpoints_to_keep",
+                  f"must be > 0 (or null to keep all), got {t.max_checkpoints_to_keep}")
+    if t.grad_clip is not None and t.grad_clip <= 0:
+        v.problem("trainer.grad_clip", f"must be > 0, got {t.grad_clip}")
+
+
+def check_monitor(c: RftConfig, v: Validation) -> None:
+    """Monitor plugin and its args."""
+    v.select("monitor", "monitor.monitor_type", c.monitor.monitor_type, c.monitor.monitor_args)
+
+
+def check_data_processor(c: RftConfig, v: Validation) -> None:
+    """Experience operators named in the experience pipeline."""
+    pipeline = c.data_processor.experience_pipeline
+    if pipeline is None:
+        return
+    for i, operator in enumerate(pipeline.operators):
+        key = f"data_processor.experience_pipeline.operators[{i}]"
+        v.select("experience_operator", f"{key}.name", operator.name, operator.args,
+                 f"{key}.args")
+
+
+CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
+    check_global, check_algorithm, check_model, check_buffer, check_explorer,
+    check_cluster, check_synchronizer, check_trainer, check_monitor, check_data_processor,
+)
+"""Checks in the order they run; later checks read what earlier ones derived."""
+
+
+def validate(config: RftConfig, registry: PluginRegistry) -> Validation:
+    """Derive and check ``config`` in place; return the problems, warnings and plugins."""
+    result = Validation(registry)
+    for check in CHECKS:
+        check(config, result)
+    return result
+
+
+def fields_as_dict(config: Any) -> dict[str, Any]:
+    """Plain-data view of a (validated) config, for printing."""
+    return dataclasses.asdict(config)

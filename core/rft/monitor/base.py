@@ -1,0 +1,44 @@
+"""The monitor interface.
+
+A monitor is a plugin (``register_monitors``) selected by ``monitor.monitor_type``. The
+explorer and the trainer each open their own monitor (``role`` ``"explorer"`` or
+``"trainer"``), shown as two runs named ``<name>_explorer`` and ``<name>_trainer``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+
+class Monitor(ABC):
+    """Receives ``{metric_name: value}`` once per step.
+
+    :param project: the config's ``project``.
+    :param name: the config's ``name`` (the experiment).
+    :param role: ``"explorer"`` or ``"trainer"``; the run is ``<name>_<role>``.
+    :param log_dir: ``<checkpoint_job_dir>/monitor``, where file-based monitors write.
+    :param args: instance of the monitor's ``Args`` dataclass (``monitor.monitor_args``).
+    """
+
+    Args: type | None = None
+
+    def __init__(self, project: str, name: str, role: str, log_dir: str,
+                 args: Any = None) -> None:
+        self.project = project
+        self.name = name
+        self.role = role
+        self.log_dir = log_dir
+        self.args = args
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.name}_{self.role}"
+
+    @abstractmethod
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record the metrics of one step."""
+
+    def close(self) -> None:
+        """Flush and release resources; called once at the end of a run."""

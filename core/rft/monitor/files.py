@@ -1,0 +1,80 @@
+"""Monitors that need no service: console lines and a JSON-lines file."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from rft.monitor.base import Monitor
+
+
+@dataclass
+class ConsoleArgs:
+    """Arguments of the ``console`` monitor."""
+
+    keys: list[str] | None = None
+    """Metric names to print; ``None`` prints every metric."""
+
+
+class ConsoleMonitor(Monitor):
+    """Prints one line per step: ``[<run>] step N | key=value | …``."""
+
+    Args = ConsoleArgs
+
+    def __init__(self, project: str, name: str, role: str, log_dir: str,
+                 args: ConsoleArgs | None = None, stream: TextIO | None = None) -> None:
+        super().__init__(project, name, role, log_dir, args or ConsoleArgs())
+        self.stream = stream or sys.stdout
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        keys = self.args.keys if self.args.keys is not None else sorted(metrics)
+        parts = [f"{key}={_short(metrics[key])}" for key in keys if key in metrics]
+        print(f"[{self.run_name}] step {step} | " + " | ".join(parts), file=self.stream,
+              flush=True)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+@dataclass
+class JsonlArgs:
+    """Arguments of the ``jsonl`` monitor."""
+
+    filename: str | None = None
+    """File name inside ``<job dir>/monitor``; default ``<role>.jsonl``."""
+
+
+class JsonlMonitor(Monitor):
+    """Appends ``{"step": N, "metrics": {...}}`` per step to ``<log_dir>/<role>.jsonl``.
+
+    Each line is flushed and fsync-ed, so a crash loses no logged step; a resumed run
+    appends to the same file. Non-finite values are written as strings (``"nan"``).
+    """
+
+    Args = JsonlArgs
+
+    def __init__(self, project: str, name: str, role: str, log_dir: str,
+                 args: JsonlArgs | None = None) -> None:
+        super().__init__(project, name, role, log_dir, args or JsonlArgs())
+        os.makedirs(log_dir, exist_ok=True)
+        self.path = os.path.join(log_dir, self.args.filename or f"{role}.jsonl")
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v))
+                 for k, v in metrics.items()}
+        self._file.write(json.dumps({"step": step, "metrics": clean}) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()

@@ -1,0 +1,79 @@
+"""Selectors that ignore task feedback: sequential, shuffle, random."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from rft.buffer.selector import TaskSelector
+
+
+class SequentialSelector(TaskSelector):
+    """Tasks in file order; a batch may span the end of one epoch and the start of the next."""
+
+    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None) -> None:
+        super().__init__(dataset_size, seed, args)
+        self.consumed = 0
+        """Tasks handed out so far, over all epochs."""
+
+    def order(self, epoch: int) -> list[int]:
+        """Task order of one epoch."""
+        return list(range(self.dataset_size))
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        batch: list[int] = []
+        while len(batch) < batch_size:
+            epoch, offset = divmod(self.consumed, self.dataset_size)
+            take = min(batch_size - len(batch), self.dataset_size - offset)
+            batch += self.order(epoch)[offset:offset + take]
+            self.consumed += take
+        return batch
+
+    @property
+    def epoch(self) -> int:
+        return self.consumed // self.dataset_size
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"consumed": self.consumed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.consumed = int(state["consumed"])
+
+
+class ShuffleSelector(SequentialSelector):
+    """A new permutation each epoch, seeded by ``(seed, epoch)`` so resumes repeat it."""
+
+    def order(self, epoch: int) -> list[int]:
+        indices = list(range(self.dataset_size))
+        random.Random(f"{self.seed}:{epoch}").shuffle(indices)
+        return indices
+
+
+class RandomSelector(TaskSelector):
+    """Each batch is a uniform sample of distinct tasks (with replacement across batches)."""
+
+    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None) -> None:
+        super().__init__(dataset_size, seed, args)
+        self.batches = 0
+        self.consumed = 0
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        rng = random.Random(f"{self.seed}:{self.batches}")
+        if batch_size <= self.dataset_size:
+            batch = rng.sample(range(self.dataset_size), batch_size)
+        else:  # more tasks than the taskset holds: repeat whole permutations
+            batch = [rng.randrange(self.dataset_size) for _ in range(batch_size)]
+        self.batches += 1
+        self.consumed += batch_size
+        return batch
+
+    @property
+    def epoch(self) -> int:
+        return self.consumed // self.dataset_size
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self.batches, "consumed": self.consumed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batches = int(state["batches"])
+        self.consumed = int(state["consumed"])

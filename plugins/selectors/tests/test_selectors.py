@@ -1,0 +1,61 @@
+"""Behaviour of the basic selectors, through the plugin registry like a config would."""
+
+from __future__ import annotations
+
+import pytest
+
+from rft.plugins import PluginRegistry
+
+
+@pytest.fixture(scope="module")
+def selectors():
+    registry = PluginRegistry.create()
+    return {name: registry.get("task_selector", name)
+            for name in ("sequential", "shuffle", "random")}
+
+
+def test_registered_by_this_distribution():
+    registry = PluginRegistry.create()
+    for name in ("sequential", "shuffle", "random"):
+        assert registry.registration("task_selector", name).distribution == "rft-plugin-selectors"
+
+
+def test_sequential_spans_epochs(selectors):
+    selector = selectors["sequential"](dataset_size=5)
+    assert selector.next_batch(3) == [0, 1, 2]
+    assert selector.next_batch(3) == [3, 4, 0]
+    assert selector.epoch == 1
+    assert selector.next_batch(7) == [1, 2, 3, 4, 0, 1, 2]
+
+
+def test_shuffle_is_a_permutation_per_epoch_and_differs_between_epochs(selectors):
+    selector = selectors["shuffle"](dataset_size=20, seed=3)
+    first, second = selector.next_batch(20), selector.next_batch(20)
+    assert sorted(first) == sorted(second) == list(range(20))
+    assert first != second
+    assert selectors["shuffle"](dataset_size=20, seed=3).next_batch(20) == first
+
+
+@pytest.mark.parametrize("name", ["sequential", "shuffle", "random"])
+def test_resume_from_state_gives_the_same_batches(selectors, name):
+    uninterrupted = selectors[name](dataset_size=7, seed=11)
+    expected = [uninterrupted.next_batch(4) for _ in range(5)]
+    first = selectors[name](dataset_size=7, seed=11)
+    got = [first.next_batch(4) for _ in range(2)]
+    resumed = selectors[name](dataset_size=7, seed=11)
+    resumed.load_state_dict(first.state_dict())
+    got += [resumed.next_batch(4) for _ in range(3)]
+    assert got == expected
+
+
+def test_random_batches_are_distinct_within_a_batch(selectors):
+    selector = selectors["random"](dataset_size=10, seed=0)
+    batches = [selector.next_batch(6) for _ in range(20)]
+    assert all(len(set(b)) == 6 for b in batches)
+    assert len({tuple(b) for b in batches}) > 1
+
+
+@pytest.mark.parametrize("name", ["sequential", "shuffle", "random"])
+def test_empty_taskset_is_refused(selectors, name):
+    with pytest.raises(ValueError, match="non-empty taskset"):
+        selectors[name](dataset_size=0)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Create the repo-local .venv and install rft, every plugin distribution under plugins/,
+# and (with --test) the test tools and the veRL reference used by the equivalence tests.
+# Idempotent: a second run only installs what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+WITH_TEST=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) WITH_TEST=1 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+
+# torch first and pinned: the CPU build of 2.13.0 (a plain `torch` would pull a CUDA build).
+"${PIP[@]}" torch==2.13.0
+
+# The core, then each plugin distribution (directories with a pyproject.toml).
+plugin_dirs=()
+while IFS= read -r project; do
+  plugin_dirs+=(-e "$(dirname "$project")")
+done < <(find plugins -name pyproject.toml -not -path '*/tests/*' | sort)
+if [ "$WITH_TEST" = 1 ]; then
+  "${PIP[@]}" -e ".[test]" "${plugin_dirs[@]}"
+  "${PIP[@]}" --no-deps -r requirements/verl-test.txt
+else
+  "${PIP[@]}" -e . "${plugin_dirs[@]}"
+fi
