@@ -11,6 +11,9 @@ from types import ModuleType
 
 BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.monitors",
+    "rft.builtin.kl",
+    "rft.builtin.entropy",
+    "rft.builtin.policy_loss",
 )
 """Dotted names of the built-in plugin modules, in registration order."""
 

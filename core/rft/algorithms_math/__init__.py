@@ -1,0 +1,1 @@
+"""Algorithm maths waiting to move into per-algorithm plugin packages (pure functions)."""

@@ -1,0 +1,107 @@
+"""KL estimators between the policy and the reference model, per token.
+
+Each estimator maps ``per_token_logps`` (policy) and ``ref_per_token_logps`` (reference),
+both ``(B, T)``, to a per-token estimate of ``KL(π ‖ π_ref)``, ``(B, T)``, with
+``log_ratio = per_token_logps − ref_per_token_logps`` (J. Schulman, "Approximating KL
+divergence", 2020):
+
+====================  ==================================================================
+``none``              ``0``
+``k1`` / ``kl``       ``log_ratio``
+``abs``               ``|log_ratio|``
+``k2`` / ``mse``      ``½ · log_ratio²``
+``k3`` / ``low_var_kl``  ``clamp(exp(−r) + r − 1, −10, 10)``, ``r = clamp(log_ratio, −20, 20)``
+``<name>+``           value of ``<name>``, gradient of ``k2`` (straight-through)
+====================  ==================================================================
+
+The names and values are veRL 0.9.1's ``kl_penalty``. The coefficient (``kl_coef``) is
+applied by the caller: ``kl_loss = kl_coef · agg_loss(kl, mask)`` for ``algorithm.kl_loss_fn``
+and ``rewards − kl_coef · kl`` for ``algorithm.kl_penalty_fn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rft.hookspecs import hookimpl
+
+KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class KLArgs:
+    """Arguments of every KL estimator (``algorithm.kl_loss_fn_args`` /
+    ``algorithm.kl_penalty_fn_args``)."""
+
+    kl_coef: float = 0.001
+    """Weight of the KL term: of the KL loss, or of the penalty subtracted from rewards."""
+
+
+def no_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+    """No KL: ``0`` everywhere, ``(B, T)``."""
+    return torch.zeros_like(per_token_logps)
+
+
+def k1(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+    """k1 estimator: ``log π − log π_ref`` (unbiased, high variance), ``(B, T)``."""
+    return per_token_logps - ref_per_token_logps
+
+
+def abs_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+    """Absolute log-ratio: ``|log π − log π_ref|``, ``(B, T)``."""
+    return (per_token_logps - ref_per_token_logps).abs()
+
+
+def k2(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+    """k2 estimator: ``½ (log π − log π_ref)²``; its gradient is the KL's, ``(B, T)``."""
+    return 0.5 * (per_token_logps - ref_per_token_logps).square()
+
+
+def k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+    """k3 / low_var_kl: ``clamp(exp(r) − r − 1, −10, 10)``, ``r = clamp(log π_ref − log π, ±20)``.
+
+    Unbiased and non-negative; both clamps (veRL's, for stability) also stop the gradient
+    where they bind. ``(B, T)``.
+    """
+    log_ratio = torch.clamp(ref_per_token_logps - per_token_logps, min=-20, max=20)  # (B, T)
+    kl = torch.exp(log_ratio) - log_ratio - 1
+    return torch.clamp(kl, min=-10, max=10)
+
+
+def straight_through(estimator: KLFn) -> KLFn:
+    """``<estimator>+``: the estimator's value with k2's gradient,
+    ``k2 − sg(k2) + sg(estimator)`` (``sg`` = stop-gradient)."""
+
+    def kl_plus(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+        value = estimator(per_token_logps, ref_per_token_logps).detach()  # (B, T)
+        grad_carrier = k2(per_token_logps, ref_per_token_logps)  # (B, T)
+        return grad_carrier - grad_carrier.detach() + value
+
+    kl_plus.__name__ = f"{estimator.__name__}_plus"
+    kl_plus.__qualname__ = kl_plus.__name__
+    kl_plus.__doc__ = (f"Straight-through {estimator.__name__}: its value, the gradient of k2. "
+                       "``(B, T)``.")
+    return kl_plus
+
+
+_BASE: dict[str, KLFn] = {
+    "k1": k1, "kl": k1, "abs": abs_kl, "k2": k2, "mse": k2, "k3": k3, "low_var_kl": k3,
+}
+
+KL_FNS: dict[str, KLFn] = {
+    "none": no_kl,
+    **_BASE,
+    **{f"{name}+": straight_through(fn) for name, fn in _BASE.items()},
+}
+"""Every KL estimator by name (veRL's ``kl_penalty`` names plus ``none``)."""
+
+for _fn in KL_FNS.values():
+    _fn.Args = KLArgs  # type: ignore[attr-defined]
+
+
+@hookimpl
+def register_kl_fns() -> dict[str, KLFn]:
+    return dict(KL_FNS)
