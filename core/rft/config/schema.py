@@ -1,0 +1,910 @@
+"""Typed schema of an rft YAML config: one dataclass per section.
+
+The layout reproduces Trinity-RFT's configuration format (see the configuration guide),
+so a Trinity YAML file loads unchanged::
+
+    RftConfig                       top level: project, name, mode, checkpoint_root_dir, ...
+    ├── algorithm: AlgorithmConfig  algorithm_type, repeat_times, *_fn / *_fn_args
+    │   └── optimizer: OptimizerConfig
+    ├── model: ModelConfig          model_path, token limits, sampling defaults
+    │   ├── lora_configs: [LoRAConfig]
+    │   ├── tinker: TinkerConfig
+    │   └── external_model: ExternalModelConfig
+    ├── cluster: ClusterConfig
+    ├── buffer: BufferConfig        batch sizes, epochs / steps
+    │   ├── explorer_input: ExplorerInputConfig
+    │   │   └── taskset / tasksets / eval_tasksets: TasksetConfig
+    │   │       ├── format: FormatConfig
+    │   │       ├── rollout_args: RolloutArgsConfig
+    │   │       └── task_selector: TaskSelectorConfig
+    │   └── trainer_input: TrainerInputConfig
+    │       └── experience_buffer / auxiliary_buffers: ExperienceBufferConfig
+    │           └── replay_buffer: ReplayBufferConfig
+    ├── explorer: ExplorerConfig
+    │   ├── rollout_model: RolloutModelConfig
+    │   ├── auxiliary_models: [AuxiliaryModelConfig]
+    │   ├── over_rollout: OverRolloutConfig
+    │   └── dynamic_timeout: DynamicTimeoutConfig
+    ├── synchronizer: SynchronizerConfig
+    ├── trainer: TrainerConfig      (trainer_config: free-form veRL passthrough)
+    ├── monitor: MonitorConfig
+    ├── service: ServiceConfig
+    │   └── data_juicer: DataJuicerServiceConfig
+    ├── data_processor: DataProcessorConfig
+    │   ├── task_pipeline: TaskPipelineConfig
+    │   └── experience_pipeline: ExperiencePipelineConfig  (operators: [OperatorConfig])
+    ├── log: LogConfig
+    └── stages: [StageConfig]       per-stage overrides, merged before conversion
+
+Rules the converter (:mod:`rft.config.convert`) relies on:
+
+- Field types are only ``int``, ``float``, ``bool``, ``str``, ``Any``, ``X | None``,
+  ``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested dataclasses; annotations are
+  real type objects (no postponed annotations in this module).
+- Every field has a default, so ``RftConfig()`` is a complete, valid-to-validate config.
+- A default of ``None`` on a value that validation computes means "derive it" (e.g.
+  ``buffer.train_batch_size``, ``model.max_model_len``, ``ray_namespace``).
+- Algorithm fields that an algorithm preset fills (``advantage_fn``, ``policy_loss_fn``,
+  ``kl_loss_fn``, ``kl_penalty_fn``, ``entropy_loss_fn``, ``sample_strategy``,
+  ``repeat_times``) default to ``None``: unset means "take the preset's default".
+- Plugin names (algorithms, functions, workflows, rewards, selectors, engines, trainers,
+  monitors, operators, priority functions) are plain strings; they are resolved and
+  checked against the plugin manager at validation, never here. Their ``*_args`` are
+  free-form mappings, checked against the plugin's own argument dataclass at validation.
+
+Each field carries its documentation as an attribute docstring right below it.
+This module holds no loading or validation logic.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# ---------------------------------------------------------------------------------------
+# algorithm
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class OptimizerConfig:
+    """Actor optimizer and learning-rate schedule (``algorithm.optimizer``)."""
+
+    lr: float = 1e-6
+    """Peak learning rate of the actor."""
+    lr_warmup_steps: int = -1
+    """Linear warm-up length in optimizer steps; ``-1`` means use ``lr_warmup_steps_ratio``."""
+    lr_warmup_steps_ratio: float = 0.0
+    """Warm-up length as a fraction of the total training steps (veRL's
+    ``optim.lr_warmup_steps_ratio``); used when ``lr_warmup_steps`` is ``-1``."""
+    min_lr_ratio: float = 0.0
+    """Floor of the cosine schedule as a fraction of ``lr``; ignored by ``constant``."""
+    warmup_style: Literal["constant", "cosine"] | None = None
+    """Deprecated alias of ``lr_scheduler_type``; when set it overrides it."""
+    lr_scheduler_type: Literal["constant", "cosine"] = "constant"
+    """Learning-rate schedule after warm-up: ``constant`` or ``cosine`` decay."""
+    optimizer_type: str = "adam"
+    """Optimizer family; ``adam`` is AdamW with decoupled ``weight_decay``."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """Adam ``(beta1, beta2)`` coefficients."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay coefficient."""
+    clip_grad: float = 1.0
+    """Gradient-norm clip of the optimizer (the trainer's ``grad_clip`` is what the native
+    and veRL trainers apply; kept for Trinity compatibility)."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm and its pluggable parts (``algorithm``).
+
+    Every ``*_fn`` / ``sample_strategy`` / ``repeat_times`` left as ``None`` is filled from
+    the preset that ``algorithm_type`` names; a value written by the user always wins.
+    """
+
+    algorithm_type: str = "ppo"
+    """Algorithm preset name (plugin): e.g. ``ppo``, ``grpo``, ``opmd``, ``dpo``, ``sft``,
+    ``mix``."""
+    repeat_times: int | None = None
+    """Rollouts per task (veRL's ``rollout.n``). ``None``: the preset's default (``1`` for
+    most; ``2`` is forced for DPO; group-baseline algorithms such as GRPO need > 1)."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Actor optimizer settings."""
+    sample_strategy: str | None = None
+    """How the trainer draws experiences from the buffer (plugin): ``default``,
+    ``staleness_control``, ``mix``, ... ``None``: preset default."""
+    sample_strategy_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the sample strategy; empty means the strategy's own defaults."""
+    advantage_fn: str | None = None
+    """Advantage estimator (plugin), e.g. ``ppo`` (GAE), ``grpo``, ``rloo``,
+    ``reinforceplusplus``. ``None``: preset default."""
+    advantage_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the advantage function (e.g. ``gamma``, ``lam``, ``epsilon``)."""
+    policy_loss_fn: str | None = None
+    """Policy loss (plugin), e.g. ``ppo`` (clipped surrogate). ``None``: preset default."""
+    policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the policy loss (e.g. ``clip_range``, ``clip_range_low``,
+    ``clip_range_high``)."""
+    kl_penalty_fn: str | None = None
+    """KL estimator subtracted from token rewards (plugin); ``none`` disables the penalty
+    (veRL ``use_kl_in_reward=False``). ``None``: preset default."""
+    kl_penalty_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the KL penalty (e.g. ``kl_coef``)."""
+    kl_loss_fn: str | None = None
+    """KL estimator added to the actor loss (plugin): ``k1``, ``k2``, ``k3``/``low_var_kl``,
+    ``abs``, ...; ``none`` disables it (veRL ``use_kl_loss=False``). ``None``: preset
+    default."""
+    kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the KL loss (e.g. ``kl_coef``, veRL's ``kl_loss_coef``)."""
+    entropy_loss_fn: str | None = None
+    """Entropy regulariser (plugin), e.g. ``default``, ``none``. ``None``: preset default."""
+    entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the entropy loss (e.g. ``entropy_coef``, veRL's ``entropy_coeff``)."""
+    loss_agg_mode: (
+        Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                "seq-mean-token-sum-norm"] | None
+    ) = None
+    """How per-token losses are reduced to a scalar (veRL's ``loss_agg_mode``). ``None``:
+    ``token-mean``."""
+
+
+# ---------------------------------------------------------------------------------------
+# model
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoRAConfig:
+    """One LoRA adapter (``model.lora_configs[i]``); ignored when Tinker is enabled."""
+
+    name: str | None = None
+    """Adapter name; ``None`` lets the engine name it."""
+    path: str | None = None
+    """Path of an existing adapter to start from; ``None`` starts a fresh adapter."""
+    base_model_name: str | None = None
+    """Name of the base model the adapter belongs to; ``None``: ``model.model_path``."""
+    lora_rank: int = 32
+    """Rank ``r`` of the low-rank update matrices."""
+    lora_alpha: int = 32
+    """Scaling numerator: the update is multiplied by ``lora_alpha / lora_rank``."""
+    lora_dtype: str = "auto"
+    """Dtype of the adapter weights; ``auto`` follows the base model."""
+    target_modules: str = "all-linear"
+    """Modules that get adapters; ``all-linear`` means every linear layer but the head."""
+    exclude_modules: str | None = None
+    """Modules (name or regex) excluded from ``target_modules``; ``None``: none."""
+
+
+@dataclass
+class TinkerConfig:
+    """Tinker remote training service (``model.tinker``)."""
+
+    enable: bool = False
+    """Train through Tinker; ``model.model_path`` is then only the local tokenizer path."""
+    rank: int = 32
+    """LoRA rank used by Tinker."""
+    seed: int | None = None
+    """Random seed for Tinker; ``None``: Tinker's own."""
+    train_mlp: bool = True
+    """Train the MLP layers."""
+    train_attn: bool = True
+    """Train the attention layers."""
+    train_unembed: bool = True
+    """Train the unembedding (LM head) layer."""
+    base_url: str | None = None
+    """Tinker service URL; ``None``: the client's default / ``TINKER_BASE_URL``."""
+
+
+@dataclass
+class ExternalModelConfig:
+    """An external OpenAI-compatible API used as the rollout model (``model.external_model``)."""
+
+    enable: bool = False
+    """Use the external API model."""
+    base_url_env: str = "OPENAI_BASE_URL"
+    """Name of the environment variable holding the API base URL."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key."""
+    model_name: str | None = None
+    """Model name sent to the API; ``None``: the server's default model."""
+
+
+@dataclass
+class ModelConfig:
+    """The model being trained and its generation limits (``model``)."""
+
+    model_path: str = ""
+    """Hugging Face id or local path of the policy model (the tokenizer path with Tinker)."""
+    trust_remote_code: bool = False
+    """Allow custom modelling code shipped with the checkpoint."""
+    critic_model_path: str | None = None
+    """Path of a separate critic (value) model; ``None``: derived as ``model_path``."""
+    custom_chat_template: str | None = None
+    """Jinja chat template as a string; ``None``: the tokenizer's template."""
+    chat_template_path: str | None = None
+    """Path of a Jinja chat template file; overrides ``custom_chat_template``."""
+    temperature: float = 1.0
+    """Default sampling temperature (veRL ``rollout.temperature``); a taskset's
+    ``rollout_args.temperature`` overrides it."""
+    top_p: float = 1.0
+    """Default nucleus-sampling probability mass; ``1.0`` disables it."""
+    top_k: int = -1
+    """Default top-k sampling cut-off; ``-1`` disables it."""
+    logprobs: int = 0
+    """Number of top log-probabilities returned per generated token besides the sampled
+    one; ``0``: only the sampled token's."""
+    max_model_len: int | None = None
+    """Maximum tokens in one sequence (prompt + response). ``None``: derived as
+    ``max_prompt_tokens + max_response_tokens`` (both must then be set)."""
+    max_prompt_tokens: int | None = None
+    """Maximum prompt tokens for ``chat``/``generate`` calls; ``None``: no limit of its own
+    (bounded by ``max_model_len``)."""
+    max_response_tokens: int | None = None
+    """Maximum generated tokens for ``chat``/``generate`` calls; ``None``: up to
+    ``max_model_len`` minus the prompt."""
+    min_response_tokens: int = 1
+    """Minimum generated tokens for ``chat``/``generate`` calls; must be below
+    ``max_response_tokens``."""
+    enable_prompt_truncation: bool = True
+    """Truncate prompts to ``max_prompt_tokens``; overlong prompts then yield experiences
+    that are masked out of the loss. Not applied to the OpenAI API."""
+    repetition_penalty: float = 1.0
+    """Repetition penalty factor; ``1.0`` disables it."""
+    enable_thinking: bool | None = None
+    """Pass ``enable_thinking`` to the chat template (Qwen3); ``None``: template default."""
+    lora_configs: list[LoRAConfig] | None = None
+    """LoRA adapters to train (at most one is supported); ``None``: full fine-tuning."""
+    fully_sharded_loras: bool = False
+    """vLLM: shard the LoRA computation across tensor-parallel ranks."""
+    max_cpu_loras: int | None = None
+    """vLLM: adapters kept in CPU memory; ``None``: engine default."""
+    rope_scaling: dict[str, Any] | None = None
+    """RoPE scaling override passed to the model config (e.g. ``{"rope_type": "yarn",
+    "factor": 4.0}``); ``None``: the checkpoint's."""
+    rope_theta: float | None = None
+    """RoPE base frequency override; ``None``: the checkpoint's."""
+    tinker: TinkerConfig = field(default_factory=TinkerConfig)
+    """Tinker training service settings."""
+    external_model: ExternalModelConfig = field(default_factory=ExternalModelConfig)
+    """External API model settings."""
+
+
+# ---------------------------------------------------------------------------------------
+# cluster
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ClusterConfig:
+    """Nodes and accelerators of the Ray cluster (``cluster``)."""
+
+    ray_address: str = "auto"
+    """Ray address to connect to; ``auto`` joins a running cluster or starts a local one."""
+    node_num: int | None = None
+    """Number of compute nodes (veRL ``trainer.nnodes``); ``None``: detected from Ray."""
+    gpu_per_node: int | None = None
+    """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected.
+    ``0`` runs on CPU."""
+
+
+# ---------------------------------------------------------------------------------------
+# buffer
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class FormatConfig:
+    """Which dataset columns hold what (``format`` of a taskset or buffer)."""
+
+    prompt_type: Literal["messages", "plaintext"] = "messages"
+    """Prompt layout: ``plaintext`` (prompt / response strings) or ``messages`` (a chat
+    message list)."""
+    prompt_key: str = "prompt"
+    """Column with the user prompt (``plaintext``)."""
+    response_key: str = "response"
+    """Column with the reference response / answer (``plaintext``)."""
+    system_prompt_key: str | None = None
+    """Column with a per-sample system prompt (``plaintext``); wins over ``system_prompt``."""
+    system_prompt: str | None = None
+    """Fixed system prompt for every sample (``plaintext``); ``None``: no system message."""
+    messages_key: str = "message"
+    """Column with the message list (``messages``)."""
+    tools_key: str = "tools"
+    """Column with tool definitions (a list of dicts)."""
+    image_key: str | None = None
+    """Column with images for multi-modal samples; ``None``: text only."""
+    video_key: str | None = None
+    """Column with videos for multi-modal samples; ``None``: text only."""
+    reply_prefix: str | None = None
+    """Text prepended to the assistant reply (e.g. ``<think>``); ``None``: nothing."""
+    workflow_key: str = ""
+    """Column naming a per-sample workflow; empty: the taskset's workflow."""
+    reward_fn_key: str = ""
+    """Column naming a per-sample reward function; empty: the taskset's reward function."""
+    chosen_key: str = "chosen"
+    """Column with the preferred response (DPO)."""
+    rejected_key: str = "rejected"
+    """Column with the dispreferred response (DPO)."""
+    enable_concatenated_multi_turn: bool = False
+    """SFT on ``messages``: train on every assistant turn of a conversation at once."""
+    chat_template: str | None = None
+    """Chat template for this dataset (SFT / DPO); ``None``: ``model.custom_chat_template``."""
+
+
+@dataclass
+class RolloutArgsConfig:
+    """Sampling parameters of one taskset (``rollout_args``, Trinity's GenerationConfig).
+
+    ``None`` means "inherit the value from ``model``".
+    """
+
+    temperature: float | None = None
+    """Sampling temperature; ``None``: ``model.temperature``."""
+    top_p: float | None = None
+    """Nucleus-sampling probability mass; ``None``: ``model.top_p``."""
+    top_k: int | None = None
+    """Top-k cut-off (``-1`` disables); ``None``: ``model.top_k``."""
+    logprobs: int | None = None
+    """Top log-probabilities returned per token; ``None``: ``model.logprobs``."""
+    max_tokens: int | None = None
+    """Maximum generated tokens; ``None``: ``model.max_response_tokens``."""
+    n: int | None = None
+    """Samples per task. Do not set: derived from the taskset's ``repeat_times``."""
+
+
+@dataclass
+class TaskSelectorConfig:
+    """How tasks are picked from a taskset each step (``task_selector``)."""
+
+    selector_type: str = "sequential"
+    """Selector name (plugin): ``sequential`` (file order), ``shuffle``, ``random``,
+    ``difficulty_based``, ... (veRL ``data.shuffle`` corresponds to ``shuffle``)."""
+    seed: int = 42
+    """Random seed of shuffling / random selectors."""
+    feature_keys: list[str] = field(default_factory=list)
+    """Dataset columns the selector reads (e.g. difficulty estimates)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra arguments of the selector."""
+
+
+@dataclass
+class TasksetConfig:
+    """One task dataset read by the explorer (``taskset``, ``tasksets[i]``,
+    ``eval_tasksets[i]``)."""
+
+    name: str = ""
+    """Unique name; also the name of the taskset's Ray actor."""
+    storage_type: Literal["file", "queue", "sql"] = "file"
+    """Where the tasks live: ``file`` (jsonl / parquet / HF dataset), ``queue``, ``sql``."""
+    path: str | None = None
+    """``file``: directory, file or Hugging Face dataset id (anything
+    ``datasets.load_dataset`` takes); ``sql``: SQLite database file."""
+    subset_name: str | None = None
+    """Dataset configuration name (``load_dataset``'s ``name``); ``None``: default."""
+    split: str = "train"
+    """Dataset split to read."""
+    repeat_times: int | None = None
+    """Rollouts per task. ``None``: ``algorithm.repeat_times`` for training tasksets, ``1``
+    for evaluation tasksets. Only effective on evaluation tasksets."""
+    format: FormatConfig = field(default_factory=FormatConfig)
+    """Column mapping of the dataset."""
+    rollout_args: RolloutArgsConfig = field(default_factory=RolloutArgsConfig)
+    """Sampling parameters for this taskset."""
+    default_workflow_type: str | None = None
+    """Workflow (plugin) run on each task; ``None``: ``explorer_input``'s default."""
+    default_reward_fn_type: str | None = None
+    """Reward function (plugin); ``None``: ``explorer_input``'s default."""
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    """Extra arguments handed to the workflow of every task."""
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Extra arguments handed to the reward function."""
+    task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
+    """Order in which tasks are drawn."""
+    max_retry_times: int = 3
+    """``sql``: retries of a failed database read."""
+    max_retry_interval: int = 1
+    """``sql``: seconds between retries."""
+    enable_progress_bar: bool = False
+    """Show a progress bar while loading the dataset."""
+
+
+@dataclass
+class ExplorerInputConfig:
+    """Tasksets of the explorer (``buffer.explorer_input``)."""
+
+    taskset: TasksetConfig | None = None
+    """The training taskset (single-taskset form)."""
+    tasksets: list[TasksetConfig] = field(default_factory=list)
+    """Several training tasksets (mixed; veRL's list of ``data.train_files``)."""
+    eval_tasksets: list[TasksetConfig] = field(default_factory=list)
+    """Evaluation tasksets, run every ``explorer.eval_interval`` steps."""
+    default_workflow_type: str | None = None
+    """Workflow for tasksets that name none."""
+    default_eval_workflow_type: str | None = None
+    """Workflow for evaluation tasksets that name none; ``None``:
+    ``default_workflow_type``."""
+    default_reward_fn_type: str | None = None
+    """Reward function for tasksets that name none."""
+
+
+@dataclass
+class ReplayBufferConfig:
+    """Experience reuse of a ``queue`` buffer (``replay_buffer``)."""
+
+    enable: bool = False
+    """Keep consumed experiences for reuse, ordered by ``priority_fn``."""
+    priority_fn: str = "linear_decay"
+    """Priority function (plugin): ``linear_decay``,
+    ``linear_decay_use_count_control_randomization``."""
+    reuse_cooldown_time: float | None = None
+    """Seconds before an experience may be reused; ``None``: never reused."""
+    priority_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the priority function (``linear_decay``: ``decay``, default 2.0)."""
+
+
+@dataclass
+class ExperienceBufferConfig:
+    """An experience store: the trainer's input / explorer's output, or an auxiliary
+    buffer (Trinity's StorageConfig)."""
+
+    name: str = ""
+    """Unique name; also the name of the buffer's Ray actor. Empty: derived
+    (``experience_buffer``)."""
+    storage_type: Literal["file", "queue", "sql"] = "queue"
+    """``queue`` (in memory; recommended), ``sql`` (SQLite / SQLAlchemy URL), ``file``
+    (JSON lines; for debugging in explore mode, or a dataset for SFT / DPO)."""
+    path: str | None = None
+    """``queue``: optional SQLite / JSON backup; ``sql``: database file or URL; ``file``:
+    directory or dataset."""
+    capacity: int = 10000
+    """``queue``: maximum experiences held before writers block."""
+    max_read_timeout: float = 1800.0
+    """``queue``: seconds a read waits for a full batch before returning a partial one."""
+    replay_buffer: ReplayBufferConfig | None = field(default_factory=ReplayBufferConfig)
+    """``queue``: experience reuse; ``None`` disables it like ``enable: false``."""
+    max_retry_times: int = 3
+    """``sql``: retries of a failed database operation."""
+    max_retry_interval: int = 1
+    """``sql``: seconds between retries."""
+    split: str = "train"
+    """``file`` datasets (SFT / DPO): split to read."""
+    subset_name: str | None = None
+    """``file`` datasets: configuration name; ``None``: default."""
+    format: FormatConfig = field(default_factory=FormatConfig)
+    """``file`` datasets (SFT / DPO): column mapping."""
+    enable_progress_bar: bool = False
+    """Show a progress bar while loading a ``file`` dataset."""
+
+
+@dataclass
+class TrainerInputConfig:
+    """Buffers read by the trainer (``buffer.trainer_input``)."""
+
+    experience_buffer: ExperienceBufferConfig | None = None
+    """Main trainer input and explorer output. ``None``: derived (a ``queue`` named
+    ``experience_buffer``)."""
+    auxiliary_buffers: dict[str, ExperienceBufferConfig] = field(default_factory=dict)
+    """Extra named buffers for the trainer (e.g. an SFT dataset for ``mix``)."""
+
+
+@dataclass
+class BufferConfig:
+    """Batch sizes, training length and data sources (``buffer``)."""
+
+    batch_size: int = 1
+    """Tasks explored per step (veRL ``ppo_mini_batch_size``); do not multiply by
+    ``repeat_times``."""
+    train_batch_size: int | None = None
+    """Experiences per training step; ``None``: derived as ``batch_size *
+    algorithm.repeat_times``."""
+    total_epochs: int = 1
+    """Passes over the training taskset."""
+    total_steps: int | None = None
+    """Training steps; when set, ``total_epochs`` is ignored. ``None``: from epochs."""
+    explorer_input: ExplorerInputConfig = field(default_factory=ExplorerInputConfig)
+    """Tasksets of the explorer."""
+    trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
+    """Buffers of the trainer."""
+
+
+# ---------------------------------------------------------------------------------------
+# explorer
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class InferenceModelConfig:
+    """Fields shared by the rollout model and auxiliary models."""
+
+    model_path: str | None = None
+    """Model to serve. Rollout model: leave unset (``model.model_path``); auxiliary
+    model: required."""
+    engine_type: str = "vllm"
+    """Inference engine (plugin): ``vllm``, ``hf`` (transformers, the CPU reference),
+    ``openai`` / ``external`` (API), ``tinker``."""
+    engine_num: int = 1
+    """Number of engine replicas; GPUs used = ``engine_num * tensor_parallel_size``."""
+    tensor_parallel_size: int = 1
+    """Tensor-parallel degree of one engine (veRL ``tensor_model_parallel_size``)."""
+    use_v1: bool = True
+    """vLLM: use the V1 engine."""
+    enforce_eager: bool = False
+    """vLLM: disable CUDA graphs."""
+    enable_prefix_caching: bool = True
+    """vLLM: reuse KV cache across requests sharing a prefix."""
+    enable_chunked_prefill: bool = True
+    """vLLM: split long prefills into chunks."""
+    gpu_memory_utilization: float = 0.9
+    """vLLM: fraction of accelerator memory the engine may take (0–1)."""
+    dtype: str = "bfloat16"
+    """Weight / activation dtype: ``bfloat16``, ``float16``, ``float32``, ``auto``."""
+    seed: int = 42
+    """Sampling seed of the engine."""
+    extra_engine_args: dict[str, Any] = field(default_factory=dict)
+    """Engine-specific keyword arguments passed through (e.g. vLLM's
+    ``kv_cache_memory_bytes``)."""
+    max_model_len: int | None = None
+    """Override of ``model.max_model_len`` for this engine; ``None``: inherit."""
+    max_prompt_tokens: int | None = None
+    """Override of ``model.max_prompt_tokens``; ``None``: inherit."""
+    max_response_tokens: int | None = None
+    """Override of ``model.max_response_tokens``; ``None``: inherit."""
+    min_response_tokens: int | None = None
+    """Override of ``model.min_response_tokens``; ``None``: inherit."""
+    enable_prompt_truncation: bool | None = None
+    """Override of ``model.enable_prompt_truncation``; ``None``: inherit."""
+    repetition_penalty: float | None = None
+    """Override of ``model.repetition_penalty``; ``None``: inherit."""
+    ignore_eos: bool = False
+    """Keep generating past EOS (for load tests only)."""
+    chat_template: str | None = None
+    """Chat template override for this engine; ``None``: the model's."""
+    enable_thinking: bool | None = None
+    """Pass ``enable_thinking`` to the chat template (Qwen3); ``None``: template default."""
+    enable_history: bool = False
+    """Record every call's experiences in the model wrapper (drain them with
+    ``extract_experience_from_history``)."""
+    enable_openai_api: bool = False
+    """Also expose the engine through an OpenAI-compatible client for workflows."""
+    enable_log_requests: bool = False
+    """Log every request of the OpenAI API server."""
+    enable_auto_tool_choice: bool = False
+    """OpenAI API: let the model choose tools automatically."""
+    tool_call_parser: str | None = None
+    """OpenAI API: tool-call parser name (vLLM); ``None``: none."""
+    reasoning_parser: str | None = None
+    """OpenAI API: reasoning-content parser name (vLLM); ``None``: none."""
+
+
+@dataclass
+class RolloutModelConfig(InferenceModelConfig):
+    """The policy's inference engines (``explorer.rollout_model``)."""
+
+
+@dataclass
+class AuxiliaryModelConfig(InferenceModelConfig):
+    """An extra model used inside workflows, e.g. a reward model or judge
+    (``explorer.auxiliary_models[i]``)."""
+
+    name: str | None = None
+    """Name workflows use to look the model up; ``None``: its position in the list."""
+
+
+@dataclass
+class OverRolloutConfig:
+    """[Experimental] Proceed before every task of a step finishes (``over_rollout``);
+    only with a dynamic ``synchronizer.sync_style``."""
+
+    ratio: float = 0.0
+    """Wait only for ``(1 - ratio) * batch_size`` tasks per step; ``0.0``: wait for all."""
+    wait_after_min: float = 30.0
+    """Seconds to keep waiting after the minimum number of tasks finished."""
+
+
+@dataclass
+class DynamicTimeoutConfig:
+    """[Experimental] Per-task timeout from observed task times (``dynamic_timeout``)."""
+
+    enable: bool = False
+    """Enable the dynamic timeout."""
+    ratio: float = 3.0
+    """Timeout = ``ratio *`` average time of a successful task (capped by
+    ``max_timeout``)."""
+
+
+@dataclass
+class ExplorerConfig:
+    """Rollout engines and workflow runners (``explorer``)."""
+
+    name: str = "explorer"
+    """Unique name; also the explorer's Ray actor name."""
+    runner_per_model: int = 8
+    """Parallel workflow runners per rollout engine."""
+    concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = "sequential"
+    """How one runner executes the repeats of a task: one after another, as asyncio tasks,
+    or in threads."""
+    max_repeat_times_per_runner: int | None = None
+    """Split a task's ``repeat_times`` into sub-tasks of at most this many repeats;
+    ``None``: no split."""
+    max_timeout: int = 900
+    """Seconds a workflow may run before it is abandoned."""
+    max_retry_times: int = 2
+    """Retries of a failed or timed-out workflow."""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    """Environment variables set in every workflow runner."""
+    rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
+    """The policy's inference engines."""
+    auxiliary_models: list[AuxiliaryModelConfig] = field(default_factory=list)
+    """Extra models for workflows (reward models, judges, ...)."""
+    eval_interval: int = 100
+    """Evaluate on ``eval_tasksets`` every this many steps (veRL ``test_freq``)."""
+    eval_on_startup: bool = True
+    """Evaluate the initial model at step 0 (veRL ``val_before_train``); not on restart."""
+    bench_on_latest_checkpoint: bool = False
+    """``bench`` mode: evaluate only the latest checkpoint instead of all."""
+    over_rollout: OverRolloutConfig = field(default_factory=OverRolloutConfig)
+    """[Experimental] Over-rollout settings."""
+    dynamic_timeout: DynamicTimeoutConfig = field(default_factory=DynamicTimeoutConfig)
+    """[Experimental] Dynamic timeout settings."""
+    runner_state_report_interval: int = 0
+    """Seconds between runner status reports on the console; ``0`` disables them."""
+
+
+# ---------------------------------------------------------------------------------------
+# synchronizer, trainer, monitor
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SynchronizerConfig:
+    """Weight sync between trainer and explorer (``synchronizer``)."""
+
+    sync_method: Literal["nccl", "checkpoint", "memory"] = "nccl"
+    """``nccl``: collective broadcast (``both`` mode); ``checkpoint``: explorer loads the
+    latest saved checkpoint (``train`` / ``explore`` / ``bench``); ``memory``: tensors
+    handed over in process or through the Ray object store (``colocate``, CPU)."""
+    sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = "fixed"
+    """``fixed``: sync every ``sync_interval`` steps on both sides; ``explorer_driven`` /
+    ``trainer_driven``: that side triggers a sync after ``sync_interval`` of its steps."""
+    sync_interval: int = 1
+    """Steps between weight syncs."""
+    sync_offset: int = 0
+    """Steps the explorer may run ahead before the trainer starts."""
+    sync_timeout: int = 1200
+    """Seconds to wait for one sync before failing."""
+    wait_for_checkpoint: bool = False
+    """``checkpoint``: block until a newer checkpoint exists instead of reusing the last."""
+
+
+@dataclass
+class TrainerConfig:
+    """Training backend and checkpointing (``trainer``)."""
+
+    name: str = "trainer"
+    """Unique name; also the trainer's Ray actor name."""
+    trainer_type: str = "torch"
+    """Trainer backend (plugin): ``torch`` (rft's native trainer) or ``verl`` (adapter)."""
+    trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
+    """Parallel strategy of multi-device training; single-device runs ignore it."""
+    total_steps: int | None = None
+    """Stop after this many training steps; ``None``: ``buffer.total_steps`` / epochs."""
+    save_interval: int = 0
+    """Save a checkpoint every this many steps (veRL ``save_freq``); ``0``: only at the
+    end."""
+    save_strategy: Literal["single_thread", "single_process", "single_node", "unrestricted"] = (
+        "unrestricted"
+    )
+    """How concurrent checkpoint saving is serialised across threads / processes / nodes."""
+    save_hf_checkpoint: Literal["last", "always", "never"] = "last"
+    """Also save Hugging Face format weights: for the last checkpoint, every one, or none."""
+    max_checkpoints_to_keep: int | None = None
+    """Older checkpoints beyond this many are deleted; ``None``: keep all."""
+    enable_preview: bool = True
+    """Log a preview of rollouts to the monitor (wandb tables)."""
+    grad_clip: float = 1.0
+    """Clip the gradient norm of the actor to this value."""
+    use_dynamic_bsz: bool = True
+    """Pack micro-batches by token count (``max_token_len_per_gpu``) instead of by samples."""
+    max_token_len_per_gpu: int | None = None
+    """Tokens per micro-batch with ``use_dynamic_bsz``; ``None``: derived from
+    ``model.max_model_len``."""
+    ulysses_sequence_parallel_size: int = 1
+    """Ulysses sequence-parallel degree."""
+    trainer_config: dict[str, Any] | None = None
+    """Free-form backend configuration passed through (for ``verl``: veRL's
+    ``actor_rollout_ref`` / ``critic`` / ``trainer`` tree); ``None``: backend defaults."""
+
+
+@dataclass
+class MonitorConfig:
+    """Metric logging (``monitor``); the console always logs in addition."""
+
+    monitor_type: str = "tensorboard"
+    """Monitor (plugin): ``tensorboard``, ``wandb``, ``mlflow``, ``jsonl``, ``console``."""
+    monitor_args: dict[str, Any] = field(default_factory=dict)
+    """Monitor arguments (wandb: ``base_url``, ``api_key``; mlflow: ``uri``, ``username``,
+    ``password``)."""
+    detailed_stats: bool = False
+    """Log mean / std / max / min of evaluation metrics instead of the mean only."""
+    enable_ray_timeline: bool = False
+    """Export Ray's ``timeline.json`` to ``<checkpoint_job_dir>/monitor``."""
+
+
+# ---------------------------------------------------------------------------------------
+# service, data processor, log
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataJuicerServiceConfig:
+    """Data-Juicer server (``service.data_juicer``)."""
+
+    server_url: str | None = None
+    """URL of a running Data-Juicer server; ``None``: none (or the auto-started one)."""
+    auto_start: bool = False
+    """Start a local Data-Juicer server automatically."""
+    port: int | None = None
+    """Port of the auto-started server; ``None``: a free port."""
+
+
+@dataclass
+class ServiceConfig:
+    """External services (``service``)."""
+
+    data_juicer: DataJuicerServiceConfig | None = None
+    """Data-Juicer service; ``None``: not used."""
+
+
+@dataclass
+class OperatorConfig:
+    """One pipeline operator (``operators[i]``)."""
+
+    name: str = ""
+    """Operator name (plugin), e.g. ``reward_shaping_mapper``, ``data_juicer``."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Operator arguments."""
+
+
+@dataclass
+class TaskPipelineConfig:
+    """[Experimental] Raw data → taskset preprocessing (``data_processor.task_pipeline``)."""
+
+    operators: list[OperatorConfig] = field(default_factory=list)
+    """Data-Juicer operators applied in order."""
+    num_process: int = 4
+    """Worker processes."""
+    config_path: str | None = None
+    """Data-Juicer config file; when set, ``operators`` and ``num_process`` are ignored."""
+    inputs: list[str] = field(default_factory=list)
+    """Local jsonl / parquet files to process."""
+    output: TasksetConfig | None = None
+    """Where processed tasks go; ``None``: ``buffer.explorer_input.taskset``."""
+    target_fields: list[str] = field(default_factory=list)
+    """Fields extracted from the inputs into the output taskset."""
+    priority_weights: dict[str, float] = field(default_factory=dict)
+    """Weights of the priority score (``difficulty``, ``diversity``, ``usage_frequency``,
+    ``quality``)."""
+    top_k: int = -1
+    """Keep the ``top_k`` highest-priority tasks; ``-1``: all."""
+
+
+@dataclass
+class ExperiencePipelineConfig:
+    """[Experimental] Operators applied to rollouts before the trainer
+    (``data_processor.experience_pipeline``)."""
+
+    operators: list[OperatorConfig] = field(default_factory=list)
+    """Experience operators applied in order."""
+    save_input: bool = True
+    """Also save the experiences as they were before the operators."""
+    input_save_path: str | None = None
+    """Where to save them (jsonl or SQLite file); ``None``: under the checkpoint dir."""
+    inputs: dict[str, ExperienceBufferConfig] = field(default_factory=dict)
+    """Extra named input buffers (advanced)."""
+    output: ExperienceBufferConfig | None = None
+    """Output buffer; ``None``: ``buffer.trainer_input.experience_buffer``."""
+
+
+@dataclass
+class DataProcessorConfig:
+    """Task and experience pipelines (``data_processor``)."""
+
+    task_pipeline: TaskPipelineConfig | None = None
+    """Task preprocessing; ``None``: tasks are used as read."""
+    experience_pipeline: ExperiencePipelineConfig | None = field(
+        default_factory=ExperiencePipelineConfig)
+    """Experience processing; with no operators experiences pass through unchanged."""
+
+
+@dataclass
+class LogConfig:
+    """Logging of Ray actors (``log``)."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Minimum level written."""
+    group_by_node: bool = False
+    """Write ``log/<node_ip>/<actor>.log`` instead of ``log/<actor>.log`` under the
+    checkpoint job dir."""
+
+
+# ---------------------------------------------------------------------------------------
+# stages and top level
+# ---------------------------------------------------------------------------------------
+
+Mode = Literal["both", "train", "explore", "bench", "colocate"]
+
+
+@dataclass
+class StageConfig:
+    """One stage of a multi-stage run (``stages[i]``).
+
+    Section values are raw mappings, deep-merged onto the global sections before the
+    stage's config is converted; ``None`` inherits the global section unchanged.
+    """
+
+    stage_name: str = ""
+    """Unique stage name; the stage's experiment name is ``<name>/<stage_name>``."""
+    mode: Mode | None = None
+    """Running mode of the stage; ``None``: the global ``mode``."""
+    algorithm: dict[str, Any] | None = None
+    """Overrides of the ``algorithm`` section."""
+    buffer: dict[str, Any] | None = None
+    """Overrides of the ``buffer`` section."""
+    data_processor: dict[str, Any] | None = None
+    """Overrides of the ``data_processor`` section."""
+    explorer: dict[str, Any] | None = None
+    """Overrides of the ``explorer`` section."""
+    trainer: dict[str, Any] | None = None
+    """Overrides of the ``trainer`` section."""
+
+
+@dataclass
+class RftConfig:
+    """A whole experiment: global settings plus one field per section."""
+
+    project: str = "rft"
+    """Project name (monitor project; checkpoint sub-directory)."""
+    group: str = ""
+    """Optional group of runs inside the project; when set the job dir becomes
+    ``<checkpoint_root_dir>/<project>/<group>/<name>``. Empty: none."""
+    name: str = "rft"
+    """Experiment name (monitor run name; checkpoint sub-directory)."""
+    mode: Mode = "both"
+    """``both``: explorer and trainer as Ray actors; ``train`` / ``explore``: one side;
+    ``bench``: evaluation only; ``colocate``: explorer and trainer alternate in one
+    process on one device (no Ray)."""
+    checkpoint_root_dir: str = "./checkpoints"
+    """Root of all checkpoints and logs; this run uses
+    ``<checkpoint_root_dir>/<project>/<name>/`` (see ``group``)."""
+    continue_from_checkpoint: bool = True
+    """Resume from the latest checkpoint in the job dir; when ``false`` the run is renamed
+    ``<name>_<timestamp>`` and starts fresh."""
+    ray_namespace: str | None = None
+    """Ray namespace of the run's actors; ``None``: derived as ``<project>/<name>``."""
+    ignore_validator_suggestions: bool = False
+    """Skip the validator's accelerator-memory checks and suggestions."""
+    checkpoint_job_dir: str | None = None
+    """Do not set: derived as ``<checkpoint_root_dir>/<project>/[<group>/]<name>``."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Algorithm section."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model section."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Cluster section."""
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    """Buffer section."""
+    explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
+    """Explorer section."""
+    synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
+    """Synchronizer section."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """Trainer section."""
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    """Monitor section."""
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    """Service section."""
+    data_processor: DataProcessorConfig = field(default_factory=DataProcessorConfig)
+    """Data processor section."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Log section."""
+    stages: list[StageConfig] = field(default_factory=list)
+    """Stages run in order, each starting from the previous stage's model; empty: one
+    run of this config."""
