@@ -27,7 +27,7 @@ from rft.config.validate import Validation, validate
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 
-STAGE_SECTIONS = ("mode", "algorithm", "buffer", "explorer", "trainer")
+STAGE_SECTIONS = ("mode", "algorithm", "buffer", "data_processor", "explorer", "trainer")
 """Global sections a stage may override; the rest is shared by every stage."""
 
 

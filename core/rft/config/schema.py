@@ -283,6 +283,12 @@ class ClusterConfig:
     gpu_per_node: int | None = None
     """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected.
     ``0`` runs on CPU."""
+    explorer_gpu_num: int | None = None
+    """Derived: GPUs of the rollout engines (``engine_num × tensor_parallel_size``)."""
+    auxiliary_gpu_num: int | None = None
+    """Derived: GPUs of the auxiliary models (sum of their engines × TP)."""
+    trainer_gpu_num: int | None = None
+    """Derived: GPUs left for the trainer (all GPUs minus explorer and auxiliary)."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.convert import INVALID, join_key, to_dataclass
-from rft.config.schema import RftConfig, TasksetConfig
+from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
 from rft.plugins import PluginRegistry, args_type_of
 
 GPU_MODES = ("both", "train", "explore", "bench")
@@ -252,11 +252,14 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
         if taskset.default_reward_fn_type is None:
             taskset.default_reward_fn_type = ei.default_reward_fn_type
         check_taskset(key, taskset, v)
+    if b.trainer_input.experience_buffer is None:
+        b.trainer_input.experience_buffer = ExperienceBufferConfig(name="experience_buffer")
     storage = b.trainer_input.experience_buffer
-    if storage is not None and storage.storage_type in ("sql", "file") and not storage.path:
-        if c.checkpoint_job_dir:
-            suffix = ".db" if storage.storage_type == "sql" else ""
-            storage.path = os.path.join(c.checkpoint_job_dir, "buffer", storage.name + suffix)
+    if not storage.name:
+        storage.name = "experience_buffer"
+    if storage.storage_type in ("sql", "file") and not storage.path and c.checkpoint_job_dir:
+        suffix = ".db" if storage.storage_type == "sql" else ".jsonl"
+        storage.path = os.path.join(c.checkpoint_job_dir, "buffer", storage.name + suffix)
     for name, aux in b.trainer_input.auxiliary_buffers.items():
         key = f"buffer.trainer_input.auxiliary_buffers.{name}"
         if aux.storage_type == "file":
@@ -280,8 +283,7 @@ def check_taskset(key: str, taskset: TasksetConfig, v: Validation) -> None:
              taskset.reward_fn_args, f"{key}.reward_fn_args")
     selector = taskset.task_selector
     v.select("task_selector", f"{key}.task_selector.selector_type", selector.selector_type,
-             selector.args if hasattr(selector, "args") else None,
-             f"{key}.task_selector.args")
+             selector.kwargs, f"{key}.task_selector.kwargs")
 
 
 def check_explorer(c: RftConfig, v: Validation) -> None:
@@ -316,15 +318,16 @@ def check_explorer(c: RftConfig, v: Validation) -> None:
 def check_cluster(c: RftConfig, v: Validation) -> None:
     """GPU split: explorer = engines × TP, auxiliary models, trainer = the rest."""
     cl = c.cluster
-    if cl.node_num <= 0:
+    if cl.node_num is not None and cl.node_num <= 0:
         v.problem("cluster.node_num", f"must be > 0, got {cl.node_num}")
-    if cl.gpu_per_node < 0:
+    if cl.gpu_per_node is not None and cl.gpu_per_node < 0:
         v.problem("cluster.gpu_per_node", f"must be >= 0, got {cl.gpu_per_node}")
     rm = c.explorer.rollout_model
     explorer_gpus = rm.engine_num * rm.tensor_parallel_size
     auxiliary_gpus = sum(m.engine_num * m.tensor_parallel_size
                          for m in c.explorer.auxiliary_models)
-    total = cl.node_num * cl.gpu_per_node
+    known = cl.node_num is not None and cl.gpu_per_node is not None
+    total = (cl.node_num or 0) * (cl.gpu_per_node or 0)  # None: detected from Ray at launch
     if c.mode == "colocate":
         if rm.engine_num != 1 or rm.tensor_parallel_size != 1:
             v.problem("explorer.rollout_model.engine_num",
@@ -334,7 +337,7 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
         if c.explorer.auxiliary_models:
             v.problem("explorer.auxiliary_models", "mode 'colocate' runs no auxiliary models")
         return
-    if c.mode not in GPU_MODES or total == 0:
+    if c.mode not in GPU_MODES or not known or total == 0:
         return
     explorer_side = explorer_gpus + auxiliary_gpus if c.mode != "train" else auxiliary_gpus
     trainer_gpus = total - explorer_side if c.mode in ("both", "train") else 0
@@ -346,9 +349,9 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
         v.problem("cluster.gpu_per_node",
                   f"no GPU left for the trainer: cluster has {total}, explorer uses "
                   f"{explorer_gpus}, auxiliary models {auxiliary_gpus}")
-    c.explorer_gpu_num = explorer_gpus
-    c.auxiliary_gpu_num = auxiliary_gpus
-    c.trainer_gpu_num = max(trainer_gpus, 0)
+    cl.explorer_gpu_num = explorer_gpus
+    cl.auxiliary_gpu_num = auxiliary_gpus
+    cl.trainer_gpu_num = max(trainer_gpus, 0)
 
 
 def check_synchronizer(c: RftConfig, v: Validation) -> None:
