@@ -1,0 +1,186 @@
+"""Properties of rft's loss maths that need no veRL twin: micro-batch additivity of
+``agg_loss``, empty masks, argument errors, the KL / entropy / policy-loss plugins and the
+vectorised group advantages."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rft import ops
+from rft.algorithms_math import advantages as adv
+from rft.builtin import entropy, kl, policy_loss
+from rft.plugins import PluginRegistry, args_type_of
+
+torch.set_num_threads(1)
+
+SETTINGS = settings(max_examples=40, derandomize=True, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _batch(seed: int, B: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    loss_mat = torch.randn(B, T, generator=gen, dtype=torch.float64)
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    mask = (torch.arange(T) < lengths[:, None]).to(torch.float64)
+    return loss_mat, mask
+
+
+@SETTINGS
+@given(st.integers(0, 2**31 - 1), st.integers(1, 16), st.integers(1, 12),
+       st.sampled_from(ops.LOSS_AGG_MODES), st.integers(1, 5))
+def test_micro_batch_losses_add_up_to_the_mini_batch_loss(
+        seed: int, B: int, T: int, mode: str, num_micro: int) -> None:
+    """With the mini-batch's token and sequence counts passed to every micro-batch, the
+    micro-batch losses (and so the accumulated gradients) sum to the mini-batch loss."""
+    loss_mat, mask = _batch(seed, B, T)
+    loss_mat.requires_grad_()
+    counts = {"batch_num_tokens": mask.sum(),
+              "global_batch_size": (mask.sum(-1) > 0).sum()}
+    whole = ops.agg_loss(loss_mat, mask, mode)
+    parts = [ops.agg_loss(l, m, mode, **counts)
+             for l, m in zip(loss_mat.chunk(num_micro), mask.chunk(num_micro), strict=True)]
+    total = torch.stack(parts).sum()
+    torch.testing.assert_close(total, whole, atol=1e-10, rtol=1e-10)
+    (g_whole,) = torch.autograd.grad(whole, loss_mat)
+    (g_parts,) = torch.autograd.grad(total, loss_mat)
+    torch.testing.assert_close(g_parts, g_whole, atol=1e-10, rtol=1e-10)
+
+
+def test_token_sum_and_token_mean() -> None:
+    loss_mat = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert ops.agg_loss(loss_mat, mask, "token-sum").item() == 7.0
+    assert ops.agg_loss(loss_mat, mask, "token-sum", dp_size=4).item() == 28.0
+    assert ops.agg_loss(loss_mat, mask, "token-mean").item() == pytest.approx(7 / 3)
+    assert ops.agg_loss(loss_mat, mask, "seq-mean-token-sum").item() == pytest.approx(3.5)
+    assert ops.agg_loss(loss_mat, mask, "seq-mean-token-mean").item() == pytest.approx(
+        (1.5 + 4.0) / 2)
+    assert ops.agg_loss(loss_mat, mask, "seq-mean-token-sum-norm").item() == pytest.approx(3.5 / 3)
+    assert ops.agg_loss(loss_mat, mask, "seq-mean-token-sum-norm",
+                        loss_scale_factor=7).item() == pytest.approx(0.5)
+
+
+def test_nan_outside_the_mask_does_not_leak() -> None:
+    loss_mat = torch.tensor([[1.0, float("nan")], [2.0, float("inf")]])
+    mask = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    assert ops.agg_loss(loss_mat, mask, "token-mean").item() == 1.5
+    assert ops.masked_mean(loss_mat, mask).item() == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("mode", ops.LOSS_AGG_MODES)
+def test_empty_mask_gives_zero_loss_and_zero_gradient(mode: str) -> None:
+    loss_mat = torch.randn(3, 4, requires_grad=True)
+    loss = ops.agg_loss(loss_mat, torch.zeros(3, 4), mode)
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.all(loss_mat.grad == 0)
+
+
+def test_agg_loss_argument_errors() -> None:
+    x = torch.ones(2, 2)
+    with pytest.raises(ValueError, match="unknown loss_agg_mode 'token-avg'"):
+        ops.agg_loss(x, x, "token-avg")
+    with pytest.raises(ValueError, match="batch_num_tokens"):
+        ops.agg_loss(x, x, "token-mean", dp_size=2)
+    with pytest.raises(ValueError, match="global_batch_size"):
+        ops.agg_loss(x, x, "seq-mean-token-mean", dp_size=2)
+
+
+def test_logprobs_from_logits_in_bfloat16_goes_through_log_softmax() -> None:
+    logits = torch.randn(2, 3, 11)
+    labels = torch.randint(0, 11, (2, 3))
+    full = ops.logprobs_from_logits(logits, labels)
+    low = ops.logprobs_from_logits(logits.bfloat16(), labels)
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
+
+
+# --------------------------------------------------------------------------------------
+# KL / entropy / policy loss plugins
+# --------------------------------------------------------------------------------------
+
+
+def test_builtin_plugins_are_registered() -> None:
+    registry = PluginRegistry.create(autoload=False)
+    assert set(registry.names("kl_fn")) == set(kl.KL_FNS)
+    assert {"none", "k1", "k2", "k3", "low_var_kl", "abs", "k3+", "low_var_kl+"} <= set(
+        registry.names("kl_fn"))
+    assert registry.names("entropy_loss_fn") == ["default", "none"]
+    assert "ppo" in registry.names("policy_loss_fn")
+    assert registry.get("kl_fn", "low_var_kl") is kl.k3
+
+
+@pytest.mark.parametrize("implementation", [
+    kl.k3, kl.KL_FNS["k3+"], entropy.entropy_bonus, policy_loss.ppo_policy_loss])
+def test_args_dataclasses_have_defaults(implementation: object) -> None:
+    args_type = args_type_of(implementation)
+    assert dataclasses.is_dataclass(args_type)
+    args = args_type()  # every field has a default
+    assert dataclasses.asdict(args)
+
+
+def test_policy_loss_args_are_its_keyword_arguments() -> None:
+    """``ppo_policy_loss(..., **asdict(PPOArgs(...)))`` is how a trainer calls it."""
+    x = torch.zeros(2, 3)
+    args = policy_loss.PPOArgs(clip_range_low=0.2, clip_range_high=0.28)
+    pg_loss, metrics = policy_loss.ppo_policy_loss(x, x, x + 1, x + 1, **dataclasses.asdict(args))
+    assert pg_loss.shape == (2, 3)
+    assert set(metrics) == {"pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"}
+
+
+@pytest.mark.parametrize("name", ["k1", "abs", "k3", "low_var_kl"])
+def test_straight_through_kl_has_the_value_of_its_estimator_and_the_gradient_of_k2(name: str) -> None:
+    logp = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    ref = torch.randn(4, 5, dtype=torch.float64)
+    plus = kl.KL_FNS[f"{name}+"](logp, ref)
+    torch.testing.assert_close(plus, kl.KL_FNS[name](logp, ref))
+    (g_plus,) = torch.autograd.grad(plus.sum(), logp)
+    (g_k2,) = torch.autograd.grad(kl.k2(logp, ref).sum(), logp)
+    torch.testing.assert_close(g_plus, g_k2)
+
+
+def test_no_entropy_is_a_zero_scalar() -> None:
+    term = entropy.no_entropy(torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2))
+    assert term.shape == () and term.item() == 0.0 and term.dtype == torch.float64
+
+
+# --------------------------------------------------------------------------------------
+# Group advantages
+# --------------------------------------------------------------------------------------
+
+
+def test_group_ids_accept_tensors_arrays_and_lists() -> None:
+    expected = [0, 1, 0, 2]
+    assert adv.group_ids(torch.tensor([7, 9, 7, 11])).tolist() == expected
+    assert adv.group_ids(np.array(["a", "b", "a", "c"])).tolist() == expected
+    assert adv.group_ids(["b", "a", "b", "c"]).tolist() == [1, 0, 1, 2]
+    assert adv.group_ids(np.array([("x", 1), "y", ("x", 1)], dtype=object)).tolist() == [0, 1, 0]
+
+
+def test_grpo_by_hand() -> None:
+    rewards = torch.zeros(5, 3, dtype=torch.float64)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0, 1.0, 2.0])
+    mask = torch.ones(5, 3, dtype=torch.float64)
+    mask[1, 2] = 0.0
+    index = ["a", "a", "b", "b", "c"]  # a: {1, 0}; b: constant; c: singleton
+    advantages, returns = adv.grpo_advantages(rewards, mask, index)
+    std = 2 ** -0.5
+    assert advantages[:, 0].tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0, 2.0],
+                                                      rel=1e-5)
+    assert advantages[1, 2].item() == 0.0
+    assert returns is advantages
+    dr, _ = adv.grpo_advantages(rewards, mask, index, norm_adv_by_std_in_grpo=False)
+    assert dr[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0, 2.0])
+
+
+def test_rloo_by_hand() -> None:
+    rewards = torch.tensor([[1.0], [2.0], [6.0], [5.0]], dtype=torch.float64)
+    out, _ = adv.rloo_advantages(rewards, torch.ones(4, 1), [0, 0, 0, 1])
+    # leave-one-out: 1 − (2+6)/2, 2 − (1+6)/2, 6 − (1+2)/2; singleton keeps its reward
+    assert out[:, 0].tolist() == pytest.approx([-3.0, -1.5, 4.5, 5.0])
