@@ -1,0 +1,312 @@
+"""Config loading, overrides, interpolation, derivations and stage expansion.
+
+These tests exercise the validation machinery itself, so they register a small test
+plugin (``StandInPlugin``) with ``test_*`` names instead of depending on the algorithm,
+workflow, engine and trainer distributions; the real plugins are covered by the corpus
+and by their own tests.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rft import hookimpl
+from rft.algorithm import AlgorithmPreset
+from rft.config import build_stages, deep_merge, load_config
+from rft.config.convert import to_dataclass
+from rft.config.load import load_plain
+from rft.errors import ConfigError
+from rft.plugins import PluginRegistry
+
+
+@dataclass
+class WorkflowArgs:
+    turns: int = 1
+    """Number of turns."""
+
+
+class StandInWorkflow:
+    Args = WorkflowArgs
+
+
+class StandInPlugin:
+    """Registers the names the configs below select (stand-ins for real plugins)."""
+
+    @hookimpl
+    def register_algorithms(self) -> dict[str, Any]:
+        return {
+            "test_algo": AlgorithmPreset(advantage_fn="test_adv", repeat_times=4,
+                                         min_repeat_times=2, sample_strategy="test_sampler",
+                                         kl_loss_fn="test_kl"),
+            "test_pairs": AlgorithmPreset(fixed_repeat_times=2, train_only=True,
+                                          sample_strategy="test_sampler"),
+        }
+
+    @hookimpl
+    def register_advantage_fns(self) -> dict[str, Any]:
+        return {"test_adv": object()}
+
+    @hookimpl
+    def register_policy_loss_fns(self) -> dict[str, Any]:
+        return {"test_loss": object()}
+
+    @hookimpl
+    def register_kl_fns(self) -> dict[str, Any]:
+        return {"test_kl": object()}
+
+    @hookimpl
+    def register_entropy_loss_fns(self) -> dict[str, Any]:
+        return {"test_entropy": object()}
+
+    @hookimpl
+    def register_sample_strategies(self) -> dict[str, Any]:
+        return {"test_sampler": object()}
+
+    @hookimpl
+    def register_workflows(self) -> dict[str, Any]:
+        return {"test_workflow": StandInWorkflow, "test_eval_workflow": object()}
+
+    @hookimpl
+    def register_reward_fns(self) -> dict[str, Any]:
+        return {"test_reward": object()}
+
+    @hookimpl
+    def register_engines(self) -> dict[str, Any]:
+        return {"test_engine": object()}
+
+    @hookimpl
+    def register_trainers(self) -> dict[str, Any]:
+        return {"test_trainer": object()}
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry.create(extra_plugins=[StandInPlugin()])
+
+
+@pytest.fixture
+def base(tmp_path) -> dict[str, Any]:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"q": "1+1", "a": "2"}\n')
+    return {
+        "project": "proj",
+        "name": "exp",
+        "mode": "both",
+        "checkpoint_root_dir": str(tmp_path / "ck"),
+        "algorithm": {"algorithm_type": "test_algo", "policy_loss_fn": "test_loss",
+                      "entropy_loss_fn": "test_entropy"},
+        "model": {"model_path": str(tmp_path), "max_prompt_tokens": 100,
+                  "max_response_tokens": 50},
+        "cluster": {"node_num": 1, "gpu_per_node": 8},
+        "buffer": {
+            "batch_size": 8,
+            "explorer_input": {
+                "default_workflow_type": "test_workflow",
+                "default_eval_workflow_type": "test_eval_workflow",
+                "default_reward_fn_type": "test_reward",
+                "taskset": {"name": "train", "path": str(tasks)},
+                "eval_tasksets": [{"name": "eval", "path": str(tasks)}],
+            },
+        },
+        "explorer": {"rollout_model": {"engine_type": "test_engine", "engine_num": 2,
+                                       "tensor_parallel_size": 2}},
+        "synchronizer": {"sync_interval": 1},
+        "trainer": {"trainer_type": "test_trainer"},
+        "monitor": {"monitor_type": "jsonl"},
+    }
+
+
+def single(plain: dict[str, Any], registry: PluginRegistry):
+    stage = build_stages(plain, registry).stages[0]
+    return stage.config, stage.validation
+
+
+def test_derivations(base, registry, tmp_path):
+    config, validation = single(base, registry)
+    assert config.algorithm.repeat_times == 4  # from the preset
+    assert config.buffer.train_batch_size == 32  # batch_size × repeat_times
+    assert config.model.max_model_len == 150  # prompt + response
+    assert config.model.critic_model_path == config.model.model_path
+    assert config.checkpoint_job_dir == str(tmp_path / "ck" / "proj" / "exp")
+    assert config.ray_namespace == "proj/exp"
+    taskset = config.buffer.explorer_input.taskset
+    evalset = config.buffer.explorer_input.eval_tasksets[0]
+    assert (taskset.repeat_times, evalset.repeat_times) == (4, 1)
+    assert taskset.default_workflow_type == "test_workflow"
+    assert evalset.default_workflow_type == "test_eval_workflow"
+    assert evalset.default_reward_fn_type == "test_reward"
+    assert config.trainer.total_steps is None
+    assert (config.cluster.explorer_gpu_num, config.cluster.trainer_gpu_num) == (4, 4)
+    assert config.buffer.trainer_input.experience_buffer.name == "experience_buffer"
+    assert validation.selected["algorithm.advantage_fn"].name == "test_adv"
+    assert validation.selected["algorithm.kl_loss_fn"].name == "test_kl"
+
+
+def test_user_values_win_over_the_preset(base, registry):
+    base["algorithm"]["repeat_times"] = 3
+    base["buffer"]["train_batch_size"] = 10
+    config, _ = single(base, registry)
+    assert config.algorithm.repeat_times == 3
+    assert config.buffer.train_batch_size == 10
+
+
+def test_fixed_repeat_times(base, registry):
+    base["algorithm"]["algorithm_type"] = "test_pairs"
+    config, _ = single(base, registry)
+    assert config.algorithm.repeat_times == 2
+    base["algorithm"]["repeat_times"] = 3
+    with pytest.raises(ConfigError, match=r"algorithm.repeat_times: test_pairs needs "
+                                          r"repeat_times=2, got 3"):
+        single(base, registry)
+
+
+def test_response_tokens_derived_from_model_len(base, registry):
+    base["model"] = {"model_path": base["model"]["model_path"], "max_model_len": 120,
+                     "max_prompt_tokens": 100}
+    config, _ = single(base, registry)
+    assert config.model.max_response_tokens == 20
+
+
+def test_workflow_args_are_checked_and_built(base, registry):
+    base["buffer"]["explorer_input"]["taskset"]["workflow_args"] = {"turns": 3}
+    _, validation = single(base, registry)
+    built = validation.selected["buffer.explorer_input.taskset.default_workflow_type"].args
+    assert built == WorkflowArgs(turns=3)
+
+
+def test_new_experiment_gets_a_timestamped_name(base, registry):
+    base["continue_from_checkpoint"] = False
+    config, _ = single(base, registry)
+    assert re.fullmatch(r"exp_\d{8}-\d{6}", config.name)
+    assert config.checkpoint_job_dir.endswith(config.name)
+
+
+def test_gpu_split_errors(base, registry):
+    base["explorer"]["rollout_model"]["engine_num"] = 4  # 4 × TP 2 = all 8 GPUs
+    with pytest.raises(ConfigError, match="no GPU left for the trainer: cluster has 8, "
+                                          "explorer uses 8, auxiliary models 0"):
+        single(base, registry)
+    base["mode"] = "explore"
+    base["synchronizer"]["sync_method"] = "checkpoint"
+    base["explorer"]["auxiliary_models"] = [{"model_path": "judge", "engine_num": 1}]
+    with pytest.raises(ConfigError, match=r"explorer needs 8 GPUs \(\+1 auxiliary\) but the "
+                                          r"cluster has 8"):
+        single(base, registry)
+
+
+def test_eval_interval_rounded_to_sync_interval(base, registry):
+    base["synchronizer"]["sync_interval"] = 4
+    base["explorer"]["eval_interval"] = 10
+    loaded = build_stages(base, registry)
+    assert loaded.stages[0].config.explorer.eval_interval == 8
+    assert loaded.warnings == ["explorer.eval_interval: 10 is not a multiple of "
+                               "synchronizer.sync_interval (4); using 8"]
+
+
+def test_all_problems_are_reported_at_once(base, registry):
+    base["buffer"]["batch_size"] = 0
+    base["model"]["min_response_tokens"] = 99
+    base["trainer"]["trainer_type"] = "nope"
+    base["unknown_section"] = 1
+    with pytest.raises(ConfigError) as caught:
+        build_stages(base, registry)
+    # conversion problems stop before validation; a clean conversion reports all checks
+    assert caught.value.problems == ["unknown_section: unknown key at the top level; known "
+                                     "keys: " + ", ".join(_top_level_keys())]
+    del base["unknown_section"]
+    with pytest.raises(ConfigError) as caught:
+        build_stages(base, registry)
+    assert caught.value.problems == [
+        "model.min_response_tokens: must be less than max_response_tokens (50), got 99",
+        "buffer.batch_size: must be > 0, got 0",
+        "trainer.trainer_type: unknown trainer 'nope'; registered: test_trainer",
+    ]
+
+
+def _top_level_keys() -> list[str]:
+    from dataclasses import fields
+
+    from rft.config.schema import RftConfig
+
+    return [f.name for f in fields(RftConfig)]
+
+
+def test_stages_inherit_and_override(base, registry):
+    base["stages"] = [
+        {"stage_name": "warmup", "algorithm": {"algorithm_type": "test_pairs"},
+         "buffer": {"batch_size": 2}},
+        {"stage_name": "rl"},
+    ]
+    loaded = build_stages(base, registry)
+    warmup, rl = loaded.stages
+    assert (warmup.name, rl.name) == ("warmup", "rl")
+    assert warmup.config.name == "exp_warmup" and rl.config.name == "exp_rl"
+    assert warmup.config.algorithm.algorithm_type == "test_pairs"
+    assert warmup.config.buffer.batch_size == 2
+    assert warmup.config.buffer.explorer_input.taskset.name == "train"  # inherited
+    assert rl.config.algorithm.algorithm_type == "test_algo"
+    assert rl.config.buffer.batch_size == 8
+
+
+def test_stage_problems_carry_the_stage_key(base, registry):
+    base["stages"] = [{"stage_name": "a", "buffer": {"batch_size": -2}}]
+    with pytest.raises(ConfigError) as caught:
+        build_stages(base, registry)
+    assert caught.value.problems == ["stages[0].buffer.batch_size: must be > 0, got -2"]
+
+
+def test_yaml_file_with_interpolation_env_default_and_overrides(base, registry, tmp_path,
+                                                                monkeypatch):
+    base["model"]["critic_model_path"] = "${model.model_path}"
+    base["project"] = "${oc.env:RFT_TEST_PROJECT,fallback}"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base))
+    monkeypatch.delenv("RFT_TEST_PROJECT", raising=False)
+    config = load_config(path, ["buffer.batch_size=2", "algorithm.optimizer.lr=1e-4"],
+                         registry).stages[0].config
+    assert config.project == "fallback"
+    assert config.model.critic_model_path == base["model"]["model_path"]
+    assert config.buffer.batch_size == 2
+    assert config.algorithm.optimizer.lr == pytest.approx(1e-4)
+    monkeypatch.setenv("RFT_TEST_PROJECT", "from_env")
+    assert load_config(path, (), registry).config.project == "from_env"
+
+
+def test_scientific_notation_without_dot_is_a_float(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  optimizer:\n    lr: 1e-6\n")
+    assert load_plain(path)["algorithm"]["optimizer"]["lr"] == pytest.approx(1e-6)
+
+
+def test_converter_keeps_defaults_for_invalid_values():
+    from rft.config.schema import BufferConfig
+
+    problems: list[str] = []
+    built = to_dataclass(BufferConfig, {"batch_size": "x", "total_epochs": 3}, "buffer",
+                         problems)
+    assert problems == ["buffer.batch_size: expected an integer, got 'x'"]
+    assert (built.batch_size, built.total_epochs) == (1, 3)
+
+
+def test_deep_merge_does_not_touch_its_inputs():
+    base = {"a": {"b": 1, "c": [1]}}
+    merged = deep_merge(base, {"a": {"b": 2}})
+    assert merged == {"a": {"b": 2, "c": [1]}} and base == {"a": {"b": 1, "c": [1]}}
+
+
+def test_reference_configs_convert_without_problems():
+    from rft.config.schema import RftConfig
+
+    folder = Path(__file__).parent / "data" / "reference_configs"
+    for path in sorted(folder.glob("*.yaml")):
+        plain = yaml.safe_load(path.read_text())
+        plain.pop("stages", None)
+        problems: list[str] = []
+        to_dataclass(RftConfig, plain, "", problems)
+        assert problems == [], path.name
