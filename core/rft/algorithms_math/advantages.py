@@ -28,12 +28,12 @@ def group_ids(index: GroupIndex, device: torch.device | None = None) -> torch.Te
     if isinstance(index, torch.Tensor):
         return torch.unique(index, return_inverse=True)[1].to(device=device, dtype=torch.long)
     array = np.asarray(index)
-    if array.dtype == object:  # mixed / unhashable-by-numpy labels: go through a dict
+    try:
+        inverse = np.unique(array, return_inverse=True)[1].reshape(-1)
+    except TypeError:  # labels of mixed, unorderable types: number them by first appearance
         lookup: dict[Any, int] = {}
         inverse = np.fromiter((lookup.setdefault(x, len(lookup)) for x in array.tolist()),
                               dtype=np.int64, count=len(array))
-    else:
-        inverse = np.unique(array, return_inverse=True)[1].reshape(-1)
     return torch.as_tensor(inverse, dtype=torch.long, device=device)
 
 

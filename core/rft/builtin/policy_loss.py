@@ -69,10 +69,11 @@ def ppo_policy_loss(
                             min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
 
-    unclipped = -advantages * ratio  # (B, T)
-    clipped = -advantages * torch.clamp(ratio, 1 - low, 1 + high)  # (B, T)
+    neg_advantages = -advantages  # (B, T)
+    unclipped = neg_advantages * ratio  # (B, T)
+    clipped = neg_advantages * torch.clamp(ratio, 1 - low, 1 + high)  # (B, T)
     pessimistic = torch.maximum(unclipped, clipped)  # (B, T)
-    dual_bound = -advantages * clip_ratio_c  # (B, T)
+    dual_bound = neg_advantages * clip_ratio_c  # (B, T)
     negative = advantages < 0  # (B, T)
     pg_loss = torch.where(negative, torch.min(dual_bound, pessimistic), pessimistic)  # (B, T)
 
