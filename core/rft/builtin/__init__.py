@@ -14,6 +14,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.kl",
     "rft.builtin.entropy",
     "rft.builtin.policy_loss",
+    "rft.builtin.sample_strategies",
 )
 """Dotted names of the built-in plugin modules, in registration order."""
 

@@ -1,0 +1,244 @@
+"""Experience storages: where the explorer writes experiences and the trainer reads them.
+
+``buffer.trainer_input.experience_buffer.storage_type`` selects one:
+
+- ``queue`` — in-process FIFO; with a ``path`` ending in ``.db`` every write is also kept
+  in SQLite (a durable copy of everything explored).
+- ``sql`` — SQLite table: durable, survives restarts; reads mark rows as consumed.
+- ``file`` — JSON lines, append-only; for explore-only runs and debugging.
+
+All three count what was written and read, so a run can prove that nothing was lost or
+read twice. ``read`` waits up to ``timeout`` seconds for enough experiences and then
+raises :class:`BufferTimeout` naming the buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from rft.errors import RftError
+from rft.experience import EID, Experience
+
+
+class BufferTimeout(RftError):
+    """Not enough experiences arrived in time."""
+
+
+_TENSOR_FIELDS = ("token_level_reward", "logprobs", "action_mask", "advantages", "returns")
+
+
+def experience_to_dict(exp: Experience) -> dict[str, Any]:
+    """JSON-able form of an experience (tensors as lists)."""
+    data: dict[str, Any] = {
+        "tokens": exp.tokens.tolist(),
+        "prompt_length": exp.prompt_length,
+        "reward": exp.reward,
+        "eid": {"batch": exp.eid.batch, "task": exp.eid.task, "run": exp.eid.run,
+                "suffix": exp.eid.suffix},
+        "model_version": exp.model_version,
+        "info": exp.info,
+        "metrics": exp.metrics,
+    }
+    for name in _TENSOR_FIELDS:
+        value = getattr(exp, name)
+        data[name] = None if value is None else value.tolist()
+    return data
+
+
+def experience_from_dict(data: dict[str, Any]) -> Experience:
+    """Inverse of :func:`experience_to_dict`."""
+    tensors = {}
+    for name in _TENSOR_FIELDS:
+        value = data.get(name)
+        if value is not None:
+            dtype = torch.bool if name == "action_mask" else torch.float32
+            tensors[name] = torch.tensor(value, dtype=dtype)
+    return Experience(
+        tokens=torch.tensor(data["tokens"], dtype=torch.long),
+        prompt_length=int(data["prompt_length"]),
+        reward=data.get("reward"),
+        eid=EID(**data.get("eid", {})),
+        model_version=int(data.get("model_version", 0)),
+        info=data.get("info") or {},
+        metrics=data.get("metrics") or {},
+        **tensors,
+    )
+
+
+class ExperienceStorage(ABC):
+    """FIFO of experiences with counters; safe to use from several threads."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.written = 0
+        self.read_count = 0
+        self._lock = threading.Condition()
+
+    def write(self, experiences: Sequence[Experience]) -> None:
+        """Append experiences (all or none)."""
+        with self._lock:
+            self._append(list(experiences))
+            self.written += len(experiences)
+            self._lock.notify_all()
+
+    def read(self, count: int, timeout: float) -> list[Experience]:
+        """Take the ``count`` oldest unread experiences, waiting at most ``timeout`` s.
+
+        :raises BufferTimeout: fewer than ``count`` were available in time (none are taken).
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._available() < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BufferTimeout(
+                        f"experience buffer {self.name!r}: waited {timeout:g} s for {count} "
+                        f"experiences, {self._available()} available (written {self.written}, "
+                        f"read {self.read_count})")
+                self._lock.wait(remaining)
+            taken = self._take(count)
+            self.read_count += len(taken)
+            return taken
+
+    def available(self) -> int:
+        with self._lock:
+            return self._available()
+
+    @abstractmethod
+    def _append(self, experiences: list[Experience]) -> None: ...
+
+    @abstractmethod
+    def _available(self) -> int: ...
+
+    @abstractmethod
+    def _take(self, count: int) -> list[Experience]: ...
+
+    def close(self) -> None:
+        """Release files and connections."""
+
+
+class QueueStorage(ExperienceStorage):
+    """In-process FIFO, optionally mirrored to a SQLite file (``path`` ending in ``.db``)."""
+
+    def __init__(self, name: str, path: str | None = None) -> None:
+        super().__init__(name)
+        self._queue: deque[Experience] = deque()
+        self._mirror = SQLStorage(name, path) if path else None
+
+    def _append(self, experiences: list[Experience]) -> None:
+        if self._mirror is not None:
+            self._mirror.write(experiences)
+        self._queue.extend(experiences)
+
+    def _available(self) -> int:
+        return len(self._queue)
+
+    def _take(self, count: int) -> list[Experience]:
+        return [self._queue.popleft() for _ in range(count)]
+
+    def close(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close()
+
+
+class SQLStorage(ExperienceStorage):
+    """SQLite table ``experiences(id, consumed, payload)``; committed on every write/read."""
+
+    def __init__(self, name: str, path: str) -> None:
+        super().__init__(name)
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False)
+            self._db.execute("CREATE TABLE IF NOT EXISTS experiences (id INTEGER PRIMARY KEY "
+                             "AUTOINCREMENT, consumed INTEGER NOT NULL DEFAULT 0, payload TEXT)")
+            self._db.commit()
+        except (OSError, sqlite3.Error) as exc:
+            raise RftError(f"experience buffer {name!r}: cannot open SQLite file {path!r}: "
+                           f"{exc}") from exc
+        self.path = path
+
+    def _append(self, experiences: list[Experience]) -> None:
+        with self._db:
+            self._db.executemany("INSERT INTO experiences (payload) VALUES (?)",
+                                 [(json.dumps(experience_to_dict(e)),) for e in experiences])
+
+    def _available(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM experiences WHERE consumed = 0").fetchone()[0]
+
+    def _take(self, count: int) -> list[Experience]:
+        with self._db:
+            rows = self._db.execute("SELECT id, payload FROM experiences WHERE consumed = 0 "
+                                    "ORDER BY id LIMIT ?", (count,)).fetchall()
+            self._db.executemany("UPDATE experiences SET consumed = 1 WHERE id = ?",
+                                 [(row[0],) for row in rows])
+        return [experience_from_dict(json.loads(row[1])) for row in rows]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class FileStorage(ExperienceStorage):
+    """Append-only JSON lines; reads go through the file from the start."""
+
+    def __init__(self, name: str, path: str) -> None:
+        super().__init__(name)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._file = open(path, "a+", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise RftError(f"experience buffer {name!r}: cannot open {path!r}: "
+                           f"{exc.strerror}") from exc
+        self.path = path
+        self._file.seek(0)
+        self._lines = sum(1 for _ in self._file)
+        self._offset = 0
+
+    def _append(self, experiences: list[Experience]) -> None:
+        for exp in experiences:
+            self._file.write(json.dumps(experience_to_dict(exp)) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._lines += len(experiences)
+
+    def _available(self) -> int:
+        return self._lines - self._offset
+
+    def _take(self, count: int) -> list[Experience]:
+        self._file.seek(0)
+        lines = self._file.readlines()[self._offset:self._offset + count]
+        self._file.seek(0, os.SEEK_END)
+        self._offset += len(lines)
+        return [experience_from_dict(json.loads(line)) for line in lines]
+
+    def close(self) -> None:
+        self._file.close()
+
+
+STORAGES: dict[str, Callable[[str, str | None], ExperienceStorage]] = {
+    "queue": lambda name, path: QueueStorage(name, path if path and path.endswith(".db")
+                                             else None),
+    "sql": lambda name, path: SQLStorage(name, path or f"{name}.db"),
+    "file": lambda name, path: FileStorage(name, path or f"{name}.jsonl"),
+}
+"""Storage constructor per ``storage_type`` (a closed set of the core, not plugins)."""
+
+
+SQLITE_URL_PREFIX = "sqlite:///"
+
+
+def open_storage(storage_type: str, name: str, path: str | None) -> ExperienceStorage:
+    """Open the storage selected by ``storage_type``; ``sqlite:///x.db`` paths are accepted."""
+    if path and path.startswith(SQLITE_URL_PREFIX):
+        path = path[len(SQLITE_URL_PREFIX):]
+    return STORAGES[storage_type](name, path)

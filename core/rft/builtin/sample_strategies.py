@@ -1,0 +1,57 @@
+"""Built-in sample strategies: ``default`` and ``staleness_control``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rft.buffer.sampling import SampleStrategy
+from rft.experience import Experience
+from rft.hookspecs import hookimpl
+
+
+def staleness_metrics(experiences: list[Experience], model_version: int) -> dict[str, float]:
+    """``sample/staleness_{mean,max}``: how many weight versions behind the batch is."""
+    lags = [model_version - e.model_version for e in experiences] or [0]
+    return {"sample/staleness_mean": sum(lags) / len(lags), "sample/staleness_max": max(lags)}
+
+
+class DefaultSampleStrategy(SampleStrategy):
+    """The ``train_batch_size`` oldest experiences of the experience buffer (FIFO)."""
+
+    def sample(self, step: int, model_version: int) -> tuple[list[Experience], dict[str, float]]:
+        batch = self.buffers.experience.read(self.batch_size, self.timeout)
+        return batch, staleness_metrics(batch, model_version)
+
+
+@dataclass
+class StalenessArgs:
+    """Arguments of ``staleness_control``."""
+
+    max_staleness: int = 1
+    """Experiences sampled more than this many weight versions ago are dropped."""
+
+
+class StalenessControlSampleStrategy(SampleStrategy):
+    """Like ``default``, but drops experiences older than ``max_staleness`` versions and
+    reads more until the batch is full (``sample/dropped_stale`` counts the drops)."""
+
+    Args = StalenessArgs
+
+    def sample(self, step: int, model_version: int) -> tuple[list[Experience], dict[str, float]]:
+        max_staleness = (self.args or StalenessArgs()).max_staleness
+        batch: list[Experience] = []
+        dropped = 0
+        while len(batch) < self.batch_size:
+            for exp in self.buffers.experience.read(self.batch_size - len(batch), self.timeout):
+                if model_version - exp.model_version > max_staleness:
+                    dropped += 1
+                else:
+                    batch.append(exp)
+        return batch, {**staleness_metrics(batch, model_version),
+                       "sample/dropped_stale": float(dropped)}
+
+
+@hookimpl
+def register_sample_strategies() -> dict[str, Any]:
+    return {"default": DefaultSampleStrategy, "staleness_control": StalenessControlSampleStrategy}

@@ -1,0 +1,132 @@
+"""Tasks and the workflow interface.
+
+A *task* is one row of a taskset plus what its taskset config says about it (workflow,
+reward function, format keys, rollout args, repeat count). A *workflow* turns one task
+into experiences by talking to the model through a :class:`~rft.explorer.model_wrapper.ModelWrapper`
+and scoring the responses with the task's reward function:
+
+    class MyWorkflow(Workflow):
+        def run(self) -> list[Experience]:
+            experiences = self.model.chat([{"role": "user", "content": self.task.prompt}],
+                                          n=self.task.repeat_times, **self.task.sampling)
+            for exp in experiences:
+                self.score(exp, self.model.decode(exp.response_tokens))
+            return experiences
+
+Workflows are plugins (``register_workflows``), selected by ``default_workflow_type``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rft.errors import RftError
+
+if TYPE_CHECKING:
+    from rft.experience import Experience
+    from rft.explorer.model_wrapper import ModelWrapper
+
+RewardFn = Callable[..., Mapping[str, float]]
+"""``fn(response, truth, args) -> {part: value}``; the parts are summed into the reward."""
+
+
+class RewardError(RftError):
+    """A reward function returned something other than finite numbers."""
+
+
+@dataclass
+class Task:
+    """One task of a taskset, ready for its workflow."""
+
+    raw: dict[str, Any]
+    """The dataset row."""
+    index: int
+    """Row index within the taskset."""
+    taskset: str
+    """Name of the taskset it comes from."""
+    prompt: str | None = None
+    """Text of ``format.prompt_key`` (plaintext prompts)."""
+    messages: list[dict[str, Any]] | None = None
+    """Chat messages of ``format.messages_key`` (messages prompts)."""
+    truth: Any = None
+    """Value of ``format.response_key``: the reference answer the reward compares with."""
+    system_prompt: str | None = None
+    """System prompt from ``format.system_prompt_key`` or ``format.system_prompt``."""
+    repeat_times: int = 1
+    """Rollouts to produce for this task."""
+    sampling: dict[str, Any] = field(default_factory=dict)
+    """Rollout args (temperature, top_p, top_k, max_tokens, …) for the engine."""
+    workflow_args: Any = None
+    """Instance of the workflow's ``Args`` dataclass (``workflow_args``)."""
+    reward_fn: RewardFn | None = None
+    """The taskset's reward function."""
+    reward_args: Any = None
+    """Instance of the reward function's ``Args`` dataclass (``reward_fn_args``)."""
+    is_eval: bool = False
+    """Evaluation tasks are scored but never trained on."""
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """Messages for a chat call: the task's messages, or system + user prompt."""
+        if self.messages is not None:
+            return list(self.messages)
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return messages + [{"role": "user", "content": self.prompt or ""}]
+
+
+def score_response(reward_fn: RewardFn, response: str, truth: Any, args: Any,
+                   name: str = "reward function") -> dict[str, float]:
+    """Call a reward function and check what it returned.
+
+    :return: the reward parts as floats.
+    :raises RewardError: a part is not a number, or is NaN/inf (one line naming it).
+    """
+    parts = reward_fn(response, truth, args) if args is not None else reward_fn(response, truth)
+    if not isinstance(parts, Mapping):
+        raise RewardError(f"{name} returned {type(parts).__name__}, expected a dict of "
+                          "{part: number}")
+    clean: dict[str, float] = {}
+    for key, value in parts.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RewardError(f"{name} returned {key}={value!r}, which is not a number")
+        if not math.isfinite(value):
+            raise RewardError(f"{name} returned {key}={value}, which is not finite")
+        clean[str(key)] = float(value)
+    return clean
+
+
+class Workflow(ABC):
+    """Base class of workflows: one instance per task.
+
+    :param task: the task to run.
+    :param model: the rollout model (generate / chat / logprobs, returning experiences).
+    :param auxiliary_models: extra models from ``explorer.auxiliary_models`` (judges, …).
+    """
+
+    Args: type | None = None
+    """Dataclass of the workflow's ``workflow_args``; ``None``: takes none."""
+
+    def __init__(self, task: Task, model: ModelWrapper,
+                 auxiliary_models: list[ModelWrapper] | None = None) -> None:
+        self.task = task
+        self.model = model
+        self.auxiliary_models = auxiliary_models or []
+        self.args = task.workflow_args
+
+    @abstractmethod
+    def run(self) -> list[Experience]:
+        """Run the task; return its experiences (each with reward set)."""
+
+    def score(self, experience: Experience, response: str) -> float:
+        """Set ``experience.reward`` (sum of the reward parts) and its metrics; return it."""
+        if self.task.reward_fn is None:
+            raise RftError(f"taskset {self.task.taskset!r}: no reward function configured")
+        parts = score_response(self.task.reward_fn, response, self.task.truth,
+                               self.task.reward_args,
+                               name=getattr(self.task.reward_fn, "__name__", "reward function"))
+        experience.reward = sum(parts.values())
+        experience.metrics.update({f"reward/{k}": v for k, v in parts.items()})
+        return experience.reward

@@ -1,0 +1,108 @@
+"""Experience storages (queue, SQLite, jsonl) and the built-in sample strategies."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from rft.buffer.sampling import TrainerBuffers
+from rft.buffer.storage import BufferTimeout, open_storage
+from rft.errors import RftError
+from rft.experience import EID, Experience
+from rft.plugins import PluginRegistry
+
+
+def make(i: int, version: int = 0) -> Experience:
+    return Experience(tokens=torch.tensor([1, 2, 3 + i, 4]), prompt_length=2, reward=float(i),
+                      logprobs=torch.tensor([-0.5, -0.25]), eid=EID(batch=0, task=i, run=0),
+                      model_version=version, info={"i": i}, metrics={"m": 1.0})
+
+
+@pytest.fixture(params=["queue", "queue+db", "sql", "file"])
+def storage(request, tmp_path):
+    kind = request.param
+    if kind == "queue":
+        store = open_storage("queue", "buf", None)
+    elif kind == "queue+db":
+        store = open_storage("queue", "buf", f"sqlite:///{tmp_path}/mirror.db")
+    else:
+        store = open_storage(kind, "buf", str(tmp_path / f"buf.{kind}"))
+    yield store
+    store.close()
+
+
+def test_fifo_roundtrip_and_counts(storage):
+    storage.write([make(0), make(1), make(2)])
+    first = storage.read(2, timeout=1)
+    storage.write([make(3)])
+    second = storage.read(2, timeout=1)
+    assert [e.info["i"] for e in first + second] == [0, 1, 2, 3]
+    exp = second[0]
+    assert exp.tokens.tolist() == [1, 2, 5, 4] and exp.prompt_length == 2
+    assert exp.logprobs.tolist() == [-0.5, -0.25] and exp.action_mask.dtype == torch.bool
+    assert exp.eid == EID(batch=0, task=2, run=0)
+    assert (storage.written, storage.read_count, storage.available()) == (4, 4, 0)
+
+
+def test_timeout_names_the_buffer_and_takes_nothing(storage):
+    storage.write([make(0)])
+    with pytest.raises(BufferTimeout, match=r"experience buffer 'buf': waited 0.05 s for 2 "
+                                            r"experiences, 1 available \(written 1, read 0\)"):
+        storage.read(2, timeout=0.05)
+    assert storage.available() == 1
+
+
+def test_reader_waits_for_a_writer(storage):
+    threading.Timer(0.1, lambda: storage.write([make(5), make(6)])).start()
+    started = time.monotonic()
+    got = storage.read(2, timeout=5)
+    assert [e.info["i"] for e in got] == [5, 6]
+    assert time.monotonic() - started >= 0.05
+
+
+def test_sql_storage_is_durable_across_reopen(tmp_path):
+    path = str(tmp_path / "exp.db")
+    first = open_storage("sql", "buf", path)
+    first.write([make(0), make(1), make(2)])
+    assert len(first.read(1, timeout=1)) == 1
+    first.close()
+    reopened = open_storage("sql", "buf", path)
+    assert [e.info["i"] for e in reopened.read(2, timeout=1)] == [1, 2]
+    reopened.close()
+
+
+def test_queue_mirror_keeps_everything_written(tmp_path):
+    path = str(tmp_path / "mirror.db")
+    queue = open_storage("queue", "buf", path)
+    queue.write([make(0), make(1)])
+    queue.read(2, timeout=1)
+    queue.close()
+    assert open_storage("sql", "copy", path).available() == 2
+
+
+def test_unwritable_location_is_a_clear_error(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with pytest.raises(RftError, match="experience buffer 'buf': cannot open SQLite file"):
+        open_storage("sql", "buf", str(blocked / "sub" / "x.db"))
+
+
+def test_default_and_staleness_strategies_through_the_registry():
+    registry = PluginRegistry.create()
+    store = open_storage("queue", "buf", None)
+    buffers = TrainerBuffers(store)
+    default = registry.get("sample_strategy", "default")(buffers, batch_size=2, timeout=1)
+    store.write([make(0, version=1), make(1, version=3)])
+    batch, metrics = default.sample(step=1, model_version=3)
+    assert [e.info["i"] for e in batch] == [0, 1]
+    assert metrics == {"sample/staleness_mean": 1.0, "sample/staleness_max": 2}
+
+    strategy_cls = registry.get("sample_strategy", "staleness_control")
+    strategy = strategy_cls(buffers, batch_size=2, timeout=1, args=strategy_cls.Args(1))
+    store.write([make(2, version=0), make(3, version=2), make(4, version=3)])
+    batch, metrics = strategy.sample(step=2, model_version=3)
+    assert [e.info["i"] for e in batch] == [3, 4]
+    assert metrics["sample/dropped_stale"] == 1.0
