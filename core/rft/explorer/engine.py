@@ -1,0 +1,312 @@
+"""The inference-engine interface shared by ``hf``, ``vllm`` and other engines.
+
+An engine turns token-id prompts into sampled completions with per-token
+log-probabilities, scores given sequences (teacher forcing), and takes new weights from
+the trainer. The surface is deliberately small:
+
+=========================================  ===============================================
+``generate(prompt_token_ids, sampling, n)``  ``n`` completions per prompt
+``chat(messages_list, sampling, n)``        chat template, then ``generate``
+``compute_logprobs(token_ids, prompt_lengths, temperature=)``
+                                           log-probs of the response tokens
+``update_weights(named_tensors, version)``  copy new weights in, ``model_version = version``
+``model_version`` / ``tokenizer``           properties
+=========================================  ===============================================
+
+Log-probability convention
+--------------------------
+``Completion.logprobs[t]`` is the log-probability of the sampled token ``y_t`` under the
+model's distribution **at the sampling temperature** ``T``, before any other logits
+processing::
+
+    logprobs[t] = log_softmax(z_t / T)[y_t]        z_t = model logits at step t  (V,)
+
+— no top-k / top-p truncation, no repetition penalty, no min-tokens EOS masking. For
+greedy decoding (``T = 0``) ``T = 1`` is used (raw log-probs). This is what the trainer
+recomputes: veRL's and Trinity-RFT's actors divide the logits by the rollout temperature
+before ``log_softmax``, so explorer log-probs can serve directly as the "old" log-probs
+of the importance ratio ``exp(logp_new − logp_old)``. :meth:`InferenceEngine.compute_logprobs`
+uses the same formula with its ``temperature`` argument. (vLLM V1 returns the raw,
+``T = 1`` log-probs by default; its ``logprobs_mode="processed_logprobs"`` returns the
+temperature-scaled ones, identical to ours when top-k / top-p are off. A vLLM engine
+must use that mode, or rescale, to honour this contract.)
+
+Prompt limits
+-------------
+A prompt longer than ``max_prompt_tokens`` (or than ``max_model_len − 1`` when only
+that is set) is **left-truncated** to its last ``max_prompt_tokens`` tokens when
+``enable_prompt_truncation`` (its completions carry ``prompt_truncated=True`` so the
+caller can mask them out of the loss), and refused with a one-line
+:class:`rft.errors.RftError` naming its length otherwise. The number of new tokens is
+``min(max_tokens, max_model_len − prompt length)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from rft.errors import RftError
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class SamplingArgs:
+    """How to sample one request (vLLM ``SamplingParams`` names)."""
+
+    temperature: float = 1.0
+    """Softmax temperature ``T``; ``0`` means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens with probability mass ≥ ``top_p``;
+    ``1.0`` disables it."""
+    top_k: int = -1
+    """Keep the ``top_k`` most likely tokens; ``-1`` (or ``0``) disables it."""
+    max_tokens: int | None = None
+    """Maximum new tokens; ``None``: the engine's ``max_response_tokens``, else up to
+    ``max_model_len``. Always bounded by ``max_model_len − prompt length``."""
+    min_tokens: int = 0
+    """Minimum new tokens before EOS / stop tokens may be sampled."""
+    repetition_penalty: float = 1.0
+    """CTRL-style repetition penalty (``> 1`` discourages repeats); ``1.0`` disables it."""
+    seed: int | None = None
+    """Seed of this call; ``None``: the engine's own deterministic sequence of seeds."""
+    stop: tuple[str, ...] = ()
+    """Stop strings: generation ends when one appears; the text excludes it, the token
+    ids end with the token that completed it."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra token ids that end generation (EOS ids of the tokenizer always do)."""
+    logprobs: bool = True
+    """Return per-token log-probabilities (``Completion.logprobs``)."""
+    skip_special_tokens: bool = True
+    """Drop special tokens (e.g. ``<|im_end|>``) from ``Completion.text``."""
+
+    def check(self) -> None:
+        """Raise a one-line :class:`RftError` for an impossible setting."""
+        if self.temperature < 0:
+            raise RftError(f"sampling temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise RftError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise RftError(f"sampling top_k must be -1 (off) or >= 0, got {self.top_k}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise RftError(f"sampling max_tokens must be >= 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise RftError(f"sampling min_tokens must be >= 0, got {self.min_tokens}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise RftError(f"sampling min_tokens={self.min_tokens} exceeds "
+                           f"max_tokens={self.max_tokens}")
+        if self.repetition_penalty <= 0:
+            raise RftError(f"sampling repetition_penalty must be > 0, got "
+                           f"{self.repetition_penalty}")
+
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature of the reported log-probs: ``T``, or ``1`` for greedy decoding."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
+@dataclass
+class Completion:
+    """One sampled response to one prompt."""
+
+    prompt_token_ids: list[int]
+    """The prompt as the model saw it (after any left truncation)."""
+    token_ids: list[int]
+    """Generated ids; ends with the EOS / stop token when ``finish_reason == "stop"``."""
+    logprobs: torch.Tensor | None
+    """(R,) float32: ``log_softmax(z_t / T)[token_ids[t]]`` (see the module docstring);
+    ``None`` when not requested."""
+    text: str
+    """Decoded ``token_ids`` (special tokens and a matched stop string removed)."""
+    finish_reason: FinishReason
+    """``"stop"``: EOS, a stop token or a stop string; ``"length"``: token limit reached."""
+    prompt_truncated: bool = False
+    """The prompt was longer than ``max_prompt_tokens`` and was left-truncated."""
+    model_version: int = 0
+    """Weights version that sampled it."""
+    stop_reason: int | str | None = None
+    """The stop token id or stop string that ended it; ``None`` for EOS or length."""
+
+    @property
+    def tokens(self) -> list[int]:
+        """Prompt followed by response ids."""
+        return self.prompt_token_ids + self.token_ids
+
+
+@dataclass
+class PreparedPrompt:
+    """A prompt after the length checks of :meth:`InferenceEngine.prepare_prompts`."""
+
+    token_ids: list[int]
+    truncated: bool
+    max_new_tokens: int
+    """New-token budget: ``min(max_tokens, max_model_len − len(token_ids))``."""
+
+
+class InferenceEngine(ABC):
+    """Base class of inference engines (plugins registered with ``register_engines``).
+
+    Subclasses implement :meth:`generate`, :meth:`compute_logprobs`,
+    :meth:`update_weights` and :attr:`tokenizer`; the prompt limits, the chat template and
+    the seed sequence are handled here.
+
+    :param max_model_len: maximum tokens of prompt + response; ``None``: the engine's
+        model limit (:meth:`default_max_model_len`).
+    :param max_prompt_tokens: maximum prompt tokens; ``None``: ``max_model_len − 1``.
+    :param max_response_tokens: default ``SamplingArgs.max_tokens``.
+    :param enable_prompt_truncation: left-truncate long prompts (else refuse them).
+    :param chat_template: Jinja chat template overriding the tokenizer's.
+    :param enable_thinking: passed to the chat template when not ``None`` (Qwen3).
+    :param seed: first of the engine's per-call seeds (calls without ``SamplingArgs.seed``
+        use ``seed, seed + 1, …`` in call order).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_model_len: int | None = None,
+        max_prompt_tokens: int | None = None,
+        max_response_tokens: int | None = None,
+        enable_prompt_truncation: bool = True,
+        chat_template: str | None = None,
+        enable_thinking: bool | None = None,
+        seed: int = 42,
+    ) -> None:
+        self.max_model_len = max_model_len
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_response_tokens = max_response_tokens
+        self.enable_prompt_truncation = enable_prompt_truncation
+        self.chat_template = chat_template
+        self.enable_thinking = enable_thinking
+        self.seed = seed
+        self._model_version = 0
+        self._seeds = itertools.count(seed)
+        self._seed_lock = threading.Lock()
+
+    # ---- to implement ------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer of the served model."""
+
+    @abstractmethod
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
+                 n: int = 1) -> list[list[Completion]]:
+        """Sample ``n`` completions for each prompt.
+
+        :param prompt_token_ids: ``B`` prompts as token ids (no padding).
+        :param sampling: sampling settings of this call.
+        :param n: completions per prompt.
+        :return: ``B`` lists of ``n`` :class:`Completion`, in prompt order.
+        :raises RftError: a prompt is too long and truncation is disabled.
+        """
+
+    @abstractmethod
+    def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
+                         prompt_lengths: Sequence[int], *,
+                         temperature: float = 1.0) -> list[torch.Tensor]:
+        """Teacher-forced log-probs of the response tokens of each sequence.
+
+        For sequence ``x`` with prompt length ``P`` and length ``L``::
+
+            out[t] = log_softmax(z_{P+t-1} / temperature)[x_{P+t}]     t = 0 … L-P-1
+
+        where ``z_i`` are the logits after reading ``x_0 … x_i``.
+
+        :return: one float32 tensor ``(L_i − P_i,)`` per sequence.
+        """
+
+    @abstractmethod
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
+        """Copy ``(name, tensor)`` pairs (Hugging Face parameter names) into the model and
+        set :attr:`model_version` to ``version``. Missing names keep their values;
+        unknown names or shapes raise :class:`RftError`."""
+
+    # ---- shared behaviour --------------------------------------------------------------
+
+    @property
+    def model_version(self) -> int:
+        """Version of the weights currently served (``0``: the initial checkpoint)."""
+        return self._model_version
+
+    def default_max_model_len(self) -> int | None:
+        """The model's own context limit, used when ``max_model_len`` is ``None``."""
+        return None
+
+    def chat(self, messages_list: Sequence[Sequence[dict[str, Any]]], sampling: SamplingArgs,
+             n: int = 1) -> list[list[Completion]]:
+        """Apply the chat template (with the generation prompt) to each conversation, then
+        :meth:`generate`. ``messages_list``: ``B`` lists of ``{"role", "content"}``."""
+        return self.generate([self.apply_chat_template(m) for m in messages_list], sampling, n)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], *,
+                            add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of one conversation rendered by the chat template."""
+        kwargs: dict[str, Any] = {}
+        if self.enable_thinking is not None:
+            kwargs["enable_thinking"] = self.enable_thinking
+        if self.chat_template is not None:
+            kwargs["chat_template"] = self.chat_template
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def next_seed(self, sampling: SamplingArgs) -> int:
+        """The seed of a call: ``sampling.seed``, else the next of the engine's seeds."""
+        if sampling.seed is not None:
+            return sampling.seed
+        with self._seed_lock:
+            return next(self._seeds)
+
+    def prompt_limit(self) -> int | None:
+        """Most prompt tokens allowed: ``max_prompt_tokens``, bounded by
+        ``max_model_len − 1`` (room for one new token)."""
+        limits = [self.max_prompt_tokens] if self.max_prompt_tokens is not None else []
+        model_len = self.effective_max_model_len()
+        if model_len is not None:
+            limits.append(model_len - 1)
+        return min(limits) if limits else None
+
+    def effective_max_model_len(self) -> int | None:
+        return self.max_model_len if self.max_model_len is not None else self.default_max_model_len()
+
+    def prepare_prompts(self, prompt_token_ids: Sequence[Sequence[int]],
+                        sampling: SamplingArgs) -> list[PreparedPrompt]:
+        """Apply the prompt limit (left truncation or refusal) and compute each prompt's
+        new-token budget."""
+        limit = self.prompt_limit()
+        model_len = self.effective_max_model_len()
+        requested = sampling.max_tokens if sampling.max_tokens is not None else self.max_response_tokens
+        prepared: list[PreparedPrompt] = []
+        for index, prompt in enumerate(prompt_token_ids):
+            ids = [int(t) for t in prompt]
+            if not ids:
+                raise RftError(f"prompt {index} is empty: an engine needs at least one token")
+            truncated = False
+            if limit is not None and len(ids) > limit:
+                if not self.enable_prompt_truncation:
+                    raise RftError(
+                        f"prompt {index} has {len(ids)} tokens, more than the limit of {limit} "
+                        f"(max_prompt_tokens={self.max_prompt_tokens}, max_model_len={model_len}); "
+                        f"raise model.max_prompt_tokens or set model.enable_prompt_truncation: true")
+                ids, truncated = ids[-limit:], True
+            budgets = [b for b in (requested,
+                                   model_len - len(ids) if model_len is not None else None)
+                       if b is not None]
+            if not budgets:
+                raise RftError("no response length limit: set model.max_response_tokens, "
+                               "model.max_model_len or SamplingArgs.max_tokens")
+            prepared.append(PreparedPrompt(ids, truncated, max(1, min(budgets))))
+        return prepared
+
+
+__all__ = ["Completion", "FinishReason", "InferenceEngine", "PreparedPrompt", "SamplingArgs"]

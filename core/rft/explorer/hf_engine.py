@@ -1,0 +1,342 @@
+"""The ``hf`` engine: transformers ``generate`` (CPU by default), the logprob reference.
+
+Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
+prompts); ``n`` samples per prompt come from ``num_return_sequences``. Each call seeds
+torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
+:meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
+returns the same tokens. Per-token log-probs are computed from the *raw* logits that
+``generate`` returns (``output_logits``) as ``log_softmax(z_t / T)[y_t]`` — the
+convention of :mod:`rft.explorer.engine`, which :meth:`HFEngine.compute_logprobs`
+reproduces by teacher forcing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft.errors import RftError
+from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+@dataclass
+class HFEngineArgs:
+    """``hf``-specific settings (``explorer.rollout_model.extra_engine_args``)."""
+
+    device: str = "cpu"
+    """Torch device of the model (``cpu``, ``cuda``, ``cuda:1``, …)."""
+    max_batch_size: int | None = None
+    """Most prompts per ``generate`` / forward call (× ``n`` rows); ``None``: all at once."""
+    attn_implementation: str | None = None
+    """transformers attention backend (``sdpa``, ``eager``); ``None``: its default."""
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
+    """``"auto"`` is float32 on CPU and bfloat16 elsewhere; names map to torch dtypes."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    if dtype not in _DTYPES:
+        raise RftError(f"hf engine: unknown dtype {dtype!r}; use one of auto, "
+                       + ", ".join(sorted(_DTYPES)))
+    return _DTYPES[dtype]
+
+
+class HFEngine(InferenceEngine):
+    """Inference with ``transformers`` ``AutoModelForCausalLM.generate``.
+
+    :param model_path: local directory (or hub id) of the checkpoint and its tokenizer.
+    :param dtype: ``auto`` / ``float32`` / ``bfloat16`` / ``float16``. ``float32`` on CPU
+        reproduces the trainer's log-probs to ~1e-6.
+    :param device, max_batch_size, attn_implementation: see :class:`HFEngineArgs`.
+    :param trust_remote_code: allow modelling code shipped with the checkpoint.
+    :param engine_kwargs: the prompt / template / seed settings of
+        :class:`~rft.explorer.engine.InferenceEngine`.
+    """
+
+    Args = HFEngineArgs
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str | torch.dtype = "float32",
+        device: str = "cpu",
+        max_batch_size: int | None = None,
+        attn_implementation: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        super().__init__(**engine_kwargs)
+        self.model_path = str(model_path)
+        self.device = torch.device(device)
+        self.max_batch_size = max_batch_size
+        self._tokenizer = AutoTokenizer.from_pretrained(self.model_path,
+                                                        trust_remote_code=trust_remote_code)
+        if self.chat_template is not None:
+            self._tokenizer.chat_template = self.chat_template
+        load_kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype, device),
+                                       "trust_remote_code": trust_remote_code}
+        if attn_implementation is not None:
+            load_kwargs["attn_implementation"] = attn_implementation
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+        self.model.to(self.device).eval()
+        self.eos_token_ids = self._collect_eos_ids()
+        self.pad_token_id = self._pick_pad_id()
+        self._lock = threading.RLock()
+
+    # ---- properties --------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def default_max_model_len(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    def _collect_eos_ids(self) -> list[int]:
+        """EOS ids of the generation config, the model config and the tokenizer."""
+        ids: list[int] = []
+        for source in (getattr(self.model.generation_config, "eos_token_id", None),
+                       self.model.config.eos_token_id, self._tokenizer.eos_token_id):
+            values = source if isinstance(source, (list, tuple)) else [source]
+            ids.extend(int(v) for v in values if v is not None and int(v) not in ids)
+        return ids
+
+    def _pick_pad_id(self) -> int:
+        for candidate in (self._tokenizer.pad_token_id,
+                          getattr(self.model.generation_config, "pad_token_id", None)):
+            if candidate is not None:
+                return int(candidate)
+        return self.eos_token_ids[0] if self.eos_token_ids else 0
+
+    # ---- generation --------------------------------------------------------------------
+
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
+                 n: int = 1) -> list[list[Completion]]:
+        sampling.check()
+        if n < 1:
+            raise RftError(f"generate: n must be >= 1, got {n}")
+        prepared = self.prepare_prompts(prompt_token_ids, sampling)
+        if not prepared:
+            return []
+        seed = self.next_seed(sampling)
+        chunk = self.max_batch_size or len(prepared)
+        results: list[list[Completion]] = []
+        with self._lock, torch.random.fork_rng(devices=self._rng_devices()), torch.no_grad():
+            torch.manual_seed(seed)
+            for start in range(0, len(prepared), chunk):
+                results.extend(self._generate_chunk(prepared[start:start + chunk], sampling, n))
+        return results
+
+    def _rng_devices(self) -> list[Any]:
+        return [self.device] if self.device.type == "cuda" else []
+
+    def _generation_config(self, sampling: SamplingArgs, n: int, max_new_tokens: int) -> Any:
+        """A complete ``GenerationConfig`` (every knob set, so the checkpoint's
+        ``generation_config.json`` cannot change the sampling)."""
+        from transformers import GenerationConfig
+
+        greedy = sampling.temperature == 0
+        return GenerationConfig(
+            do_sample=not greedy,
+            temperature=1.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
+            min_p=None,
+            typical_p=1.0,
+            repetition_penalty=sampling.repetition_penalty,
+            no_repeat_ngram_size=0,
+            num_beams=1,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min(sampling.min_tokens, max_new_tokens),
+            num_return_sequences=n,
+            eos_token_id=self.eos_token_ids + [t for t in sampling.stop_token_ids
+                                               if t not in self.eos_token_ids],
+            pad_token_id=self.pad_token_id,
+            stop_strings=list(sampling.stop) or None,
+            return_dict_in_generate=True,
+            output_logits=True,
+            output_scores=False,
+            use_cache=True,
+        )
+
+    def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
+                        n: int) -> list[list[Completion]]:
+        input_ids, attention_mask = self._left_pad([p.token_ids for p in prompts])  # (B, P)
+        max_new = max(p.max_new_tokens for p in prompts)
+        config = self._generation_config(sampling, n, max_new)
+        extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                  generation_config=config, **extra)
+        new_tokens = out.sequences[:, input_ids.shape[1]:]  # (B·n, N)
+        logprobs = None
+        if sampling.logprobs:
+            logprobs = self._sampled_logprobs(out.logits, new_tokens,
+                                              sampling.logprob_temperature)  # (B·n, N)
+        stop_ids = set(config.eos_token_id)
+        extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
+        results: list[list[Completion]] = []
+        for b, prompt in enumerate(prompts):
+            samples = []
+            for j in range(n):
+                row = b * n + j
+                samples.append(self._completion(
+                    prompt, new_tokens[row].tolist(),
+                    logprobs[row] if logprobs is not None else None,
+                    sampling, stop_ids, extra_stop_ids))
+            results.append(samples)
+        return results
+
+    @staticmethod
+    def _sampled_logprobs(logits: Sequence[torch.Tensor], tokens: torch.Tensor,
+                          temperature: float) -> torch.Tensor:
+        """``log_softmax(z_t / T)[y_t]`` per step; ``logits``: ``N`` tensors ``(B·n, V)``,
+        ``tokens``: ``(B·n, N)`` → ``(B·n, N)`` float32."""
+        steps = [torch.log_softmax(z.float() / temperature, dim=-1)
+                 .gather(-1, tokens[:, t:t + 1]).squeeze(-1)  # (B·n,)
+                 for t, z in enumerate(logits)]
+        return torch.stack(steps, dim=1).cpu()
+
+    def _completion(self, prompt: PreparedPrompt, tokens: list[int],
+                    logprobs: torch.Tensor | None, sampling: SamplingArgs,
+                    stop_ids: set[int], extra_stop_ids: set[int]) -> Completion:
+        """Cut one generated row at its first stop token, stop string or budget."""
+        end, finish, stop_reason = len(tokens), "length", None
+        for index, token in enumerate(tokens):
+            if token in stop_ids:
+                end, finish = index + 1, "stop"
+                stop_reason = token if token in extra_stop_ids else None
+                break
+        text_cut: str | None = None
+        if sampling.stop:
+            found = self._find_stop_string(tokens[:end], sampling)
+            if found is not None:
+                end, text_cut, stop_reason = found
+                finish = "stop"
+        if end > prompt.max_new_tokens:  # this prompt's budget is below the batch's
+            end, finish, stop_reason, text_cut = prompt.max_new_tokens, "length", None, None
+        token_ids = tokens[:end]
+        text = text_cut if text_cut is not None else self._tokenizer.decode(
+            token_ids, skip_special_tokens=sampling.skip_special_tokens)
+        return Completion(
+            prompt_token_ids=list(prompt.token_ids),
+            token_ids=token_ids,
+            logprobs=logprobs[:end].clone() if logprobs is not None else None,
+            text=text,
+            finish_reason=finish,  # type: ignore[arg-type]
+            prompt_truncated=prompt.truncated,
+            model_version=self.model_version,
+            stop_reason=stop_reason,
+        )
+
+    def _find_stop_string(self, tokens: list[int],
+                          sampling: SamplingArgs) -> tuple[int, str, str] | None:
+        """First prefix ``tokens[:k]`` whose text contains a stop string →
+        ``(k, text before the stop string, the stop string)``."""
+        for k in range(1, len(tokens) + 1):
+            text = self._tokenizer.decode(tokens[:k],
+                                          skip_special_tokens=sampling.skip_special_tokens)
+            hits = [(text.find(s), s) for s in sampling.stop if s and s in text]
+            if hits:
+                position, stop = min(hits)
+                return k, text[:position], stop
+        return None
+
+    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-pad prompts → ``input_ids`` and ``attention_mask``, both ``(B, P)``."""
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[i, width - len(prompt):] = 1
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    # ---- scoring -----------------------------------------------------------------------
+
+    def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
+                         prompt_lengths: Sequence[int], *,
+                         temperature: float = 1.0) -> list[torch.Tensor]:
+        if len(token_ids) != len(prompt_lengths):
+            raise RftError(f"compute_logprobs: {len(token_ids)} sequences but "
+                           f"{len(prompt_lengths)} prompt lengths")
+        if temperature <= 0:
+            raise RftError(f"compute_logprobs: temperature must be > 0, got {temperature}")
+        for i, (ids, p) in enumerate(zip(token_ids, prompt_lengths)):
+            if not 1 <= p <= len(ids):
+                raise RftError(f"compute_logprobs: sequence {i} has prompt length {p} "
+                               f"outside [1, {len(ids)}]")
+        chunk = self.max_batch_size or max(len(token_ids), 1)
+        out: list[torch.Tensor] = []
+        with self._lock, torch.no_grad():
+            for start in range(0, len(token_ids), chunk):
+                out.extend(self._score_chunk(token_ids[start:start + chunk],
+                                             prompt_lengths[start:start + chunk], temperature))
+        return out
+
+    def _score_chunk(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int],
+                     temperature: float) -> list[torch.Tensor]:
+        """Right-pad (positions stay ``0 … L−1`` as in generation), one forward pass."""
+        width = max(len(s) for s in sequences)
+        input_ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)  # (B, L)
+        for i, seq in enumerate(sequences):
+            input_ids[i, :len(seq)] = torch.tensor(list(seq), dtype=torch.long)
+            attention_mask[i, :len(seq)] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, V)
+        log_probs = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, L-1, V)
+        per_token_logps = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, L-1)
+        return [per_token_logps[i, p - 1:len(seq) - 1].cpu().clone()
+                for i, (seq, p) in enumerate(zip(sequences, prompt_lengths))]
+
+    # ---- weights -----------------------------------------------------------------------
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
+        """Copy tensors in place. With tied embeddings ``lm_head.weight`` and
+        ``model.embed_tokens.weight`` are one tensor: either name updates both, and the
+        tie is restored should a load have split them."""
+        with self._lock, torch.no_grad():
+            targets = self.model.state_dict(keep_vars=True)
+            for name, tensor in named_tensors:
+                key = _strip_wrappers(name)
+                target = targets.get(key)
+                if target is None:
+                    raise RftError(f"update_weights: {type(self.model).__name__} has no "
+                                   f"parameter {name!r}")
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                                   f"the model's is {tuple(target.shape)}")
+                target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+            self._retie()
+            self._model_version = int(version)
+
+    def _retie(self) -> None:
+        if not getattr(self.model.config, "tie_word_embeddings", False):
+            return
+        output, inputs = self.model.get_output_embeddings(), self.model.get_input_embeddings()
+        if output is not None and output.weight is not inputs.weight:
+            output.weight = inputs.weight
+
+
+def _strip_wrappers(name: str) -> str:
+    """Drop prefixes added by DDP / FSDP / ``torch.compile`` wrappers."""
+    for prefix in ("module.", "_orig_mod.", "_fsdp_wrapped_module."):
+        while name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace("._fsdp_wrapped_module", "").replace("._orig_mod", "")

@@ -1,0 +1,1 @@
+"""Helpers for tests of rft and of its plugins: a tiny local model, fixtures."""
