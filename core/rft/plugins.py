@@ -156,7 +156,8 @@ def create_plugin_manager(
     if autoload:
         _load_entry_points(manager, set(allow) if allow is not None else None)
     for plugin in extra_plugins:
-        manager.register(plugin)
+        name = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__qualname__
+        manager.register(plugin, name=None if manager.has_plugin(name) else name)
     if _env_flag("RFT_TRACE_PLUGINS"):
         manager.trace.root.setwriter(lambda message: sys.stderr.write(message))
         manager.enable_tracing()
@@ -283,8 +284,7 @@ class PluginRegistry:
         if provider:
             message += f" (it is provided by {provider}: pip install {provider})"
         elif not close:
-            shown = ", ".join(known[:12]) + (", …" if len(known) > 12 else "")
-            message += f"; registered: {shown or 'none'}"
+            message += f"; registered: {', '.join(known) or 'none'}"
         return message
 
     # ---- listing -------------------------------------------------------------------

@@ -360,8 +360,8 @@ def check_synchronizer(c: RftConfig, v: Validation) -> None:
     allowed = SYNC_METHODS_BY_MODE.get(c.mode, ())
     if s.sync_method not in allowed:
         v.problem("synchronizer.sync_method",
-                  f"{s.sync_method!r} does not work in mode {c.mode!r}; use one of "
-                  f"{', '.join(allowed)}")
+                  f"{s.sync_method!r} does not work in mode {c.mode!r}; use "
+                  + " or ".join(repr(m) for m in allowed))
     if s.sync_interval <= 0:
         v.problem("synchronizer.sync_interval", f"must be > 0, got {s.sync_interval}")
     if s.sync_offset < 0:
