@@ -1,0 +1,67 @@
+"""The interface every trainer backend implements (``trainer.trainer_type``).
+
+A backend is registered through ``register_trainers`` as ``{name: class}``; the class is
+built as ``cls(config, validation, **options)`` from a validated stage and then driven by
+the launcher::
+
+    trainer = registry.get("trainer", config.trainer.trainer_type)(config, validation)
+    for step in ...:
+        metrics = trainer.train_step(experiences)   # {"actor/pg_loss": ..., ...}
+        synchronizer.push(trainer.named_weights())
+        checkpoint.save(trainer.state_dict())
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from rft.config.schema import RftConfig
+from rft.config.validate import Validation
+from rft.experience import Experience
+
+
+class Trainer(ABC):
+    """One optimisation step per batch of experiences, with checkpointable state."""
+
+    config: RftConfig
+    validation: Validation
+    global_steps: int
+    """Training steps done so far (0 before the first ``train_step``)."""
+
+    def __init__(self, config: RftConfig, validation: Validation) -> None:
+        self.config = config
+        self.validation = validation
+        self.global_steps = 0
+
+    @abstractmethod
+    def train_step(self, experiences: Sequence[Experience]) -> dict[str, float]:
+        """Learn from one batch; return metrics under veRL's names (``actor/pg_loss``,
+        ``critic/score/mean``, ``timing_s/update_actor``, …). Increments
+        :attr:`global_steps`.
+
+        :raises rft.errors.RftError: malformed experiences (one line naming the culprit).
+        """
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: model(s), optimizer(s), scheduler(s), step."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    @abstractmethod
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The actor's weights as ``(name, tensor)`` in Hugging Face naming, each shared
+        tensor once (the synchronizer pushes them to the inference engines)."""
+
+    def save_pretrained(self, path: str) -> None:
+        """Write the actor in Hugging Face format (for the next stage, engines, users)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot save Hugging Face weights")
+
+    def close(self) -> None:
+        """Release devices and processes; the default does nothing."""

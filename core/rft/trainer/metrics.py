@@ -1,0 +1,98 @@
+"""Batch statistics under veRL's metric names (``verl.trainer.ppo.metric_utils``), and
+the accumulation of loss metrics over micro- and mini-batches."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        nan = float("nan")
+        return {f"{prefix}/mean": nan, f"{prefix}/max": nan, f"{prefix}/min": nan}
+    values = values.float()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def data_metrics(*, token_level_scores: torch.Tensor, token_level_rewards: torch.Tensor,
+                 advantages: torch.Tensor, returns: torch.Tensor, response_mask: torch.Tensor,
+                 response_lengths: torch.Tensor, prompt_lengths: torch.Tensor,
+                 max_response_length: int, max_prompt_length: int,
+                 values: torch.Tensor | None = None) -> dict[str, float]:
+    """veRL's ``compute_data_metrics``.
+
+    ``critic/score`` are sequence sums of the scores (before the KL penalty) and
+    ``critic/rewards`` of the rewards (after it), both over non-empty responses;
+    advantages / returns / values over masked tokens; ``response_length/clip_ratio`` is the
+    fraction of responses of exactly ``max_response_length`` tokens.
+    """
+    mask = response_mask.bool()  # (B, R)
+    alive = response_lengths > 0  # (B,)
+    metrics: dict[str, float] = {}
+    metrics.update(_stats("critic/score", token_level_scores.sum(-1)[alive]))
+    metrics.update(_stats("critic/rewards", token_level_rewards.sum(-1)[alive]))
+    metrics.update(_stats("critic/advantages", torch.masked_select(advantages, mask)))
+    metrics.update(_stats("critic/returns", torch.masked_select(returns, mask)))
+    if values is not None:
+        valid_values = torch.masked_select(values, mask)
+        valid_returns = torch.masked_select(returns, mask)
+        metrics.update(_stats("critic/values", valid_values))
+        if valid_values.numel() > 1:
+            explained = 1.0 - torch.var(valid_returns - valid_values) / (torch.var(valid_returns) + 1e-5)
+            metrics["critic/vf_explained_var"] = explained.item()
+    metrics.update(_stats("response_length", response_lengths))
+    metrics["response_length/clip_ratio"] = (
+        (response_lengths == max_response_length).float().mean().item())
+    metrics["response/aborted_ratio"] = (~alive).float().mean().item()
+    metrics.update(_stats("prompt_length", prompt_lengths))
+    metrics["prompt_length/clip_ratio"] = (
+        (prompt_lengths == max_prompt_length).float().mean().item())
+    return metrics
+
+
+class LossMetrics:
+    """Accumulates loss metrics: *summed* ones add up over the micro-batches of a
+    mini-batch (they are normalised by mini-batch counts) and are then averaged over
+    mini-batches and epochs; *averaged* ones are averaged over all micro-batches."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, float] = defaultdict(float)
+        self._summed: dict[str, list[float]] = defaultdict(list)
+        self._averaged: dict[str, list[float]] = defaultdict(list)
+
+    def add_micro(self, summed: dict[str, float], averaged: dict[str, float]) -> None:
+        for key, value in summed.items():
+            self._open[key] += value
+        for key, value in averaged.items():
+            self._averaged[key].append(value)
+
+    def add(self, key: str, value: float) -> None:
+        """A per-mini-batch value (grad norm): averaged over mini-batches."""
+        self._averaged[key].append(value)
+
+    def close_mini_batch(self) -> None:
+        for key, value in self._open.items():
+            self._summed[key].append(value)
+        self._open.clear()
+
+    def result(self) -> dict[str, float]:
+        out = {k: sum(v) / len(v) for k, v in self._summed.items() if v}
+        out.update({k: sum(v) / len(v) for k, v in self._averaged.items() if v})
+        return out
+
+
+@contextmanager
+def timed(metrics: dict[str, float], name: str) -> Iterator[None]:
+    """Add the seconds spent in the block to ``metrics["timing_s/<name>"]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        key = f"timing_s/{name}"
+        metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start

@@ -1,0 +1,117 @@
+"""Models of the native trainer: loading, and forward passes over a :class:`TensorBatch`.
+
+Shifts: the logit (or value) at column ``c`` predicts token ``c + 1``, so the response
+tokens at columns ``P … P+R−1`` are scored by the outputs at ``P−1 … P+R−2`` — the last
+``R + 1`` outputs minus the final one (veRL's ``[:, -R-1:-1]``). Only those positions go
+through the LM head (``logits_to_keep``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from rft.errors import RftError
+from rft.ops import entropy_from_logits, logprobs_from_logits
+from rft.trainer.batching import TensorBatch
+
+
+def load_causal_lm(path: str, *, trust_remote_code: bool = False,
+                   key: str = "model.model_path") -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(path)`` in float32 (master weights)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                    trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise RftError(f"{key}: cannot load a causal LM from {path!r}: "
+                       f"{str(exc).splitlines()[0]}") from exc
+
+
+def load_value_model(path: str, *, trust_remote_code: bool = False) -> nn.Module:
+    """A value model: the backbone at ``path`` with a fresh scalar head per token
+    (``AutoModelForTokenClassification``, ``num_labels=1``, no dropout; as veRL's critic)."""
+    from transformers import AutoModelForTokenClassification
+
+    try:
+        return AutoModelForTokenClassification.from_pretrained(
+            path, num_labels=1, classifier_dropout=0.0, dtype=torch.float32,
+            trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise RftError(f"model.critic_model_path: cannot load a value model from {path!r}: "
+                       f"{str(exc).splitlines()[0]}") from exc
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A deep copy with gradients off, in eval mode (the reference model)."""
+    reference = copy.deepcopy(model)
+    reference.requires_grad_(False)
+    reference.eval()
+    return reference
+
+
+def has_dropout(model: nn.Module) -> bool:
+    """Whether any dropout in ``model`` is active (``p > 0``)."""
+    return any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()) or any(
+        float(getattr(getattr(model, "config", None), name, 0.0) or 0.0) > 0
+        for name in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype | None) -> Any:
+    """``torch.autocast`` for a reduced-precision ``dtype``; a no-op for float32/None."""
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _model_inputs(batch: TensorBatch, device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+
+
+def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.device,
+                      temperature: float = 1.0, with_entropy: bool = False,
+                      dtype: torch.dtype | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs ``(B, R)`` of the response tokens and, optionally, entropies.
+
+    ``logits / temperature`` (the sampling temperature, as veRL) in float32.
+    """
+    width = batch.response_width
+    inputs = _model_inputs(batch, device)
+    with autocast_context(device, dtype):
+        output = model(**inputs, use_cache=False, logits_to_keep=width + 1)
+    logits = output.logits[:, :-1, :].float()  # (B, R, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    labels = inputs["input_ids"][:, batch.prompt_width:]  # (B, R)
+    logps = logprobs_from_logits(logits, labels)  # (B, R)
+    entropy = entropy_from_logits(logits) if with_entropy else None  # (B, R)
+    return logps, entropy
+
+
+def response_values(critic: nn.Module, batch: TensorBatch, *, device: torch.device,
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Critic values ``(B, R)`` of the states before each response token."""
+    width = batch.response_width
+    inputs = _model_inputs(batch, device)
+    with autocast_context(device, dtype):
+        output = critic(**inputs, use_cache=False)
+    scores = output.logits  # (B, P + R, 1)
+    return scores[:, -width - 1: -1, 0].float()  # (B, R)
+
+
+def unique_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``state_dict`` items without repeats of a shared tensor (tied embeddings)."""
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        key = tensor.data_ptr() if tensor.numel() else id(tensor)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield name, tensor.detach()

@@ -1,0 +1,125 @@
+"""Settings of the native trainer, gathered from the config in one place.
+
+Besides the ``trainer`` section, the native trainer reads a few keys of the veRL tree in
+``trainer.trainer_config`` (so one YAML serves both backends) and its own
+``trainer.trainer_config.torch`` mapping:
+
+=====================================================================  ===================
+``actor_rollout_ref.actor.ppo_mini_batch_size``                        prompts per optimizer step (× repeat_times); default: ``buffer.train_batch_size`` rows
+``actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu``               rows per forward/backward (without ``use_dynamic_bsz``); default: the mini-batch
+``actor_rollout_ref.actor.ppo_epochs``                                 passes over the batch per step; default 1
+``critic.cliprange_value``                                             value clip; default 0.5
+``critic.optim.lr``                                                    critic learning rate; default ``algorithm.optimizer.lr``
+``torch.device``                                                       ``auto`` (cuda if available), ``cpu``, ``cuda``, ``cuda:1`` …
+``torch.dtype``                                                        autocast dtype: ``float32`` (CPU default), ``bfloat16`` (CUDA default)
+``torch.use_rollout_logprobs``                                         use the explorer's log-probs as ``old_per_token_logps`` instead of recomputing; default false
+=====================================================================  ===================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft.config.schema import RftConfig
+from rft.errors import RftError
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def lookup(tree: dict[str, Any] | None, dotted: str, default: Any = None) -> Any:
+    """``tree["a"]["b"]`` for ``"a.b"``; ``default`` when any level is missing or None."""
+    node: Any = tree or {}
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or node.get(part) is None:
+            return default
+        node = node[part]
+    return node
+
+
+@dataclass
+class TorchTrainerOptions:
+    """Resolved batch sizes, device and numerics of one :class:`TorchTrainer`."""
+
+    mini_batch_size: int
+    """Rows per optimizer step."""
+    micro_batch_size: int | None
+    """Rows per forward/backward with fixed micro-batches; ``None``: the mini-batch."""
+    use_dynamic_bsz: bool
+    """Form micro-batches by token budget instead of by rows."""
+    max_token_len: int | None
+    """Token budget of a dynamic micro-batch; ``None``: no limit."""
+    ppo_epochs: int
+    """Passes over the batch per training step."""
+    grad_clip: float | None
+    """Max gradient norm (actor and critic)."""
+    cliprange_value: float
+    """Clip range of the value loss."""
+    critic_lr: float
+    """Peak learning rate of the critic."""
+    device: torch.device
+    dtype: torch.dtype | None
+    """Autocast dtype of forward passes; ``None``/float32: full precision."""
+    temperature: float
+    """Sampling temperature: logits are divided by it before log-probs (veRL)."""
+    loss_scale_factor: float | None
+    """Constant of ``seq-mean-token-sum-norm``: ``model.max_response_tokens``; ``None``:
+    the batch's padded response width."""
+    total_steps: int | None
+    """Training steps of the LR schedule."""
+    use_rollout_logprobs: bool
+    """Take ``old_per_token_logps`` from the experiences instead of recomputing them."""
+
+    @classmethod
+    def from_config(cls, config: RftConfig, total_steps: int | None = None) -> TorchTrainerOptions:
+        t = config.trainer
+        tree = t.trainer_config or {}
+        repeat_times = config.algorithm.repeat_times or 1
+        mini = lookup(tree, "actor_rollout_ref.actor.ppo_mini_batch_size")
+        mini_rows = int(mini) * repeat_times if mini else (config.buffer.train_batch_size or 0)
+        micro = lookup(tree, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+        device = _device(str(lookup(tree, "torch.device", "auto")))
+        dtype_name = lookup(tree, "torch.dtype", "bfloat16" if device.type == "cuda" else "float32")
+        if str(dtype_name) not in _DTYPES:
+            raise RftError(f"trainer.trainer_config.torch.dtype: unknown dtype {dtype_name!r}; "
+                           f"expected one of {', '.join(_DTYPES)}")
+        epochs = int(lookup(tree, "actor_rollout_ref.actor.ppo_epochs", 1))
+        if epochs <= 0:
+            raise RftError(f"trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs: must be "
+                           f"> 0, got {epochs}")
+        if t.max_token_len_per_gpu is not None and t.max_token_len_per_gpu <= 0:
+            raise RftError(f"trainer.max_token_len_per_gpu: must be > 0, got "
+                           f"{t.max_token_len_per_gpu}")
+        temperature = config.model.temperature if config.model.temperature > 0 else 1.0
+        return cls(
+            mini_batch_size=mini_rows,
+            micro_batch_size=int(micro) if micro else None,
+            use_dynamic_bsz=t.use_dynamic_bsz,
+            max_token_len=t.max_token_len_per_gpu,
+            ppo_epochs=epochs,
+            grad_clip=t.grad_clip,
+            cliprange_value=float(lookup(tree, "critic.cliprange_value", 0.5)),
+            critic_lr=float(lookup(tree, "critic.optim.lr", config.algorithm.optimizer.lr)),
+            device=device,
+            dtype=_DTYPES[str(dtype_name)],
+            temperature=temperature,
+            loss_scale_factor=config.model.max_response_tokens,
+            total_steps=total_steps if total_steps is not None else t.total_steps,
+            use_rollout_logprobs=bool(lookup(tree, "torch.use_rollout_logprobs", False)),
+        )
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise RftError(f"trainer.trainer_config.torch.device: {exc}") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RftError(f"trainer.trainer_config.torch.device: {name!r} but CUDA is not "
+                       "available here")
+    return device

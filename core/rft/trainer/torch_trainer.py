@@ -1,0 +1,399 @@
+"""The native ``torch`` trainer: one process, CPU or one GPU.
+
+One :meth:`TorchTrainer.train_step` on a ``rollout`` batch follows veRL's PPO step:
+
+1. pad the experiences (:func:`rft.experience.pad_batch`);
+2. without gradient: old log-probs (when more than one optimizer step uses them, for the
+   KL penalty, or with dropout — otherwise the first update's ``logps.detach()`` *is*
+   the recomputed value), reference log-probs (KL loss / penalty, or a policy loss
+   asking for them), critic values;
+3. ``token_level_rewards −= kl_coef · kl(old, ref)`` when a KL penalty is selected;
+4. advantages with the selected advantage fn (unless the explorer computed them);
+5. critic update (clipped value loss), then actor update: ``ppo_epochs`` passes over
+   mini-batches of ``mini_batch_size`` rows; each mini-batch is split into micro-batches
+   (fixed rows, or a token budget), the micro-batch losses are normalised by the
+   mini-batch's token / sequence counts so their gradients accumulate to the
+   mini-batch gradient, then grad-norm clipping and one optimizer step;
+6. one LR-scheduler step; ``global_steps += 1``.
+
+``sft`` batches skip 2–5 but the actor update (the policy loss fn gets ``logps``,
+``logps.detach()``, zero advantages and the mask); ``dpo`` batches are pairs of rows
+(chosen, rejected) with reference log-probs (see :mod:`rft.trainer.loss`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from rft.algorithm import AlgorithmPreset
+from rft.builtin.policy_loss import clipped_value_loss
+from rft.config.schema import RftConfig
+from rft.config.validate import Validation
+from rft.errors import RftError
+from rft.experience import Batch, Experience, pad_batch
+from rft.trainer.base import Trainer
+from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
+from rft.trainer.loss import (AggContext, LossFns, LossInputs, actor_loss, apply_kl_penalty,
+                              compute_advantages)
+from rft.trainer.metrics import LossMetrics, data_metrics, timed
+from rft.trainer.models import (frozen_copy, has_dropout, load_causal_lm, load_value_model,
+                                response_logprobs, response_values, unique_tensors)
+from rft.trainer.optim import build_optimizer, build_scheduler
+from rft.trainer.options import TorchTrainerOptions
+
+logger = logging.getLogger(__name__)
+
+_CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns")
+
+
+class TorchTrainer(Trainer):
+    """Native single-process trainer (see the module docstring for one step).
+
+    :param config: a validated stage config.
+    :param validation: its validation (``selected`` plugin functions and ``preset``).
+    :param model: an already-loaded actor (e.g. shared with an in-process engine);
+        default: ``AutoModelForCausalLM.from_pretrained(model.model_path)``.
+    :param total_steps: training steps of the LR schedule; default ``trainer.total_steps``.
+    """
+
+    def __init__(self, config: RftConfig, validation: Validation, model: nn.Module | None = None,
+                 *, total_steps: int | None = None) -> None:
+        super().__init__(config, validation)
+        self.preset: AlgorithmPreset = validation.preset or AlgorithmPreset()
+        self.fns = LossFns.from_validation(validation, config.algorithm.loss_agg_mode)
+        self.options = TorchTrainerOptions.from_config(config, total_steps)
+        device = self.options.device
+        trust = config.model.trust_remote_code
+        self.actor: nn.Module = (model if model is not None
+                                 else load_causal_lm(config.model.model_path, trust_remote_code=trust))
+        self.actor.to(device).train()
+        self.ref: nn.Module | None = None
+        if self.preset.use_reference or self.fns.needs_ref:
+            self.ref = frozen_copy(self.actor)
+        self.critic: nn.Module | None = None
+        if self.preset.use_critic:
+            path = config.model.critic_model_path or config.model.model_path
+            self.critic = load_value_model(path, trust_remote_code=trust).to(device).train()
+        opt_config = config.algorithm.optimizer
+        total = self.options.total_steps
+        self.optimizer = build_optimizer(self.actor.parameters(), opt_config)
+        self.scheduler = build_scheduler(self.optimizer, opt_config, total)
+        self.critic_optimizer = self.critic_scheduler = None
+        if self.critic is not None:
+            self.critic_optimizer = build_optimizer(self.critic.parameters(), opt_config,
+                                                    lr=self.options.critic_lr)
+            self.critic_scheduler = build_scheduler(self.critic_optimizer, opt_config, total)
+        model_config = getattr(self.actor, "config", None)
+        pad = getattr(model_config, "pad_token_id", None)
+        self.pad_token_id: int = int(pad) if isinstance(pad, int) else 0
+        self.vocab_size: int | None = getattr(model_config, "vocab_size", None)
+        self._actor_dropout = has_dropout(self.actor)
+
+    # ---- public interface ------------------------------------------------------------
+
+    def train_step(self, experiences: Sequence[Experience]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        with timed(metrics, "step"):
+            rows = self._ordered(list(experiences))
+            self._check(rows)
+            batch = pad_batch(rows, self.pad_token_id)
+            tensors = self._tensor_batch(batch)
+            if self.preset.experience_format == "rollout":
+                self._prepare_rollout(batch, tensors, metrics)
+                if self.critic is not None:
+                    with timed(metrics, "update_critic"):
+                        metrics.update(self._update_critic(tensors))
+            elif self.ref is not None:
+                with timed(metrics, "ref"):
+                    tensors["ref_logprobs"] = self._infer_logprobs(self.ref, tensors)
+            with timed(metrics, "update_actor"):
+                metrics.update(self._update_actor(tensors))
+            self.scheduler.step()
+            metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+            if self.critic_scheduler is not None:
+                self.critic_scheduler.step()
+                metrics["critic/lr"] = self.critic_scheduler.get_last_lr()[0]
+        self.global_steps += 1
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "global_steps": self.global_steps,
+            "actor": self.actor.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()  # type: ignore[union-attr]
+            state["critic_scheduler"] = self.critic_scheduler.state_dict()  # type: ignore[union-attr]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = [k for k in ("global_steps", "actor", "optimizer", "scheduler") if k not in state]
+        if self.critic is not None:
+            missing += [k for k in ("critic", "critic_optimizer", "critic_scheduler")
+                        if k not in state]
+        if missing:
+            raise RftError(f"trainer checkpoint: missing {', '.join(missing)}")
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])  # type: ignore[union-attr]
+            self.critic_scheduler.load_state_dict(state["critic_scheduler"])  # type: ignore[union-attr]
+        self.global_steps = int(state["global_steps"])
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return unique_tensors(self.actor)
+
+    def save_pretrained(self, path: str) -> None:
+        self.actor.save_pretrained(path)  # type: ignore[operator]
+
+    # ---- input checks ----------------------------------------------------------------
+
+    def _ordered(self, experiences: list[Experience]) -> list[Experience]:
+        """Preference pairs as consecutive (chosen, rejected) rows; others unchanged."""
+        if not experiences:
+            raise RftError("trainer: train_step got no experiences")
+        if self.preset.experience_format != "dpo":
+            return experiences
+        if not all(e.eid.suffix in ("chosen", "rejected") for e in experiences):
+            if len(experiences) % 2:
+                raise RftError(f"trainer: a dpo batch needs (chosen, rejected) pairs, got "
+                               f"{len(experiences)} experiences")
+            return experiences
+        pairs: dict[tuple[Any, Any, int], dict[str, Experience]] = {}
+        for e in experiences:
+            pair = pairs.setdefault((e.eid.batch, e.eid.task, e.eid.run), {})
+            if e.eid.suffix in pair:
+                raise RftError(f"experience {e.eid.uid}: two {e.eid.suffix!r} responses in one "
+                               "preference pair")
+            pair[e.eid.suffix] = e
+        ordered: list[Experience] = []
+        for key, pair in pairs.items():
+            if len(pair) != 2:
+                raise RftError(f"experience {'/'.join(map(str, key))}: preference pair lacks "
+                               f"its {'rejected' if 'chosen' in pair else 'chosen'} response")
+            ordered += [pair["chosen"], pair["rejected"]]
+        return ordered
+
+    def _check(self, experiences: list[Experience]) -> None:
+        """One-line :class:`RftError` for the first malformed experience."""
+        rollout = self.preset.experience_format == "rollout"
+        for i, e in enumerate(experiences):
+            where = f"experience {i} (eid {e.eid.uid})"
+            length = e.response_length
+            for name in _CHECKED_FIELDS:
+                value = getattr(e, name)
+                if value is None:
+                    continue
+                if value.dim() != 1 or value.numel() != length:
+                    raise RftError(f"{where}: {name} has shape {tuple(value.shape)} but the "
+                                   f"response has {length} tokens")
+                if value.is_floating_point() and not torch.isfinite(value).all():
+                    raise RftError(f"{where}: {name} contains NaN or inf")
+            if e.reward is not None and not math.isfinite(float(e.reward)):
+                raise RftError(f"{where}: reward is {e.reward}")
+            if rollout and e.reward is None and e.token_level_reward is None and e.advantages is None:
+                raise RftError(f"{where}: has no reward (reward, token_level_reward or "
+                               "advantages must be set)")
+            if self.vocab_size is not None and e.tokens.numel():
+                low, high = int(e.tokens.min()), int(e.tokens.max())
+                if low < 0 or high >= self.vocab_size:
+                    bad = low if low < 0 else high
+                    raise RftError(f"{where}: token id {bad} is outside the model's vocabulary "
+                                   f"(size {self.vocab_size})")
+
+    # ---- preparation (no gradient) ---------------------------------------------------
+
+    def _tensor_batch(self, batch: Batch) -> TensorBatch:
+        tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+                   "position_ids": batch.position_ids, "response_mask": batch.response_mask}
+        return TensorBatch(batch.prompt_width, tensors)
+
+    def _units(self, num_rows: int) -> list[list[int]]:
+        return unit_rows(num_rows, 2 if self.preset.experience_format == "dpo" else 1)
+
+    def _mini_batches(self, tensors: TensorBatch) -> list[list[int]]:
+        return split_fixed(self._units(len(tensors)), self.options.mini_batch_size)
+
+    def _micro_batches(self, tensors: TensorBatch, rows: list[int]) -> list[list[int]]:
+        unit = 2 if self.preset.experience_format == "dpo" else 1
+        units = [rows[i: i + unit] for i in range(0, len(rows), unit)]
+        if self.options.use_dynamic_bsz:
+            return split_by_tokens(units, tensors.sequence_lengths(), self.options.max_token_len)
+        return split_fixed(units, self.options.micro_batch_size)
+
+    def _all_micro_batches(self, tensors: TensorBatch) -> list[list[int]]:
+        return [micro for mini in self._mini_batches(tensors)
+                for micro in self._micro_batches(tensors, mini)]
+
+    @torch.no_grad()
+    def _infer_logprobs(self, model: nn.Module, tensors: TensorBatch) -> torch.Tensor:
+        """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched."""
+        out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
+        was_training = model.training
+        model.eval()
+        try:
+            for rows in self._all_micro_batches(tensors):
+                micro = tensors.select(rows)
+                logps, _ = response_logprobs(model, micro, device=self.options.device,
+                                             temperature=self.options.temperature,
+                                             dtype=self.options.dtype)
+                out[rows, : micro.response_width] = logps.cpu()
+        finally:
+            model.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def _infer_values(self, tensors: TensorBatch) -> torch.Tensor:
+        """``(B, R)`` critic values (masked) over the whole batch."""
+        assert self.critic is not None
+        out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
+        self.critic.eval()
+        try:
+            for rows in self._all_micro_batches(tensors):
+                micro = tensors.select(rows)
+                values = response_values(self.critic, micro, device=self.options.device,
+                                         dtype=self.options.dtype)
+                out[rows, : micro.response_width] = values.cpu()
+        finally:
+            self.critic.train()
+        return out * tensors["response_mask"]
+
+    def _needs_old_logprobs(self, tensors: TensorBatch) -> bool:
+        """Whether old log-probs must be computed before the update (see module doc)."""
+        updates = len(self._mini_batches(tensors)) * self.options.ppo_epochs
+        return updates > 1 or self.fns.uses_kl_penalty or self._actor_dropout
+
+    def _prepare_rollout(self, batch: Batch, tensors: TensorBatch,
+                         metrics: dict[str, float]) -> None:
+        """Old / reference log-probs, values, KL penalty, advantages and data metrics."""
+        mask = batch.response_mask  # (B, R)
+        if self.options.use_rollout_logprobs and batch.old_logprobs is not None:
+            tensors["old_logprobs"] = batch.old_logprobs
+        elif self._needs_old_logprobs(tensors):
+            with timed(metrics, "old_log_prob"):
+                tensors["old_logprobs"] = self._infer_logprobs(self.actor, tensors)
+        if self.ref is not None:
+            with timed(metrics, "ref"):
+                tensors["ref_logprobs"] = self._infer_logprobs(self.ref, tensors)
+        values = None
+        if self.critic is not None:
+            with timed(metrics, "values"):
+                values = tensors["values"] = self._infer_values(tensors)
+        scores = batch.token_level_rewards  # (B, R)
+        rewards = scores
+        if self.fns.uses_kl_penalty:
+            old = tensors.get("old_logprobs")
+            assert old is not None and self.fns.kl_penalty is not None
+            rewards, kl_metrics = apply_kl_penalty(scores, old, tensors["ref_logprobs"], mask,
+                                                   self.fns.kl_penalty)
+            metrics.update(kl_metrics)
+        with timed(metrics, "adv"):
+            advantages, returns = self._advantages(batch, rewards, mask, values)
+        tensors["advantages"], tensors["returns"] = advantages, returns
+        metrics.update(data_metrics(
+            token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
+            returns=returns, response_mask=mask, response_lengths=tensors.response_lengths(),
+            prompt_lengths=batch.attention_mask[:, : batch.prompt_width].sum(-1),
+            max_response_length=self.config.model.max_response_tokens or tensors.response_width,
+            max_prompt_length=self.config.model.max_prompt_tokens or batch.prompt_width,
+            values=values))
+
+    def _advantages(self, batch: Batch, rewards: torch.Tensor, mask: torch.Tensor,
+                    values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages from the batch when the explorer computed them, else the advantage fn."""
+        selected = self.fns.advantage
+        if batch.advantages is not None or self.preset.advantage_in_explorer or selected is None:
+            if batch.advantages is None:
+                raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
+                               f"{self.config.algorithm.algorithm_type!r} computes none in the "
+                               "trainer")
+            returns = batch.returns if batch.returns is not None else batch.advantages
+            return batch.advantages, returns
+        baselines = [e.info.get("reward_baseline") for e in batch.experiences]
+        available = {
+            "token_level_rewards": rewards, "response_mask": mask, "index": batch.group_ids,
+            "values": values,
+            "reward_baselines": (torch.tensor(baselines, dtype=torch.float32)
+                                 if all(b is not None for b in baselines) else None),
+        }
+        return compute_advantages(selected, available, tuple(mask.shape))  # type: ignore[arg-type]
+
+    # ---- updates ---------------------------------------------------------------------
+
+    def _agg(self, tensors: TensorBatch, rows: list[int]) -> AggContext:
+        mask = tensors["response_mask"][rows]  # (b, R)
+        scale = self.options.loss_scale_factor or tensors.response_width
+        return AggContext.for_mini_batch(mask, self.fns.loss_agg_mode, float(scale))
+
+    def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> float:
+        """Clip the accumulated gradient, step (skipped if its norm is not finite)."""
+        clip = self.options.grad_clip if self.options.grad_clip is not None else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
+        if torch.isfinite(grad_norm):
+            optimizer.step()
+        else:
+            logger.warning("grad_norm is not finite (%s): update skipped", grad_norm.item())
+        optimizer.zero_grad(set_to_none=True)
+        return float(grad_norm.item())
+
+    def _update_actor(self, tensors: TensorBatch) -> dict[str, float]:
+        device = self.options.device
+        record = LossMetrics()
+        entropy_grad = self.fns.uses_entropy_loss
+        self.actor.train()
+        for _ in range(self.options.ppo_epochs):
+            for mini_rows in self._mini_batches(tensors):
+                agg = self._agg(tensors, mini_rows)
+                for rows in self._micro_batches(tensors, mini_rows):
+                    micro = tensors.select(rows)
+                    logps, entropy = response_logprobs(
+                        self.actor, micro, device=device, temperature=self.options.temperature,
+                        with_entropy=True, dtype=self.options.dtype)
+                    if not entropy_grad:
+                        entropy = entropy.detach()  # type: ignore[union-attr]
+                    on = {k: v.to(device) for k, v in micro.tensors.items()}
+                    out = actor_loss(self.fns, LossInputs(
+                        per_token_logps=logps, mask=on["response_mask"],
+                        old_per_token_logps=on.get("old_logprobs"),
+                        advantages=on.get("advantages"), entropy=entropy,
+                        ref_per_token_logps=on.get("ref_logprobs")), agg)
+                    out.loss.backward()
+                    record.add_micro(out.summed, out.averaged)
+                record.close_mini_batch()
+                record.add("actor/grad_norm", self._step(self.actor, self.optimizer))
+        return record.result()
+
+    def _update_critic(self, tensors: TensorBatch) -> dict[str, float]:
+        assert self.critic is not None and self.critic_optimizer is not None
+        device = self.options.device
+        record = LossMetrics()
+        self.critic.train()
+        for _ in range(self.options.ppo_epochs):
+            for mini_rows in self._mini_batches(tensors):
+                agg = self._agg(tensors, mini_rows)
+                for rows in self._micro_batches(tensors, mini_rows):
+                    micro = tensors.select(rows)
+                    on = {k: v.to(device) for k, v in micro.tensors.items()}
+                    vpreds = response_values(self.critic, micro, device=device,
+                                             dtype=self.options.dtype)  # (b, r)
+                    vf_loss, vf_clipfrac = clipped_value_loss(
+                        vpreds, on["values"], on["returns"], on["response_mask"],
+                        cliprange_value=self.options.cliprange_value, loss_agg_mode=agg.mode,
+                        **agg.kwargs())
+                    vf_loss.backward()
+                    record.add_micro({"critic/vf_loss": vf_loss.item()},
+                                     {"critic/vf_clipfrac": vf_clipfrac.item()})
+                record.close_mini_batch()
+                record.add("critic/grad_norm", self._step(self.critic, self.critic_optimizer))
+        return record.result()
