@@ -15,6 +15,8 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.entropy",
     "rft.builtin.policy_loss",
     "rft.builtin.sample_strategies",
+    "rft.builtin.engines",
+    "rft.builtin.trainers",
 )
 """Dotted names of the built-in plugin modules, in registration order."""
 
