@@ -37,12 +37,14 @@ def load_causal_lm(path: str, *, trust_remote_code: bool = False,
 def load_value_model(path: str, *, trust_remote_code: bool = False) -> nn.Module:
     """A value model: the backbone at ``path`` with a fresh scalar head per token
     (``AutoModelForTokenClassification``, ``num_labels=1``, no dropout; as veRL's critic)."""
-    from transformers import AutoModelForTokenClassification
+    from transformers import AutoConfig, AutoModelForTokenClassification
 
     try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config.num_labels = 1
+        config.classifier_dropout = 0.0
         return AutoModelForTokenClassification.from_pretrained(
-            path, num_labels=1, classifier_dropout=0.0, dtype=torch.float32,
-            trust_remote_code=trust_remote_code)
+            path, config=config, dtype=torch.float32, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise RftError(f"model.critic_model_path: cannot load a value model from {path!r}: "
                        f"{str(exc).splitlines()[0]}") from exc

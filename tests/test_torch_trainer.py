@@ -1,0 +1,348 @@
+"""The native ``torch`` trainer on a tiny random Qwen2 model (CPU, one thread).
+
+``StandInPlugin`` below stands in for the algorithm plugins (rft-plugin-grpo, -ppo, -sft,
+-dpo) and for an engine, a sample strategy and the trainer registration: it registers
+``test_*`` names only, so it never collides with the real plugins. Its presets use the
+advantage estimators of :mod:`rft.algorithms_math.advantages`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from rft import hookimpl
+from rft.algorithm import AlgorithmPreset
+from rft.algorithms_math.advantages import gae_advantages, grpo_advantages
+from rft.config import build_stages
+from rft.config.schema import OptimizerConfig
+from rft.errors import RftError
+from rft.experience import EID, Experience, pad_batch
+from rft.plugins import PluginRegistry
+from rft.trainer.optim import build_scheduler
+from rft.trainer.torch_trainer import TorchTrainer
+
+VOCAB = 64
+
+
+def sft_nll(per_token_logps, old_per_token_logps, advantages, mask):
+    """Stand-in SFT loss: per-token negative log-likelihood."""
+    return -per_token_logps, {}
+
+
+@dataclass
+class PairArgs:
+    beta: float = 0.1
+    """DPO temperature."""
+
+
+def dpo_pair_loss(per_token_logps, old_per_token_logps, advantages, mask, *,
+                  ref_per_token_logps, global_batch_size, beta=0.1):
+    """Stand-in DPO loss through the sequence-level hook (rows 2k / 2k+1 = chosen / rejected)."""
+    seq = ((per_token_logps - ref_per_token_logps) * mask).sum(-1)  # (B,)
+    margin = beta * (seq[0::2] - seq[1::2])
+    return -torch.nn.functional.logsigmoid(margin).sum() / (global_batch_size / 2), {}
+
+
+dpo_pair_loss.Args = PairArgs  # type: ignore[attr-defined]
+
+
+class StandInPlugin:
+    """Stands in for the algorithm plugins and the engine / sampler / trainer names."""
+
+    @hookimpl
+    def register_algorithms(self) -> dict[str, Any]:
+        common = {"sample_strategy": "test_sampler"}
+        return {
+            "test_grpo": AlgorithmPreset(advantage_fn="test_grpo_adv", repeat_times=2, **common),
+            "test_ppo": AlgorithmPreset(advantage_fn="test_gae_adv", use_critic=True, **common),
+            "test_sft": AlgorithmPreset(policy_loss_fn="test_sft_loss", train_only=True,
+                                        experience_format="sft", **common),
+            "test_dpo": AlgorithmPreset(policy_loss_fn="test_dpo_loss", train_only=True,
+                                        use_reference=True, fixed_repeat_times=2,
+                                        experience_format="dpo", **common),
+        }
+
+    @hookimpl
+    def register_advantage_fns(self) -> dict[str, Any]:
+        return {"test_grpo_adv": grpo_advantages, "test_gae_adv": gae_advantages}
+
+    @hookimpl
+    def register_policy_loss_fns(self) -> dict[str, Any]:
+        return {"test_sft_loss": sft_nll, "test_dpo_loss": dpo_pair_loss}
+
+    @hookimpl
+    def register_sample_strategies(self) -> dict[str, Any]:
+        return {"test_sampler": object()}
+
+    @hookimpl
+    def register_engines(self) -> dict[str, Any]:
+        return {"test_engine": object()}
+
+    @hookimpl
+    def register_trainers(self) -> dict[str, Any]:
+        return {"test_torch": TorchTrainer}
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry.create(extra_plugins=[StandInPlugin()])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny_qwen2")
+    torch.manual_seed(1234)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                         tie_word_embeddings=True)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def make_trainer(registry, model_dir, tmp_path, **sections: Any) -> TorchTrainer:
+    plain = {
+        "mode": "train", "checkpoint_root_dir": str(tmp_path / "ck"),
+        "algorithm": {"algorithm_type": "test_grpo", "optimizer": {"lr": 1e-3}},
+        "model": {"model_path": str(model_dir), "max_prompt_tokens": 8,
+                  "max_response_tokens": 8},
+        "buffer": {"batch_size": 3},
+        "explorer": {"rollout_model": {"engine_type": "test_engine"}},
+        "synchronizer": {"sync_method": "checkpoint"},
+        "trainer": {"trainer_type": "test_torch", "use_dynamic_bsz": False},
+        "monitor": {"monitor_type": "jsonl"},
+    }
+    stage = build_stages(merge(plain, sections), registry).stages[0]
+    return TorchTrainer(stage.config, stage.validation)
+
+
+def rollouts(n: int = 6, seed: int = 0, group: int = 2) -> list[Experience]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        prompt, response = 2 + i % 3, 2 + (i * 5) % 7
+        tokens = torch.randint(0, VOCAB, (prompt + response,), generator=g)
+        out.append(Experience(tokens=tokens, prompt_length=prompt, reward=float((i * 7) % 3 == 0),
+                              logprobs=-torch.rand(response, generator=g),
+                              eid=EID(batch=0, task=i // group, run=i % group)))
+    return out
+
+
+def params(trainer: TorchTrainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.actor.named_parameters()}
+
+
+EXPECTED = {
+    "actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
+    "actor/entropy", "actor/grad_norm", "actor/lr", "critic/score/mean", "critic/score/max",
+    "critic/score/min", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/max",
+    "critic/advantages/min", "critic/returns/mean", "response_length/mean",
+    "response_length/max", "response_length/min", "response_length/clip_ratio",
+    "prompt_length/mean", "timing_s/update_actor", "timing_s/step",
+}
+
+
+def test_train_step_changes_parameters(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path)
+    assert trainer.ref is None and trainer.critic is None
+    before = params(trainer)
+    experiences = rollouts()
+    metrics = trainer.train_step(experiences)
+    assert EXPECTED <= set(metrics), EXPECTED - set(metrics)
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert trainer.global_steps == 1
+    after = params(trainer)
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(changed) == len(before), set(before) - set(changed)
+    mean_reward = sum(e.reward for e in experiences) / len(experiences)
+    assert metrics["critic/score/mean"] == pytest.approx(mean_reward)
+    assert metrics["actor/ppo_kl"] == 0.0  # on-policy: the ratio is exactly 1
+
+
+def test_kl_loss_uses_the_reference_model(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "kl_loss_fn": "low_var_kl", "kl_loss_fn_args": {"kl_coef": 0.1},
+        "optimizer": {"lr": 1e-2}})
+    assert trainer.ref is not None
+    ref_before = {k: v.clone() for k, v in trainer.ref.state_dict().items()}
+    first = trainer.train_step(rollouts(seed=1))
+    second = trainer.train_step(rollouts(seed=1))
+    assert first["actor/kl_loss"] == pytest.approx(0.0, abs=1e-12)  # actor == reference
+    assert second["actor/kl_loss"] > 0.0 and second["actor/kl_coef"] == 0.1
+    assert all(torch.equal(v, ref_before[k]) for k, v in trainer.ref.state_dict().items())
+
+
+def test_kl_penalty_in_reward(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "kl_penalty_fn": "k1", "kl_penalty_fn_args": {"kl_coef": 0.2}})
+    metrics = trainer.train_step(rollouts())
+    assert metrics["actor/reward_kl_penalty_coeff"] == 0.2
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-7)
+    assert "timing_s/old_log_prob" in metrics and "timing_s/ref" in metrics
+
+
+def _captured_gradients(trainer: TorchTrainer, experiences) -> list[torch.Tensor]:
+    grads: list[torch.Tensor] = []
+    params_ = list(trainer.actor.parameters())
+
+    def capture(*args, **kwargs):
+        grads.extend(p.grad.detach().clone() for p in params_)
+
+    trainer.optimizer.step = capture  # type: ignore[method-assign]
+    trainer.train_step(experiences)
+    return grads
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                  "seq-mean-token-sum-norm"])
+def test_micro_batch_plans_give_the_same_gradient(registry, model_dir, tmp_path, mode) -> None:
+    algorithm = {"loss_agg_mode": mode}
+    plans = {
+        "whole": {"use_dynamic_bsz": False},
+        "fixed": {"use_dynamic_bsz": False, "trainer_config": {
+            "actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 2}}}},
+        "tokens": {"use_dynamic_bsz": True, "max_token_len_per_gpu": 16},
+    }
+    experiences = rollouts(seed=2)
+    grads = {}
+    for name, trainer_section in plans.items():
+        trainer = make_trainer(registry, model_dir, tmp_path, algorithm=algorithm,
+                               trainer={**trainer_section, "grad_clip": 1e9})
+        grads[name] = _captured_gradients(trainer, experiences)
+    padded = trainer._tensor_batch(pad_batch(experiences, 0))  # the "tokens" plan splits
+    assert len(trainer._micro_batches(padded, list(range(len(experiences))))) > 2
+    for name in ("fixed", "tokens"):
+        for a, b in zip(grads[name], grads["whole"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_lr_schedules_follow_the_formulas(registry, model_dir, tmp_path) -> None:
+    def lrs(config: OptimizerConfig, total: int) -> list[float]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+        scheduler = build_scheduler(opt, config, total)
+        values = []
+        for _ in range(total + 1):
+            values.append(scheduler.get_last_lr()[0])
+            opt.step()
+            scheduler.step()
+        return values
+
+    cosine = OptimizerConfig(lr=2.0, lr_warmup_steps=3, lr_scheduler_type="cosine",
+                             min_lr_ratio=0.1)
+    got = lrs(cosine, 10)
+    for s, value in enumerate(got):
+        if s < 3:
+            expected = 2.0 * s / 3
+        else:
+            p = (s - 3) / 7
+            expected = 2.0 * max(0.1, 0.45 * math.cos(math.pi * p) + 0.55)
+        assert value == pytest.approx(expected, abs=1e-12), s
+    constant = OptimizerConfig(lr=1.0, lr_warmup_steps=-1, lr_warmup_steps_ratio=0.25)
+    assert lrs(constant, 8) == pytest.approx([0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    try:
+        from verl.utils.torch_functional import get_cosine_schedule_with_warmup
+    except ImportError:
+        pass
+    else:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+        theirs = get_cosine_schedule_with_warmup(opt, 3, 10, min_lr_ratio=0.1)
+        verl_values = []
+        for _ in range(11):
+            verl_values.append(theirs.get_last_lr()[0])
+            opt.step()
+            theirs.step()
+        assert got == pytest.approx(verl_values, abs=1e-12)
+    # In the trainer: actor/lr is the LR after this step's scheduler advance (veRL 0.9.1).
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "optimizer": {"lr": 1e-3, "lr_warmup_steps": 4}})
+    assert trainer.train_step(rollouts())["actor/lr"] == pytest.approx(1e-3 / 4)
+
+
+def test_bad_experiences_are_named(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path)
+    bad = rollouts()
+    bad[1].logprobs = torch.zeros(bad[1].response_length + 2)
+    with pytest.raises(RftError, match=r"^experience 1 \(eid 0/0/1/\): logprobs has shape "
+                                       r"\(\d+,\) but the response has \d+ tokens$"):
+        trainer.train_step(bad)
+    bad = rollouts()
+    bad[4].reward = float("nan")
+    with pytest.raises(RftError, match=r"^experience 4 \(eid 0/2/0/\): reward is nan$"):
+        trainer.train_step(bad)
+    bad = rollouts()
+    bad[2].tokens[-1] = VOCAB + 5
+    with pytest.raises(RftError, match=r"experience 2 .*token id 69 is outside"):
+        trainer.train_step(bad)
+    with pytest.raises(RftError, match="no experiences"):
+        trainer.train_step([])
+    assert trainer.global_steps == 0
+
+
+def test_state_dict_round_trip_and_named_weights(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path)
+    trainer.train_step(rollouts())
+    state = trainer.state_dict()
+    other = make_trainer(registry, model_dir, tmp_path)
+    other.load_state_dict(state)
+    assert other.global_steps == 1
+    assert other.scheduler.state_dict() == trainer.scheduler.state_dict()
+    for (name, a), (_, b) in zip(trainer.named_weights(), other.named_weights()):
+        assert torch.equal(a, b), name
+    # both continue identically
+    m1, m2 = trainer.train_step(rollouts(seed=3)), other.train_step(rollouts(seed=3))
+    assert m1["actor/pg_loss"] == m2["actor/pg_loss"]
+    names = [name for name, _ in trainer.named_weights()]
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names  # tied once
+
+
+def test_sft_preset_plugs_its_loss_through_the_same_path(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "algorithm_type": "test_sft", "optimizer": {"lr": 1e-2}})
+    data = [Experience(tokens=e.tokens, prompt_length=e.prompt_length) for e in rollouts()]
+    losses = [trainer.train_step(data)["actor/pg_loss"] for _ in range(5)]
+    assert losses[0] == pytest.approx(math.log(VOCAB), rel=0.05)  # random init: uniform
+    assert losses[-1] < losses[0]
+
+
+def test_dpo_pairs_through_the_sequence_level_hook(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "algorithm_type": "test_dpo", "optimizer": {"lr": 1e-2}},
+        trainer={"trainer_config": {"actor_rollout_ref": {"actor": {
+            "ppo_micro_batch_size_per_gpu": 3}}}})  # rounded to whole pairs
+    assert trainer.ref is not None
+    base = rollouts(4)
+    pairs = [Experience(tokens=e.tokens, prompt_length=e.prompt_length,
+                        eid=EID(batch=0, task=i // 2, suffix="rejected" if i % 2 == 0 else "chosen"))
+             for i, e in enumerate(base)]  # rejected first: the trainer reorders
+    first = trainer.train_step(pairs)["actor/pg_loss"]
+    assert first == pytest.approx(math.log(2), abs=1e-6)  # policy == reference
+    assert trainer.train_step(pairs)["actor/pg_loss"] < first
+
+
+def test_ppo_with_critic(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "algorithm_type": "test_ppo"}, trainer={"trainer_config": {"critic": {
+            "cliprange_value": 0.2, "optim": {"lr": 1e-2}}}})
+    assert trainer.critic is not None and trainer.options.cliprange_value == 0.2
+    critic_before = {k: v.clone() for k, v in trainer.critic.state_dict().items()}
+    metrics = trainer.train_step(rollouts())
+    for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/values/mean", "critic/grad_norm",
+                "critic/lr", "timing_s/values", "timing_s/update_critic"):
+        assert key in metrics and math.isfinite(metrics[key]), key
+    assert metrics["critic/lr"] == 1e-2
+    changed = [k for k, v in trainer.critic.state_dict().items() if not torch.equal(v, critic_before[k])]
+    assert "score.weight" in changed
