@@ -277,7 +277,10 @@ class InferenceEngine(ABC):
         return min(limits) if limits else None
 
     def effective_max_model_len(self) -> int | None:
-        return self.max_model_len if self.max_model_len is not None else self.default_max_model_len()
+        """``max_model_len``, else the model's own limit (``None``: unbounded)."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return self.default_max_model_len()
 
     def prepare_prompts(self, prompt_token_ids: Sequence[Sequence[int]],
                         sampling: SamplingArgs) -> list[PreparedPrompt]:
@@ -285,7 +288,8 @@ class InferenceEngine(ABC):
         new-token budget."""
         limit = self.prompt_limit()
         model_len = self.effective_max_model_len()
-        requested = sampling.max_tokens if sampling.max_tokens is not None else self.max_response_tokens
+        requested = (sampling.max_tokens if sampling.max_tokens is not None
+                     else self.max_response_tokens)
         prepared: list[PreparedPrompt] = []
         for index, prompt in enumerate(prompt_token_ids):
             ids = [int(t) for t in prompt]
@@ -296,8 +300,9 @@ class InferenceEngine(ABC):
                 if not self.enable_prompt_truncation:
                     raise RftError(
                         f"prompt {index} has {len(ids)} tokens, more than the limit of {limit} "
-                        f"(max_prompt_tokens={self.max_prompt_tokens}, max_model_len={model_len}); "
-                        f"raise model.max_prompt_tokens or set model.enable_prompt_truncation: true")
+                        f"(max_prompt_tokens={self.max_prompt_tokens}, "
+                        f"max_model_len={model_len}); raise model.max_prompt_tokens or set "
+                        f"model.enable_prompt_truncation: true")
                 ids, truncated = ids[-limit:], True
             budgets = [b for b in (requested,
                                    model_len - len(ids) if model_len is not None else None)

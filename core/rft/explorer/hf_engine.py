@@ -153,9 +153,9 @@ class HFEngine(InferenceEngine):
         greedy = sampling.temperature == 0
         return GenerationConfig(
             do_sample=not greedy,
-            temperature=1.0 if greedy else sampling.temperature,
-            top_p=1.0 if greedy else sampling.top_p,
-            top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None if greedy else max(sampling.top_k, 0),
             min_p=None,
             typical_p=1.0,
             repetition_penalty=sampling.repetition_penalty,
@@ -176,9 +176,13 @@ class HFEngine(InferenceEngine):
 
     def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
                         n: int) -> list[list[Completion]]:
-        input_ids, attention_mask = self._left_pad([p.token_ids for p in prompts])  # (B, P)
+        greedy = sampling.temperature == 0
+        rows = [p.token_ids for p in prompts for _ in range(n if greedy else 1)]
+        input_ids, attention_mask = self._left_pad(rows)  # (B, P), B·n rows when greedy
         max_new = max(p.max_new_tokens for p in prompts)
-        config = self._generation_config(sampling, n, max_new)
+        # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
+        # like repeating each prompt n times); greedy rows are repeated explicitly.
+        config = self._generation_config(sampling, 1 if greedy else n, max_new)
         extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                   generation_config=config, **extra)

@@ -71,8 +71,8 @@ _WORDS = (
     "six seven eight nine ten hundred thousand percent fraction average ratio rate speed "
     "distance miles feet inches pounds kilograms hours minutes cents dozen pair pairs"
 ).split()
-_UNICODE = ("café naïve résumé über Straße façade déjà vu ½ ¾ € £ ° × ÷ − ≤ ≥ π √ 你好 世界 "
-            "数学 答案 こんにちは Привет мир ¿qué? ¡sí! 🙂")
+_UNICODE = ("café naïve résumé über Straße façade déjà vu ½ ¾ € £ ° × ÷ − ≤ ≥ π √ "
+            "你好 世界 数学 答案 こんにちは Привет мир ¿qué? ¡sí! 🙂")
 
 
 def default_corpus(*, num_problems: int = 600, seed: int = 1234) -> list[str]:
@@ -90,7 +90,8 @@ def default_corpus(*, num_problems: int = 600, seed: int = 1234) -> list[str]:
         a, b = rng.randint(2, 99), rng.randint(2, 99)
         op = rng.choice("+-*/")
         if op == "+":
-            question = f"{name} has {a} {item}. {other} gives {name} {b} more. How many {item} does {name} have now?"
+            question = (f"{name} has {a} {item}. {other} gives {name} {b} more. "
+                        f"How many {item} does {name} have now?")
             result, work = a + b, f"{a} + {b} = {a + b}"
         elif op == "-":
             a, b = max(a, b), min(a, b)
@@ -100,7 +101,8 @@ def default_corpus(*, num_problems: int = 600, seed: int = 1234) -> list[str]:
             question = f"{name} buys {a} boxes with {b} {item} each. How many {item} in total?"
             result, work = a * b, f"{a} * {b} = {a * b}"
         else:
-            question = f"{name} shares {a * b} {item} equally among {b} friends. How many does each friend get?"
+            question = (f"{name} shares {a * b} {item} equally among {b} friends. "
+                        "How many does each friend get?")
             result, work = a, f"{a * b} / {b} = {a}"
         lines.append(f"Question: {question}\nLet's think step by step.")
         style = rng.randrange(4)
@@ -113,7 +115,8 @@ def default_corpus(*, num_problems: int = 600, seed: int = 1234) -> list[str]:
         else:
             lines.append(f"<think> {work} </think> <answer> \\boxed{{{result}}} </answer>")
     for _ in range(200):
-        lines.append(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 16))).capitalize() + ".")
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 16)))
+        lines.append(words.capitalize() + ".")
     lines.append(" ".join(str(d) for d in range(10)) + " 0123456789 3.14 1,000 -5 50% $12.50")
     lines.append("\t  indented\n\n  spaces   and\ttabs\r\nnew lines\n\n\n")
     lines.append("{ } [ ] ( ) < > = + - * / ^ _ | \\ : ; , . ? ! ' \" ` ~ @ # $ % &")
@@ -168,7 +171,12 @@ def build_tiny_model(
     :param corpus: tokenizer training texts; ``None``: :func:`default_corpus`.
     :return: ``out_dir`` as a :class:`~pathlib.Path`.
     """
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        GenerationConfig,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

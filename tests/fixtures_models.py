@@ -1,0 +1,31 @@
+"""Reusable model fixtures: the tiny Qwen2 checkpoint, built once per test session.
+
+Use in a test module with ``from fixtures_models import tiny_model_dir  # noqa: F401``
+(``tests/conftest.py`` puts this folder on ``sys.path``). The build is cached per
+session, so several modules importing the fixture share one directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rft.testing.tiny_model import build_tiny_model
+
+_BUILT: dict[int, Path] = {}
+
+
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build (once per session) and return the tiny model directory, seed 0."""
+    key = id(tmp_path_factory)
+    if key not in _BUILT:
+        _BUILT.clear()
+        _BUILT[key] = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), seed=0)
+    return _BUILT[key]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of a tiny random Qwen2 model + ChatML BPE tokenizer (seed 0)."""
+    return tiny_model_path(tmp_path_factory)

@@ -1,0 +1,300 @@
+"""The ``hf`` inference engine on the tiny model: determinism, n samples, logprobs equal
+teacher forcing, token limits, prompt truncation, weight updates, chat template."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from fixtures_models import tiny_model_dir  # noqa: E402,F401
+
+from rft.errors import RftError  # noqa: E402
+from rft.explorer import Completion, InferenceEngine, SamplingArgs  # noqa: E402
+from rft.explorer.hf_engine import HFEngine, HFEngineArgs  # noqa: E402
+
+ATOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> HFEngine:  # noqa: F811
+    return HFEngine(str(tiny_model_dir), seed=7)
+
+
+@pytest.fixture(scope="module")
+def prompts(engine: HFEngine) -> list[list[int]]:
+    return [engine.apply_chat_template([{"role": "user", "content": "What is 12 + 30?"}]),
+            engine.tokenizer.encode("Question: Tom has 3 apples.", add_special_tokens=False),
+            [5, 6, 7]]
+
+
+def _flat(results: list[list[Completion]]) -> list[Completion]:
+    return [c for group in results for c in group]
+
+
+def _assert_logprobs_match(engine: HFEngine, results: list[list[Completion]],
+                           temperature: float) -> None:
+    completions = _flat(results)
+    recomputed = engine.compute_logprobs([c.tokens for c in completions],
+                                         [len(c.prompt_token_ids) for c in completions],
+                                         temperature=temperature)
+    for c, logps in zip(completions, recomputed):
+        assert c.logprobs is not None and c.logprobs.dtype == torch.float32
+        assert c.logprobs.shape == logps.shape == (len(c.token_ids),)
+        torch.testing.assert_close(c.logprobs, logps, atol=ATOL, rtol=0)
+
+
+def test_is_an_inference_engine_and_registered() -> None:
+    import rft.builtin.engines as engines_module
+    from rft.plugins import PluginRegistry, args_type_of, create_plugin_manager
+
+    manager = create_plugin_manager(autoload=False)
+    if not manager.is_registered(engines_module):
+        manager.register(engines_module, name="rft.builtin.engines")
+    registry = PluginRegistry(manager)
+    assert registry.get("engine", "hf") is HFEngine
+    assert issubclass(HFEngine, InferenceEngine)
+    assert args_type_of(HFEngine) is HFEngineArgs
+
+
+def test_generation_is_deterministic_for_a_seed(engine: HFEngine, prompts) -> None:
+    sampling = SamplingArgs(max_tokens=12, seed=123)
+    first = engine.generate(prompts, sampling, n=2)
+    again = engine.generate(prompts, sampling, n=2)
+    other = engine.generate(prompts, SamplingArgs(max_tokens=12, seed=124), n=2)
+    assert [c.token_ids for c in _flat(first)] == [c.token_ids for c in _flat(again)]
+    assert [c.token_ids for c in _flat(first)] != [c.token_ids for c in _flat(other)]
+    for a, b in zip(_flat(first), _flat(again)):
+        assert torch.equal(a.logprobs, b.logprobs)
+
+
+def test_engine_seed_sequence_reproduces_across_engines(
+        tiny_model_dir: Path, prompts) -> None:  # noqa: F811
+    sampling = SamplingArgs(max_tokens=6)
+    runs = []
+    for _ in range(2):
+        fresh = HFEngine(str(tiny_model_dir), seed=11)
+        runs.append([[c.token_ids for c in _flat(fresh.generate(prompts, sampling))]
+                     for _ in range(2)])
+    assert runs[0] == runs[1]
+    assert runs[0][0] != runs[0][1]  # successive calls use successive seeds
+
+
+def test_global_rng_is_untouched(engine: HFEngine, prompts) -> None:
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    engine.generate(prompts, SamplingArgs(max_tokens=4, seed=5))
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_n_samples_per_prompt(engine: HFEngine, prompts) -> None:
+    results = engine.generate(prompts, SamplingArgs(max_tokens=10, seed=3), n=4)
+    assert len(results) == len(prompts)
+    for prompt, group in zip(prompts, results):
+        assert len(group) == 4
+        assert all(c.prompt_token_ids == prompt for c in group)
+        assert len({tuple(c.token_ids) for c in group}) > 1  # samples differ
+        for c in group:
+            assert c.model_version == 0 and not c.prompt_truncated
+            assert c.text == engine.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingArgs(max_tokens=16, seed=1),
+    SamplingArgs(max_tokens=16, seed=2, temperature=0.7),
+    SamplingArgs(max_tokens=16, seed=3, temperature=1.3, top_k=20, top_p=0.9),
+    SamplingArgs(max_tokens=16, seed=4, temperature=0.9, repetition_penalty=1.2),
+], ids=["T1", "T0.7", "T1.3-topk-topp", "rep-penalty"])
+def test_generate_logprobs_equal_compute_logprobs(engine: HFEngine, prompts, sampling) -> None:
+    results = engine.generate(prompts, sampling, n=2)
+    _assert_logprobs_match(engine, results, sampling.logprob_temperature)
+
+
+def test_greedy_is_seed_independent_and_uses_raw_logprobs(engine: HFEngine, prompts) -> None:
+    a = engine.generate(prompts, SamplingArgs(temperature=0, max_tokens=8, seed=1), n=2)
+    b = engine.generate(prompts, SamplingArgs(temperature=0, max_tokens=8, seed=2))
+    assert [g[0].token_ids for g in a] == [g[1].token_ids for g in a] == [g[0].token_ids for g in b]
+    _assert_logprobs_match(engine, a, temperature=1.0)
+    # greedy picks the arg-max: its log-prob is the largest at every step
+    seq = a[0][0]
+    logits = engine.model(torch.tensor([seq.tokens])).logits[0]  # (L, V)
+    P = len(seq.prompt_token_ids)
+    assert logits[P - 1:-1].argmax(-1).tolist() == seq.token_ids
+
+
+def test_logprobs_flag_off(engine: HFEngine, prompts) -> None:
+    results = engine.generate(prompts, SamplingArgs(max_tokens=4, seed=1, logprobs=False))
+    assert all(c.logprobs is None for c in _flat(results))
+
+
+def test_max_tokens_respected(engine: HFEngine, prompts) -> None:
+    results = engine.generate(prompts, SamplingArgs(max_tokens=5, seed=9), n=3)
+    for c in _flat(results):
+        assert 1 <= len(c.token_ids) <= 5
+        if c.finish_reason == "length":
+            assert len(c.token_ids) == 5
+
+
+def test_stop_tokens_and_min_tokens(engine: HFEngine, prompts) -> None:
+    stop = tuple(range(3, len(engine.tokenizer) // 2))  # half the vocabulary stops
+    free = engine.generate(prompts, SamplingArgs(max_tokens=20, seed=5, stop_token_ids=stop), n=3)
+    assert any(len(c.token_ids) < 5 for c in _flat(free))
+    for c in _flat(free):
+        if c.finish_reason == "stop":
+            assert c.token_ids[-1] in stop and c.stop_reason == c.token_ids[-1]
+            assert not any(t in stop for t in c.token_ids[:-1])
+    held = engine.generate(prompts, SamplingArgs(max_tokens=20, min_tokens=5, seed=5,
+                                                 stop_token_ids=stop), n=3)
+    for c in _flat(held):
+        assert len(c.token_ids) >= 5
+        assert not any(t in stop for t in c.token_ids[:4])  # stop ids masked below min
+        assert c.finish_reason == "length" or c.token_ids[-1] in stop
+
+
+def test_eos_ends_generation(engine: HFEngine, prompts) -> None:
+    tokenizer = engine.tokenizer
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in engine.eos_token_ids and tokenizer.pad_token_id in engine.eos_token_ids
+    # Make <|im_end|> the likeliest next token: with tied embeddings its logit is
+    # h · E[im_end], so point its embedding row along the (mean) final hidden state.
+    saved = engine.model.get_input_embeddings().weight.detach().clone()
+    try:
+        row = saved.clone()
+        hidden = _mean_final_hidden(engine, prompts)  # (H,)
+        row[im_end] = 50.0 * hidden / hidden.norm()
+        engine.update_weights([("model.embed_tokens.weight", row)], version=1)
+        results = engine.generate(prompts, SamplingArgs(max_tokens=10, seed=1), n=2)
+        for c in _flat(results):
+            assert c.finish_reason == "stop" and c.token_ids[-1] == im_end
+            assert "<|im_end|>" not in c.text
+        _assert_logprobs_match(engine, results, 1.0)
+    finally:
+        engine.update_weights([("model.embed_tokens.weight", saved)], version=0)
+
+
+def _mean_final_hidden(engine: HFEngine, prompts) -> torch.Tensor:
+    with torch.no_grad():
+        states = [engine.model.model(torch.tensor([p])).last_hidden_state[0, -1]
+                  for p in prompts]  # (H,) each
+    return torch.stack(states).mean(0)
+
+
+def test_stop_strings(engine: HFEngine, prompts) -> None:
+    base = engine.generate(prompts[:1], SamplingArgs(max_tokens=12, seed=21))[0][0]
+    assert len(base.text) > 3
+    stop = base.text[2:4]
+    cut = engine.generate(prompts[:1], SamplingArgs(max_tokens=12, seed=21, stop=(stop,)))[0][0]
+    assert cut.finish_reason == "stop" and cut.stop_reason == stop
+    assert cut.token_ids == base.token_ids[:len(cut.token_ids)]
+    assert stop not in cut.text and base.text.startswith(cut.text)
+
+
+def test_prompt_truncation(tiny_model_dir: Path) -> None:  # noqa: F811
+    long_prompt = list(range(3, 23))  # 20 tokens
+    truncating = HFEngine(str(tiny_model_dir), max_prompt_tokens=8, enable_prompt_truncation=True)
+    results = truncating.generate([long_prompt, [3, 4]], SamplingArgs(max_tokens=4, seed=0))
+    assert results[0][0].prompt_token_ids == long_prompt[-8:] and results[0][0].prompt_truncated
+    assert results[1][0].prompt_token_ids == [3, 4] and not results[1][0].prompt_truncated
+    _assert_logprobs_match(truncating, results, 1.0)
+
+    refusing = HFEngine(str(tiny_model_dir), max_prompt_tokens=8, enable_prompt_truncation=False)
+    with pytest.raises(RftError, match=r"prompt 1 has 20 tokens, more than the limit of 8") as info:
+        refusing.generate([[3, 4], long_prompt], SamplingArgs(max_tokens=4))
+    assert "\n" not in str(info.value)
+
+
+def test_max_model_len_bounds_new_tokens(tiny_model_dir: Path) -> None:  # noqa: F811
+    engine = HFEngine(str(tiny_model_dir), max_model_len=12, max_response_tokens=10)
+    assert engine.prompt_limit() == 11
+    results = engine.generate([[3, 4, 5], list(range(3, 11))], SamplingArgs(seed=0), n=2)
+    for group, prompt_len in zip(results, (3, 8)):
+        for c in group:
+            assert len(c.prompt_token_ids) + len(c.token_ids) <= 12
+            assert len(c.token_ids) <= 10
+    assert any(len(c.token_ids) == 4 and c.finish_reason == "length" for c in results[1])
+    _assert_logprobs_match(engine, results, 1.0)
+
+
+def test_batched_equals_chunked_scoring(
+        tiny_model_dir: Path, engine: HFEngine, prompts) -> None:  # noqa: F811
+    results = _flat(engine.generate(prompts, SamplingArgs(max_tokens=8, seed=2), n=2))
+    chunked = HFEngine(str(tiny_model_dir), max_batch_size=1)
+    seqs, lens = [c.tokens for c in results], [len(c.prompt_token_ids) for c in results]
+    for a, b in zip(engine.compute_logprobs(seqs, lens), chunked.compute_logprobs(seqs, lens)):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    # chunked generation is deterministic and consistent too
+    out = chunked.generate(prompts, SamplingArgs(max_tokens=8, seed=2), n=2)
+    again = chunked.generate(prompts, SamplingArgs(max_tokens=8, seed=2), n=2)
+    assert [c.token_ids for c in _flat(out)] == [c.token_ids for c in _flat(again)]
+    _assert_logprobs_match(chunked, out, 1.0)
+
+
+def test_update_weights_changes_outputs_and_version(
+        tiny_model_dir: Path, prompts) -> None:  # noqa: F811
+    engine = HFEngine(str(tiny_model_dir))
+    sampling = SamplingArgs(temperature=0, max_tokens=8)
+    before = [c.token_ids for c in _flat(engine.generate(prompts, sampling))]
+    before_logps = engine.compute_logprobs([prompts[0] + [5, 6]], [len(prompts[0])])[0]
+    generator = torch.Generator().manual_seed(0)
+    new_weights = [(name, tensor + 0.05 * torch.randn(tensor.shape, generator=generator))
+                   for name, tensor in engine.model.state_dict().items()
+                   if name != "lm_head.weight"]
+    engine.update_weights(iter(new_weights), version=3)
+    assert engine.model_version == 3
+    model = engine.model
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
+    torch.testing.assert_close(model.model.embed_tokens.weight,
+                               dict(new_weights)["model.embed_tokens.weight"])
+    after = engine.generate(prompts, sampling)
+    assert [c.token_ids for c in _flat(after)] != before
+    assert all(c.model_version == 3 for c in _flat(after))
+    after_logps = engine.compute_logprobs([prompts[0] + [5, 6]], [len(prompts[0])])[0]
+    assert not torch.allclose(before_logps, after_logps)
+    sampled = engine.generate(prompts, SamplingArgs(max_tokens=6, seed=1))
+    _assert_logprobs_match(engine, sampled, 1.0)
+
+    # the output-embedding name updates the tied embedding too (DDP prefix stripped)
+    head = torch.zeros_like(model.lm_head.weight)
+    engine.update_weights([("module.lm_head.weight", head)], version=4)
+    assert engine.model_version == 4 and torch.equal(model.model.embed_tokens.weight, head)
+
+    with pytest.raises(RftError, match="no parameter 'model.nope'"):
+        engine.update_weights([("model.nope", torch.zeros(1))], version=5)
+    with pytest.raises(RftError, match="has shape"):
+        engine.update_weights([("model.norm.weight", torch.zeros(3))], version=5)
+    assert engine.model_version == 4
+
+
+def test_chat_applies_template(engine: HFEngine) -> None:
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "What is 6 * 7?"}]
+    results = engine.chat([messages, messages[1:]], SamplingArgs(max_tokens=5, seed=1), n=2)
+    expected = engine.tokenizer.encode(
+        "<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWhat is 6 * 7?"
+        "<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    assert [c.prompt_token_ids for c in results[0]] == [expected, expected]
+    second_turn = expected.index(1, 1)  # the user turn's <|im_start|>
+    assert results[1][0].prompt_token_ids == expected[second_turn:]
+    assert engine.tokenizer.decode(expected).endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
+    for sampling, pattern in [(SamplingArgs(temperature=-1), "temperature"),
+                              (SamplingArgs(top_p=0), "top_p"),
+                              (SamplingArgs(max_tokens=0), "max_tokens"),
+                              (SamplingArgs(max_tokens=2, min_tokens=3), "min_tokens")]:
+        with pytest.raises(RftError, match=pattern):
+            engine.generate([[3, 4]], sampling)
+    with pytest.raises(RftError, match="prompt 0 is empty"):
+        engine.generate([[]], SamplingArgs(max_tokens=2))
+    with pytest.raises(RftError, match="prompt length"):
+        engine.compute_logprobs([[3, 4]], [0])
