@@ -225,7 +225,7 @@ def test_all_problems_are_reported_at_once(base, registry):
     assert caught.value.problems == [
         "model.min_response_tokens: must be less than max_response_tokens (50), got 99",
         "buffer.batch_size: must be > 0, got 0",
-        "trainer.trainer_type: unknown trainer 'nope'; registered: test_trainer",
+        "trainer.trainer_type: unknown trainer 'nope'; registered: test_trainer, torch",
     ]
 
 

@@ -1,31 +1,87 @@
 """Launcher: runs the stages of a validated config in order, each in its mode.
 
-Modes are part of the core (not plugins): ``colocate`` (explorer and trainer alternate in
-one process), ``both`` (Ray actors), ``explore``, ``train`` and ``bench``.
+Modes are part of the core (not plugins). A stage starts from the previous stage's final
+model. After the last stage, ``<job dir>/summary.json`` holds each stage's held-out
+evaluation before and after it, and the console shows the same as a table.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
 
 from rft.config import LoadedConfig, Stage
+from rft.embedded import StageResult, run_embedded
 from rft.errors import RftError
 
-ModeRunner = Callable[[Stage], None]
+ModeRunner = Callable[[Stage], StageResult]
 
-MODE_RUNNERS: dict[str, ModeRunner] = {}
+MODE_RUNNERS: dict[str, ModeRunner] = {
+    "colocate": run_embedded,
+    "train": run_embedded,
+}
 """Runner per mode; a mode missing here is not available in this version of rft."""
 
 
 def run(loaded: LoadedConfig) -> int:
-    """Run every stage in order; return the process exit status."""
+    """Run every stage in order; write the summary; return the process exit status."""
     missing = sorted({stage.config.mode for stage in loaded.stages} - set(MODE_RUNNERS))
     if missing:
         raise RftError(
             f"mode: {', '.join(repr(m) for m in missing)} cannot run yet: this version of rft "
-            "validates configs but has no runner for it (available: "
-            f"{', '.join(sorted(MODE_RUNNERS)) or 'none'})"
-        )
+            f"runs {', '.join(sorted(MODE_RUNNERS))} (the Ray/vLLM modes are not built yet)")
+    results: list[StageResult] = []
+    previous_model: str | None = None
     for stage in loaded.stages:
-        MODE_RUNNERS[stage.config.mode](stage)
+        if previous_model is not None:
+            stage.config.model.model_path = previous_model
+            stage.config.model.critic_model_path = previous_model
+        result = MODE_RUNNERS[stage.config.mode](stage)
+        results.append(result)
+        previous_model = result.final_model_path
+        write_summary(loaded, results)
+    print_summary(results)
     return 0
+
+
+def summary_path(loaded: LoadedConfig) -> str:
+    """``<checkpoint_root_dir>/<project>/<name>/summary.json`` of the whole run."""
+    c = loaded.config
+    return os.path.join(c.checkpoint_root_dir, c.project, c.name, "summary.json")
+
+
+def write_summary(loaded: LoadedConfig, results: list[StageResult]) -> None:
+    path = summary_path(loaded)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data: dict[str, Any] = {"project": loaded.config.project, "name": loaded.config.name,
+                            "stages": [asdict(r) for r in results]}
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def print_summary(results: list[StageResult]) -> None:
+    """A table: one row per stage and eval metric, before → after."""
+    rows = [("stage", "metric", "before", "after")]
+    for result in results:
+        for key in sorted(set(result.eval_before) | set(result.eval_after)):
+            if not key.endswith(("/accuracy", "/reward/mean")) and "pass@" not in key:
+                continue
+            before, after = result.eval_before.get(key), result.eval_after.get(key)
+            rows.append((result.name or "-", key, _fmt(before), _fmt(after)))
+    if len(rows) == 1:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    out = sys.stdout
+    for n, row in enumerate(rows):
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)), file=out)
+        if n == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

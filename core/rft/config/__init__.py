@@ -105,6 +105,11 @@ def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfi
         overrides = {s: getattr(stage, s) for s in STAGE_SECTIONS if getattr(stage, s) is not None}
         merged = deep_merge(plain, overrides)
         merged["name"] = f"{plain.get('name')}_{stage.stage_name}"
+        if "checkpoint_job_dir" not in plain:
+            merged["checkpoint_job_dir"] = os.path.join(
+                str(plain.get("checkpoint_root_dir", RftConfig.checkpoint_root_dir)),
+                str(plain.get("project", RftConfig.project)),
+                str(plain.get("name", RftConfig.name)), stage.stage_name)
         stage_plains.append((f"{key}.", stage.stage_name, merged))
     if not raw_stages:
         stage_plains.append(("", None, plain))

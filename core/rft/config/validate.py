@@ -111,7 +111,8 @@ def check_global(c: RftConfig, v: Validation) -> None:
     if not c.checkpoint_root_dir:
         v.problem("checkpoint_root_dir", "must be set")
         return
-    c.checkpoint_job_dir = os.path.join(c.checkpoint_root_dir, c.project, c.name)
+    if c.checkpoint_job_dir is None:  # stages come with <root>/<project>/<name>/<stage>
+        c.checkpoint_job_dir = os.path.join(c.checkpoint_root_dir, c.project, c.name)
     if c.ray_namespace is None:
         c.ray_namespace = f"{c.project}/{c.name}"
 

@@ -1,0 +1,234 @@
+"""The embedded run: explorer and trainer in one process (modes ``colocate`` and ``train``).
+
+One step of ``colocate``::
+
+    explore (batch_size tasks × repeat_times) → experience buffer → sample strategy
+    → trainer.train_step → engine.update_weights (model_version = step) → monitors
+    → evaluation every eval_interval → checkpoint every save_interval
+
+``train`` (and any algorithm whose preset is ``train_only``, e.g. SFT) skips exploring:
+the experience buffer is the offline dataset. Evaluation still runs (on startup, every
+``eval_interval``, at the end) when eval tasksets are configured, so every stage reports
+held-out accuracy before and after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rft.buffer.sampling import TrainerBuffers
+from rft.buffer.sft_data import DatasetStorage, row_to_sft_experience
+from rft.buffer.storage import ExperienceStorage, open_storage
+from rft.buffer.taskset import read_rows
+from rft.checkpoint import (
+    check_writable,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from rft.config import Stage
+from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
+from rft.errors import RftError
+from rft.explorer.engine import InferenceEngine, SamplingArgs
+from rft.explorer.explorer import Explorer
+from rft.explorer.model_wrapper import ModelWrapper
+from rft.monitor.base import Monitor
+
+log = logging.getLogger("rft.embedded")
+
+
+@dataclass
+class StageResult:
+    """What a stage leaves behind for the next one and for ``summary.json``."""
+
+    name: str | None
+    steps: int
+    eval_before: dict[str, float] = field(default_factory=dict)
+    eval_after: dict[str, float] = field(default_factory=dict)
+    final_model_path: str | None = None
+    failed_tasks: int = 0
+    seconds: float = 0.0
+
+
+def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
+    """The rollout engine of a stage (an engine class may provide ``from_config``)."""
+    factory = getattr(engine_cls, "from_config", None)
+    if factory is not None:
+        return factory(config)
+    m, rm = config.model, config.explorer.rollout_model
+    return engine_cls(
+        rm.model_path or m.model_path, dtype=rm.dtype, trust_remote_code=m.trust_remote_code,
+        max_model_len=rm.max_model_len or m.max_model_len,
+        max_prompt_tokens=rm.max_prompt_tokens or m.max_prompt_tokens,
+        max_response_tokens=rm.max_response_tokens or m.max_response_tokens,
+        enable_prompt_truncation=(m.enable_prompt_truncation if rm.enable_prompt_truncation is None
+                                  else rm.enable_prompt_truncation),
+        chat_template=rm.chat_template or m.custom_chat_template or _read_template(m.chat_template_path),
+        enable_thinking=rm.enable_thinking if rm.enable_thinking is not None else m.enable_thinking,
+        seed=rm.seed,
+    )
+
+
+def _read_template(path: str | None) -> str | None:
+    if not path:
+        return None
+    with open(os.path.expanduser(path), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def default_sampling(config: RftConfig) -> SamplingArgs:
+    """Sampling defaults from the ``model`` section."""
+    m = config.model
+    return SamplingArgs(temperature=m.temperature, top_p=m.top_p, top_k=m.top_k,
+                        max_tokens=m.max_response_tokens, min_tokens=m.min_response_tokens,
+                        repetition_penalty=m.repetition_penalty)
+
+
+def open_monitors(stage: Stage, role: str) -> list[Monitor]:
+    """The configured monitor for ``role`` plus the console (always on)."""
+    config, selected = stage.config, stage.validation.selected["monitor.monitor_type"]
+    log_dir = os.path.join(config.checkpoint_job_dir or ".", "monitor")
+    monitors = [selected.implementation(config.project, config.name, role, log_dir, selected.args)]
+    if selected.name != "console":
+        console = stage.validation.registry.get("monitor", "console")
+        monitors.append(console(config.project, config.name, role, log_dir))
+    return monitors
+
+
+def log_all(monitors: list[Monitor], metrics: dict[str, float], step: int) -> None:
+    for monitor in monitors:
+        monitor.log(metrics, step)
+
+
+def offline_storage(stage: Stage, tokenizer: Any) -> ExperienceStorage:
+    """The experience buffer of a train-only stage: the dataset rows as experiences."""
+    config = stage.config
+    buffer = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
+    dataset = TasksetConfig(name=buffer.name, storage_type="sql" if buffer.storage_type == "sql"
+                            else "file", path=buffer.path, split=buffer.split,
+                            subset_name=buffer.subset_name, format=buffer.format)
+    where = f"experience buffer {buffer.name!r} ({buffer.path})"
+    experiences = [row_to_sft_experience(row, i, buffer.format, tokenizer, where)
+                   for i, row in enumerate(read_rows(dataset))]
+    return DatasetStorage(buffer.name, experiences, config.buffer.total_epochs)
+
+
+def total_steps(config: RftConfig, explorer: Explorer | None, storage: ExperienceStorage) -> int:
+    """``trainer.total_steps``, else ``buffer.total_steps``, else epochs over the data."""
+    if config.trainer.total_steps:
+        return config.trainer.total_steps
+    if config.buffer.total_steps:
+        return config.buffer.total_steps
+    if explorer is not None:
+        return config.buffer.total_epochs * math.ceil(explorer.train_size / config.buffer.batch_size)
+    return storage.available() // (config.buffer.train_batch_size or 1)
+
+
+def run_embedded(stage: Stage) -> StageResult:
+    """Run one stage in this process (see the module docstring)."""
+    started = time.monotonic()
+    config, validation = stage.config, stage.validation
+    preset = validation.preset
+    explores = config.mode == "colocate" and not (preset is not None and preset.train_only)
+    job_dir = config.checkpoint_job_dir or "."
+    check_writable(job_dir)
+
+    selected = validation.selected
+    engine = build_engine(config, selected["explorer.rollout_model.engine_type"].implementation)
+    model = ModelWrapper(engine, default_sampling(config))
+    has_eval = bool(config.buffer.explorer_input.eval_tasksets)
+    buffer_cfg = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
+    if explores:
+        storage = open_storage(buffer_cfg.storage_type, buffer_cfg.name, buffer_cfg.path)
+    else:
+        storage = offline_storage(stage, engine.tokenizer)
+    explorer = Explorer(config, validation, model, storage) if (explores or has_eval) else None
+
+    steps = total_steps(config, explorer if explores else None, storage)
+    if steps <= 0:
+        raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
+    trainer = selected["trainer.trainer_type"].implementation(config, validation,
+                                                              total_steps=steps)
+    strategy_sel = selected["algorithm.sample_strategy"]
+    strategy = strategy_sel.implementation(TrainerBuffers(storage),
+                                           batch_size=config.buffer.train_batch_size,
+                                           timeout=buffer_cfg.max_read_timeout,
+                                           args=strategy_sel.args)
+    explorer_monitors = open_monitors(stage, "explorer")
+    trainer_monitors = open_monitors(stage, "trainer")
+    result = StageResult(stage.name, steps)
+
+    first_step = 1
+    checkpoints = list_checkpoints(job_dir) if config.continue_from_checkpoint else []
+    if checkpoints:
+        trainer_state, state = load_checkpoint(checkpoints[-1])
+        trainer.load_state_dict(trainer_state)
+        if explorer is not None:
+            for selector, selector_state in zip(explorer.selectors, state.get("selectors", []),
+                                                strict=False):
+                selector.load_state_dict(selector_state)
+        if isinstance(storage, DatasetStorage) and "dataset" in state:
+            storage.load_state_dict(state["dataset"])
+        result.eval_before = state.get("eval_before", {})
+        first_step = state["step"] + 1
+        engine.update_weights(trainer.named_weights(), version=state["step"])
+        log.info("resumed from %s", checkpoints[-1].path)
+
+    try:
+        if explorer is not None and has_eval and first_step == 1 and config.explorer.eval_on_startup:
+            result.eval_before = explorer.evaluate()
+            log_all(explorer_monitors, result.eval_before, 0)
+        for step in range(first_step, steps + 1):
+            if explores:
+                log_all(explorer_monitors, explorer.explore_step(step), step)
+            experiences, sample_metrics = strategy.sample(step, engine.model_version)
+            metrics = {**sample_metrics, **trainer.train_step(experiences)}
+            sync_started = time.monotonic()
+            engine.update_weights(trainer.named_weights(), version=step)
+            metrics["timing_s/sync"] = time.monotonic() - sync_started
+            log_all(trainer_monitors, metrics, step)
+            if explorer is not None and has_eval and step % config.explorer.eval_interval == 0 \
+                    and step != steps:
+                log_all(explorer_monitors, explorer.evaluate(), step)
+            if config.trainer.save_interval and step % config.trainer.save_interval == 0 \
+                    and step != steps:
+                _save(stage, trainer, explorer, storage, step, result, final=False)
+        if explorer is not None and has_eval:
+            result.eval_after = explorer.evaluate()
+            log_all(explorer_monitors, result.eval_after, steps)
+        _save(stage, trainer, explorer, storage, steps, result, final=True)
+        result.final_model_path = os.path.join(job_dir, f"global_step_{steps}", "hf")
+        result.failed_tasks = len(explorer.failed_tasks) if explorer is not None else 0
+    finally:
+        for monitor in explorer_monitors + trainer_monitors:
+            monitor.close()
+        if explorer is not None:
+            explorer.close()
+        storage.close()
+        trainer.close()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _save(stage: Stage, trainer: Any, explorer: Explorer | None, storage: ExperienceStorage,
+          step: int, result: StageResult, *, final: bool) -> None:
+    config = stage.config
+    # the final model is always exported: the next stage and the user start from it
+    always = config.trainer.save_hf_checkpoint == "always"
+    save_hf = trainer.save_pretrained if (final or always) else None
+    state: dict[str, Any] = {
+        "model_version": step,
+        "selectors": [s.state_dict() for s in explorer.selectors] if explorer else [],
+        "eval_before": result.eval_before,
+        "experiences_written": storage.written,
+        "experiences_read": storage.read_count,
+    }
+    if isinstance(storage, DatasetStorage):
+        state["dataset"] = storage.state_dict()
+    save_checkpoint(config.checkpoint_job_dir or ".", step, trainer.state_dict(), state,
+                    max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf)

@@ -1,0 +1,209 @@
+"""The explorer: tasks → workflows → experiences → experience buffer; and evaluation.
+
+One explore step takes ``buffer.batch_size`` tasks from the training taskset's selector,
+runs each ``repeat_times`` times through its workflow, gives every experience its id
+(step / task / run) and writes them to the experience buffer. Failed tasks are counted
+(``rollout/failed_tasks``) and logged, never fatal. Evaluation runs every task of every
+eval taskset and reports accuracy and pass@k per taskset.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rft.buffer.selector import TaskSelector
+from rft.buffer.storage import ExperienceStorage
+from rft.buffer.taskset import TaskPlugins, load_tasks
+from rft.config.schema import RftConfig, TasksetConfig
+from rft.config.validate import Validation
+from rft.experience import EID, Experience
+from rft.explorer.model_wrapper import ModelWrapper
+from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
+from rft.workflow import Task, Workflow
+
+log = logging.getLogger("rft.explorer")
+
+
+def is_correct(exp: Experience) -> bool:
+    """A rollout is correct when its ``accuracy`` reward part is ≥ 1 (else reward ≥ 1)."""
+    accuracy = exp.metrics.get("reward/accuracy")
+    return (accuracy if accuracy is not None else (exp.reward or 0.0)) >= 1.0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate from ``n`` samples with ``c`` correct (Chen et al. 2021):
+    ``1 − C(n − c, k) / C(n, k)``."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class Taskset:
+    """A loaded taskset with its plugins."""
+
+    config: TasksetConfig
+    key: str
+    tasks: list[Task]
+    workflow_cls: type[Workflow]
+
+
+def open_taskset(config: TasksetConfig, key: str, validation: Validation,
+                 *, is_eval: bool) -> Taskset:
+    """Read a taskset and attach the workflow / reward resolved by validation."""
+    workflow = validation.selected[f"{key}.default_workflow_type"]
+    reward = validation.selected.get(f"{key}.default_reward_fn_type")
+    plugins = TaskPlugins(workflow.implementation, workflow.args,
+                          reward.implementation if reward else None,
+                          reward.args if reward else None)
+    tasks = load_tasks(config, plugins, is_eval=is_eval)
+    return Taskset(config, key, tasks, workflow.implementation)
+
+
+class Explorer:
+    """Drives exploration and evaluation for one stage.
+
+    :param config: the validated stage config.
+    :param validation: its resolved plugins.
+    :param model: the rollout model.
+    :param storage: the experience buffer to write to.
+    """
+
+    def __init__(self, config: RftConfig, validation: Validation, model: ModelWrapper,
+                 storage: ExperienceStorage) -> None:
+        self.config = config
+        self.model = model
+        self.storage = storage
+        e = config.explorer
+        ei = config.buffer.explorer_input
+        self.train_sets: list[Taskset] = []
+        if ei.taskset is not None:
+            self.train_sets.append(open_taskset(ei.taskset, "buffer.explorer_input.taskset",
+                                                validation, is_eval=False))
+        for i, taskset in enumerate(ei.tasksets):
+            self.train_sets.append(open_taskset(taskset, f"buffer.explorer_input.tasksets[{i}]",
+                                                validation, is_eval=False))
+        self.eval_sets = [open_taskset(t, f"buffer.explorer_input.eval_tasksets[{i}]", validation,
+                                       is_eval=True) for i, t in enumerate(ei.eval_tasksets)]
+        self.selectors: list[TaskSelector] = []
+        for taskset in self.train_sets:
+            selected = validation.selected[f"{taskset.key}.task_selector.selector_type"]
+            self.selectors.append(selected.implementation(
+                dataset_size=len(taskset.tasks), seed=taskset.config.task_selector.seed,
+                args=selected.args))
+        self.runner = WorkflowRunner(self._make_workflow, max_timeout=e.max_timeout,
+                                     max_retry_times=e.max_retry_times,
+                                     concurrent_mode=e.concurrent_mode,
+                                     workers=e.runner_per_model)
+        self.max_repeat_times_per_runner = e.max_repeat_times_per_runner
+        self.failed_tasks: list[str] = []
+
+    @property
+    def train_size(self) -> int:
+        return sum(len(t.tasks) for t in self.train_sets)
+
+    def _make_workflow(self, task: Task) -> Workflow:
+        taskset = next(t for t in self.train_sets + self.eval_sets if t.config.name == task.taskset)
+        return taskset.workflow_cls(task, self.model)
+
+    def next_tasks(self, batch_size: int) -> list[Task]:
+        """The next ``batch_size`` training tasks, spread over the training tasksets."""
+        if not self.train_sets:
+            return []
+        tasks: list[Task] = []
+        share = math.ceil(batch_size / len(self.train_sets))
+        for taskset, selector in zip(self.train_sets, self.selectors, strict=True):
+            take = min(share, batch_size - len(tasks))
+            tasks += [taskset.tasks[i] for i in selector.next_batch(take)]
+        return tasks
+
+    def run(self, tasks: Sequence[Task], batch_id: int | str) -> tuple[list[Experience],
+                                                                         list[TaskResult]]:
+        """Run tasks (split by ``max_repeat_times_per_runner``) and label their experiences."""
+        units: list[tuple[Task, int]] = [part for task in tasks
+                                         for part in split_repeats(task, self.max_repeat_times_per_runner)]
+        results = self.runner.run_tasks([task for task, _ in units])
+        experiences: list[Experience] = []
+        for (task, first_run), result in zip(units, results, strict=True):
+            if not result.ok:
+                message = f"task {task.taskset}[{task.index}] failed after {result.attempts} " \
+                          f"attempt(s): {result.error}"
+                self.failed_tasks.append(message)
+                log.warning(message)
+                continue
+            for run, exp in enumerate(result.experiences, start=first_run):
+                exp.eid = EID(batch=batch_id, task=task.index, run=run, suffix=exp.eid.suffix)
+                exp.info.setdefault("taskset", task.taskset)
+                experiences.append(exp)
+        return experiences, results
+
+    def explore_step(self, step: int) -> dict[str, float]:
+        """One step: run a batch of tasks and write the experiences to the buffer."""
+        started = time.monotonic()
+        tasks = self.next_tasks(self.config.buffer.batch_size)
+        experiences, results = self.run(tasks, step)
+        self.storage.write(experiences)
+        metrics = rollout_metrics(experiences, results)
+        metrics["timing_s/explore"] = time.monotonic() - started
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy, mean reward and pass@k of every eval taskset."""
+        metrics: dict[str, float] = {}
+        for taskset in self.eval_sets:
+            experiences, _ = self.run(taskset.tasks, f"eval/{taskset.config.name}")
+            metrics.update(eval_metrics(taskset.config.name, taskset.tasks, experiences,
+                                        taskset.config.repeat_times or 1))
+        return metrics
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) -> dict[str, float]:
+    """Explorer-side metrics of one step (veRL-style names)."""
+    metrics: dict[str, float] = {
+        "rollout/tasks": float(len(results)),
+        "rollout/failed_tasks": float(sum(not r.ok for r in results)),
+        "rollout/experiences": float(len(experiences)),
+    }
+    if experiences:
+        rewards = [e.reward or 0.0 for e in experiences]
+        lengths = [e.response_length for e in experiences]
+        metrics.update({
+            "rollout/reward/mean": statistics.fmean(rewards),
+            "rollout/reward/max": max(rewards),
+            "rollout/reward/min": min(rewards),
+            "rollout/accuracy": statistics.fmean(is_correct(e) for e in experiences),
+            "rollout/response_length/mean": statistics.fmean(lengths),
+            "rollout/response_length/max": float(max(lengths)),
+        })
+    return metrics
+
+
+def eval_metrics(name: str, tasks: Sequence[Task], experiences: list[Experience],
+                 k: int) -> dict[str, Any]:
+    """``eval/<name>/accuracy`` (mean over rollouts), ``…/reward/mean``, ``…/pass@k``."""
+    by_task: dict[Any, list[Experience]] = {}
+    for exp in experiences:
+        by_task.setdefault(exp.eid.task, []).append(exp)
+    correct = [sum(is_correct(e) for e in by_task.get(t.index, [])) for t in tasks]
+    samples = [len(by_task.get(t.index, [])) for t in tasks]
+    prefix = f"eval/{name}"
+    total = sum(samples)
+    metrics: dict[str, Any] = {
+        f"{prefix}/accuracy": sum(correct) / total if total else 0.0,
+        f"{prefix}/reward/mean": (statistics.fmean(e.reward or 0.0 for e in experiences)
+                                  if experiences else 0.0),
+        f"{prefix}/failed_tasks": float(sum(1 for s in samples if s == 0)),
+    }
+    if k > 1:
+        metrics[f"{prefix}/pass@{k}"] = statistics.fmean(
+            pass_at_k(n, c, k) if n >= k else float(c > 0) for n, c in zip(samples, correct, strict=True))
+    return metrics

@@ -1,0 +1,158 @@
+"""Running workflows: timeouts, retries, concurrency.
+
+:class:`WorkflowRunner` runs one workflow per task and never lets a bad task stop the
+run: a workflow that raises is retried ``max_retry_times`` times and then recorded as
+failed; one that runs longer than ``max_timeout`` seconds is abandoned and recorded as
+timed out (its thread cannot be killed; it finishes in the background and its result is
+dropped). ``concurrent_mode`` chooses how the tasks of a step are run: ``sequential``,
+``multi-threading`` (``runner_per_model`` threads) or ``asynchronous`` (an event loop;
+workflows with an ``async def run_async()`` are awaited, others run in threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rft.experience import Experience
+from rft.workflow import Task, Workflow
+
+WorkflowFactory = Callable[[Task], Workflow]
+
+
+@dataclass
+class TaskResult:
+    """Outcome of one task."""
+
+    task: Task
+    experiences: list[Experience] = field(default_factory=list)
+    ok: bool = True
+    error: str | None = None
+    """One line: ``ExceptionType: message`` of the last attempt, or the timeout."""
+    attempts: int = 0
+    seconds: float = 0.0
+
+
+def split_repeats(task: Task, limit: int | None) -> list[tuple[Task, int]]:
+    """``task`` as sub-tasks of at most ``limit`` repeats: ``[(sub_task, first_run), …]``."""
+    if limit is None or task.repeat_times <= limit:
+        return [(task, 0)]
+    parts = []
+    for first in range(0, task.repeat_times, limit):
+        parts.append((dataclasses.replace(task, repeat_times=min(limit, task.repeat_times - first)),
+                      first))
+    return parts
+
+
+class WorkflowRunner:
+    """Runs tasks through their workflows with the explorer's limits.
+
+    :param make_workflow: builds the workflow of a task (class from the task's taskset).
+    :param max_timeout: seconds one attempt may take.
+    :param max_retry_times: extra attempts after a failure (not after a timeout).
+    :param concurrent_mode: ``sequential`` | ``multi-threading`` | ``asynchronous``.
+    :param workers: threads for the concurrent modes (``runner_per_model``).
+    """
+
+    def __init__(self, make_workflow: WorkflowFactory, *, max_timeout: float,
+                 max_retry_times: int, concurrent_mode: str = "sequential",
+                 workers: int = 1) -> None:
+        self.make_workflow = make_workflow
+        self.max_timeout = max_timeout
+        self.max_retry_times = max_retry_times
+        self.concurrent_mode = concurrent_mode
+        self.workers = max(1, workers)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.workers + 1, thread_name_prefix="rft-workflow")
+
+    def run_tasks(self, tasks: Sequence[Task]) -> list[TaskResult]:
+        """Results in task order, whatever the concurrency."""
+        if self.concurrent_mode == "multi-threading" and len(tasks) > 1:
+            with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
+                return list(pool.map(self.run_task, tasks))
+        if self.concurrent_mode == "asynchronous" and len(tasks) > 1:
+            return asyncio.run(self._run_async(tasks))
+        return [self.run_task(task) for task in tasks]
+
+    def run_task(self, task: Task) -> TaskResult:
+        """One task with retries and the timeout."""
+        result = TaskResult(task)
+        started = time.monotonic()
+        for attempt in range(1, self.max_retry_times + 2):
+            result.attempts = attempt
+            future = self._pool.submit(self._attempt, task)
+            try:
+                result.experiences = future.result(timeout=self.max_timeout)
+                result.ok, result.error = True, None
+                break
+            except concurrent.futures.TimeoutError:
+                result.ok = False
+                result.error = (f"workflow timed out after {self.max_timeout:g} s "
+                                f"(explorer.max_timeout)")
+                break  # a hung workflow is not retried: it would hang again
+            except Exception as exc:  # noqa: BLE001 - any workflow error is recorded
+                result.ok = False
+                result.error = _one_line(exc)
+        result.seconds = time.monotonic() - started
+        return result
+
+    async def _run_async(self, tasks: Sequence[Task]) -> list[TaskResult]:
+        limit = asyncio.Semaphore(self.workers)
+
+        async def one(task: Task) -> TaskResult:
+            async with limit:
+                workflow = self.make_workflow(task)
+                run_async = getattr(workflow, "run_async", None)
+                if run_async is not None and inspect.iscoroutinefunction(run_async):
+                    return await self._await_with_retries(task, run_async)
+                return await asyncio.get_running_loop().run_in_executor(None, self.run_task, task)
+
+        return list(await asyncio.gather(*(one(task) for task in tasks)))
+
+    async def _await_with_retries(self, task: Task, first_call: Callable[[], Any]) -> TaskResult:
+        result = TaskResult(task)
+        started = time.monotonic()
+        call = first_call
+        for attempt in range(1, self.max_retry_times + 2):
+            result.attempts = attempt
+            try:
+                result.experiences = _checked(await asyncio.wait_for(call(), self.max_timeout))
+                result.ok, result.error = True, None
+                break
+            except asyncio.TimeoutError:
+                result.ok = False
+                result.error = f"workflow timed out after {self.max_timeout:g} s (explorer.max_timeout)"
+                break
+            except Exception as exc:  # noqa: BLE001
+                result.ok, result.error = False, _one_line(exc)
+                call = self.make_workflow(task).run_async
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _attempt(self, task: Task) -> list[Experience]:
+        return _checked(self.make_workflow(task).run())
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _checked(experiences: Any) -> list[Experience]:
+    if not isinstance(experiences, list) or not all(isinstance(e, Experience) for e in experiences):
+        raise TypeError(f"workflow run() must return a list of Experience, got "
+                        f"{type(experiences).__name__}")
+    return experiences
+
+
+def _one_line(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    location = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+    return f"{type(exc).__name__}: {message[0] if message else ''}{location}"
+

@@ -1,0 +1,33 @@
+"""rft-plugin-workflows: workflows selected by ``default_workflow_type``.
+
+- ``simple_workflow`` — one chat turn per rollout, scored by the taskset's reward.
+- ``math_workflow`` — asks for ``<think>…</think><answer>…</answer>``.
+- ``math_boxed_workflow`` — asks for the final answer in ``\\boxed{}``.
+- ``verl_gsm8k_workflow`` — veRL's GSM8K prompt (answer after ``####``), veRL's scoring
+  through ``gsm8k_reward``.
+- :class:`~rft_plugin_workflows.multi_turn.MultiTurnWorkflow` — base class for
+  environment loops; builds one experience per episode with an action mask that covers
+  only the model's tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft import hookimpl
+from rft_plugin_workflows.single_turn import (
+    MathBoxedWorkflow,
+    MathWorkflow,
+    SimpleWorkflow,
+    VerlGSM8KWorkflow,
+)
+
+
+@hookimpl
+def register_workflows() -> dict[str, Any]:
+    return {
+        "simple_workflow": SimpleWorkflow,
+        "math_workflow": MathWorkflow,
+        "math_boxed_workflow": MathBoxedWorkflow,
+        "verl_gsm8k_workflow": VerlGSM8KWorkflow,
+    }
