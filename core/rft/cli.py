@@ -3,6 +3,7 @@
     rft plugins [--json]                    list loaded plugins and the names they register
     rft validate CONFIG [key=value ...]     print the resolved config, or every problem
     rft run CONFIG [key=value ...]          validate, then run through the launcher
+    rft tiny-model DIR                      build a tiny random Qwen2 model offline
 
 A user error prints one line per problem (``rft: <problem>``) and exits with status 2;
 ``--debug`` adds the traceback.
@@ -71,6 +72,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(loaded)
 
 
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    from rft.testing.tiny_model import build_tiny_model
+
+    path = build_tiny_model(args.directory, vocab_size=args.vocab_size,
+                            hidden_size=args.hidden_size, num_layers=args.layers,
+                            seed=args.seed)
+    print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -80,6 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     plugins.set_defaults(handler=cmd_plugins)
+
+    tiny = commands.add_parser("tiny-model", help="build a tiny random Qwen2 model and "
+                               "tokenizer offline (for tests and the CPU quickstart)")
+    tiny.add_argument("directory", help="output folder")
+    tiny.add_argument("--vocab-size", type=int, default=1024)
+    tiny.add_argument("--hidden-size", type=int, default=64)
+    tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    tiny.set_defaults(handler=cmd_tiny_model)
 
     for name, handler, text in (
         ("validate", cmd_validate, "check a config; print it resolved, or its problems"),
