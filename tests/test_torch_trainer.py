@@ -122,7 +122,8 @@ def make_trainer(registry, model_dir, tmp_path, **sections: Any) -> TorchTrainer
         "buffer": {"batch_size": 3},
         "explorer": {"rollout_model": {"engine_type": "test_engine"}},
         "synchronizer": {"sync_method": "checkpoint"},
-        "trainer": {"trainer_type": "test_torch", "use_dynamic_bsz": False},
+        "trainer": {"trainer_type": "test_torch", "use_dynamic_bsz": False,
+                    "trainer_config": {"torch": {"device": "cpu"}}},  # exact checks: CPU
         "monitor": {"monitor_type": "jsonl"},
     }
     stage = build_stages(merge(plain, sections), registry).stages[0]
@@ -206,7 +207,7 @@ def _captured_gradients(trainer: TorchTrainer, experiences) -> list[torch.Tensor
     return grads
 
 
-@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                   "seq-mean-token-sum-norm"])
 def test_micro_batch_plans_give_the_same_gradient(registry, model_dir, tmp_path, mode) -> None:
