@@ -129,8 +129,17 @@ def total_steps(config: RftConfig, explorer: Explorer | None, storage: Experienc
     return storage.available() // (config.buffer.train_batch_size or 1)
 
 
+def quiet_libraries() -> None:
+    """No per-call progress bars from transformers / datasets in the run's output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def run_embedded(stage: Stage) -> StageResult:
     """Run one stage in this process (see the module docstring)."""
+    quiet_libraries()
     started = time.monotonic()
     config, validation = stage.config, stage.validation
     preset = validation.preset
@@ -161,6 +170,8 @@ def run_embedded(stage: Stage) -> StageResult:
                                            args=strategy_sel.args)
     explorer_monitors = open_monitors(stage, "explorer")
     trainer_monitors = open_monitors(stage, "trainer")
+    for monitor in explorer_monitors + trainer_monitors:
+        monitor.start(steps)
     result = StageResult(stage.name, steps)
 
     first_step = 1

@@ -36,6 +36,9 @@ class Monitor(ABC):
     def run_name(self) -> str:
         return f"{self.name}_{self.role}"
 
+    def start(self, total_steps: int) -> None:
+        """Called once before the first step with the number of steps of the run."""
+
     @abstractmethod
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Record the metrics of one step."""

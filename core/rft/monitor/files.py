@@ -13,29 +13,59 @@ from typing import Any, TextIO
 from rft.monitor.base import Monitor
 
 
+HEADLINE_METRICS = (
+    "rollout/reward/mean", "rollout/accuracy", "rollout/failed_tasks", "actor/pg_loss",
+    "actor/entropy", "actor/kl_loss", "actor/grad_norm", "critic/score/mean",
+    "response_length/mean", "timing_s/step",
+)
+"""What the console shows by default (plus every ``eval/…/accuracy`` and ``pass@k``)."""
+
+
 @dataclass
 class ConsoleArgs:
     """Arguments of the ``console`` monitor."""
 
     keys: list[str] | None = None
-    """Metric names to print; ``None`` prints every metric."""
+    """Metric names to print; ``None``: the headline metrics and every eval accuracy."""
+    all_metrics: bool = False
+    """Print every metric of every step."""
 
 
 class ConsoleMonitor(Monitor):
-    """Prints one line per step: ``[<run>] step N | key=value | …``."""
+    """One line per step with a progress bar:
+    ``[<run>] [#####-----] 12/40 | key=value | …``."""
 
     Args = ConsoleArgs
+    BAR_WIDTH = 20
 
     def __init__(self, project: str, name: str, role: str, log_dir: str,
                  args: ConsoleArgs | None = None, stream: TextIO | None = None) -> None:
         super().__init__(project, name, role, log_dir, args or ConsoleArgs())
         self.stream = stream or sys.stdout
+        self.total_steps: int | None = None
+
+    def start(self, total_steps: int) -> None:
+        self.total_steps = total_steps
+
+    def selected_keys(self, metrics: Mapping[str, float]) -> list[str]:
+        if self.args.all_metrics:
+            return sorted(metrics)
+        if self.args.keys is not None:
+            return [k for k in self.args.keys if k in metrics]
+        evals = sorted(k for k in metrics if k.startswith("eval/")
+                       and (k.endswith("/accuracy") or "/pass@" in k))
+        return [k for k in HEADLINE_METRICS if k in metrics] + evals
+
+    def progress(self, step: int) -> str:
+        if not self.total_steps:
+            return f"step {step}"
+        done = round(self.BAR_WIDTH * min(step, self.total_steps) / self.total_steps)
+        return f"[{'#' * done}{'-' * (self.BAR_WIDTH - done)}] {step}/{self.total_steps}"
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        keys = self.args.keys if self.args.keys is not None else sorted(metrics)
-        parts = [f"{key}={_short(metrics[key])}" for key in keys if key in metrics]
-        print(f"[{self.run_name}] step {step} | " + " | ".join(parts), file=self.stream,
-              flush=True)
+        parts = [f"{key}={_short(metrics[key])}" for key in self.selected_keys(metrics)]
+        print(f"[{self.run_name}] {self.progress(step)} | " + " | ".join(parts),
+              file=self.stream, flush=True)
 
 
 def _short(value: Any) -> str:
