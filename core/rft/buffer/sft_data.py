@@ -30,6 +30,7 @@ def _end_of_turn_id(tokenizer: Any) -> int | None:
 def row_to_sft_experience(row: dict[str, Any], index: int, fmt: FormatConfig, tokenizer: Any,
                           where: str) -> Experience:
     """One prompt/response row (or messages ending with the assistant) as an experience."""
+    row = {key: value for key, value in row.items() if value is not None}
     if fmt.messages_key in row and fmt.prompt_type == "messages":
         messages = list(row[fmt.messages_key])
         if not messages or messages[-1].get("role") != "assistant":

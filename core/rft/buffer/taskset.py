@@ -106,6 +106,8 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
     :raises TasksetError: the row lacks the prompt / messages key.
     """
     fmt = cfg.format
+    # ``datasets`` gives every row every column, filling gaps with None: treat None as absent
+    row = {key: value for key, value in row.items() if value is not None}
     task = Task(raw=row, index=index, taskset=cfg.name, repeat_times=cfg.repeat_times or 1,
                 sampling={k: v for k, v in vars(cfg.rollout_args).items() if v is not None},
                 workflow_args=plugins.workflow_args, reward_fn=plugins.reward_fn,
