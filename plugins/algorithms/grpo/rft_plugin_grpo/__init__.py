@@ -1,0 +1,50 @@
+"""rft-plugin-grpo: Group Relative Policy Optimization (https://arxiv.org/abs/2402.03300).
+
+Registered names:
+
+- algorithm ``grpo`` — the preset below.
+- advantage fns ``grpo`` (GRPO; Dr.GRPO with ``norm_adv_by_std_in_grpo: false``),
+  ``grpo_no_std`` (the same function, Dr.GRPO by default) and ``opo`` (OPO's
+  length-weighted group baseline; it lives here as another group-baseline outcome
+  estimator used with GRPO's clipped surrogate).
+
+The policy loss (``ppo``, the dual-clip surrogate), the KL estimators and the entropy
+bonus are the core's built-ins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft import hookimpl
+from rft.algorithm import AlgorithmPreset
+from rft_plugin_grpo.advantages import (GRPOArgs, GRPONoStdArgs, grpo_advantages,
+                                        grpo_no_std_advantages, opo_advantages)
+
+__all__ = ["GRPOArgs", "GRPONoStdArgs", "PRESET", "grpo_advantages", "grpo_no_std_advantages",
+           "opo_advantages"]
+
+PRESET = AlgorithmPreset(
+    advantage_fn="grpo",
+    policy_loss_fn="ppo",
+    kl_loss_fn="k2",
+    kl_penalty_fn="none",
+    entropy_loss_fn="default",
+    sample_strategy="default",
+    repeat_times=2,
+    min_repeat_times=2,
+    use_reference=True,
+)
+"""GRPO: group-normalised outcome advantages, clipped surrogate, k2 KL loss (Trinity-RFT's
+defaults)."""
+
+
+@hookimpl
+def register_algorithms() -> dict[str, Any]:
+    return {"grpo": PRESET}
+
+
+@hookimpl
+def register_advantage_fns() -> dict[str, Any]:
+    return {"grpo": grpo_advantages, "grpo_no_std": grpo_no_std_advantages,
+            "opo": opo_advantages}

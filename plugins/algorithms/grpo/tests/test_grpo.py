@@ -1,0 +1,125 @@
+"""rft-plugin-grpo: veRL 0.9.1 equivalence (hypothesis, float64), hand-computed cases,
+the preset after validation, and the registry entries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from rft.group_ops import group_ids
+from rft.plugins import PluginRegistry
+from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft_plugin_grpo import grpo_advantages, grpo_no_std_advantages, opo_advantages
+
+torch.set_num_threads(1)
+
+
+def _pair(ours, ref) -> None:
+    close(ours[0], ref[0])
+    close(ours[1], ref[1])
+
+
+# ---- veRL equivalence ----------------------------------------------------------------
+
+
+@SETTINGS
+@given(batches(max_b=24), REWARD_KINDS, st.booleans(), st.sampled_from([1e-6, 1e-2]))
+def test_grpo_equals_verl(batch: Batch, kind: str, norm_by_std: bool, epsilon: float) -> None:
+    """GRPO and Dr.GRPO (``norm_adv_by_std_in_grpo=False``), singletons (``μ=0, σ=1``)
+    and constant-reward groups included; labels as strings (veRL's uids) and as a tensor."""
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    rewards = rewards_for(batch, kind)
+    ref = core_algos.compute_grpo_outcome_advantage(
+        rewards.clone(), batch.mask, batch.groups, epsilon=epsilon,
+        norm_adv_by_std_in_grpo=norm_by_std)
+    _pair(grpo_advantages(rewards, batch.mask, batch.groups, epsilon, norm_by_std), ref)
+    tensor_ids = group_ids(batch.groups) * 3 + 5  # non-contiguous integer ids
+    _pair(grpo_advantages(rewards, batch.mask, tensor_ids, epsilon, norm_by_std), ref)
+    if not norm_by_std:
+        _pair(grpo_no_std_advantages(rewards, batch.mask, batch.groups, epsilon), ref)
+
+
+@SETTINGS
+@given(batches(max_b=24), REWARD_KINDS)
+def test_opo_equals_verl(batch: Batch, kind: str) -> None:
+    """OPO's length-weighted baseline.
+
+    Divergence: when every response of a group (of two or more) is empty, veRL's baseline
+    is 0/0 = NaN, which the zero mask does not remove (NaN·0 = NaN); rft's baseline is 0
+    there, so those rows are 0. Checked explicitly; all other rows must match."""
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    rewards = rewards_for(batch, kind)
+    ref_adv, ref_ret = core_algos.compute_opo_outcome_advantage(
+        rewards.clone(), batch.mask, batch.groups)
+    ours, returns = opo_advantages(rewards, batch.mask, batch.groups)
+    nan_rows = torch.isnan(ref_adv).any(dim=-1)
+    if nan_rows.any():
+        event("veRL NaN rows (all-empty group)")
+        assert torch.all(batch.mask[nan_rows] == 0)
+        assert torch.all(ours[nan_rows] == 0)
+    close(ours[~nan_rows], ref_adv[~nan_rows])
+    close(returns[~nan_rows], ref_ret[~nan_rows])
+
+
+# ---- by hand -------------------------------------------------------------------------
+
+
+def test_grpo_by_hand() -> None:
+    rewards = torch.zeros(5, 3, dtype=torch.float64)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0, 1.0, 2.0])
+    mask = torch.ones(5, 3, dtype=torch.float64)
+    mask[1, 2] = 0.0
+    index = ["a", "a", "b", "b", "c"]  # a: {1, 0}; b: constant; c: singleton
+    advantages, returns = grpo_advantages(rewards, mask, index)
+    std = 2 ** -0.5
+    assert advantages[:, 0].tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0, 2.0],
+                                                      rel=1e-5)
+    assert advantages[1, 2].item() == 0.0
+    assert returns is advantages
+    dr, _ = grpo_advantages(rewards, mask, index, norm_adv_by_std_in_grpo=False)
+    assert dr[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0, 2.0])
+    no_std, _ = grpo_no_std_advantages(rewards, mask, index)
+    assert torch.equal(no_std, dr)
+
+
+def test_opo_by_hand() -> None:
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    adv, _ = opo_advantages(rewards, mask, [0, 0, 1])
+    baseline = (2 * 1.0 + 1 * 0.0) / 3  # length-weighted mean of group 0
+    assert adv[:, 0].tolist() == pytest.approx([1 - baseline, -baseline, 3.0])
+
+
+# ---- preset and registry -------------------------------------------------------------
+
+
+def test_registered_by_this_distribution() -> None:
+    registry = PluginRegistry.create()
+    assert registry.registration("algorithm", "grpo").distribution == "rft-plugin-grpo"
+    for name in ("grpo", "grpo_no_std", "opo"):
+        assert registry.registration("advantage_fn", name).distribution == "rft-plugin-grpo"
+
+
+def test_preset_fills_defaults(tmp_path) -> None:
+    algorithm, validation = validated({"algorithm_type": "grpo"}, str(tmp_path))
+    assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
+            algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
+            algorithm.repeat_times) == ("grpo", "ppo", "k2", "none", "default", "default", 2)
+    args = validation.selected["algorithm.advantage_fn"].args
+    assert (args.epsilon, args.norm_adv_by_std_in_grpo) == (1e-6, True)
+    assert validation.preset.use_reference and not validation.preset.use_critic
+
+
+def test_user_values_win_and_repeat_times_is_checked(tmp_path) -> None:
+    algorithm, validation = validated(
+        {"algorithm_type": "grpo", "repeat_times": 8, "advantage_fn": "grpo_no_std",
+         "kl_loss_fn": "none"}, str(tmp_path))
+    assert (algorithm.repeat_times, algorithm.advantage_fn, algorithm.kl_loss_fn) == (
+        8, "grpo_no_std", "none")
+    assert validation.selected["algorithm.advantage_fn"].args.norm_adv_by_std_in_grpo is False
+    from rft.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="repeat_times >= 2"):
+        validated({"algorithm_type": "grpo", "repeat_times": 1}, str(tmp_path))
