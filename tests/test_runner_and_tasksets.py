@@ -173,7 +173,8 @@ def test_row_missing_the_prompt_key_names_file_row_and_key(tmp_path):
     with pytest.raises(TasksetError) as caught:
         load_tasks(taskset(path), PLUGINS, is_eval=False)
     assert str(caught.value) == (f"taskset 'ts' ({path}): row 1 has no key 'q' "
-                                 "(format.prompt_key); keys: a, question")
+                                 "(format.prompt_key) or 'message' (format.messages_key); "
+                                 "keys: a, question")
 
 
 def test_row_missing_the_response_key(tmp_path):

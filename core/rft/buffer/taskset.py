@@ -112,19 +112,15 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
                 sampling={k: v for k, v in vars(cfg.rollout_args).items() if v is not None},
                 workflow_args=plugins.workflow_args, reward_fn=plugins.reward_fn,
                 reward_args=plugins.reward_args, is_eval=is_eval)
-    prompt_type = fmt.prompt_type
-    if prompt_type == "messages" and fmt.messages_key not in row and fmt.prompt_key in row:
-        prompt_type = "plaintext"  # the default format names "message"; fall back to text
-    if prompt_type == "messages":
-        if fmt.messages_key not in row:
-            raise TasksetError(f"{_where(cfg)}: row {index} has no key {fmt.messages_key!r} "
-                               f"(format.messages_key); keys: {', '.join(row)}")
+    if fmt.prompt_type == "messages" and fmt.messages_key in row:
         messages = row[fmt.messages_key]
         task.messages = json.loads(messages) if isinstance(messages, str) else list(messages)
     else:
         if fmt.prompt_key not in row:
+            also = (f" or {fmt.messages_key!r} (format.messages_key)"
+                    if fmt.prompt_type == "messages" else "")
             raise TasksetError(f"{_where(cfg)}: row {index} has no key {fmt.prompt_key!r} "
-                               f"(format.prompt_key); keys: {', '.join(row)}")
+                               f"(format.prompt_key){also}; keys: {', '.join(row)}")
         task.prompt = str(row[fmt.prompt_key])
         if fmt.system_prompt_key and row.get(fmt.system_prompt_key):
             task.system_prompt = str(row[fmt.system_prompt_key])
