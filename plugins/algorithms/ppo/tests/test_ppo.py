@@ -1,0 +1,62 @@
+"""rft-plugin-ppo: GAE equals veRL 0.9.1 (hypothesis, float64), a hand-computed case,
+the preset after validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rft.plugins import PluginRegistry
+from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft_plugin_ppo import gae_advantages
+
+torch.set_num_threads(1)
+
+
+@SETTINGS
+@given(batches(), REWARD_KINDS, st.sampled_from([1.0, 0.99]), st.sampled_from([1.0, 0.95, 0.0]))
+def test_gae_equals_verl(batch: Batch, kind: str, gamma: float, lam: float) -> None:
+    """GAE skipping unmasked tokens; whitening (padding included, as veRL). Fewer than two
+    masked tokens: both raise ValueError."""
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    rewards = rewards_for(batch, kind)
+    values = batch.randn()
+    try:
+        ref = core_algos.compute_gae_advantage_return(rewards, values, batch.mask, gamma, lam)
+    except ValueError:
+        with pytest.raises(ValueError):
+            gae_advantages(rewards, values, batch.mask, gamma, lam)
+        return
+    ours = gae_advantages(rewards, values, batch.mask, gamma, lam)
+    close(ours[0], ref[0])
+    close(ours[1], ref[1])
+
+
+def test_gae_returns_by_hand() -> None:
+    """λ = 1, γ = 1: returns are rewards-to-go whatever the values; a hole is skipped."""
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]], dtype=torch.float64)
+    values = torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, 0.9]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
+    _, returns = gae_advantages(rewards, values, mask)
+    assert returns[0, [0, 2]].tolist() == pytest.approx([1.0, 1.0])
+    assert returns[1, :2].tolist() == pytest.approx([2.0, 2.0])
+
+
+def test_registered_by_this_distribution() -> None:
+    registry = PluginRegistry.create()
+    assert registry.registration("algorithm", "ppo").distribution == "rft-plugin-ppo"
+    for name in ("ppo", "gae"):
+        assert registry.registration("advantage_fn", name).distribution == "rft-plugin-ppo"
+
+
+def test_preset_fills_defaults(tmp_path) -> None:
+    algorithm, validation = validated({"algorithm_type": "ppo",
+                                       "advantage_fn_args": {"lam": 0.95}}, str(tmp_path))
+    assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
+            algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
+            algorithm.repeat_times) == ("ppo", "ppo", "k2", "none", "default", "default", 1)
+    args = validation.selected["algorithm.advantage_fn"].args
+    assert (args.gamma, args.lam) == (1.0, 0.95)
+    assert validation.preset.use_critic and validation.preset.use_reference
