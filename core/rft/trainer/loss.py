@@ -380,21 +380,21 @@ def actor_loss(fns: LossFns, inputs: LossInputs, agg: AggContext) -> LossOutput:
     if inputs.entropy is not None:
         with torch.no_grad():
             summed["actor/entropy"] = agg(inputs.entropy.detach(), mask).item()
-        if fns.uses_entropy_loss:
-            fn = fns.entropy.implementation  # type: ignore[union-attr]
-            offered = {"loss_agg_mode": agg.mode, **agg.kwargs()}
-            term = fn(inputs.entropy, mask, **_optional_kwargs(fn, offered, var_kw_gets_all=True),
-                      **args_dict(fns.entropy))
-            loss = loss - term
-    elif fns.uses_entropy_loss:
-        raise RftError(f"{fns.entropy.key}: {fns.entropy.name!r} needs per-token entropies "  # type: ignore[union-attr]
-                       "but none were computed")
+    if fns.entropy is not None and fns.uses_entropy_loss:
+        if inputs.entropy is None:
+            raise RftError(f"{fns.entropy.key}: {fns.entropy.name!r} needs per-token "
+                           "entropies but none were computed")
+        fn = fns.entropy.implementation
+        offered = {"loss_agg_mode": agg.mode, **agg.kwargs()}
+        term = fn(inputs.entropy, mask, **_optional_kwargs(fn, offered, var_kw_gets_all=True),
+                  **args_dict(fns.entropy))
+        loss = loss - term
 
-    if fns.uses_kl_loss:
+    if fns.kl_loss is not None and fns.uses_kl_loss:
         if inputs.ref_per_token_logps is None:
-            raise RftError(f"{fns.kl_loss.key}: KL loss {fns.kl_loss.name!r} needs reference "  # type: ignore[union-attr]
+            raise RftError(f"{fns.kl_loss.key}: KL loss {fns.kl_loss.name!r} needs reference "
                            "log-probs but no reference model ran")
-        kl = fns.kl_loss.implementation(inputs.per_token_logps,  # type: ignore[union-attr]
+        kl = fns.kl_loss.implementation(inputs.per_token_logps,
                                         inputs.ref_per_token_logps)  # (B, R)
         kl_loss = agg(kl, mask)
         coef = kl_coef_of(fns.kl_loss)

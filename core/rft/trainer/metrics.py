@@ -44,7 +44,8 @@ def data_metrics(*, token_level_scores: torch.Tensor, token_level_rewards: torch
         valid_returns = torch.masked_select(returns, mask)
         metrics.update(_stats("critic/values", valid_values))
         if valid_values.numel() > 1:
-            explained = 1.0 - torch.var(valid_returns - valid_values) / (torch.var(valid_returns) + 1e-5)
+            residual = torch.var(valid_returns - valid_values)
+            explained = 1.0 - residual / (torch.var(valid_returns) + 1e-5)
             metrics["critic/vf_explained_var"] = explained.item()
     metrics.update(_stats("response_length", response_lengths))
     metrics["response_length/clip_ratio"] = (

@@ -55,14 +55,16 @@ def cosine_lr_lambda(num_warmup_steps: int, num_training_steps: int,
                      min_lr_ratio: float = 0.0, num_cycles: float = 0.5) -> LrLambda:
     """Linear warm-up, then cosine decay to ``min_lr_ratio`` (see the module docstring)."""
     if not 0.0 <= min_lr_ratio <= 1.0:
-        raise RftError(f"algorithm.optimizer.min_lr_ratio: must be within [0, 1], got {min_lr_ratio}")
+        raise RftError(f"algorithm.optimizer.min_lr_ratio: must be within [0, 1], "
+                       f"got {min_lr_ratio}")
     coef = (1.0 - min_lr_ratio) * 0.5
     intercept = (1.0 + min_lr_ratio) * 0.5
 
     def multiplier(step: int) -> float:
         if step < num_warmup_steps:
             return float(step) / float(max(1, num_warmup_steps))
-        progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+        decay_steps = max(1, num_training_steps - num_warmup_steps)
+        progress = float(step - num_warmup_steps) / float(decay_steps)
         return max(min_lr_ratio, math.cos(math.pi * num_cycles * 2.0 * progress) * coef + intercept)
 
     return multiplier

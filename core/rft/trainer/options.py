@@ -4,16 +4,19 @@ Besides the ``trainer`` section, the native trainer reads a few keys of the veRL
 ``trainer.trainer_config`` (so one YAML serves both backends) and its own
 ``trainer.trainer_config.torch`` mapping:
 
-=====================================================================  ===================
-``actor_rollout_ref.actor.ppo_mini_batch_size``                        prompts per optimizer step (× repeat_times); default: ``buffer.train_batch_size`` rows
-``actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu``               rows per forward/backward (without ``use_dynamic_bsz``); default: the mini-batch
-``actor_rollout_ref.actor.ppo_epochs``                                 passes over the batch per step; default 1
-``critic.cliprange_value``                                             value clip; default 0.5
-``critic.optim.lr``                                                    critic learning rate; default ``algorithm.optimizer.lr``
-``torch.device``                                                       ``auto`` (cuda if available), ``cpu``, ``cuda``, ``cuda:1`` …
-``torch.dtype``                                                        autocast dtype: ``float32`` (CPU default), ``bfloat16`` (CUDA default)
-``torch.use_rollout_logprobs``                                         use the explorer's log-probs as ``old_per_token_logps`` instead of recomputing; default false
-=====================================================================  ===================
+- ``actor_rollout_ref.actor.ppo_mini_batch_size``: prompts per optimizer step (the
+  mini-batch is that × ``repeat_times`` rows); default ``buffer.train_batch_size`` rows,
+  one update per step.
+- ``actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu``: rows per forward/backward
+  when ``trainer.use_dynamic_bsz`` is false; default the whole mini-batch.
+- ``actor_rollout_ref.actor.ppo_epochs``: passes over the batch per step; default 1.
+- ``critic.cliprange_value``: clip range of the value loss; default 0.5.
+- ``critic.optim.lr``: critic learning rate; default ``algorithm.optimizer.lr``.
+- ``torch.device``: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, ….
+- ``torch.dtype``: autocast dtype of forward passes (master weights stay float32):
+  ``float32`` (CPU default) or ``bfloat16`` (CUDA default).
+- ``torch.use_rollout_logprobs``: take ``old_per_token_logps`` from the experiences'
+  ``logprobs`` instead of recomputing them with the actor; default false (veRL).
 """
 
 from __future__ import annotations

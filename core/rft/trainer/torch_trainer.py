@@ -70,8 +70,9 @@ class TorchTrainer(Trainer):
         self.options = TorchTrainerOptions.from_config(config, total_steps)
         device = self.options.device
         trust = config.model.trust_remote_code
-        self.actor: nn.Module = (model if model is not None
-                                 else load_causal_lm(config.model.model_path, trust_remote_code=trust))
+        if model is None:
+            model = load_causal_lm(config.model.model_path, trust_remote_code=trust)
+        self.actor: nn.Module = model
         self.actor.to(device).train()
         self.ref: nn.Module | None = None
         if self.preset.use_reference or self.fns.needs_ref:
@@ -202,7 +203,8 @@ class TorchTrainer(Trainer):
                     raise RftError(f"{where}: {name} contains NaN or inf")
             if e.reward is not None and not math.isfinite(float(e.reward)):
                 raise RftError(f"{where}: reward is {e.reward}")
-            if rollout and e.reward is None and e.token_level_reward is None and e.advantages is None:
+            rewardless = e.reward is None and e.token_level_reward is None
+            if rollout and rewardless and e.advantages is None:
                 raise RftError(f"{where}: has no reward (reward, token_level_reward or "
                                "advantages must be set)")
             if self.vocab_size is not None and e.tokens.numel():
