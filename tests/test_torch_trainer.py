@@ -92,7 +92,8 @@ class StandInPlugin:
 
 @pytest.fixture(scope="module")
 def registry() -> PluginRegistry:
-    return PluginRegistry.create(extra_plugins=[StandInPlugin()])
+    # Built-ins only: the trainer tests do not depend on installed plugin distributions.
+    return PluginRegistry.create(extra_plugins=[StandInPlugin()], autoload=False)
 
 
 @pytest.fixture(scope="module")
