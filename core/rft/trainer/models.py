@@ -87,8 +87,11 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     width = batch.response_width
     inputs = _model_inputs(batch, device)
     with autocast_context(device, dtype):
-        output = model(**inputs, use_cache=False, logits_to_keep=width + 1)
-    logits = output.logits[:, :-1, :].float()  # (B, R, V)
+        try:
+            output = model(**inputs, use_cache=False, logits_to_keep=width + 1)
+        except TypeError:  # custom modelling code without ``logits_to_keep``
+            output = model(**inputs, use_cache=False)
+    logits = output.logits[:, -width - 1: -1, :].float()  # (B, R, V)
     if temperature != 1.0:
         logits = logits / temperature
     labels = inputs["input_ids"][:, batch.prompt_width:]  # (B, R)
