@@ -1,0 +1,69 @@
+"""rft-plugin-remax: ReMax (https://arxiv.org/abs/2310.10505).
+
+Registered names: algorithm ``remax``; advantage fn ``remax``. Equal to veRL 0.9.1's
+``compute_remax_outcome_advantage``.
+
+The baseline is the reward of the greedy response to the same prompt. The trainer passes
+it as ``reward_baselines`` ``(B,)`` from ``Experience.info["reward_baseline"]``, which the
+workflow must fill (generate once greedily, score it, store the score on every sampled
+experience of that task).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft import hookimpl
+from rft.algorithm import AlgorithmPreset
+
+__all__ = ["PRESET", "ReMaxArgs", "remax_advantages"]
+
+
+@dataclass
+class ReMaxArgs:
+    """Arguments of the ``remax`` advantage: none."""
+
+
+def remax_advantages(
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax: return-to-go minus the greedy baseline.
+
+    ``G_t = Σ_{s≥t} r_s · mask_s`` (``returns``), ``A_t = G_t − b · mask_t`` with ``b`` the
+    reward of the greedy response, ``reward_baselines`` ``(B,)``.
+    """
+    with torch.no_grad():
+        returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1)  # (B, T)
+        advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
+    return advantages, returns
+
+
+remax_advantages.Args = ReMaxArgs  # type: ignore[attr-defined]
+
+PRESET = AlgorithmPreset(
+    advantage_fn="remax",
+    policy_loss_fn="ppo",
+    kl_loss_fn="k2",
+    kl_penalty_fn="none",
+    entropy_loss_fn="default",
+    sample_strategy="default",
+    repeat_times=1,
+    min_repeat_times=1,
+    use_reference=True,
+)
+"""ReMax: greedy-baseline advantages with the clipped surrogate and a k2 KL loss."""
+
+
+@hookimpl
+def register_algorithms() -> dict[str, Any]:
+    return {"remax": PRESET}
+
+
+@hookimpl
+def register_advantage_fns() -> dict[str, Any]:
+    return {"remax": remax_advantages}
