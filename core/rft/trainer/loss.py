@@ -260,7 +260,10 @@ def compute_advantages(selected: Selected, available: Mapping[str, Any],
                        "this run does not provide (values need a critic: an algorithm whose "
                        "preset sets use_critic; reward_baselines come from "
                        "Experience.info['reward_baseline'])")
-    result = fn(**inputs, **fields)
+    try:
+        result = fn(**inputs, **fields)
+    except ValueError as exc:  # e.g. whitening over fewer than two tokens
+        raise RftError(f"{selected.key}: {selected.name!r} failed on this batch: {exc}") from exc
     if not (isinstance(result, tuple) and len(result) == 2):
         raise RftError(f"{selected.key}: {selected.name!r} must return (advantages, returns), "
                        f"got {type(result).__name__}")
