@@ -6,7 +6,8 @@ Prints, for GRPO advantages, the PPO (dual-clip) policy loss and the low_var_kl 
 the median time of a few repeats for veRL and for rft and the ratio ``veRL / rft`` (> 1:
 rft is faster). Losses are timed forward + backward, float32, token-mean aggregation.
 Torch uses the threads the environment gives it (``OMP_NUM_THREADS``). Needs veRL:
-``pip install --no-deps -r requirements/verl-test.txt``.
+``pip install --no-deps -r requirements/verl-test.txt``, and rft-plugin-grpo
+(``pip install -e plugins/algorithms/grpo``) for the GRPO advantage.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from rft.algorithms_math.advantages import grpo_advantages
+from rft_plugin_grpo import grpo_advantages  # pip install -e plugins/algorithms/grpo
 from rft.builtin.kl import k3
 from rft.builtin.policy_loss import ppo_policy_loss
 from rft.ops import agg_loss

@@ -1,6 +1,6 @@
 """Properties of rft's loss maths that need no veRL twin: micro-batch additivity of
 ``agg_loss``, empty masks, argument errors, the KL / entropy / policy-loss plugins and the
-vectorised group advantages."""
+group segment helpers of :mod:`rft.group_ops`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rft import ops
-from rft.algorithms_math import advantages as adv
+from rft import group_ops
 from rft.builtin import entropy, kl, policy_loss
 from rft.plugins import PluginRegistry, args_type_of
 
@@ -151,36 +151,26 @@ def test_no_entropy_is_a_zero_scalar() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Group advantages
+# Group segment helpers (the advantages themselves are tested in their plugins)
 # --------------------------------------------------------------------------------------
 
 
 def test_group_ids_accept_tensors_arrays_and_lists() -> None:
     expected = [0, 1, 0, 2]
-    assert adv.group_ids(torch.tensor([7, 9, 7, 11])).tolist() == expected
-    assert adv.group_ids(np.array(["a", "b", "a", "c"])).tolist() == expected
-    assert adv.group_ids(["b", "a", "b", "c"]).tolist() == [1, 0, 1, 2]
-    assert adv.group_ids(np.array([("x", 1), "y", ("x", 1)], dtype=object)).tolist() == [0, 1, 0]
+    assert group_ops.group_ids(torch.tensor([7, 9, 7, 11])).tolist() == expected
+    assert group_ops.group_ids(np.array(["a", "b", "a", "c"])).tolist() == expected
+    assert group_ops.group_ids(["b", "a", "b", "c"]).tolist() == [1, 0, 1, 2]
+    assert group_ops.group_ids(np.array([("x", 1), "y", ("x", 1)], dtype=object)).tolist() == [0, 1, 0]
 
 
-def test_grpo_by_hand() -> None:
-    rewards = torch.zeros(5, 3, dtype=torch.float64)
-    rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0, 1.0, 2.0])
-    mask = torch.ones(5, 3, dtype=torch.float64)
-    mask[1, 2] = 0.0
-    index = ["a", "a", "b", "b", "c"]  # a: {1, 0}; b: constant; c: singleton
-    advantages, returns = adv.grpo_advantages(rewards, mask, index)
-    std = 2 ** -0.5
-    assert advantages[:, 0].tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0, 2.0],
-                                                      rel=1e-5)
-    assert advantages[1, 2].item() == 0.0
-    assert returns is advantages
-    dr, _ = adv.grpo_advantages(rewards, mask, index, norm_adv_by_std_in_grpo=False)
-    assert dr[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0, 2.0])
-
-
-def test_rloo_by_hand() -> None:
-    rewards = torch.tensor([[1.0], [2.0], [6.0], [5.0]], dtype=torch.float64)
-    out, _ = adv.rloo_advantages(rewards, torch.ones(4, 1), [0, 0, 0, 1])
-    # leave-one-out: 1 − (2+6)/2, 2 − (1+6)/2, 6 − (1+2)/2; singleton keeps its reward
-    assert out[:, 0].tolist() == pytest.approx([-3.0, -1.5, 4.5, 5.0])
+def test_group_stats_and_segments() -> None:
+    ids = group_ops.group_ids(["a", "b", "a", "a", "c"])
+    scores = torch.tensor([1.0, 5.0, 2.0, 6.0, 7.0], dtype=torch.float64)
+    counts, mean, std = group_ops.group_stats(scores, ids)
+    assert counts.tolist() == [3, 1, 3, 3, 1]
+    assert mean.tolist() == pytest.approx([3.0, 5.0, 3.0, 3.0, 7.0])
+    assert std.tolist() == pytest.approx([7 ** 0.5, 0.0, 7 ** 0.5, 7 ** 0.5, 0.0])
+    assert group_ops.segment_sum(scores, ids, 3).tolist() == [9.0, 5.0, 7.0]
+    assert group_ops.segment_max(scores, ids, 3).tolist() == [6.0, 5.0, 7.0]
+    assert group_ops.group_counts(ids).tolist() == [3, 1, 3, 3, 1]
+    assert group_ops.num_groups(torch.zeros(0, dtype=torch.long)) == 0

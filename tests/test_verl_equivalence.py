@@ -1,4 +1,4 @@
-"""rft's loss and advantage maths equals veRL 0.9.1's on random tensors (values and gradients).
+"""rft's core loss maths equals veRL 0.9.1's on random tensors (values and gradients).
 
 veRL is the reference (``pip install --no-deps -r requirements/verl-test.txt``); the module
 is skipped where it is not installed. Hypothesis draws the shapes, masks (all-zero rows
@@ -6,16 +6,17 @@ included), groups (singletons included) and reward kinds; the tensors themselves
 a seeded generator, in float64. Every comparison is at ``atol = rtol = 1e-6``; where veRL
 returns NaN or raises on an edge case, the test says so in its docstring and checks what
 rft does instead.
+
+The advantage estimators live in their algorithm plugins, each with its own veRL test
+(``plugins/algorithms/<name>/tests``); the random batches come from
+:mod:`rft.testing.algorithms`, shared with those tests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
@@ -23,85 +24,20 @@ verl_F = pytest.importorskip("verl.utils.torch_functional")
 from omegaconf import OmegaConf  # noqa: E402
 
 from rft import ops  # noqa: E402
-from rft.algorithms_math import advantages as adv  # noqa: E402
 from rft.builtin.entropy import entropy_bonus  # noqa: E402
 from rft.builtin.kl import KL_FNS  # noqa: E402
 from rft.builtin.policy_loss import clipped_value_loss, ppo_policy_loss  # noqa: E402
+from rft.testing.algorithms import FEW, SETTINGS, Batch, batches, close  # noqa: E402
 
 torch.set_num_threads(1)
 
-TOL = {"atol": 1e-6, "rtol": 1e-6}
-SETTINGS = settings(max_examples=40, derandomize=True, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(SETTINGS, max_examples=20)
 AGG_MODES = list(ops.LOSS_AGG_MODES)
 VERL_KL_NAMES = ["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3",
                  "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"]
 
 
-def close(ours: torch.Tensor, theirs: torch.Tensor | float) -> None:
-    theirs = torch.as_tensor(theirs, dtype=torch.float64)
-    torch.testing.assert_close(ours.to(torch.float64), theirs.to(torch.float64), **TOL)
-
-
-# --------------------------------------------------------------------------------------
-# Random batches
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Batch:
-    B: int
-    T: int
-    gen: torch.Generator
-    mask: torch.Tensor  # (B, T) float64 0/1
-    groups: np.ndarray  # (B,) string labels, veRL style
-
-    def randn(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
-        return torch.randn(*(shape or (self.B, self.T)), generator=self.gen,
-                           dtype=torch.float64) * scale
-
-
-@st.composite
-def batches(draw: st.DrawFn, max_b: int = 12, max_t: int = 16, min_tokens: int = 0) -> Batch:
-    B = draw(st.integers(1, max_b))
-    T = draw(st.integers(1, max_t))
-    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
-    kind = draw(st.sampled_from(["prefix", "random", "full"]))
-    if kind == "full":
-        mask = torch.ones(B, T, dtype=torch.float64)
-    elif kind == "prefix":  # right padding: a response of length 0 … T
-        lengths = torch.randint(0, T + 1, (B,), generator=gen)
-        mask = (torch.arange(T) < lengths[:, None]).to(torch.float64)
-    else:  # holes: multi-turn observation tokens
-        mask = (torch.rand(B, T, generator=gen) < 0.6).to(torch.float64)
-    if draw(st.booleans()):  # force some empty responses
-        mask[torch.rand(B, generator=gen) < 0.3] = 0.0
-    if mask.sum() < min_tokens:
-        mask.view(-1)[:min_tokens] = 1.0
-    num_groups = draw(st.integers(1, B))
-    labels = torch.randint(0, num_groups, (B,), generator=gen).numpy()
-    groups = np.array([f"uid-{g}" for g in labels], dtype=object)
-    return Batch(B, T, gen, mask, groups)
-
-
-def rewards_for(batch: Batch, kind: str) -> torch.Tensor:
-    """Token-level rewards ``(B, T)``: outcome 0/1 on the last token (constant groups are
-    common), continuous dense rewards, or one constant everywhere."""
-    if kind == "binary":
-        rewards = torch.zeros(batch.B, batch.T, dtype=torch.float64)
-        rewards[:, -1] = (torch.rand(batch.B, generator=batch.gen) < 0.5).to(torch.float64)
-        return rewards
-    if kind == "constant":
-        return torch.full((batch.B, batch.T), 0.25, dtype=torch.float64)
-    return batch.randn()
-
-
-REWARD_KINDS = st.sampled_from(["binary", "continuous", "constant"])
-
-
 def logps(batch: Batch, scale: float) -> torch.Tensor:
-    return -batch.randn().abs() * scale
+    return batch.logps(scale)
 
 
 def verl_actor_config(**values: object):
@@ -305,116 +241,3 @@ def test_value_loss(batch: Batch, mode: str, cliprange_value: float, global_coun
     (g_ours,) = torch.autograd.grad(ours, values)
     (g_ref,) = torch.autograd.grad(ref, values)
     close(g_ours, g_ref)
-
-
-# --------------------------------------------------------------------------------------
-# Advantages
-# --------------------------------------------------------------------------------------
-
-
-def _pair(ours: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor]) -> None:
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
-
-
-@SETTINGS
-@given(batches(max_b=24), REWARD_KINDS, st.booleans(), st.sampled_from([1e-6, 1e-2]))
-def test_grpo(batch: Batch, kind: str, norm_by_std: bool, epsilon: float) -> None:
-    """GRPO and Dr.GRPO (``norm_adv_by_std_in_grpo=False``), singletons (``μ=0, σ=1``)
-    and constant-reward groups included; labels as strings (veRL's uids) and as a tensor."""
-    rewards = rewards_for(batch, kind)
-    ref = core_algos.compute_grpo_outcome_advantage(
-        rewards.clone(), batch.mask, batch.groups, epsilon=epsilon,
-        norm_adv_by_std_in_grpo=norm_by_std)
-    _pair(adv.grpo_advantages(rewards, batch.mask, batch.groups, epsilon, norm_by_std), ref)
-    tensor_ids = adv.group_ids(batch.groups) * 3 + 5  # non-contiguous integer ids
-    _pair(adv.grpo_advantages(rewards, batch.mask, tensor_ids, epsilon, norm_by_std), ref)
-
-
-@SETTINGS
-@given(batches(max_b=24), REWARD_KINDS)
-def test_rloo(batch: Batch, kind: str) -> None:
-    """RLOO (veRL's loop version ``rloo``: a singleton keeps its raw score)."""
-    rewards = rewards_for(batch, kind)
-    ref = core_algos.compute_rloo_outcome_advantage(rewards.clone(), batch.mask, batch.groups)
-    _pair(adv.rloo_advantages(rewards, batch.mask, batch.groups), ref)
-
-
-@SETTINGS
-@given(batches(max_b=24), REWARD_KINDS)
-def test_opo(batch: Batch, kind: str) -> None:
-    """OPO's length-weighted baseline.
-
-    Divergence: when every response of a group (of two or more) is empty, veRL's baseline
-    is 0/0 = NaN, which the zero mask does not remove (NaN·0 = NaN); rft's baseline is 0
-    there, so those rows are 0. Checked explicitly; all other rows must match."""
-    rewards = rewards_for(batch, kind)
-    ref_adv, ref_ret = core_algos.compute_opo_outcome_advantage(
-        rewards.clone(), batch.mask, batch.groups)
-    ours, returns = adv.opo_advantages(rewards, batch.mask, batch.groups)
-    nan_rows = torch.isnan(ref_adv).any(dim=-1)
-    if nan_rows.any():
-        event("veRL NaN rows (all-empty group)")
-        assert torch.all(batch.mask[nan_rows] == 0)
-        assert torch.all(ours[nan_rows] == 0)
-    close(ours[~nan_rows], ref_adv[~nan_rows])
-    close(returns[~nan_rows], ref_ret[~nan_rows])
-
-
-@SETTINGS
-@given(batches(max_b=24), REWARD_KINDS)
-def test_reinforce_plus_plus_baseline(batch: Batch, kind: str) -> None:
-    """REINFORCE++-baseline. veRL raises ValueError when the batch has fewer than two
-    masked tokens (unbiased variance); rft raises the same."""
-    rewards = rewards_for(batch, kind)
-    try:
-        ref = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
-            rewards.clone(), batch.mask, batch.groups)
-    except ValueError:
-        event("veRL raises: < 2 masked tokens")
-        with pytest.raises(ValueError):
-            adv.reinforce_plus_plus_baseline_advantages(rewards, batch.mask, batch.groups)
-        return
-    _pair(adv.reinforce_plus_plus_baseline_advantages(rewards, batch.mask, batch.groups), ref)
-
-
-@SETTINGS
-@given(batches(), REWARD_KINDS, st.sampled_from([1.0, 0.99, 0.5]))
-def test_reinforce_plus_plus(batch: Batch, kind: str, gamma: float) -> None:
-    """REINFORCE++ discounted returns carried across observation tokens, whitened.
-    Fewer than two masked tokens: both raise ValueError."""
-    rewards = rewards_for(batch, kind)
-    config = OmegaConf.create({"gamma": gamma})
-    try:
-        ref = core_algos.compute_reinforce_plus_plus_outcome_advantage(
-            rewards.clone(), batch.mask, config=config)
-    except ValueError:
-        with pytest.raises(ValueError):
-            adv.reinforce_plus_plus_advantages(rewards, batch.mask, gamma)
-        return
-    _pair(adv.reinforce_plus_plus_advantages(rewards, batch.mask, gamma), ref)
-
-
-@SETTINGS
-@given(batches(), REWARD_KINDS, st.sampled_from([1.0, 0.99]), st.sampled_from([1.0, 0.95, 0.0]))
-def test_gae(batch: Batch, kind: str, gamma: float, lam: float) -> None:
-    """GAE skipping unmasked tokens; whitening (padding included, as veRL). Fewer than two
-    masked tokens: both raise ValueError."""
-    rewards = rewards_for(batch, kind)
-    values = batch.randn()
-    try:
-        ref = core_algos.compute_gae_advantage_return(rewards, values, batch.mask, gamma, lam)
-    except ValueError:
-        with pytest.raises(ValueError):
-            adv.gae_advantages(rewards, values, batch.mask, gamma, lam)
-        return
-    _pair(adv.gae_advantages(rewards, values, batch.mask, gamma, lam), ref)
-
-
-@SETTINGS
-@given(batches(), REWARD_KINDS)
-def test_remax(batch: Batch, kind: str) -> None:
-    rewards = rewards_for(batch, kind)
-    baselines = batch.randn(batch.B)
-    ref = core_algos.compute_remax_outcome_advantage(rewards, baselines, batch.mask)
-    _pair(adv.remax_advantages(rewards, baselines, batch.mask), ref)

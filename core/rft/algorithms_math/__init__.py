@@ -1,1 +1,1 @@
-"""Algorithm maths waiting to move into per-algorithm plugin packages (pure functions)."""
+"""Deprecated location of the advantage estimators; see :mod:`rft.algorithms_math.advantages`."""
