@@ -1,0 +1,148 @@
+"""The embedded (colocate) run end to end on the tiny model, with the real plugins:
+GRPO steps, counts, checkpoints, resume, GSM8K, and the run-level bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fixtures_models import tiny_model_dir  # noqa: F401
+from rft.checkpoint import CheckpointError, list_checkpoints
+from rft.config import load_config
+from rft.errors import RftError
+from rft.launcher import run
+
+REPO = Path(__file__).resolve().parents[1]
+GSM8K_TEST = REPO / "examples" / "data" / "gsm8k" / "test.jsonl"
+
+
+def write_config(tmp_path: Path, model: Path, tasks: Path, **changes) -> Path:
+    config = {
+        "project": "e2e", "name": "run", "mode": "colocate",
+        "checkpoint_root_dir": str(tmp_path / "ck"),
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-3}},
+        "model": {"model_path": str(model), "max_prompt_tokens": 128, "max_response_tokens": 8},
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "buffer": {
+            "batch_size": 2, "total_steps": 2,
+            "explorer_input": {
+                "taskset": {"name": "train", "path": str(tasks),
+                            "format": {"prompt_key": "question", "response_key": "answer"},
+                            "default_workflow_type": "simple_workflow",
+                            "default_reward_fn_type": "accuracy_reward"},
+            },
+            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
+        },
+        "explorer": {"eval_interval": 100, "rollout_model": {"engine_type": "hf",
+                                                             "dtype": "float32"}},
+        "synchronizer": {"sync_method": "memory", "sync_interval": 1},
+        "trainer": {"trainer_type": "torch", "save_interval": 1},
+        "monitor": {"monitor_type": "jsonl"},
+    }
+    for dotted, value in changes.items():
+        node = config
+        *parents, last = dotted.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def tasks(tmp_path) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                            for i in range(6)))
+    return path
+
+
+def trainer_steps(job_dir: Path) -> list[int]:
+    lines = (job_dir / "monitor" / "trainer.jsonl").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines]
+
+
+def test_grpo_steps_write_metrics_checkpoints_and_summary(tmp_path, tiny_model_dir, tasks):
+    loaded = load_config(write_config(tmp_path, tiny_model_dir, tasks))
+    assert run(loaded) == 0
+    job = tmp_path / "ck" / "e2e" / "run"
+    assert trainer_steps(job) == [1, 2]
+    record = json.loads((job / "monitor" / "trainer.jsonl").read_text().splitlines()[-1])
+    for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/score/mean",
+                 "response_length/mean", "actor/grad_norm"):
+        assert name in record["metrics"]
+    explorer = [json.loads(x) for x in (job / "monitor" / "explorer.jsonl").read_text().splitlines()]
+    assert [e["metrics"]["rollout/experiences"] for e in explorer] == [4.0, 4.0]
+    assert [c.step for c in list_checkpoints(str(job))] == [1, 2]
+    state = json.loads((job / "global_step_2" / "state.json").read_text())
+    assert state["experiences_written"] == state["experiences_read"] == 8
+    assert (job / "global_step_2" / "hf" / "config.json").exists()
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["stages"][0]["steps"] == 2
+
+
+def test_resume_repeats_and_skips_no_step(tmp_path, tiny_model_dir, tasks):
+    run(load_config(write_config(tmp_path, tiny_model_dir, tasks)))
+    job = tmp_path / "ck" / "e2e" / "run"
+    selector_after_2 = json.loads((job / "global_step_2" / "state.json").read_text())["selectors"]
+    assert selector_after_2 == [{"consumed": 4}]
+    run(load_config(write_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=4)))
+    assert trainer_steps(job) == [1, 2, 3, 4]
+    state = json.loads((job / "global_step_4" / "state.json").read_text())
+    assert state["selectors"] == [{"consumed": 8}]
+
+
+def test_corrupt_checkpoint_on_resume_is_named(tmp_path, tiny_model_dir, tasks):
+    run(load_config(write_config(tmp_path, tiny_model_dir, tasks)))
+    job = tmp_path / "ck" / "e2e" / "run"
+    trainer_file = job / "global_step_2" / "trainer.pt"
+    trainer_file.write_bytes(trainer_file.read_bytes()[:100])
+    loaded = load_config(write_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=3))
+    with pytest.raises(CheckpointError, match=f"checkpoint {trainer_file} is corrupt"):
+        run(loaded)
+    assert (job / "global_step_1" / "trainer.pt").exists()  # older checkpoints are kept
+    assert trainer_steps(job) == [1, 2]  # logged metrics are not lost
+
+
+def test_unwritable_checkpoint_directory(tmp_path, tiny_model_dir, tasks):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    loaded = load_config(write_config(tmp_path, tiny_model_dir, tasks,
+                                      checkpoint_root_dir=str(blocker / "ck")))
+    with pytest.raises(RftError, match=r"checkpoint_root_dir: cannot write to .*a_file/ck/e2e/run"):
+        run(loaded)
+
+
+def test_failing_tasks_are_recorded_and_the_run_goes_on(tmp_path, tiny_model_dir):
+    tasks = tmp_path / "tasks.jsonl"
+    # countdown_reward needs {"target", "numbers"}: the plain-number rows make it raise
+    rows = [{"question": "q", "answer": {"target": 3, "numbers": [1, 2]}},
+            {"question": "q", "answer": 7}] * 2
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = load_config(write_config(
+        tmp_path, tiny_model_dir, tasks, buffer__total_steps=1, buffer__batch_size=4,
+        buffer__train_batch_size=4,
+        buffer__explorer_input__taskset__default_reward_fn_type="countdown_reward"))
+    assert run(loaded) == 0
+    job = tmp_path / "ck" / "e2e" / "run"
+    metrics = json.loads((job / "monitor" / "explorer.jsonl").read_text().splitlines()[0])["metrics"]
+    assert metrics["rollout/failed_tasks"] == 2.0 and metrics["rollout/experiences"] == 4.0
+
+
+def test_gsm8k_workflow_and_reward_on_the_real_file(tmp_path, tiny_model_dir):
+    loaded = load_config(write_config(
+        tmp_path, tiny_model_dir, GSM8K_TEST, model__max_prompt_tokens=512,
+        buffer__explorer_input__taskset__default_workflow_type="verl_gsm8k_workflow",
+        buffer__explorer_input__taskset__default_reward_fn_type="gsm8k_reward",
+        trainer__save_interval=0))
+    assert run(loaded) == 0
+    job = tmp_path / "ck" / "e2e" / "run"
+    assert trainer_steps(job) == [1, 2]
+    explorer = [json.loads(x)["metrics"] for x in (job / "monitor" / "explorer.jsonl").read_text().splitlines()]
+    assert all(m["rollout/failed_tasks"] == 0 and m["rollout/experiences"] == 4 for m in explorer)
+    assert os.path.exists(job / "global_step_2" / "hf")
