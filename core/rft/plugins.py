@@ -277,7 +277,7 @@ class PluginRegistry:
         known = self.names(kind)
         prefix = f"{key}: " if key else ""
         message = f"{prefix}unknown {label} {name!r}"
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.6)
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.75)
         if close:
             message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
         provider = KNOWN_PROVIDERS.get((kind, str(name)))
