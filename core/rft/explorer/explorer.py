@@ -2,7 +2,8 @@
 
 One explore step takes ``buffer.batch_size`` tasks from the training taskset's selector,
 runs each ``repeat_times`` times through its workflow, gives every experience its id
-(step / task / run) and writes them to the experience buffer. Failed tasks are counted
+(step / task / run), applies the experience pipeline's operators and writes the result to
+the experience buffer. Failed tasks are counted
 (``rollout/failed_tasks``) and logged, never fatal. Evaluation runs every task of every
 eval taskset and reports accuracy and pass@k per taskset.
 """
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
 from rft.buffer.storage import ExperienceStorage
 from rft.buffer.taskset import TaskPlugins, load_tasks
@@ -102,6 +104,11 @@ class Explorer:
                                      concurrent_mode=e.concurrent_mode,
                                      workers=e.runner_per_model)
         self.max_repeat_times_per_runner = e.max_repeat_times_per_runner
+        self.operators: list[tuple[str, ExperienceOperator]] = []
+        pipeline = config.data_processor.experience_pipeline
+        for i, operator in enumerate(pipeline.operators if pipeline else []):
+            chosen = validation.selected[f"data_processor.experience_pipeline.operators[{i}].name"]
+            self.operators.append((chosen.name, chosen.implementation(chosen.args)))
         self.failed_tasks: list[str] = []
 
     @property
@@ -148,8 +155,10 @@ class Explorer:
         started = time.monotonic()
         tasks = self.next_tasks(self.config.buffer.batch_size)
         experiences, results = self.run(tasks, step)
-        self.storage.write(experiences)
         metrics = rollout_metrics(experiences, results)
+        experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
+        metrics.update(pipeline_metrics)
+        self.storage.write(experiences)
         metrics["timing_s/explore"] = time.monotonic() - started
         return metrics
 

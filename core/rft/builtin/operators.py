@@ -1,0 +1,106 @@
+"""Built-in experience operators: ``reward_filter``, ``reward_std_filter``,
+``reward_shaping_mapper``."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rft.buffer.operators import ExperienceOperator
+from rft.experience import Experience
+from rft.hookspecs import hookimpl
+
+
+@dataclass
+class RewardFilterArgs:
+    """Arguments of ``reward_filter``."""
+
+    threshold: float = 0.0
+    """Experiences with ``reward < threshold`` are dropped."""
+
+
+class RewardFilter(ExperienceOperator):
+    """Keep experiences whose reward is at least ``threshold``."""
+
+    Args = RewardFilterArgs
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        kept = [e for e in experiences if (e.reward or 0.0) >= self.args.threshold]
+        return kept, {"dropped": float(len(experiences) - len(kept))}
+
+
+@dataclass
+class RewardStdFilterArgs:
+    """Arguments of ``reward_std_filter``."""
+
+    threshold: float = 0.0
+    """Groups (rollouts of one task) whose reward standard deviation is ``<= threshold``
+    are dropped: with equal rewards a group-relative advantage is zero everywhere
+    (DAPO's dynamic sampling)."""
+
+
+class RewardStdFilter(ExperienceOperator):
+    """Drop whole groups whose rewards (population std) do not vary more than ``threshold``."""
+
+    Args = RewardStdFilterArgs
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        groups: dict[str, list[Experience]] = {}
+        for exp in experiences:
+            groups.setdefault(exp.eid.group, []).append(exp)
+        kept: list[Experience] = []
+        dropped_groups = 0
+        for members in groups.values():
+            rewards = [m.reward or 0.0 for m in members]
+            if len(rewards) > 1 and statistics.pstdev(rewards) > self.args.threshold:
+                kept += members
+            else:
+                dropped_groups += 1
+        return kept, {"dropped": float(len(experiences) - len(kept)),
+                      "dropped_groups": float(dropped_groups)}
+
+
+@dataclass
+class ShapingRule:
+    """One reward-shaping rule: ``reward = reward (+|×) weight · metrics[stats_key]``."""
+
+    stats_key: str = ""
+    """Key in ``Experience.metrics`` or ``Experience.info`` holding the number to use."""
+    op_type: Literal["ADD", "MUL"] = "ADD"
+    """``ADD``: ``reward + weight·x``; ``MUL``: ``reward · weight·x``."""
+    weight: float = 1.0
+    """Factor applied to the value."""
+
+
+@dataclass
+class RewardShapingArgs:
+    """Arguments of ``reward_shaping_mapper``."""
+
+    reward_shaping_configs: list[ShapingRule] = field(default_factory=list)
+    """Rules applied in order."""
+
+
+class RewardShapingMapper(ExperienceOperator):
+    """Reshape rewards from numbers the workflow recorded (e.g. a quality score)."""
+
+    Args = RewardShapingArgs
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        missing = 0
+        for exp in experiences:
+            for rule in self.args.reward_shaping_configs:
+                value = exp.metrics.get(rule.stats_key, exp.info.get(rule.stats_key))
+                if not isinstance(value, (int, float)):
+                    missing += 1
+                    continue
+                reward = exp.reward or 0.0
+                exp.reward = (reward + rule.weight * value if rule.op_type == "ADD"
+                              else reward * rule.weight * value)
+        return experiences, {"missing_stats": float(missing)}
+
+
+@hookimpl
+def register_experience_operators() -> dict[str, Any]:
+    return {"reward_filter": RewardFilter, "reward_std_filter": RewardStdFilter,
+            "reward_shaping_mapper": RewardShapingMapper}
