@@ -98,7 +98,8 @@ class Explorer:
             selected = validation.selected[f"{taskset.key}.task_selector.selector_type"]
             self.selectors.append(selected.implementation(
                 dataset_size=len(taskset.tasks), seed=taskset.config.task_selector.seed,
-                args=selected.args))
+                args=selected.args, rows=[t.raw for t in taskset.tasks],
+                feature_keys=taskset.config.task_selector.feature_keys))
         self.runner = WorkflowRunner(self._make_workflow, max_timeout=e.max_timeout,
                                      max_retry_times=e.max_retry_times,
                                      concurrent_mode=e.concurrent_mode,
@@ -130,6 +131,17 @@ class Explorer:
             tasks += [taskset.tasks[i] for i in selector.next_batch(take)]
         return tasks
 
+    def feed_back(self, experiences: list[Experience]) -> None:
+        """Tell each selector the mean reward of each task it chose (adaptive curricula)."""
+        for taskset, selector in zip(self.train_sets, self.selectors, strict=True):
+            rewards: dict[int, list[float]] = {}
+            for exp in experiences:
+                if exp.info.get("taskset") == taskset.config.name:
+                    rewards.setdefault(int(exp.eid.task), []).append(exp.reward or 0.0)
+            if rewards:
+                indices = sorted(rewards)
+                selector.update(indices, [statistics.fmean(rewards[i]) for i in indices])
+
     def run(self, tasks: Sequence[Task], batch_id: int | str) -> tuple[list[Experience],
                                                                          list[TaskResult]]:
         """Run tasks (split by ``max_repeat_times_per_runner``) and label their experiences."""
@@ -155,6 +167,7 @@ class Explorer:
         started = time.monotonic()
         tasks = self.next_tasks(self.config.buffer.batch_size)
         experiences, results = self.run(tasks, step)
+        self.feed_back(experiences)
         metrics = rollout_metrics(experiences, results)
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
         metrics.update(pipeline_metrics)

@@ -5,6 +5,8 @@ Registered names (``buffer.explorer_input.taskset.task_selector.selector_type``)
 - ``sequential`` — tasks in file order, epoch after epoch.
 - ``shuffle`` — a fresh seeded permutation every epoch (veRL's ``data.shuffle``).
 - ``random`` — each batch drawn uniformly at random (distinct tasks within a batch).
+- ``offline_easy2hard`` — sorted by ``task_selector.feature_keys`` (easy first).
+- ``difficulty_based`` — adaptive: prefers tasks whose estimated pass rate is near a target.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from rft import hookimpl
 from rft_plugin_selectors.basic import RandomSelector, SequentialSelector, ShuffleSelector
+from rft_plugin_selectors.difficulty import DifficultyBasedSelector, OfflineEasyToHardSelector
 
 
 @hookimpl
@@ -21,4 +24,6 @@ def register_task_selectors() -> dict[str, Any]:
         "sequential": SequentialSelector,
         "shuffle": ShuffleSelector,
         "random": RandomSelector,
+        "offline_easy2hard": OfflineEasyToHardSelector,
+        "difficulty_based": DifficultyBasedSelector,
     }

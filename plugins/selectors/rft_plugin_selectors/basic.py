@@ -11,8 +11,9 @@ from rft.buffer.selector import TaskSelector
 class SequentialSelector(TaskSelector):
     """Tasks in file order; a batch may span the end of one epoch and the start of the next."""
 
-    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None) -> None:
-        super().__init__(dataset_size, seed, args)
+    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None,
+                 **features: Any) -> None:
+        super().__init__(dataset_size, seed, args, **features)
         self.consumed = 0
         """Tasks handed out so far, over all epochs."""
 
@@ -52,8 +53,9 @@ class ShuffleSelector(SequentialSelector):
 class RandomSelector(TaskSelector):
     """Each batch is a uniform sample of distinct tasks (with replacement across batches)."""
 
-    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None) -> None:
-        super().__init__(dataset_size, seed, args)
+    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None,
+                 **features: Any) -> None:
+        super().__init__(dataset_size, seed, args, **features)
         self.batches = 0
         self.consumed = 0
 

@@ -59,3 +59,32 @@ def test_random_batches_are_distinct_within_a_batch(selectors):
 def test_empty_taskset_is_refused(selectors, name):
     with pytest.raises(ValueError, match="non-empty taskset"):
         selectors[name](dataset_size=0)
+
+
+def test_offline_easy_to_hard_orders_by_feature():
+    registry = PluginRegistry.create()
+    cls = registry.get("task_selector", "offline_easy2hard")
+    rows = [{"level": 3}, {"level": 1}, {"level": 2}, {"level": 1}]
+    selector = cls(dataset_size=4, rows=rows, feature_keys=["level"])
+    assert selector.next_batch(4) == [1, 3, 2, 0]
+    assert cls(dataset_size=4, args=cls.Args(descending=True), rows=rows,
+               feature_keys=["level"]).next_batch(2) == [0, 2]
+    with pytest.raises(ValueError, match="needs task_selector.feature_keys"):
+        cls(dataset_size=4, rows=rows)
+    with pytest.raises(ValueError, match="row 0: feature 'level' is 'hard', expected a number"):
+        cls(dataset_size=1, rows=[{"level": "hard"}], feature_keys=["level"])
+
+
+def test_difficulty_based_prefers_tasks_near_the_target_pass_rate():
+    registry = PluginRegistry.create()
+    cls = registry.get("task_selector", "difficulty_based")
+    selector = cls(dataset_size=6, seed=1, args=cls.Args(temperature=0.05))
+    # tasks 0-1 always solved, 2-3 never, 4-5 half the time
+    for _ in range(5):
+        selector.update([0, 1, 2, 3, 4, 5], [1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+        selector.update([4, 5], [0.0, 1.0])
+    picks = [i for _ in range(50) for i in selector.next_batch(2)]
+    assert sum(i in (4, 5) for i in picks) / len(picks) > 0.9
+    resumed = cls(dataset_size=6, seed=1, args=cls.Args(temperature=0.05))
+    resumed.load_state_dict(selector.state_dict())
+    assert resumed.next_batch(3) == selector.next_batch(3)
