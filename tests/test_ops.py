@@ -174,3 +174,22 @@ def test_group_stats_and_segments() -> None:
     assert group_ops.segment_max(scores, ids, 3).tolist() == [6.0, 5.0, 7.0]
     assert group_ops.group_counts(ids).tolist() == [3, 1, 3, 3, 1]
     assert group_ops.num_groups(torch.zeros(0, dtype=torch.long)) == 0
+
+
+def test_known_providers_match_the_installed_algorithm_plugins() -> None:
+    """Every name an installed algorithm distribution registers is in the install-hint
+    table under that distribution, and every table entry of an installed one is real."""
+    import importlib.metadata as metadata
+
+    from rft.plugins import KINDS, KNOWN_PROVIDERS, _ALGORITHM_NAMES
+
+    registry = PluginRegistry.create()
+    for distribution, kinds in _ALGORITHM_NAMES.items():
+        try:
+            metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+        registered = {(kind, name) for kind in KINDS for name in registry.names(kind)
+                      if registry.registration(kind, name).distribution == distribution}
+        listed = {key for key, value in KNOWN_PROVIDERS.items() if value == distribution}
+        assert registered == listed, (distribution, registered ^ listed)

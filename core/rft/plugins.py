@@ -64,19 +64,28 @@ KINDS: dict[str, Kind] = {
     )
 }
 
-_ALGORITHM_PACKAGES = ("grpo", "ppo", "opmd", "rloo", "reinforceplusplus", "remax", "gspo",
-                       "dpo", "sft", "mix")
+_ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "rft-plugin-grpo": {"algorithm": ("grpo",), "advantage_fn": ("grpo", "grpo_no_std", "opo")},
+    "rft-plugin-ppo": {"algorithm": ("ppo",), "advantage_fn": ("ppo", "gae")},
+    "rft-plugin-opmd": {"algorithm": ("opmd",), "advantage_fn": ("opmd",),
+                        "policy_loss_fn": ("opmd",)},
+    "rft-plugin-rloo": {"algorithm": ("rloo",), "advantage_fn": ("rloo",)},
+    "rft-plugin-reinforceplusplus": {
+        "algorithm": ("reinforceplusplus", "reinforceplusplus_baseline"),
+        "advantage_fn": ("reinforceplusplus", "reinforceplusplus_baseline")},
+    "rft-plugin-remax": {"algorithm": ("remax",), "advantage_fn": ("remax",)},
+    "rft-plugin-gspo": {"algorithm": ("gspo",), "policy_loss_fn": ("gspo",)},
+    "rft-plugin-dpo": {"algorithm": ("dpo",), "policy_loss_fn": ("dpo",)},
+    "rft-plugin-sft": {"algorithm": ("sft",), "policy_loss_fn": ("sft",)},
+    "rft-plugin-mix": {"algorithm": ("mix",), "policy_loss_fn": ("mix",),
+                       "sample_strategy": ("mix",)},
+}
+"""What each algorithm distribution (``plugins/algorithms/<name>``) registers, by kind."""
 
 KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
-    **{("algorithm", name): f"rft-plugin-{name}" for name in _ALGORITHM_PACKAGES},
-    **{("advantage_fn", name): f"rft-plugin-{name}" for name in _ALGORITHM_PACKAGES},
-    ("advantage_fn", "grpo_no_std"): "rft-plugin-grpo",
-    ("advantage_fn", "reinforceplusplus_baseline"): "rft-plugin-reinforceplusplus",
-    ("policy_loss_fn", "opmd"): "rft-plugin-opmd",
-    ("policy_loss_fn", "gspo"): "rft-plugin-gspo",
-    ("policy_loss_fn", "dpo"): "rft-plugin-dpo",
-    ("policy_loss_fn", "sft"): "rft-plugin-sft",
-    ("policy_loss_fn", "mix"): "rft-plugin-mix",
+    **{(kind, name): distribution
+       for distribution, kinds in _ALGORITHM_NAMES.items()
+       for kind, names in kinds.items() for name in names},
     **{("workflow", name): "rft-plugin-workflows" for name in (
         "simple_workflow", "math_workflow", "math_boxed_workflow", "verl_gsm8k_workflow")},
     **{("reward_fn", name): "rft-plugin-rewards" for name in (
