@@ -23,7 +23,8 @@ from typing import Any
 
 from rft.buffer.sampling import TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage, row_to_sft_experience
-from rft.buffer.storage import ExperienceStorage, open_storage
+from rft.buffer.factory import open_experience_buffer
+from rft.buffer.storage import ExperienceStorage
 from rft.buffer.taskset import read_rows
 from rft.checkpoint import (
     check_writable,
@@ -153,7 +154,7 @@ def run_embedded(stage: Stage) -> StageResult:
     has_eval = bool(config.buffer.explorer_input.eval_tasksets)
     buffer_cfg = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
     if explores:
-        storage = open_storage(buffer_cfg.storage_type, buffer_cfg.name, buffer_cfg.path)
+        storage = open_experience_buffer(buffer_cfg)
     else:
         storage = offline_storage(stage, engine.tokenizer)
     explorer = Explorer(config, validation, model, storage) if (explores or has_eval) else None

@@ -258,6 +258,10 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
     storage = b.trainer_input.experience_buffer
     if not storage.name:
         storage.name = "experience_buffer"
+    replay = storage.replay_buffer
+    if replay is not None and replay.enable:
+        check_replay_buffer("buffer.trainer_input.experience_buffer.replay_buffer",
+                            replay.priority_fn, replay.priority_fn_args, v)
     if storage.storage_type in ("sql", "file") and not storage.path and c.checkpoint_job_dir:
         suffix = ".db" if storage.storage_type == "sql" else ".jsonl"
         storage.path = os.path.join(c.checkpoint_job_dir, "buffer", storage.name + suffix)
@@ -267,6 +271,19 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
             if not aux.path:
                 v.problem(f"{key}.path", "must be set for storage_type 'file'")
             _require_local(v, f"{key}.path", aux.path)
+
+
+def check_replay_buffer(key: str, priority_fn: str, args: dict[str, Any],
+                        v: Validation) -> None:
+    """The replay buffer's priority function (a closed set of the core) and its args."""
+    from rft.buffer.replay import PRIORITY_FNS
+
+    if priority_fn not in PRIORITY_FNS:
+        v.problem(f"{key}.priority_fn", f"unknown priority function {priority_fn!r}; use "
+                  + " or ".join(repr(n) for n in PRIORITY_FNS))
+        return
+    to_dataclass(PRIORITY_FNS[priority_fn][1], dict(args), f"{key}.priority_fn_args",
+                 v.problems)
 
 
 def check_taskset(key: str, taskset: TasksetConfig, v: Validation) -> None:
