@@ -33,7 +33,8 @@ def test_entry_point_of_a_separately_installed_distribution_is_found():
     assert registration.distribution == "rft-plugin-selectors"
     info = {i.name: i for i in registry.plugins()}["selectors"]
     assert info.hooks == ["register_task_selectors"]
-    assert info.registers == {"task_selector": ["random", "sequential", "shuffle"]}
+    assert info.registers == {"task_selector": ["difficulty_based", "offline_easy2hard",
+                                                "random", "sequential", "shuffle"]}
 
 
 def test_disable_autoload_keeps_only_builtins(monkeypatch):
@@ -149,8 +150,8 @@ def test_cli_plugins_json_lists_builtins_and_installed_distribution():
     listed = {p["name"]: p for p in json.loads(out)}
     assert listed["rft.builtin.monitors"]["distribution"] == "rft"
     assert listed["selectors"]["distribution"] == "rft-plugin-selectors"
-    assert listed["selectors"]["registers"]["task_selector"] == ["random", "sequential",
-                                                                 "shuffle"]
+    assert listed["selectors"]["registers"]["task_selector"] == [
+        "difficulty_based", "offline_easy2hard", "random", "sequential", "shuffle"]
 
 
 def test_cli_plugins_table():

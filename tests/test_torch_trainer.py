@@ -3,7 +3,7 @@
 ``StandInPlugin`` below stands in for the algorithm plugins (rft-plugin-grpo, -ppo, -sft,
 -dpo) and for an engine, a sample strategy and the trainer registration: it registers
 ``test_*`` names only, so it never collides with the real plugins. Its presets use the
-advantage estimators of :mod:`rft.algorithms_math.advantages`.
+advantage estimators of the grpo and ppo plugins.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rft import hookimpl
 from rft.algorithm import AlgorithmPreset
-from rft.algorithms_math.advantages import gae_advantages, grpo_advantages
+from rft_plugin_grpo import grpo_advantages
+from rft_plugin_ppo import gae_advantages
 from rft.config import build_stages
 from rft.config.schema import OptimizerConfig
 from rft.errors import RftError

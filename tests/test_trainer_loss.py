@@ -207,6 +207,21 @@ def test_sequence_level_policy_loss_hook() -> None:
         policy_loss_term(fns, LossInputs(t.logps, t.mask), agg)
 
 
+def test_mix_loss_receives_the_expert_rows() -> None:
+    """The real ``mix`` policy loss gets ``is_expert_mask`` and weighs expert rows by the
+    SFT term: with every row expert and mu=1 it is the mean token NLL."""
+    from rft_plugin_mix import MixArgs, mix_policy_loss
+
+    t = tensors(6)
+    fns = LossFns(policy_loss=sel("policy_loss_fn", "mix", mix_policy_loss, MixArgs(mu=1.0)))
+    agg = AggContext.for_mini_batch(t.mask, "token-mean")
+    experts = torch.ones(t.mask.shape[0], dtype=torch.bool)
+    pg, _ = policy_loss_term(fns, LossInputs(t.logps, t.mask, is_expert_mask=experts), agg)
+    torch.testing.assert_close(pg, -(t.logps * t.mask).sum() / t.mask.sum())
+    rl_only, _ = policy_loss_term(fns, LossInputs(t.logps, t.mask), agg)
+    assert not torch.allclose(pg, rl_only)
+
+
 def test_policy_loss_of_wrong_shape_is_named() -> None:
     fns = LossFns(policy_loss=sel("policy_loss_fn", "bad", lambda a, b, c, m: (a[:, :2], {})))
     t = tensors()
@@ -228,7 +243,8 @@ def test_kl_penalty_in_reward() -> None:
 
 
 def test_advantage_fn_gets_inputs_by_signature() -> None:
-    from rft.algorithms_math.advantages import gae_advantages, grpo_advantages
+    from rft_plugin_grpo import grpo_advantages
+    from rft_plugin_ppo import gae_advantages
 
     @dataclass
     class GrpoArgs:

@@ -86,6 +86,24 @@ class ModelWrapper:
         ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         return self._experiences(self.engine.generate(ids, sampling_args(self.defaults, sampling), n))
 
+    def generate_from_ids(self, prompt_ids: Sequence[int], n: int = 1,
+                          **sampling: Any) -> list[Experience]:
+        """``n`` experiences continuing exactly these prompt token ids (multi-turn)."""
+        return self._experiences(self.engine.generate([list(prompt_ids)],
+                                                      sampling_args(self.defaults, sampling), n))
+
+    def render(self, messages: Sequence[dict[str, Any]], *,
+               add_generation_prompt: bool = True) -> str:
+        """The conversation as text through the chat template."""
+        return self.tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def logprobs(self, experience: Experience, *, temperature: float = 1.0) -> torch.Tensor:
+        """(R,) log-probs of an experience's response under the current weights."""
+        return self.engine.compute_logprobs([experience.tokens.tolist()],
+                                            [experience.prompt_length],
+                                            temperature=temperature)[0]
+
     def chat(self, messages: Sequence[dict[str, Any]], n: int = 1,
              **sampling: Any) -> list[Experience]:
         """``n`` experiences for one conversation rendered with the chat template."""

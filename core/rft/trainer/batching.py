@@ -19,7 +19,9 @@ import torch
 from rft.errors import RftError
 
 SEQUENCE_KEYS = frozenset({"input_ids", "attention_mask", "position_ids"})
-"""Tensors laid out over prompt + response columns; all others are ``(B, R)``."""
+"""Tensors laid out over prompt + response columns."""
+ROW_KEYS = frozenset({"is_expert"})
+"""Per-row tensors ``(B,)``; all other tensors are ``(B, R)``."""
 
 
 @dataclass
@@ -68,6 +70,8 @@ class TensorBatch:
         for key, value in picked.items():
             if key in SEQUENCE_KEYS:
                 trimmed[key] = value[:, left: self.prompt_width + response_width]
+            elif key in ROW_KEYS:
+                trimmed[key] = value
             else:
                 trimmed[key] = value[:, :response_width]
         return TensorBatch(new_prompt_width, trimmed)

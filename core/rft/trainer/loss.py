@@ -31,8 +31,8 @@ policy loss fn (``algorithm.policy_loss_fn``)
     ``fn(per_token_logps, old_per_token_logps, advantages, mask, **a, **extra)
     -> (pg_loss, metrics)`` with ``pg_loss`` per token ``(B, R)`` (the trainer aggregates
     it) and ``metrics`` a dict of scalar tensors (reported as ``actor/<name>``).
-    ``extra`` holds those of ``ref_per_token_logps`` (B, R), ``loss_agg_mode``,
-    ``batch_num_tokens``, ``global_batch_size``, ``loss_scale_factor``, ``dp_size`` that
+    ``extra`` holds those of ``ref_per_token_logps`` (B, R), ``is_expert_mask`` (B,) bool
+    (rows carrying ``info["is_expert"]``, for ``mix``), ``loss_agg_mode``, ``batch_num_tokens``, ``global_batch_size``, ``loss_scale_factor``, ``dp_size`` that
     the signature *names explicitly*. A function may return a 0-dim ``pg_loss``: it is then
     taken as already aggregated over the micro-batch (and must use the global counts it
     was given so micro-batches add up). This is the hook for sequence-level losses such as
@@ -78,8 +78,8 @@ ADVANTAGE_INPUTS: tuple[str, ...] = (
 """Batch fields an advantage fn may name in its signature."""
 
 POLICY_LOSS_EXTRAS: tuple[str, ...] = (
-    "ref_per_token_logps", "loss_agg_mode", "batch_num_tokens", "global_batch_size",
-    "loss_scale_factor", "dp_size")
+    "ref_per_token_logps", "is_expert_mask", "loss_agg_mode", "batch_num_tokens",
+    "global_batch_size", "loss_scale_factor", "dp_size")
 """Optional keywords a policy loss fn receives when its signature names them."""
 
 
@@ -319,6 +319,8 @@ class LossInputs:
     """Per-token entropies (with gradient when an entropy loss is used)."""
     ref_per_token_logps: torch.Tensor | None = None
     """Log-probs under the reference model."""
+    is_expert_mask: torch.Tensor | None = None
+    """(B,) bool: rows that are expert (SFT) data in a mixed batch (``mix``)."""
 
 
 @dataclass
@@ -349,6 +351,8 @@ def policy_loss_term(fns: LossFns, inputs: LossInputs, agg: AggContext
     offered: dict[str, Any] = {"loss_agg_mode": agg.mode, **agg.kwargs()}
     if inputs.ref_per_token_logps is not None:
         offered["ref_per_token_logps"] = inputs.ref_per_token_logps
+    if inputs.is_expert_mask is not None:
+        offered["is_expert_mask"] = inputs.is_expert_mask
     extra = _optional_kwargs(selected.implementation, offered, var_kw_gets_all=False)
     if fns.policy_needs_ref and "ref_per_token_logps" not in extra:
         raise RftError(f"{selected.key}: {selected.name!r} needs ref_per_token_logps but no "

@@ -219,6 +219,9 @@ class TorchTrainer(Trainer):
     def _tensor_batch(self, batch: Batch) -> TensorBatch:
         tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
                    "position_ids": batch.position_ids, "response_mask": batch.response_mask}
+        if any("is_expert" in e.info for e in batch.experiences):  # mixed expert data (mix)
+            tensors["is_expert"] = torch.tensor([bool(e.info.get("is_expert"))
+                                                 for e in batch.experiences])  # (B,)
         return TensorBatch(batch.prompt_width, tensors)
 
     def _units(self, num_rows: int) -> list[list[int]]:
@@ -369,7 +372,8 @@ class TorchTrainer(Trainer):
                         per_token_logps=logps, mask=on["response_mask"],
                         old_per_token_logps=on.get("old_logprobs"),
                         advantages=on.get("advantages"), entropy=entropy,
-                        ref_per_token_logps=on.get("ref_logprobs")), agg)
+                        ref_per_token_logps=on.get("ref_logprobs"),
+                        is_expert_mask=on.get("is_expert")), agg)
                     out.loss.backward()
                     record.add_micro(out.summed, out.averaged)
                 record.close_mini_batch()

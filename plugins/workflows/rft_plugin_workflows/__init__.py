@@ -15,12 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from rft import hookimpl
+from rft_plugin_workflows.multi_turn import MultiTurnArgs, MultiTurnWorkflow
 from rft_plugin_workflows.single_turn import (
     MathBoxedWorkflow,
     MathWorkflow,
     SimpleWorkflow,
     VerlGSM8KWorkflow,
 )
+
+
+__all__ = ["MathBoxedWorkflow", "MathWorkflow", "MultiTurnArgs", "MultiTurnWorkflow",
+           "SimpleWorkflow", "VerlGSM8KWorkflow"]
 
 
 @hookimpl
