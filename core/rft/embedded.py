@@ -39,6 +39,7 @@ from rft.explorer.engine import InferenceEngine, SamplingArgs
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.monitor.base import Monitor
+from rft.synchronizer import MemorySynchronizer
 
 log = logging.getLogger("rft.embedded")
 
@@ -171,6 +172,7 @@ def run_embedded(stage: Stage) -> StageResult:
                                            args=strategy_sel.args)
     explorer_monitors = open_monitors(stage, "explorer")
     trainer_monitors = open_monitors(stage, "trainer")
+    synchronizer = MemorySynchronizer(trainer, [engine])
     for monitor in explorer_monitors + trainer_monitors:
         monitor.start(steps)
     result = StageResult(stage.name, steps)
@@ -188,7 +190,7 @@ def run_embedded(stage: Stage) -> StageResult:
             storage.load_state_dict(state["dataset"])
         result.eval_before = state.get("eval_before", {})
         first_step = state["step"] + 1
-        engine.update_weights(trainer.named_weights(), version=state["step"])
+        synchronizer.sync(state["step"])
         log.info("resumed from %s", checkpoints[-1].path)
 
     try:
@@ -200,9 +202,7 @@ def run_embedded(stage: Stage) -> StageResult:
                 log_all(explorer_monitors, explorer.explore_step(step), step)
             experiences, sample_metrics = strategy.sample(step, engine.model_version)
             metrics = {**sample_metrics, **trainer.train_step(experiences)}
-            sync_started = time.monotonic()
-            engine.update_weights(trainer.named_weights(), version=step)
-            metrics["timing_s/sync"] = time.monotonic() - sync_started
+            metrics.update(synchronizer.sync(step))
             log_all(trainer_monitors, metrics, step)
             if explorer is not None and has_eval and step % config.explorer.eval_interval == 0 \
                     and step != steps:
