@@ -45,3 +45,19 @@ class AlgorithmPreset:
     """What one training example looks like: a rollout, a prompt/response, a preference pair."""
     default_args: dict[str, dict[str, Any]] | None = None
     """Default ``*_args`` per algorithm field, e.g. ``{"advantage_fn_args": {"epsilon": 1e-6}}``."""
+
+
+def rl_preset(advantage_fn: str, *, group: bool = True, **changes: Any) -> AlgorithmPreset:
+    """The common online-RL preset, with ``changes`` applied.
+
+    Clipped surrogate policy loss ``ppo``, ``k2`` KL loss against a reference model, no
+    KL penalty, the ``default`` entropy term and sample strategy; group baselines
+    (``group=True``) need at least two rollouts per task (``repeat_times = 2``).
+    """
+    repeats = 2 if group else 1
+    base: dict[str, Any] = {
+        "advantage_fn": advantage_fn, "policy_loss_fn": "ppo", "kl_loss_fn": "k2",
+        "kl_penalty_fn": "none", "entropy_loss_fn": "default", "sample_strategy": "default",
+        "repeat_times": repeats, "min_repeat_times": repeats, "use_reference": True,
+    }
+    return AlgorithmPreset(**{**base, **changes})

@@ -17,24 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 from rft_plugin_grpo.advantages import (GRPOArgs, GRPONoStdArgs, grpo_advantages,
                                         grpo_no_std_advantages, opo_advantages)
 
 __all__ = ["GRPOArgs", "GRPONoStdArgs", "PRESET", "grpo_advantages", "grpo_no_std_advantages",
            "opo_advantages"]
 
-PRESET = AlgorithmPreset(
-    advantage_fn="grpo",
-    policy_loss_fn="ppo",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=2,
-    min_repeat_times=2,
-    use_reference=True,
-)
+PRESET = rl_preset("grpo")
 """GRPO: group-normalised outcome advantages, clipped surrogate, k2 KL loss (Trinity-RFT's
 defaults)."""
 

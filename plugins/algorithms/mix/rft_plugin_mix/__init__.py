@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 from rft.buffer.sampling import SampleStrategy
 from rft.builtin.policy_loss import ppo_policy_loss
 from rft.builtin.sample_strategies import staleness_metrics
@@ -155,17 +155,7 @@ class MixSampleStrategy(SampleStrategy):
         return usual + expert, metrics
 
 
-PRESET = AlgorithmPreset(
-    advantage_fn="grpo",
-    policy_loss_fn="mix",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="mix",
-    repeat_times=8,
-    min_repeat_times=2,
-    use_reference=True,
-)
+PRESET = rl_preset("grpo", policy_loss_fn="mix", sample_strategy="mix", repeat_times=8)
 """MIX: GRPO advantages on rollouts, SFT on expert rows (Trinity-RFT's defaults)."""
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 from rft.group_ops import (GroupIndex, group_counts, group_ids, group_stats, num_groups,
                            outcome_scores, segment_max, segment_sum)
 from rft.ops import masked_mean
@@ -115,17 +115,7 @@ def opmd_policy_loss(
 
 opmd_policy_loss.Args = OPMDLossArgs  # type: ignore[attr-defined]
 
-PRESET = AlgorithmPreset(
-    advantage_fn="opmd",
-    policy_loss_fn="opmd",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=2,
-    min_repeat_times=2,
-    use_reference=True,
-)
+PRESET = rl_preset("opmd", policy_loss_fn="opmd")
 """OPMD: group-baselined rewards, OPMD surrogate, k2 KL loss (Trinity-RFT's defaults)."""
 
 

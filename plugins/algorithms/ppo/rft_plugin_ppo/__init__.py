@@ -14,23 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 from rft_plugin_ppo.advantages import GAEArgs, gae_advantages
 
 __all__ = ["GAEArgs", "PRESET", "gae_advantages"]
 
-PRESET = AlgorithmPreset(
-    advantage_fn="ppo",
-    policy_loss_fn="ppo",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=1,
-    min_repeat_times=1,
-    use_critic=True,
-    use_reference=True,
-)
+PRESET = rl_preset("ppo", group=False, use_critic=True)
 """PPO: GAE with a critic, clipped surrogate, k2 KL loss (Trinity-RFT's defaults)."""
 
 

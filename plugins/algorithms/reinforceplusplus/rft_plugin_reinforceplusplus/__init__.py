@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 from rft.group_ops import GroupIndex, group_ids, group_stats, outcome_scores
 from rft.ops import masked_whiten
 
@@ -88,30 +88,10 @@ def reinforce_plus_plus_baseline_advantages(
 
 reinforce_plus_plus_baseline_advantages.Args = ReinforcePlusPlusBaselineArgs  # type: ignore[attr-defined]
 
-PRESET = AlgorithmPreset(
-    advantage_fn="reinforceplusplus",
-    policy_loss_fn="ppo",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=1,
-    min_repeat_times=1,
-    use_reference=True,
-)
+PRESET = rl_preset("reinforceplusplus", group=False)
 """REINFORCE++: batch-whitened returns, one rollout per task."""
 
-BASELINE_PRESET = AlgorithmPreset(
-    advantage_fn="reinforceplusplus_baseline",
-    policy_loss_fn="ppo",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=2,
-    min_repeat_times=2,
-    use_reference=True,
-)
+BASELINE_PRESET = rl_preset("reinforceplusplus_baseline")
 """REINFORCE++-baseline: group mean subtracted before whitening; needs groups."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 
 __all__ = ["PRESET", "ReMaxArgs", "remax_advantages"]
 
@@ -45,17 +45,7 @@ def remax_advantages(
 
 remax_advantages.Args = ReMaxArgs  # type: ignore[attr-defined]
 
-PRESET = AlgorithmPreset(
-    advantage_fn="remax",
-    policy_loss_fn="ppo",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=1,
-    min_repeat_times=1,
-    use_reference=True,
-)
+PRESET = rl_preset("remax", group=False)
 """ReMax: greedy-baseline advantages with the clipped surrogate and a k2 KL loss."""
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from rft import hookimpl
-from rft.algorithm import AlgorithmPreset
+from rft.algorithm import rl_preset
 from rft.group_ops import GroupIndex, group_ids, group_stats, outcome_scores
 
 __all__ = ["PRESET", "RLOOArgs", "rloo_advantages"]
@@ -45,17 +45,7 @@ def rloo_advantages(
 
 rloo_advantages.Args = RLOOArgs  # type: ignore[attr-defined]
 
-PRESET = AlgorithmPreset(
-    advantage_fn="rloo",
-    policy_loss_fn="ppo",
-    kl_loss_fn="k2",
-    kl_penalty_fn="none",
-    entropy_loss_fn="default",
-    sample_strategy="default",
-    repeat_times=2,
-    min_repeat_times=2,
-    use_reference=True,
-)
+PRESET = rl_preset("rloo")
 """RLOO: leave-one-out advantages with the clipped surrogate and a k2 KL loss."""
 
 
