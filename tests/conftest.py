@@ -6,3 +6,5 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from fixtures_models import tiny_model_dir  # noqa: E402,F401  (session fixture for all tests)

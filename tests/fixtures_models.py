@@ -1,6 +1,6 @@
 """Reusable model fixtures: the tiny Qwen2 checkpoint, built once per test session.
 
-Use in a test module with ``from fixtures_models import tiny_model_dir  # noqa: F401``
+``tests/conftest.py`` imports the fixture, so every test can ask for ``tiny_model_dir``
 (``tests/conftest.py`` puts this folder on ``sys.path``). The build is cached per
 session, so several modules importing the fixture share one directory.
 """

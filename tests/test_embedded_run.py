@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures_models import tiny_model_dir  # noqa: F401
 from rft.checkpoint import CheckpointError, list_checkpoints
 from rft.config import load_config
 from rft.errors import RftError

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures_models import tiny_model_dir  # noqa: F401
 from rft.config import load_config
 from rft.config.validate import local_looking
 

@@ -10,7 +10,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from fixtures_models import tiny_model_dir  # noqa: E402,F401
 
 from rft.errors import RftError  # noqa: E402
 from rft.explorer import Completion, InferenceEngine, SamplingArgs  # noqa: E402

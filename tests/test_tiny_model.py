@@ -11,7 +11,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from fixtures_models import tiny_model_dir  # noqa: E402,F401
 from safetensors.torch import load_file  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402

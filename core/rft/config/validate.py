@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft.algorithm import AlgorithmPreset
-from rft.config.convert import INVALID, join_key, to_dataclass
+from rft.config.convert import INVALID, to_dataclass
 from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
 from rft.plugins import PluginRegistry, args_type_of
 

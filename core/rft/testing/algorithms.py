@@ -56,6 +56,27 @@ class Batch:
         return -self.randn().abs() * scale
 
 
+def assert_policy_loss_matches(pg_loss: torch.Tensor, metrics: dict[str, torch.Tensor],
+                               ref: torch.Tensor, ref_metrics: dict[str, Any],
+                               mask: torch.Tensor, mode: str, agg_kwargs: dict[str, Any],
+                               per_token_logps: torch.Tensor) -> None:
+    """Our per-token policy loss, aggregated, equals veRL's loss ``ref``: value, gradient
+    w.r.t. ``per_token_logps`` and the clip / KL metrics. veRL returns NaN for an all-zero
+    mask where we return 0."""
+    from rft import ops
+
+    ours = ops.agg_loss(pg_loss, mask, mode, **agg_kwargs)
+    for key in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+        close(metrics[key], ref_metrics[f"actor/{key}"])
+    if torch.isnan(ref):
+        assert mask.sum() == 0 and ours.item() == 0.0
+        return
+    close(ours, ref)
+    (g_ours,) = torch.autograd.grad(ours, per_token_logps)
+    (g_ref,) = torch.autograd.grad(ref, per_token_logps)
+    close(g_ours, g_ref)
+
+
 @st.composite
 def batches(draw: st.DrawFn, max_b: int = 12, max_t: int = 16, min_tokens: int = 0,
             even_b: bool = False) -> Batch:
