@@ -1,0 +1,396 @@
+"""GRPO on CPU: rft's embedded run vs TRL's GRPOTrainer vs a minimal hand-written loop.
+
+    .venv/bin/python bench/grpo_vs_trl.py [--steps 60] [--threads 1]
+
+TRL is installed into the project venv with (it changes neither torch nor transformers;
+it adds trl, accelerate and psutil — see requirements/bench.txt)::
+
+    .venv/bin/pip install -q -r requirements/bench.txt     # = pip install -q trl==1.16.0
+
+One tiny Qwen2 model (:func:`rft.testing.tiny_model.build_tiny_model`, random weights),
+one toy task with a dense reward (the share of the response's letters that are vowels —
+the same Python function scores all three), the same batch shape, optimiser and number
+of steps. Each contestant runs in its own subprocess (fresh process: fair peak RSS,
+``OMP_NUM_THREADS`` set before torch is imported); the parent prints one table:
+
+- wall time per step: median, and mean after ``--warmup`` steps;
+- ratios rft / bare loop (target ≤ 1.10) and rft / TRL (target ≤ 0.67);
+- the mean reward over 5 steps starting at steps 0, 10, 25, 50, … (learning curves);
+- peak RSS of each process (``resource.getrusage``).
+
+The contestants:
+
+- ``rft``: the real embedded colocate run — ``rft.config.load_config`` on a YAML written
+  here + ``rft.launcher.run`` (explorer with the ``hf`` engine and ``simple_workflow``,
+  queue experience buffer, ``torch`` trainer, memory weight sync, monitors). The reward
+  and a timing monitor are registered as an in-process plugin (``extra_plugins``).
+  A step is measured between consecutive trainer-monitor calls (explore + sample +
+  train + weight sync + monitors); the final checkpoint written after the last step is
+  not counted.
+- ``trl``: ``trl.GRPOTrainer`` on CPU, ``use_vllm=False`` (transformers ``generate``).
+  A step is measured between consecutive ``on_step_end`` callbacks (generation, reward,
+  reference / policy forward, backward, optimiser step, TRL's logging).
+- ``bare``: :func:`bare_loop` below — ``model.generate`` for all prompts × n at once,
+  score, group-normalise, reference log-probs, one clipped-surrogate + k2-KL step.
+
+Settings mapping (rft's GRPO defaults → TRL 1.16 ``GRPOConfig``):
+
+============================  ===============================  ============================
+rft (config / preset)         TRL ``GRPOConfig``               bare loop
+============================  ===============================  ============================
+buffer.batch_size = P         per_device_train_batch_size=P·n  P prompts
+algorithm.repeat_times = n    num_generations = n              num_return_sequences = n
+model.max_response_tokens=N   max_completion_length = N        max_new_tokens = N
+temperature 1, top_p 1, no    temperature=1, top_p=1, top_k=0  same
+top-k
+advantage ``grpo``            scale_rewards="group" (TRL adds  (r − μ_g) / (σ_g + 1e-6)
+(r − μ_g)/(σ_g + 1e-6)        1e-4 to σ)
+policy loss ``ppo``, clip 0.2 epsilon=0.2, num_iterations=1    ratio clip 0.2
+token-mean aggregation        loss_type="dapo" (token mean     token mean
+                              over the global batch)
+kl_loss ``k2``, coef 0.001    beta=0.001 (TRL's estimator is   k2, coef 0.001
+(reference model)             k3; same compute: 1 ref forward)
+entropy coef 0 (entropy is    (TRL also computes entropies     not computed
+computed, no gradient)        for its metrics)
+AdamW lr, betas (0.9,0.999),  learning_rate, adam_beta1/2,     torch.optim.AdamW, same
+wd 0.01, constant schedule,   weight_decay=0.01,
+grad clip 1.0                 lr_scheduler_type="constant",
+                              max_grad_norm=1.0
+1 optimiser step per step     gradient_accumulation_steps=1,   1 step
+(mini-batch = whole batch)    steps_per_generation=1
+float32, CPU                  use_cpu=True, no bf16            float32
+============================  ===============================  ============================
+
+``--beta 0`` drops the KL term and the reference model everywhere (rft: ``kl_loss_fn:
+none``; TRL: beta 0; bare: no reference forward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+VOWELS = set("aeiouAEIOU")
+PROMPT_WORDS = ("apples", "books", "pencils", "cookies", "marbles", "stickers", "eggs",
+                "pages", "cars", "flowers", "cups", "shirts", "balls", "candies", "clips",
+                "dollars")
+REWARD_LOG: list[float] = []
+"""Every reward computed in this process, in order (chunked into steps afterwards)."""
+
+
+def vowel_reward(text: str) -> float:
+    """Dense toy reward in [0, 1]: the share of the response's letters that are vowels
+    (0 for a response without letters)."""
+    letters = [c for c in text if c.isalpha()]
+    value = sum(c in VOWELS for c in letters) / len(letters) if letters else 0.0
+    REWARD_LOG.append(value)
+    return value
+
+
+def prompts(count: int) -> list[str]:
+    return [f"Write a sentence about {PROMPT_WORDS[i % len(PROMPT_WORDS)]}." for i in range(count)]
+
+
+# ---- the contestants (each runs in a child process) -------------------------------------
+
+def run_bare(args: argparse.Namespace, model_dir: Path) -> list[float]:
+    """The minimal GRPO loop; returns the wall time of every step."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(args.seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if args.beta else None
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), weight_decay=0.01)
+    eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id]
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                     add_generation_prompt=True) for p in prompts(16)]
+    P, n, times = args.prompts, args.generations, []
+    for step in range(args.steps):
+        started = time.perf_counter()
+        batch = [texts[(step * P + i) % len(texts)] for i in range(P)]
+        enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            seqs = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                  max_new_tokens=args.max_new_tokens, num_return_sequences=n,
+                                  eos_token_id=eos, pad_token_id=tok.pad_token_id)
+        width = enc.input_ids.shape[1]
+        comp = seqs[:, width:]  # (P·n, N)
+        is_eos = torch.isin(comp, torch.tensor(eos))
+        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), comp.shape[1])
+        mask = (torch.arange(comp.shape[1]) <= first[:, None]).float()  # through the eos
+        rewards = torch.tensor([vowel_reward(tok.decode(c[: int(f) + 1], skip_special_tokens=True))
+                                for c, f in zip(comp, first, strict=True)]).view(P, n)
+        adv = ((rewards - rewards.mean(1, keepdim=True))
+               / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)  # (P·n, 1)
+        attn = torch.cat([enc.attention_mask.repeat_interleave(n, 0), mask.long()], 1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+
+        def logps(m: torch.nn.Module) -> torch.Tensor:
+            logits = m(input_ids=seqs, attention_mask=attn, position_ids=pos).logits
+            return torch.log_softmax(logits[:, width - 1:-1].float(), -1).gather(
+                -1, comp[..., None]).squeeze(-1)  # (P·n, N)
+
+        logp = logps(model)
+        ratio = torch.exp(logp - logp.detach())
+        loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+        if ref is not None:
+            with torch.no_grad():
+                ref_logp = logps(ref)
+            loss = loss + args.beta * 0.5 * (logp - ref_logp) ** 2  # k2
+        loss = (loss * mask).sum() / mask.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def run_rft(args: argparse.Namespace, model_dir: Path, work: Path) -> list[float]:
+    """The real embedded run (load_config + launcher.run); returns per-step wall times."""
+    import contextlib
+    import io
+
+    import torch
+    import yaml
+
+    from rft import hookimpl
+    from rft.config import load_config
+    from rft.launcher import run
+    from rft.monitor.base import Monitor
+    from rft.plugins import PluginRegistry
+
+    stamps: list[float] = []
+
+    class TimerMonitor(Monitor):
+        """Timestamps of the trainer's per-step log calls (start = before step 1)."""
+
+        def start(self, total_steps: int) -> None:
+            if self.role == "trainer":
+                stamps.append(time.perf_counter())
+
+        def log(self, metrics: Any, step: int) -> None:
+            if self.role == "trainer":
+                stamps.append(time.perf_counter())
+
+    class BenchPlugin:
+        @hookimpl
+        def register_reward_fns(self) -> dict[str, Any]:
+            return {"bench_vowels": lambda response, truth: {"vowels": vowel_reward(response)}}
+
+        @hookimpl
+        def register_monitors(self) -> dict[str, Any]:
+            return {"bench_timer": TimerMonitor}
+
+    tasks = work / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"question": q, "answer": ""}) + "\n"
+                             for q in prompts(16)))
+    algorithm: dict[str, Any] = {"algorithm_type": "grpo", "repeat_times": args.generations,
+                                 "optimizer": {"lr": args.lr}}
+    if args.beta:
+        algorithm["kl_loss_fn_args"] = {"kl_coef": args.beta}
+    else:
+        algorithm["kl_loss_fn"] = "none"
+    config = {
+        "project": "bench", "name": "grpo", "mode": "colocate",
+        "checkpoint_root_dir": str(work / "ck"),
+        "algorithm": algorithm,
+        "model": {"model_path": str(model_dir), "max_prompt_tokens": 64,
+                  "max_response_tokens": args.max_new_tokens},
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "buffer": {
+            "batch_size": args.prompts, "total_steps": args.steps,
+            "explorer_input": {"taskset": {
+                "name": "train", "path": str(tasks),
+                "format": {"prompt_key": "question", "response_key": "answer"},
+                "default_workflow_type": "simple_workflow",
+                "default_reward_fn_type": "bench_vowels"}},
+            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
+        },
+        "explorer": {"rollout_model": {"engine_type": "hf", "dtype": "float32",
+                                       "seed": args.seed}},
+        "synchronizer": {"sync_method": "memory", "sync_interval": 1},
+        "trainer": {"trainer_type": "torch", "save_interval": 0},
+        "monitor": {"monitor_type": "bench_timer"},
+    }
+    path = work / "rft.yaml"
+    path.write_text(yaml.safe_dump(config))
+    torch.manual_seed(args.seed)
+    registry = PluginRegistry.create(extra_plugins=[BenchPlugin()])
+    loaded = load_config(path, registry=registry)
+    with contextlib.redirect_stdout(io.StringIO()):  # the console monitor's lines
+        assert run(loaded) == 0
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def run_trl(args: argparse.Namespace, model_dir: Path, work: Path) -> list[float]:
+    """TRL's GRPOTrainer on CPU without vLLM; returns per-step wall times."""
+    import logging
+
+    import torch
+    import transformers
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("trl").setLevel(logging.ERROR)
+    stamps: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_train_begin(self, *a: Any, **k: Any) -> None:
+            stamps.append(time.perf_counter())
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            stamps.append(time.perf_counter())
+
+    def reward(completions: list[Any], **_: Any) -> list[float]:
+        return [vowel_reward(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+
+    torch.manual_seed(args.seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": q}]} for q in prompts(16)])
+    config = GRPOConfig(
+        output_dir=str(work / "trl"), max_steps=args.steps, seed=args.seed, use_cpu=True,
+        per_device_train_batch_size=args.prompts * args.generations,
+        num_generations=args.generations, gradient_accumulation_steps=1,
+        steps_per_generation=1, num_iterations=1,
+        max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0,
+        beta=args.beta, epsilon=0.2, loss_type="dapo", scale_rewards="group",
+        use_vllm=False, bf16=False, fp16=False, shuffle_dataset=False,
+        logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
+        dataloader_num_workers=0, log_completions=False,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data,
+                          processing_class=tok, callbacks=[Timer()])
+    trainer.train()
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def child(args: argparse.Namespace) -> None:
+    import resource
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model_dir, work = Path(args.model_dir), Path(tempfile.mkdtemp(prefix=f"bench_{args.only}_"))
+    started = time.perf_counter()
+    if args.only == "bare":
+        times = run_bare(args, model_dir)
+    elif args.only == "rft":
+        times = run_rft(args, model_dir, work)
+    else:
+        times = run_trl(args, model_dir, work)
+    total = time.perf_counter() - started
+    per_step = args.prompts * args.generations
+    if len(REWARD_LOG) < per_step * args.steps:
+        raise SystemExit(f"{args.only}: {len(REWARD_LOG)} rewards for {args.steps} steps")
+    rewards = [statistics.fmean(REWARD_LOG[i * per_step:(i + 1) * per_step])
+               for i in range(args.steps)]
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    Path(args.json).write_text(json.dumps({"times": times, "rewards": rewards,
+                                           "total_s": total, "peak_rss_mib": peak_mib}))
+
+
+# ---- the parent: build the model, run the three, print the table ------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--threads", type=int, default=1, help="torch / OMP threads")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--beta", type=float, default=0.001, help="KL coefficient (0: none)")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the mean")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--which", default="bare,rft,trl", help="contestants, in run order")
+    parser.add_argument("--only", choices=("bare", "rft", "trl"), help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--json", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.only:
+        child(args)
+        return
+
+    from rft.testing.tiny_model import build_tiny_model
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONWARNINGS": "ignore"}
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_grpo_") as tmp:
+        model_dir = build_tiny_model(Path(tmp) / "model", hidden_size=args.hidden,
+                                     num_layers=args.layers, seed=args.seed)
+        passed = [a for a in sys.argv[1:] if not a.startswith("--which")]
+        for name in args.which.split(","):
+            out = Path(tmp) / f"{name}.json"
+            proc = subprocess.run([sys.executable, __file__, *passed, "--only", name,
+                                   "--model-dir", str(model_dir), "--json", str(out)],
+                                  env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+                print(f"{name}: failed (exit {proc.returncode}):\n  " + "\n  ".join(tail))
+                continue
+            results[name] = json.loads(out.read_text())
+    report(args, results)
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    print(f"\nGRPO, tiny Qwen2 (hidden {args.hidden}, {args.layers} layers), CPU, "
+          f"{args.threads} thread(s): {args.prompts} prompts × {args.generations} completions, "
+          f"≤ {args.max_new_tokens} new tokens, lr {args.lr:g}, beta {args.beta:g}, "
+          f"{args.steps} steps (mean after {args.warmup} warm-up steps)\n")
+    marks = [k for k in (0, 10, 25, 50, 75, 100, 150, 200, 300) if k + 5 <= args.steps]
+    head = ["", "median s/step", "mean s/step", "total s", "peak RSS MiB",
+            *[f"R@{k}" for k in marks], "R@last5"]
+    rows = [head]
+    for name, r in results.items():
+        t, rw = r["times"], r["rewards"]
+        rows.append([name, f"{statistics.median(t):.4f}",
+                     f"{statistics.fmean(t[args.warmup:] or t):.4f}", f"{r['total_s']:.1f}",
+                     f"{r['peak_rss_mib']:.0f}",
+                     *[f"{statistics.fmean(rw[k:k + 5]):.3f}" for k in marks],
+                     f"{statistics.fmean(rw[-5:]):.3f}"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    for row in rows:
+        print("  ".join(cell.rjust(w) if i else cell.ljust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
+    print("R@k: mean reward over steps k..k+4 (vowel share of the response's letters)")
+
+    def ratio(a: str, b: str, target: float) -> None:
+        if a in results and b in results:
+            med = statistics.median(results[a]["times"]) / statistics.median(results[b]["times"])
+            ta, tb = (results[x]["times"][args.warmup:] or results[x]["times"] for x in (a, b))
+            mean = statistics.fmean(ta) / statistics.fmean(tb)
+            verdict = "meets" if max(med, mean) <= target else "misses"
+            print(f"{a} / {b}: {med:.2f} (median), {mean:.2f} (mean); target ≤ {target:.2f}: "
+                  f"{verdict}")
+
+    print()
+    ratio("rft", "bare", 1.10)
+    ratio("rft", "trl", 0.67)
+
+
+if __name__ == "__main__":
+    main()
