@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     tiny.set_defaults(handler=cmd_tiny_model)
+    from rft.verl_convert.cli import add_parser as add_convert_verl_parser
+    add_convert_verl_parser(commands)
 
     for name, handler, text in (
         ("validate", cmd_validate, "check a config; print it resolved, or its problems"),

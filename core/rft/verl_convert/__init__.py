@@ -1,0 +1,78 @@
+"""Convert a veRL launch (``python -m verl.trainer.main_ppo key=value ...``) into an rft
+config, following the veRL alignment guide.
+
+    from rft.verl_convert import convert_text
+    result = convert_text(open("run_qwen2-7b_rm.sh").read(), "run_qwen2-7b_rm.sh")
+    print(result.yaml)            # the rft config, each key commented with its veRL source
+    result.report.print()         # veRL settings with no equivalent, notes
+
+Modules: :mod:`~rft.verl_convert.parse` (shell script / override list → overrides),
+:mod:`~rft.verl_convert.mapping` (the rules), :mod:`~rft.verl_convert.emit` (commented
+YAML), :mod:`~rft.verl_convert.report`, :mod:`~rft.verl_convert.cli`
+(``rft convert-verl``). docs/verl.md lists every rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rft.verl_convert.emit import to_yaml
+from rft.verl_convert.mapping import Conversion, convert_overrides
+from rft.verl_convert.parse import ParsedLaunch, VerlConvertError, parse_launch
+from rft.verl_convert.report import Report
+
+
+@dataclass
+class ConvertResult:
+    """A converted launch: the config, its per-key sources, the report and the YAML."""
+
+    launch: ParsedLaunch
+    conversion: Conversion
+    yaml: str
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.conversion.config
+
+    @property
+    def sources(self) -> dict[str, str]:
+        return self.conversion.sources
+
+    @property
+    def report(self) -> Report:
+        return self.conversion.report
+
+
+def _header(source_name: str, launch: ParsedLaunch, report: Report) -> list[str]:
+    what = (f"the veRL launch ({launch.entry_point}, line {launch.launch_line})"
+            if launch.kind == "script" else "a list of veRL overrides")
+    lines = [f"# rft config converted by `rft convert-verl` from {what} in {source_name}.",
+             "# The comment after each key names the veRL setting(s) it comes from;",
+             "# trainer.trainer_config passes veRL worker settings through unchanged."]
+    if launch.env_refs:
+        lines.append("# Environment variables read when rft loads this file: "
+                     + ", ".join(launch.env_refs) + ".")
+    if report:
+        lines.append("#")
+        lines.extend(report.comment_block())
+    return lines
+
+
+def convert_text(text: str, source_name: str = "<stdin>") -> ConvertResult:
+    """Convert a veRL launch script or override list (the text of the file).
+
+    :raises VerlConvertError: one line naming the culprit.
+    """
+    launch = parse_launch(text)
+    if not launch.overrides:
+        raise VerlConvertError(f"{source_name}: no veRL overrides found")
+    conversion = convert_overrides(launch.overrides)
+    for line, argument, why in launch.ignored:
+        conversion.report.add(argument, None, f"ignored: {why}", line)
+    yaml_text = to_yaml(conversion.config, conversion.sources,
+                        _header(source_name, launch, conversion.report))
+    return ConvertResult(launch, conversion, yaml_text)
+
+
+__all__ = ["ConvertResult", "VerlConvertError", "convert_text", "parse_launch", "to_yaml"]

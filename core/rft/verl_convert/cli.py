@@ -1,0 +1,123 @@
+"""``rft convert-verl INPUT [-o OUTPUT]``: a veRL launch → an rft config.
+
+INPUT is a launch script (``python3 -m verl.trainer.main_ppo key=value ...``) or a file
+of Hydra overrides; ``-`` reads stdin. The config goes to OUTPUT (stdout by default); the
+report of veRL settings that were not converted goes to stderr and into the YAML header.
+A problem prints one line (``rft: <problem>``) and exits with status 2.
+
+Also runnable alone: ``python -m rft.verl_convert.cli INPUT [-o OUTPUT]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rft.errors import RftError
+from rft.verl_convert.parse import VerlConvertError
+
+EXIT_USAGE = 2
+
+
+def _read_input(name: str) -> tuple[str, str]:
+    """The text of ``name`` (``-``: stdin) and the name shown in messages."""
+    if name == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(name, encoding="utf-8") as handle:
+            return handle.read(), name
+    except FileNotFoundError:
+        raise VerlConvertError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise VerlConvertError(f"{name}: is a directory, not a launch script") from None
+    except UnicodeDecodeError:
+        raise VerlConvertError(f"{name}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise VerlConvertError(f"{name}: cannot read: {exc.strerror}") from None
+
+
+def _check_schema(result: Any) -> None:
+    """Every emitted key must convert onto the rft schema; a problem names the veRL source
+    (e.g. a string where veRL's value should be a number)."""
+    from rft.config.convert import to_dataclass
+    from rft.config.schema import RftConfig
+
+    problems: list[str] = []
+    to_dataclass(RftConfig, result.config, "", problems)
+    if problems:
+        first = problems[0]
+        key = first.split(":", 1)[0]
+        source = result.sources.get(key)
+        where = f" (from {source})" if source else ""
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise VerlConvertError(f"converted config: {key}{where}:{first.split(':', 1)[1]}"
+                               f"{more}")
+
+
+def cmd_convert_verl(args: argparse.Namespace) -> int:
+    """Handler of the ``convert-verl`` subcommand."""
+    from rft.verl_convert import convert_text
+
+    text, source_name = _read_input(args.input)
+    result = convert_text(text, source_name)
+    _check_schema(result)
+    if args.output in (None, "-"):
+        sys.stdout.write(result.yaml)
+    else:
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(result.yaml)
+        except OSError as exc:
+            raise VerlConvertError(f"{args.output}: cannot write: {exc.strerror}") from None
+    if not args.quiet:
+        result.report.print()
+        if args.output not in (None, "-"):
+            print(f"rft convert-verl: wrote {args.output}; check it with: rft validate "
+                  f"{os.fspath(args.output)}", file=sys.stderr)
+    return 0
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Arguments of ``convert-verl`` (shared by the ``rft`` subcommand and ``main``)."""
+    parser.add_argument("input", metavar="INPUT",
+                        help="veRL launch script or file of Hydra overrides; '-' for stdin")
+    parser.add_argument("-o", "--output", metavar="OUTPUT",
+                        help="write the rft config here (default: stdout)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="do not print the report to stderr (it stays in the YAML header)")
+    parser.set_defaults(handler=cmd_convert_verl)
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``convert-verl`` on the ``rft`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "convert-verl", help="convert a veRL launch script (python -m verl.trainer.main_ppo "
+        "key=value ...) into an rft config",
+        description="Convert a veRL launch script or Hydra override list into an rft "
+        "config; see docs/verl.md.")
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
+    return configure(parser)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry: ``python -m rft.verl_convert.cli INPUT [-o OUTPUT]``."""
+    parser = configure(argparse.ArgumentParser(
+        prog="rft convert-verl", description="Convert a veRL launch into an rft config."))
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except RftError as error:
+        if args.debug:
+            raise
+        print(f"rft: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
