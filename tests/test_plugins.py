@@ -190,3 +190,74 @@ def _install_distribution(tmp_path: Path, dist: str, module: str, source: str) -
 
 
 install_distribution = _install_distribution
+
+
+THROWAWAY = '''
+from dataclasses import dataclass
+from rft import hookimpl
+from rft.workflow import Workflow
+
+
+class EchoWorkflow(Workflow):
+    def run(self):
+        return []
+
+
+@dataclass
+class ScaleArgs:
+    scale: float = 1.0
+    """Multiplier."""
+
+
+def scaled_accuracy(response, truth, args):
+    return {"accuracy": args.scale * float(response.strip() == str(truth))}
+
+
+scaled_accuracy.Args = ScaleArgs
+
+
+@hookimpl
+def register_workflows():
+    return {"simple_workflow_v2": EchoWorkflow}
+
+
+@hookimpl
+def register_reward_fns():
+    return {"accuracy_reward_v2": scaled_accuracy}
+'''
+
+
+def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(tmp_path):
+    import yaml
+
+    from config_corpus import BASE_CONFIG
+
+    target = _install_distribution(tmp_path, "rft-plugin-throwaway", "rft_plugin_throwaway",
+                                   THROWAWAY)
+    config = yaml.safe_load(BASE_CONFIG.read_text())
+    taskset = config["buffer"]["explorer_input"]["taskset"]
+    taskset.update(default_workflow_type="simple_workflow_v2",
+                   default_reward_fn_type="accuracy_reward_v2", reward_fn_args={"scale": 2.0})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "tasks.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    env = {**os.environ, "RFT_TEST_MODEL": str(tmp_path / "model"),
+           "RFT_TEST_DATA": str(tmp_path), "RFT_TEST_CHECKPOINTS": str(tmp_path / "ck")}
+
+    installed = subprocess.run([*RFT, "validate", str(path)], capture_output=True, text=True,
+                               env={**env, "PYTHONPATH": str(target)})
+    assert installed.returncode == 0, installed.stderr
+    resolved = yaml.safe_load(installed.stdout)["buffer"]["explorer_input"]["taskset"]
+    assert resolved["default_workflow_type"] == "simple_workflow_v2"
+    assert resolved["reward_fn_args"] == {"scale": 2.0}
+
+    uninstalled = subprocess.run([*RFT, "validate", str(path)], capture_output=True, text=True,
+                                 env=env)
+    assert uninstalled.returncode == 2
+    assert uninstalled.stderr.splitlines() == [
+        "rft: buffer.explorer_input.taskset.default_workflow_type: unknown workflow "
+        "'simple_workflow_v2'; did you mean 'simple_workflow'?",
+        "rft: buffer.explorer_input.taskset.default_reward_fn_type: unknown reward function "
+        "'accuracy_reward_v2'; did you mean 'accuracy_reward'?",
+    ]
