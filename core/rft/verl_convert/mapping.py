@@ -328,7 +328,7 @@ DERIVED: dict[str, Derived] = {
         "`batch_size = ppo_mini_batch_size`; `train_batch_size = rollout.n × "
         "ppo_mini_batch_size`; `sync_interval = data.train_batch_size / "
         "ppo_mini_batch_size` (must divide); `sync_style: fixed`, `sync_offset: 0` "
-        "(veRL defaults 1024 and 256)"),
+        "(veRL defaults: train_batch_size 1024, ppo_mini_batch_size 256)"),
     "tasksets": Derived(
         ("data.train_files", "data.val_files", "data.prompt_key", "data.response_key",
          "data.shuffle", "data.seed", R + "val_kwargs.temperature", R + "val_kwargs.top_p",
@@ -725,10 +725,10 @@ class Converter:
         total = nodes * per_node
         share = total // EXPLORER_GPU_SHARE
         engines = max(1, share // tp)
+        gpus = (f"{total} GPUs ({self.source('trainer.nnodes')} × "
+                f"{self.source('trainer.n_gpus_per_node')}) / {EXPLORER_GPU_SHARE}")
         self.put("explorer.rollout_model.engine_num", engines,
-                 f"{total} GPUs ({self.source('trainer.nnodes')} × "
-                 f"{self.source('trainer.n_gpus_per_node')}) / {EXPLORER_GPU_SHARE} / "
-                 f"tensor_parallel_size {tp}")
+                 f"{gpus} / tensor_parallel_size {tp}")
         used = engines * tp
         enabled = self.has("reward_model.enable") and bool(self.get("reward_model.enable"))
         if enabled:
@@ -740,7 +740,7 @@ class Converter:
             prefix = "explorer.auxiliary_models[0]"
             self.put(f"{prefix}.model_path", path, "reward_model.model.path")
             self.put(f"{prefix}.engine_num", rm_engines,
-                     f"{total} GPUs / {EXPLORER_GPU_SHARE} / tensor_parallel_size {rm_tp}")
+                     f"{gpus} / tensor_parallel_size {rm_tp}")
             self.put(f"{prefix}.tensor_parallel_size", rm_tp,
                      "reward_model.rollout.tensor_model_parallel_size"
                      if self.has("reward_model.rollout.tensor_model_parallel_size")
@@ -794,13 +794,14 @@ def table_rows() -> list[tuple[str, str, str]]:
 
 
 def markdown_table() -> str:
-    """The rules as a Markdown table (embedded in docs/verl.md; a test keeps it current)."""
+    """The rules as a Markdown table, embedded in docs/verl.md (a test keeps it current).
+
+    Regenerate with ``python -c "from rft.verl_convert.mapping import markdown_table;
+    print(markdown_table(), end='')"``.
+    """
     lines = ["| veRL | rft | rule / note |", "|:--|:--|:--|"]
     for verl, rft, note in table_rows():
         escaped = note.replace("|", "\\|")
         lines.append(f"| {verl} | {rft} | {escaped} |")
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":  # python -m rft.verl_convert.mapping > table.md
-    print(markdown_table(), end="")

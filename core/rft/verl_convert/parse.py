@@ -429,6 +429,8 @@ class _ValueReader:
             if self.pos == len(text):
                 return value
             raise self.fail("text after a quoted string")
+        if re.fullmatch(r"[A-Za-z_]\w*\(.*\)", text, re.DOTALL):
+            raise self.fail("Hydra functions (choice, range, ...) are not supported")
         depth = 0
         for pos, ch in enumerate(text):
             if text.startswith("${", pos):
@@ -438,8 +440,6 @@ class _ValueReader:
             elif ch == "," and not depth:
                 raise self.fail("a comma-separated value is a Hydra sweep (multirun); "
                                 "write a list as '[a,b]'")
-        if re.fullmatch(r"[A-Za-z_]\w*\(.*\)", text, re.DOTALL):
-            raise self.fail("Hydra functions (choice, range, ...) are not supported")
         return _scalar(text)
 
 
