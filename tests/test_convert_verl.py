@@ -442,6 +442,14 @@ def test_a_bare_list_of_overrides_converts_like_a_script(layout: str) -> None:
     assert "from a list of veRL overrides" in listed.yaml.splitlines()[0]
 
 
+def test_hydra_flags_are_reported_not_read() -> None:
+    result = convert_text("python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer "
+                          "--config-path=cfg data.max_prompt_length=64\n")
+    assert [o.key for o in result.launch.overrides] == ["data.max_prompt_length"]
+    assert result.report.keys()[-2:] == ["--config-name ppo_megatron_trainer",
+                                         "--config-path=cfg"]
+
+
 def test_two_launches_are_refused() -> None:
     with pytest.raises(VerlConvertError, match=r"launches veRL 2 times \(lines 1, 2\)"):
         parse_launch("python3 -m verl.trainer.main_ppo a.b=1\npython3 -m verl.trainer.main_ppo a.b=2\n")

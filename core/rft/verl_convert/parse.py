@@ -478,6 +478,8 @@ _VERL_SCRIPT = re.compile(r"(^|/)verl/trainer/main_\w+\.py$")
 _IGNORED_COMMANDS = {"set", "wait", "cd", "echo", "source", ".", "unset", "trap", "exit",
                      "shift", "mkdir", "pip", "huggingface-cli", "hf", "ray"}
 """Commands of a launch script that are skipped when looking for overrides."""
+_HYDRA_FLAGS_WITH_VALUE = {"--config-name", "--config-path", "--config-dir", "-cn", "-cp",
+                           "-cd"}
 
 
 @dataclass
@@ -551,13 +553,20 @@ def parse_launch(text: str) -> ParsedLaunch:
         parsed.launch_line, parsed.entry_point, arguments = launches[0]
     else:
         arguments = listed
+    flag_argument = False
     for word, value in arguments:
+        if flag_argument:  # the value of "--config-name NAME"
+            flag_argument = False
+            parsed.ignored[-1] = (parsed.ignored[-1][0], f"{parsed.ignored[-1][1]} {value}",
+                                  parsed.ignored[-1][2])
+            continue
         if word.only_special:
             parsed.ignored.append((word.line, word.raw, "the script's own arguments"))
         elif value.startswith("-"):
             parsed.ignored.append((word.line, value, "a command-line flag, not an override "
                                    "(a --config-name other than ppo_trainer changes "
                                    "veRL's defaults)"))
+            flag_argument = value in _HYDRA_FLAGS_WITH_VALUE
         elif launches or "=" in value or value.startswith("~"):
             parsed.overrides.append(parse_override(value, word.line))
         else:
