@@ -84,6 +84,8 @@ PROMPT_WORDS = ("apples", "books", "pencils", "cookies", "marbles", "stickers", 
                 "dollars")
 REWARD_LOG: list[float] = []
 """Every reward computed in this process, in order (chunked into steps afterwards)."""
+PARTS: dict[str, list[float]] = {}
+"""rft's ``timing_s/<part>`` metrics, one value per step."""
 
 
 def vowel_reward(text: str) -> float:
@@ -133,6 +135,7 @@ def run_bare(args: argparse.Namespace, model_dir: Path) -> list[float]:
         mask = (torch.arange(comp.shape[1]) <= first[:, None]).float()  # through the eos
         rewards = torch.tensor([vowel_reward(tok.decode(c[: int(f) + 1], skip_special_tokens=True))
                                 for c, f in zip(comp, first, strict=True)]).view(P, n)
+        generated = time.perf_counter()
         adv = ((rewards - rewards.mean(1, keepdim=True))
                / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)  # (P·n, 1)
         attn = torch.cat([enc.attention_mask.repeat_interleave(n, 0), mask.long()], 1)
@@ -156,10 +159,13 @@ def run_bare(args: argparse.Namespace, model_dir: Path) -> list[float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - started)
+        PARTS.setdefault("generate+score", []).append(generated - started)
+        PARTS.setdefault("update", []).append(times[-1] - (generated - started))
     return times
 
 
-def run_rft(args: argparse.Namespace, model_dir: Path, work: Path) -> list[float]:
+def run_rft(args: argparse.Namespace, model_dir: Path, work: Path,
+            concurrent_mode: str = "sequential") -> list[float]:
     """The real embedded run (load_config + launcher.run); returns per-step wall times."""
     import contextlib
     import io
@@ -176,7 +182,8 @@ def run_rft(args: argparse.Namespace, model_dir: Path, work: Path) -> list[float
     stamps: list[float] = []
 
     class TimerMonitor(Monitor):
-        """Timestamps of the trainer's per-step log calls (start = before step 1)."""
+        """Timestamps of the trainer's per-step log calls (start = before step 1), and
+        rft's own ``timing_s/*`` metrics (explore, train step, sync …)."""
 
         def start(self, total_steps: int) -> None:
             if self.role == "trainer":
@@ -185,6 +192,9 @@ def run_rft(args: argparse.Namespace, model_dir: Path, work: Path) -> list[float
         def log(self, metrics: Any, step: int) -> None:
             if self.role == "trainer":
                 stamps.append(time.perf_counter())
+            for key, value in metrics.items():
+                if key.startswith("timing_s/"):
+                    PARTS.setdefault(key[len("timing_s/"):], []).append(float(value))
 
     class BenchPlugin:
         @hookimpl
@@ -220,7 +230,8 @@ def run_rft(args: argparse.Namespace, model_dir: Path, work: Path) -> list[float
                 "default_reward_fn_type": "bench_vowels"}},
             "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
         },
-        "explorer": {"rollout_model": {"engine_type": "hf", "dtype": "float32",
+        "explorer": {"concurrent_mode": concurrent_mode,
+                     "rollout_model": {"engine_type": "hf", "dtype": "float32",
                                        "seed": args.seed}},
         "synchronizer": {"sync_method": "memory", "sync_interval": 1},
         "trainer": {"trainer_type": "torch", "save_interval": 0},
@@ -296,6 +307,8 @@ def child(args: argparse.Namespace) -> None:
         times = run_bare(args, model_dir)
     elif args.only == "rft":
         times = run_rft(args, model_dir, work)
+    elif args.only == "rft_mt":
+        times = run_rft(args, model_dir, work, "multi-threading")
     else:
         times = run_trl(args, model_dir, work)
     total = time.perf_counter() - started
@@ -305,7 +318,8 @@ def child(args: argparse.Namespace) -> None:
     rewards = [statistics.fmean(REWARD_LOG[i * per_step:(i + 1) * per_step])
                for i in range(args.steps)]
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    Path(args.json).write_text(json.dumps({"times": times, "rewards": rewards,
+    parts = {k: statistics.median(v) for k, v in PARTS.items()}
+    Path(args.json).write_text(json.dumps({"times": times, "rewards": rewards, "parts": parts,
                                            "total_s": total, "peak_rss_mib": peak_mib}))
 
 
@@ -324,8 +338,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the mean")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--which", default="bare,rft,trl", help="contestants, in run order")
-    parser.add_argument("--only", choices=("bare", "rft", "trl"), help=argparse.SUPPRESS)
+    parser.add_argument("--which", default="bare,rft,rft_mt,trl",
+                        help="contestants, in run order (rft_mt: rft with "
+                             "explorer.concurrent_mode=multi-threading)")
+    parser.add_argument("--only", choices=("bare", "rft", "rft_mt", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -342,7 +358,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_grpo_") as tmp:
         model_dir = build_tiny_model(Path(tmp) / "model", hidden_size=args.hidden,
                                      num_layers=args.layers, seed=args.seed)
-        passed = [a for a in sys.argv[1:] if not a.startswith("--which")]
+        passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+                  if v is not None and k not in ("which", "only", "model_dir", "json")]
         for name in args.which.split(","):
             out = Path(tmp) / f"{name}.json"
             proc = subprocess.run([sys.executable, __file__, *passed, "--only", name,
@@ -377,6 +394,18 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
         print("  ".join(cell.rjust(w) if i else cell.ljust(w)
                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
     print("R@k: mean reward over steps k..k+4 (vowel share of the response's letters)")
+    for name, r in results.items():
+        if r.get("parts") and name == "bare":
+            print("bare: median s of " + ", ".join(f"{k} {v:.4f}" for k, v in r["parts"].items()))
+        elif r.get("parts"):
+            main = ("explore", "step", "sync")
+            known = {k: v for k, v in r["parts"].items() if k in main}
+            other = statistics.median(r["times"]) - sum(known.values())
+            inner = ", ".join(f"{k} {v:.4f}" for k, v in sorted(r["parts"].items())
+                              if k not in main)
+            print(f"{name}: median s of explore {known.get('explore', 0):.4f} + train step "
+                  f"{known.get('step', 0):.4f} + sync {known.get('sync', 0):.4f} + rest "
+                  f"{other:.4f}; inside the train step: {inner}")
 
     def ratio(a: str, b: str, target: float) -> None:
         if a in results and b in results:
@@ -390,6 +419,8 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
     print()
     ratio("rft", "bare", 1.10)
     ratio("rft", "trl", 0.67)
+    ratio("rft_mt", "bare", 1.10)
+    ratio("rft_mt", "trl", 0.67)
 
 
 if __name__ == "__main__":

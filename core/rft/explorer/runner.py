@@ -7,6 +7,9 @@ timed out (its thread cannot be killed; it finishes in the background and its re
 dropped). ``concurrent_mode`` chooses how the tasks of a step are run: ``sequential``,
 ``multi-threading`` (``runner_per_model`` threads) or ``asynchronous`` (an event loop;
 workflows with an ``async def run_async()`` are awaited, others run in threads).
+
+In ``multi-threading`` mode the model calls of the workflows running at the same time
+are merged into one engine call (:class:`~rft.explorer.model_wrapper.CallBatcher`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft.experience import Experience
+from rft.explorer.model_wrapper import CallBatcher
 from rft.workflow import Task, Workflow
 
 WorkflowFactory = Callable[[Task], Workflow]
@@ -75,19 +79,28 @@ class WorkflowRunner:
     def run_tasks(self, tasks: Sequence[Task]) -> list[TaskResult]:
         """Results in task order, whatever the concurrency."""
         if self.concurrent_mode == "multi-threading" and len(tasks) > 1:
+            batcher = CallBatcher(len(tasks), self.workers)
+
+            def one(order: int, task: Task) -> TaskResult:
+                try:
+                    return self.run_task(task, batcher=batcher, order=order)
+                finally:
+                    batcher.task_done()
+
             with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
-                return list(pool.map(self.run_task, tasks))
+                return list(pool.map(one, range(len(tasks)), tasks))
         if self.concurrent_mode == "asynchronous" and len(tasks) > 1:
             return asyncio.run(self._run_async(tasks))
         return [self.run_task(task) for task in tasks]
 
-    def run_task(self, task: Task) -> TaskResult:
-        """One task with retries and the timeout."""
+    def run_task(self, task: Task, *, batcher: CallBatcher | None = None,
+                 order: int = 0) -> TaskResult:
+        """One task with retries and the timeout (model calls merged by ``batcher``)."""
         result = TaskResult(task)
         started = time.monotonic()
         for attempt in range(1, self.max_retry_times + 2):
             result.attempts = attempt
-            future = self._pool.submit(self._attempt, task)
+            future = self._pool.submit(self._attempt, task, batcher, order)
             try:
                 result.experiences = future.result(timeout=self.max_timeout)
                 result.ok, result.error = True, None
@@ -136,8 +149,12 @@ class WorkflowRunner:
         result.seconds = time.monotonic() - started
         return result
 
-    def _attempt(self, task: Task) -> list[Experience]:
-        return _checked(self.make_workflow(task).run())
+    def _attempt(self, task: Task, batcher: CallBatcher | None = None,
+                 order: int = 0) -> list[Experience]:
+        if batcher is None:
+            return _checked(self.make_workflow(task).run())
+        with batcher.participant(order):
+            return _checked(self.make_workflow(task).run())
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
