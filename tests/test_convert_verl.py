@@ -247,7 +247,8 @@ def test_each_key_carries_a_comment_naming_its_verl_source() -> None:
     text = convert_text(PPO_SCRIPT.read_text()).yaml
     lines = text.splitlines()
     for line in ("  batch_size: 256  # actor_rollout_ref.actor.ppo_mini_batch_size",
-                 "  critic_model_path: ${oc.env:HOME}/models/Qwen2-7B-Instruct  # critic.model.path",
+                 "  critic_model_path: ${oc.env:HOME}/models/Qwen2-7B-Instruct  "
+                 "# critic.model.path",
                  "  advantage_fn: ppo  # algorithm.adv_estimator=gae",
                  "  kl_penalty_fn: none  # algorithm.use_kl_in_reward=False",
                  "  sync_interval: 4  # data.train_batch_size / "
@@ -452,7 +453,8 @@ def test_hydra_flags_are_reported_not_read() -> None:
 
 def test_two_launches_are_refused() -> None:
     with pytest.raises(VerlConvertError, match=r"launches veRL 2 times \(lines 1, 2\)"):
-        parse_launch("python3 -m verl.trainer.main_ppo a.b=1\npython3 -m verl.trainer.main_ppo a.b=2\n")
+        parse_launch("python3 -m verl.trainer.main_ppo a.b=1\n"
+                     "python3 -m verl.trainer.main_ppo a.b=2\n")
 
 
 @pytest.mark.parametrize("text, value", [

@@ -523,6 +523,7 @@ def parse_launch(text: str) -> ParsedLaunch:
     :raises VerlConvertError: a shell construct that cannot be evaluated, no or several
         veRL launches, or a malformed override — one line naming it.
     """
+    text = text.replace("\r\n", "\n")
     state = ShellState()
     launches: list[tuple[int, str, list[tuple[Word, str]]]] = []  # line, entry, arguments
     listed: list[tuple[Word, str]] = []  # every word, for a bare list of overrides
