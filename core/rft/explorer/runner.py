@@ -4,12 +4,15 @@
 run: a workflow that raises is retried ``max_retry_times`` times and then recorded as
 failed; one that runs longer than ``max_timeout`` seconds is abandoned and recorded as
 timed out (its thread cannot be killed; it finishes in the background and its result is
-dropped). ``concurrent_mode`` chooses how the tasks of a step are run: ``sequential``,
-``multi-threading`` (``runner_per_model`` threads) or ``asynchronous`` (an event loop;
-workflows with an ``async def run_async()`` are awaited, others run in threads).
+dropped). As in Trinity-RFT, the tasks of a step are spread over ``runner_per_model``
+runners; ``concurrent_mode`` says how they run: ``sequential`` (each runner one task at a
+time), ``multi-threading`` (every task of the step in its own thread) or ``asynchronous``
+(an event loop; workflows with an ``async def run_async()`` are awaited, others run in
+threads).
 
-In ``multi-threading`` mode the model calls of the workflows running at the same time
-are merged into one engine call (:class:`~rft.explorer.model_wrapper.CallBatcher`).
+The model calls of the workflows running at the same time are merged into one engine
+call (:class:`~rft.explorer.model_wrapper.CallBatcher`), in task order, so a step makes
+as few engine calls as its workflows allow.
 """
 
 from __future__ import annotations
@@ -78,8 +81,11 @@ class WorkflowRunner:
 
     def run_tasks(self, tasks: Sequence[Task]) -> list[TaskResult]:
         """Results in task order, whatever the concurrency."""
-        if self.concurrent_mode == "multi-threading" and len(tasks) > 1:
-            batcher = CallBatcher(len(tasks), self.workers)
+        if self.concurrent_mode == "asynchronous" and len(tasks) > 1:
+            return asyncio.run(self._run_async(tasks))
+        workers = len(tasks) if self.concurrent_mode == "multi-threading" else self.workers
+        if workers > 1 and len(tasks) > 1:
+            batcher = CallBatcher(len(tasks), workers)
 
             def one(order: int, task: Task) -> TaskResult:
                 try:
@@ -87,10 +93,8 @@ class WorkflowRunner:
                 finally:
                     batcher.task_done()
 
-            with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
                 return list(pool.map(one, range(len(tasks)), tasks))
-        if self.concurrent_mode == "asynchronous" and len(tasks) > 1:
-            return asyncio.run(self._run_async(tasks))
         return [self.run_task(task) for task in tasks]
 
     def run_task(self, task: Task, *, batcher: CallBatcher | None = None,
