@@ -224,7 +224,10 @@ class LossFns:
 
     @property
     def uses_entropy_loss(self) -> bool:
-        return not is_off(self.entropy)
+        """An entropy term with a non-zero coefficient is selected (it needs gradients)."""
+        if is_off(self.entropy):
+            return False
+        return getattr(self.entropy.args, "entropy_coef", None) != 0
 
     @property
     def policy_needs_ref(self) -> bool:

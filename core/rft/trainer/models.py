@@ -78,9 +78,10 @@ def _model_inputs(batch: TensorBatch, device: torch.device) -> dict[str, torch.T
 
 def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.device,
                       temperature: float = 1.0, with_entropy: bool = False,
-                      dtype: torch.dtype | None = None
+                      entropy_grad: bool = True, dtype: torch.dtype | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs ``(B, R)`` of the response tokens and, optionally, entropies.
+    """Per-token log-probs ``(B, R)`` of the response tokens and, optionally, entropies
+    (computed without autograd when ``entropy_grad`` is false: metric only).
 
     ``logits / temperature`` (the sampling temperature, as veRL) in float32.
     """
@@ -96,7 +97,10 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
         logits = logits / temperature
     labels = inputs["input_ids"][:, batch.prompt_width:]  # (B, R)
     logps = logprobs_from_logits(logits, labels)  # (B, R)
-    entropy = entropy_from_logits(logits) if with_entropy else None  # (B, R)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits)  # (B, R)
     return logps, entropy
 
 

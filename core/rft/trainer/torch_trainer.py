@@ -364,9 +364,7 @@ class TorchTrainer(Trainer):
                     micro = tensors.select(rows)
                     logps, entropy = response_logprobs(
                         self.actor, micro, device=device, temperature=self.options.temperature,
-                        with_entropy=True, dtype=self.options.dtype)
-                    if not entropy_grad:
-                        entropy = entropy.detach()  # type: ignore[union-attr]
+                        with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     out = actor_loss(self.fns, LossInputs(
                         per_token_logps=logps, mask=on["response_mask"],
