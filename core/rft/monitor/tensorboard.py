@@ -1,0 +1,83 @@
+"""The ``tensorboard`` monitor: TensorBoard event files, one directory per role.
+
+Uses ``torch.utils.tensorboard.SummaryWriter`` when the ``tensorboard`` package is
+installed (``pip install 'rft[tensorboard]'``), else ``tensorboardX.SummaryWriter``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rft.errors import RftError
+from rft.monitor.base import Monitor
+
+
+@dataclass
+class TensorboardArgs:
+    """Arguments of the ``tensorboard`` monitor."""
+
+    log_dir: str | None = None
+    """Directory of the event files; ``None``: ``<checkpoint_job_dir>/monitor/tensorboard``.
+    Each role writes into its own sub-directory ``<log_dir>/<role>``."""
+
+
+def scalar(value: Any) -> float | None:
+    """``value`` as a float, or ``None`` for what is not a number (strings, lists …).
+
+    Non-finite floats are returned as given: TensorBoard and MLflow store NaN / inf."""
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a multi-element tensor
+        return None
+
+
+def _summary_writer_class() -> type:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise RftError("monitor.monitor_type: 'tensorboard' needs the tensorboard package: "
+                           "pip install 'rft[tensorboard]'") from None
+    return SummaryWriter
+
+
+class TensorboardMonitor(Monitor):
+    """Writes every metric as a scalar (tag = metric name, x = step) to
+    ``<log_dir>/tensorboard/<role>``; view both runs with ``tensorboard --logdir
+    <log_dir>/tensorboard``.
+
+    Values that are not numbers are skipped; NaN and inf are written as given (TensorBoard
+    draws them as gaps / markers). The writer is flushed after every step, so a crash loses
+    no logged step; a resumed run adds a new event file to the same directory.
+    """
+
+    Args = TensorboardArgs
+
+    def __init__(self, project: str, name: str, role: str, log_dir: str,
+                 args: TensorboardArgs | None = None) -> None:
+        super().__init__(project, name, role, log_dir, args or TensorboardArgs())
+        writer_class = _summary_writer_class()
+        self.path = os.path.join(self.args.log_dir or os.path.join(log_dir, "tensorboard"), role)
+        os.makedirs(self.path, exist_ok=True)
+        self._writer = writer_class(log_dir=self.path)
+        self._closed = False
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            number = scalar(value)
+            if number is not None:
+                self._writer.add_scalar(key, number, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._writer.close()
+
