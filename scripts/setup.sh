@@ -29,7 +29,7 @@ while IFS= read -r project; do
   plugin_dirs+=(-e "$(dirname "$project")")
 done < <(find plugins -name pyproject.toml -not -path '*/tests/*' | sort)
 if [ "$WITH_TEST" = 1 ]; then
-  "${PIP[@]}" -e ".[test]" "${plugin_dirs[@]}"
+  "${PIP[@]}" -e ".[test,tensorboard,wandb,mlflow]" "${plugin_dirs[@]}"
   "${PIP[@]}" --no-deps -r requirements/verl-test.txt
 else
   "${PIP[@]}" -e . "${plugin_dirs[@]}"
