@@ -55,7 +55,8 @@ def test_trace_prints_hook_calls(monkeypatch, capsys):
     monkeypatch.setenv("RFT_TRACE_PLUGINS", "1")
     PluginRegistry.create()
     err = capsys.readouterr().err
-    assert "rft-trace: rft.builtin.monitors.register_monitors() -> ['console', 'jsonl']" in err
+    assert ("rft-trace: rft.builtin.monitors.register_monitors() -> ['console', 'jsonl', "
+            "'mlflow', 'tensorboard', 'wandb']") in err
     assert "rft-trace: selectors.register_task_selectors()" in err
 
 
@@ -90,7 +91,7 @@ def test_unknown_name_names_the_providing_package():
 def test_unknown_name_without_close_match_lists_registered_names():
     registry = PluginRegistry.create()
     assert registry.unknown_name_message("monitor", "zzz") == (
-        "unknown monitor 'zzz'; registered: console, jsonl")
+        "unknown monitor 'zzz'; registered: console, jsonl, mlflow, tensorboard, wandb")
 
 
 def test_duplicate_names_name_both_plugins():
