@@ -232,7 +232,7 @@ def _save(stage: Stage, trainer: Any, explorer: Explorer | None, storage: Experi
     config = stage.config
     # the final model is always exported: the next stage and the user start from it
     always = config.trainer.save_hf_checkpoint == "always"
-    save_hf = trainer.save_pretrained if (final or always) else None
+    save_hf = (lambda path: _save_hf(config, trainer, path)) if (final or always) else None
     state: dict[str, Any] = {
         "model_version": step,
         "selectors": [s.state_dict() for s in explorer.selectors] if explorer else [],
@@ -244,3 +244,13 @@ def _save(stage: Stage, trainer: Any, explorer: Explorer | None, storage: Experi
         state["dataset"] = storage.state_dict()
     save_checkpoint(config.checkpoint_job_dir or ".", step, trainer.state_dict(), state,
                     max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf)
+
+
+def _save_hf(config: RftConfig, trainer: Any, path: str) -> None:
+    """The Hugging Face model folder *with its tokenizer* (the next stage loads both)."""
+    from transformers import AutoTokenizer
+
+    trainer.save_pretrained(path)
+    AutoTokenizer.from_pretrained(config.model.model_path,
+                                  trust_remote_code=config.model.trust_remote_code
+                                  ).save_pretrained(path)
