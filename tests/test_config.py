@@ -310,3 +310,18 @@ def test_reference_configs_convert_without_problems():
         problems: list[str] = []
         to_dataclass(RftConfig, plain, "", problems)
         assert problems == [], path.name
+
+
+def test_overrides_follow_list_indices(base, registry, tmp_path):
+    base["stages"] = [{"stage_name": "a"}, {"stage_name": "b", "buffer": {"batch_size": 2}}]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base))
+    loaded = load_config(path, ["stages.1.buffer.batch_size=6", "algorithm.optimizer.lr=1e-4",
+                                "buffer.explorer_input.eval_tasksets.0.repeat_times=3"],
+                         registry)
+    a, b = loaded.stages
+    assert (a.config.buffer.batch_size, b.config.buffer.batch_size) == (8, 6)
+    assert a.config.algorithm.optimizer.lr == pytest.approx(1e-4)
+    assert a.config.buffer.explorer_input.eval_tasksets[0].repeat_times == 3
+    with pytest.raises(ConfigError, match=r"override 'stages.5.buffer.batch_size=1': "):
+        load_config(path, ["stages.5.buffer.batch_size=1"], registry)

@@ -145,3 +145,28 @@ def test_gsm8k_workflow_and_reward_on_the_real_file(tmp_path, tiny_model_dir):
     explorer = [json.loads(x)["metrics"] for x in (job / "monitor" / "explorer.jsonl").read_text().splitlines()]
     assert all(m["rollout/failed_tasks"] == 0 and m["rollout/experiences"] == 4 for m in explorer)
     assert os.path.exists(job / "global_step_2" / "hf")
+
+
+def test_sft_stage_passes_over_the_data_as_often_as_total_steps_needs(tmp_path, tiny_model_dir):
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                            for i in range(4)))
+    config = {
+        "project": "e2e", "name": "sft", "mode": "train",
+        "checkpoint_root_dir": str(tmp_path / "ck"),
+        "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-3}},
+        "model": {"model_path": str(tiny_model_dir), "max_prompt_tokens": 32,
+                  "max_response_tokens": 4},
+        "buffer": {"batch_size": 4, "total_steps": 3, "trainer_input": {"experience_buffer": {
+            "name": "sft", "storage_type": "file", "path": str(data),
+            "format": {"prompt_type": "plaintext", "prompt_key": "question",
+                       "response_key": "answer"}}}},
+        "explorer": {"rollout_model": {"engine_type": "hf", "dtype": "float32"}},
+        "synchronizer": {"sync_method": "checkpoint"},
+        "trainer": {"trainer_type": "torch"},
+        "monitor": {"monitor_type": "jsonl"},
+    }
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert run(load_config(path)) == 0  # 3 steps × 4 rows from a 4-row file: 3 passes
+    assert trainer_steps(tmp_path / "ck" / "e2e" / "sft") == [1, 2, 3]

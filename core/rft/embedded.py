@@ -117,7 +117,12 @@ def offline_storage(stage: Stage, tokenizer: Any) -> ExperienceStorage:
     where = f"experience buffer {buffer.name!r} ({buffer.path})"
     experiences = [row_to_sft_experience(row, i, buffer.format, tokenizer, where)
                    for i, row in enumerate(read_rows(dataset))]
-    return DatasetStorage(buffer.name, experiences, config.buffer.total_epochs)
+    epochs = config.buffer.total_epochs
+    fixed_steps = config.trainer.total_steps or config.buffer.total_steps
+    if fixed_steps:  # total steps win over epochs: pass over the data as often as needed
+        needed = fixed_steps * (config.buffer.train_batch_size or 1)
+        epochs = math.ceil(needed / len(experiences))
+    return DatasetStorage(buffer.name, experiences, epochs)
 
 
 def total_steps(config: RftConfig, explorer: Explorer | None, storage: ExperienceStorage) -> int:

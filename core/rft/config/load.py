@@ -54,9 +54,12 @@ def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> DictConfig:
         if "=" not in item or not item.split("=", 1)[0].strip():
             problems.append(f"override {item!r}: expected key.sub=value")
             continue
-        try:
-            config = OmegaConf.merge(config, OmegaConf.from_dotlist([item]))
-        except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        key, text = item.split("=", 1)
+        try:  # update() follows list indices (stages.1.buffer.batch_size=8)
+            parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))
+            OmegaConf.update(config, key.strip(), parsed["value"], merge=True, force_add=True)
+        except (OmegaConfBaseException, yaml.YAMLError, TypeError, ValueError,
+                IndexError) as exc:
             problems.append(f"override {item!r}: {str(exc).splitlines()[0]}")
     if problems:
         raise ConfigError(problems)
