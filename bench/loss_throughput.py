@@ -35,18 +35,18 @@ def _elapsed(fn: Callable[[], object]) -> float:
 
 
 def median_times(verl_fn: Callable[[], object], rft_fn: Callable[[], object],
-                 repeats: int) -> tuple[float, float]:
-    """Median seconds of each, the two interleaved (alternating which goes first) so that
+                 repeats: int, rounds: int = 3) -> tuple[float, float]:
+    """Median seconds of each function, timed in blocks of ``repeats`` calls (steady state:
+    the previous call of the *same* function warmed caches and the allocator, as in a
+    training loop). ``rounds`` blocks each, the order alternating between rounds so that
     load from other processes hits both alike."""
-    verl_fn(), rft_fn()  # warm-up
-    verl_times, rft_times = [], []
-    for i in range(repeats):
-        if i % 2:
-            rft_times.append(_elapsed(rft_fn))
-            verl_times.append(_elapsed(verl_fn))
-        else:
-            verl_times.append(_elapsed(verl_fn))
-            rft_times.append(_elapsed(rft_fn))
+    verl_times: list[float] = []
+    rft_times: list[float] = []
+    for round_ in range(rounds):
+        order = [(verl_fn, verl_times), (rft_fn, rft_times)]
+        for fn, times in (order if round_ % 2 == 0 else order[::-1]):
+            fn()  # warm-up of the block
+            times += [_elapsed(fn) for _ in range(repeats)]
     return statistics.median(verl_times), statistics.median(rft_times)
 
 
@@ -99,14 +99,14 @@ def main() -> None:
 
     cases = [
         ("GRPO advantage (uid strs)", lambda: core_algos.compute_grpo_outcome_advantage(
-            rewards.clone(), mask, uids), lambda: grpo_advantages(rewards, mask, uids)),
+            rewards, mask, uids), lambda: grpo_advantages(rewards, mask, uids)),
         ("GRPO advantage (id tensor)", lambda: core_algos.compute_grpo_outcome_advantage(
-            rewards.clone(), mask, uids), lambda: grpo_advantages(rewards, mask, task_ids)),
+            rewards, mask, uids), lambda: grpo_advantages(rewards, mask, task_ids)),
         ("PPO policy loss (fwd+bwd)", verl_ppo, rft_ppo),
         ("low_var_kl (fwd+bwd)", verl_kl, rft_kl),
     ]
     print(f"B={B} T={T} group={args.group_size} torch threads={torch.get_num_threads()} "
-          f"median of {args.repeats}")
+          f"median of 3 blocks x {args.repeats} calls each")
     print(f"{'':28s}{'veRL ms':>10s}{'rft ms':>10s}{'veRL/rft':>10s}")
     for name, verl_fn, rft_fn in cases:
         t_verl, t_rft = median_times(verl_fn, rft_fn, args.repeats)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from rft.hookspecs import hookimpl
 from rft.ops import agg_loss, clip_by_value, masked_mean
@@ -33,6 +34,57 @@ class PPOArgs:
     clip_ratio_c: float = 3.0
     """Dual-clip bound ``c > 1``: for negative advantages the loss is at most ``−c·A``
     (https://arxiv.org/abs/1912.09729)."""
+
+
+def _tie_split(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Share of the gradient ``max(first, second)`` passes to ``first``: 1, ½ at a tie, 0
+    (PyTorch's rule for ``maximum`` / ``minimum``, which veRL's autograd follows)."""
+    return torch.where(first > second, 1.0, torch.where(first == second, 0.5, 0.0))
+
+
+class _ClippedSurrogate(torch.autograd.Function):
+    """The dual-clip surrogate in one forward and a one-multiply backward.
+
+    Forward computes the loss and ``∂pg_loss/∂log π`` per token (saved); backward scales
+    it by the incoming gradient. Same values and gradients as autograd through veRL's
+    chain of ``exp``/``clamp``/``maximum``/``min``/``where``, ties split as PyTorch does.
+    Also returns (not differentiable) where the clipped term wins, where the dual clip
+    binds, and the clamped log-ratio, for the metrics.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor,
+                advantages: torch.Tensor, low: float, high: float, clip_ratio_c: float
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        raw = per_token_logps - old_per_token_logps  # (B, T)
+        log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+        ratio = torch.exp(log_ratio)  # (B, T)
+        unclipped = -advantages * ratio  # (B, T)
+        clipped = -advantages * ratio.clamp(1 - low, 1 + high)  # (B, T)
+        pessimistic = torch.maximum(unclipped, clipped)  # (B, T)
+        dual_bound = -advantages * clip_ratio_c  # (B, T)
+        negative = advantages < 0  # (B, T)
+        pg_loss = torch.where(negative, torch.minimum(dual_bound, pessimistic), pessimistic)
+        # ∂pg/∂logπ: ratio passes the ±20 clamp inside its bounds (inclusive); the clipped
+        # branch passes where 1−ε_l ≤ ratio ≤ 1+ε_h; maximum / min split ties in halves.
+        d_unclipped = torch.where((raw >= -LOG_RATIO_CLAMP) & (raw <= LOG_RATIO_CLAMP),
+                                  unclipped, 0.0)  # (B, T)
+        inside = (ratio >= 1 - low) & (ratio <= 1 + high)  # (B, T)
+        d_pessimistic = d_unclipped * (_tie_split(unclipped, clipped)
+                                       + inside * _tie_split(clipped, unclipped))
+        grad = torch.where(negative, d_pessimistic * _tie_split(dual_bound, pessimistic),
+                           d_pessimistic)  # (B, T)
+        ctx.save_for_backward(grad)
+        clipped_wins = clipped > unclipped
+        dual_binds = (pessimistic > dual_bound) & negative
+        ctx.mark_non_differentiable(clipped_wins, dual_binds, log_ratio)
+        return pg_loss, clipped_wins, dual_binds, log_ratio
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_loss: torch.Tensor, *unused: Any) -> tuple[Any, ...]:
+        (grad,) = ctx.saved_tensors
+        return grad_loss * grad, None, None, None, None, None
 
 
 def ppo_policy_loss(
@@ -65,23 +117,12 @@ def ppo_policy_loss(
     low = clip_range if clip_range_low is None else clip_range_low
     high = clip_range if clip_range_high is None else clip_range_high
 
-    log_ratio = torch.clamp(per_token_logps - old_per_token_logps,
-                            min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)  # (B, T)
-    ratio = torch.exp(log_ratio)  # (B, T)
-
-    neg_advantages = -advantages  # (B, T)
-    unclipped = neg_advantages * ratio  # (B, T)
-    clipped = neg_advantages * torch.clamp(ratio, 1 - low, 1 + high)  # (B, T)
-    pessimistic = torch.maximum(unclipped, clipped)  # (B, T)
-    dual_bound = neg_advantages * clip_ratio_c  # (B, T)
-    negative = advantages < 0  # (B, T)
-    pg_loss = torch.where(negative, torch.min(dual_bound, pessimistic), pessimistic)  # (B, T)
-
+    pg_loss, clipped_wins, dual_binds, log_ratio = _ClippedSurrogate.apply(
+        per_token_logps, old_per_token_logps, advantages, low, high, clip_ratio_c)
     with torch.no_grad():
         metrics = {
-            "pg_clipfrac": masked_mean(torch.gt(clipped, unclipped).to(pg_loss.dtype), mask),
-            "pg_clipfrac_lower": masked_mean(
-                (torch.gt(pessimistic, dual_bound) & negative).to(pg_loss.dtype), mask),
+            "pg_clipfrac": masked_mean(clipped_wins.to(pg_loss.dtype), mask),
+            "pg_clipfrac_lower": masked_mean(dual_binds.to(pg_loss.dtype), mask),
             "ppo_kl": masked_mean(-log_ratio, mask),
         }
     return pg_loss, metrics
