@@ -126,7 +126,6 @@ def read_tensorboard(directory: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_tensorboard_event_files_per_role(tmp_path: Path) -> None:
-    pytest.importorskip("tensorboard")
     log_dir = tmp_path / "monitor"
     log_steps(TensorboardMonitor("p", "exp", "trainer", str(log_dir)))
     explorer = TensorboardMonitor("p", "exp", "explorer", str(log_dir))
@@ -146,7 +145,6 @@ def test_tensorboard_event_files_per_role(tmp_path: Path) -> None:
 
 
 def test_tensorboard_log_dir_argument(tmp_path: Path) -> None:
-    pytest.importorskip("tensorboard")
     monitor = TensorboardMonitor("p", "exp", "trainer", str(tmp_path / "unused"),
                                  TensorboardArgs(log_dir=str(tmp_path / "tb")))
     monitor.log({"a": 1.0}, 1)  # flushed at once: readable before close
@@ -201,7 +199,6 @@ def wandb_run(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
 
 @pytest.fixture
 def wandb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pytest.importorskip("wandb")
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
@@ -272,7 +269,6 @@ def test_wandb_dir_argument_and_disabled_mode(wandb_env: Path, tmp_path: Path) -
 
 @pytest.fixture
 def mlflow_client_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("mlflow")
     # The monitor sets these; setenv first so that monkeypatch restores them afterwards.
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
                  "MLFLOW_ALLOW_FILE_STORE"):

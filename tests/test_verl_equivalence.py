@@ -1,7 +1,7 @@
 """rft's core loss maths equals veRL 0.9.1's on random tensors (values and gradients).
 
-veRL is the reference (``pip install --no-deps -r requirements/verl-test.txt``); the module
-is skipped where it is not installed. Hypothesis draws the shapes, masks (all-zero rows
+veRL is the reference, installed in the test environment by ``scripts/setup.sh --test``
+(``pip install --no-deps -r requirements/verl-test.txt``). Hypothesis draws the shapes, masks (all-zero rows
 included), groups (singletons included) and reward kinds; the tensors themselves come from
 a seeded generator, in float64. Every comparison is at ``atol = rtol = 1e-6``; where veRL
 returns NaN or raises on an edge case, the test says so in its docstring and checks what
@@ -18,16 +18,15 @@ import pytest
 import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos
+from verl.utils import torch_functional as verl_F
 
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-verl_F = pytest.importorskip("verl.utils.torch_functional")
-from omegaconf import OmegaConf  # noqa: E402
-
-from rft import ops  # noqa: E402
-from rft.builtin.entropy import entropy_bonus  # noqa: E402
-from rft.builtin.kl import KL_FNS  # noqa: E402
-from rft.builtin.policy_loss import clipped_value_loss, ppo_policy_loss  # noqa: E402
-from rft.testing.algorithms import (  # noqa: E402
+from rft import ops
+from rft.builtin.entropy import entropy_bonus
+from rft.builtin.kl import KL_FNS
+from rft.builtin.policy_loss import clipped_value_loss, ppo_policy_loss
+from rft.testing.algorithms import (
     FEW, SETTINGS, Batch, assert_policy_loss_matches, batches, close)
 
 torch.set_num_threads(1)

@@ -29,7 +29,7 @@ def _pair(ours, ref) -> None:
 def test_grpo_equals_verl(batch: Batch, kind: str, norm_by_std: bool, epsilon: float) -> None:
     """GRPO and Dr.GRPO (``norm_adv_by_std_in_grpo=False``), singletons (``μ=0, σ=1``)
     and constant-reward groups included; labels as strings (veRL's uids) and as a tensor."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     rewards = rewards_for(batch, kind)
     ref = core_algos.compute_grpo_outcome_advantage(
         rewards.clone(), batch.mask, batch.groups, epsilon=epsilon,
@@ -49,7 +49,7 @@ def test_opo_equals_verl(batch: Batch, kind: str) -> None:
     Divergence: when every response of a group (of two or more) is empty, veRL's baseline
     is 0/0 = NaN, which the zero mask does not remove (NaN·0 = NaN); rft's baseline is 0
     there, so those rows are 0. Checked explicitly; all other rows must match."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     rewards = rewards_for(batch, kind)
     ref_adv, ref_ret = core_algos.compute_opo_outcome_advantage(
         rewards.clone(), batch.mask, batch.groups)

@@ -26,7 +26,7 @@ def test_gspo_equals_verl(batch: Batch, mode: str, drift: float, clips: tuple,
                           global_counts: bool) -> None:
     """Large drifts reach the log-ratio clamp at 10. Empty masks: veRL's NaN for an
     all-empty batch without global counts becomes 0 in rft (see the core's agg_loss)."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     from verl.workers.config import ActorConfig
 
     clip, low, high = clips

@@ -20,7 +20,7 @@ torch.set_num_threads(1)
 def test_gae_equals_verl(batch: Batch, kind: str, gamma: float, lam: float) -> None:
     """GAE skipping unmasked tokens; whitening (padding included, as veRL). Fewer than two
     masked tokens: both raise ValueError."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     rewards = rewards_for(batch, kind)
     values = batch.randn()
     try:

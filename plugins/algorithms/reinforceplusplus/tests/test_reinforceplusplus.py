@@ -20,7 +20,7 @@ torch.set_num_threads(1)
 def test_baseline_equals_verl(batch: Batch, kind: str) -> None:
     """REINFORCE++-baseline. veRL raises ValueError when the batch has fewer than two
     masked tokens (unbiased variance); rft raises the same."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     rewards = rewards_for(batch, kind)
     try:
         ref = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
@@ -40,7 +40,7 @@ def test_baseline_equals_verl(batch: Batch, kind: str) -> None:
 def test_reinforce_plus_plus_equals_verl(batch: Batch, kind: str, gamma: float) -> None:
     """Discounted returns carried across observation tokens, whitened. Fewer than two
     masked tokens: both raise ValueError."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     from omegaconf import OmegaConf
 
     rewards = rewards_for(batch, kind)

@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 @given(batches(max_b=24), REWARD_KINDS)
 def test_rloo_equals_verl(batch: Batch, kind: str) -> None:
     """RLOO (veRL's loop version ``rloo``: a singleton keeps its raw score)."""
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
     rewards = rewards_for(batch, kind)
     ref = core_algos.compute_rloo_outcome_advantage(rewards.clone(), batch.mask, batch.groups)
     ours = rloo_advantages(rewards, batch.mask, batch.groups)
