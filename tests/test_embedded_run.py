@@ -170,3 +170,25 @@ def test_sft_stage_passes_over_the_data_as_often_as_total_steps_needs(tmp_path, 
     path.write_text(yaml.safe_dump(config))
     assert run(load_config(path)) == 0  # 3 steps × 4 rows from a 4-row file: 3 passes
     assert trainer_steps(tmp_path / "ck" / "e2e" / "sft") == [1, 2, 3]
+
+
+def test_default_sampling_takes_the_rollout_model_overrides(tmp_path):
+    """``explorer.rollout_model`` overrides (response budget, repetition penalty,
+    ignore_eos) win over the ``model`` section's defaults; unset ones inherit."""
+    from rft.config import build_stages
+    from rft.embedded import default_sampling
+    from rft.plugins import PluginRegistry
+    from rft.testing.algorithms import minimal_config
+
+    config = minimal_config({"algorithm_type": "grpo"}, str(tmp_path), mode="colocate")
+    config["buffer"]["explorer_input"] = {"taskset": {
+        "name": "t", "path": str(tmp_path), "default_workflow_type": "simple_workflow"}}
+    config["model"].update(min_response_tokens=2, repetition_penalty=1.1, temperature=0.7)
+    inherited = default_sampling(build_stages(config, PluginRegistry.create()).stages[0].config)
+    assert (inherited.max_tokens, inherited.min_tokens, inherited.repetition_penalty,
+            inherited.temperature, inherited.ignore_eos) == (8, 2, 1.1, 0.7, False)
+    config["explorer"]["rollout_model"].update(max_response_tokens=5, min_response_tokens=1,
+                                               repetition_penalty=1.3, ignore_eos=True)
+    overridden = default_sampling(build_stages(config, PluginRegistry.create()).stages[0].config)
+    assert (overridden.max_tokens, overridden.min_tokens, overridden.repetition_penalty,
+            overridden.temperature, overridden.ignore_eos) == (5, 1, 1.3, 0.7, True)

@@ -176,6 +176,13 @@ def test_eos_ends_generation(engine: HFEngine, prompts) -> None:
             assert c.finish_reason == "stop" and c.token_ids[-1] == im_end
             assert "<|im_end|>" not in c.text
         _assert_logprobs_match(engine, results, 1.0)
+        # ignore_eos: the same likely EOS no longer ends a response; the budget does.
+        ignored = engine.generate(prompts, SamplingArgs(max_tokens=10, seed=1, ignore_eos=True),
+                                  n=2)
+        for c in _flat(ignored):
+            assert c.finish_reason == "length" and len(c.token_ids) == 10
+            assert im_end in c.token_ids
+        _assert_logprobs_match(engine, ignored, 1.0)
     finally:
         engine.update_weights([("model.embed_tokens.weight", saved)], version=0)
 

@@ -84,11 +84,17 @@ def _read_template(path: str | None) -> str | None:
 
 
 def default_sampling(config: RftConfig) -> SamplingArgs:
-    """Sampling defaults from the ``model`` section."""
-    m = config.model
+    """Sampling defaults from the ``model`` section, with the rollout model's overrides."""
+    m, rm = config.model, config.explorer.rollout_model
+
+    def pick(override: Any, default: Any) -> Any:
+        return default if override is None else override
+
     return SamplingArgs(temperature=m.temperature, top_p=m.top_p, top_k=m.top_k,
-                        max_tokens=m.max_response_tokens, min_tokens=m.min_response_tokens,
-                        repetition_penalty=m.repetition_penalty)
+                        max_tokens=pick(rm.max_response_tokens, m.max_response_tokens),
+                        min_tokens=pick(rm.min_response_tokens, m.min_response_tokens),
+                        repetition_penalty=pick(rm.repetition_penalty, m.repetition_penalty),
+                        ignore_eos=rm.ignore_eos)
 
 
 def open_monitors(stage: Stage, role: str) -> list[Monitor]:

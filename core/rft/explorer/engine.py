@@ -81,7 +81,11 @@ class SamplingArgs:
     """Stop strings: generation ends when one appears; the text excludes it, the token
     ids end with the token that completed it."""
     stop_token_ids: tuple[int, ...] = ()
-    """Extra token ids that end generation (EOS ids of the tokenizer always do)."""
+    """Extra token ids that end generation (EOS ids of the tokenizer always do, unless
+    ``ignore_eos``)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS tokens until ``max_tokens`` (``stop`` / ``stop_token_ids``
+    still end generation), as vLLM's ``ignore_eos``: for load tests and benchmarks."""
     logprobs: bool = True
     """Return per-token log-probabilities (``Completion.logprobs``)."""
     skip_special_tokens: bool = True

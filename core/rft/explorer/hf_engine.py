@@ -164,8 +164,7 @@ class HFEngine(InferenceEngine):
             max_new_tokens=max_new_tokens,
             min_new_tokens=min(sampling.min_tokens, max_new_tokens),
             num_return_sequences=n,
-            eos_token_id=self.eos_token_ids + [t for t in sampling.stop_token_ids
-                                               if t not in self.eos_token_ids],
+            eos_token_id=self._stop_token_ids(sampling),
             pad_token_id=self.pad_token_id,
             stop_strings=list(sampling.stop) or None,
             return_dict_in_generate=True,
@@ -173,6 +172,12 @@ class HFEngine(InferenceEngine):
             output_scores=False,
             use_cache=True,
         )
+
+    def _stop_token_ids(self, sampling: SamplingArgs) -> list[int]:
+        """Token ids that end a response: the EOS ids (unless ``ignore_eos``), then the
+        extra ``stop_token_ids``."""
+        eos = [] if sampling.ignore_eos else list(self.eos_token_ids)
+        return eos + [t for t in sampling.stop_token_ids if t not in eos]
 
     def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
                         n: int) -> list[list[Completion]]:
