@@ -4,6 +4,7 @@ GRPO steps, counts, checkpoints, resume, GSM8K, and the run-level bad inputs."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -192,3 +193,42 @@ def test_default_sampling_takes_the_rollout_model_overrides(tmp_path):
     overridden = default_sampling(build_stages(config, PluginRegistry.create()).stages[0].config)
     assert (overridden.max_tokens, overridden.min_tokens, overridden.repetition_penalty,
             overridden.temperature, overridden.ignore_eos) == (5, 1, 1.3, 0.7, True)
+
+
+def test_remax_run_gets_greedy_baselines_from_the_explorer(tmp_path, tiny_model_dir, tasks):
+    """``algorithm_type: remax`` end to end: the explorer asks the workflow for the greedy
+    baseline, the trainer's remax advantage uses it (two finite steps)."""
+    path = write_config(tmp_path, tiny_model_dir, tasks,
+                        algorithm={"algorithm_type": "remax", "repeat_times": 2})
+    assert run(load_config(path)) == 0
+    lines = [json.loads(line) for line in (tmp_path / "ck" / "e2e" / "run" / "monitor"
+                                          / "trainer.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(math.isfinite(line["metrics"]["actor/pg_loss"]) for line in lines)
+
+
+def test_remax_with_a_workflow_that_sets_no_baseline_is_a_clear_error(tmp_path, tiny_model_dir,
+                                                                      tasks):
+    from rft import hookimpl
+    from rft.plugins import PluginRegistry
+    from rft.workflow import Workflow
+
+    class NoBaseline(Workflow):
+        def run(self):
+            experiences = self.model.chat(self.task.chat_messages(), n=self.task.repeat_times)
+            for exp in experiences:
+                self.score(exp, "")
+            return experiences
+
+    class Plugin:
+        @hookimpl
+        def register_workflows(self):
+            return {"no_baseline": NoBaseline}
+
+    path = write_config(tmp_path, tiny_model_dir, tasks,
+                        algorithm={"algorithm_type": "remax", "repeat_times": 2},
+                        buffer__explorer_input__taskset__default_workflow_type="no_baseline")
+    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[Plugin()]))
+    with pytest.raises(RftError, match=r"workflow NoBaseline sets no info\['reward_baseline'\]"
+                                       r".*'remax'"):
+        run(loaded)

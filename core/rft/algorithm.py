@@ -39,6 +39,10 @@ class AlgorithmPreset:
     """The trainer keeps a frozen reference model (KL terms, DPO)."""
     advantage_in_explorer: bool = False
     """Advantages are computed by an experience operator in the explorer, not the trainer."""
+    reward_baseline: Literal["none", "greedy"] = "none"
+    """Baseline the explorer attaches to each training rollout as ``info["reward_baseline"]``:
+    ``greedy`` is the reward of one greedy (temperature 0) response to the same task
+    (ReMax); ``none``: no baseline."""
     train_only: bool = False
     """The algorithm learns from a fixed dataset: no explorer (SFT, DPO)."""
     experience_format: Literal["rollout", "sft", "dpo"] = "rollout"

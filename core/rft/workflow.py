@@ -68,6 +68,10 @@ class Task:
     """Instance of the reward function's ``Args`` dataclass (``reward_fn_args``)."""
     is_eval: bool = False
     """Evaluation tasks are scored but never trained on."""
+    greedy_baseline: bool = False
+    """The algorithm needs a greedy baseline (``AlgorithmPreset.reward_baseline``): the
+    workflow also answers once greedily, scores that answer ``b`` and sets
+    ``info["reward_baseline"] = b`` on every experience it returns."""
 
     def chat_messages(self) -> list[dict[str, Any]]:
         """Messages for a chat call: the task's messages, or system + user prompt."""
@@ -119,6 +123,19 @@ class Workflow(ABC):
     @abstractmethod
     def run(self) -> list[Experience]:
         """Run the task; return its experiences (each with reward set)."""
+
+    def attach_greedy_baseline(self, experiences: list[Experience],
+                               messages: list[dict[str, Any]]) -> None:
+        """When the task asks for it (:attr:`Task.greedy_baseline`), answer ``messages`` once
+        greedily, score it as ``b`` and set ``info["reward_baseline"] = b`` on every
+        experience (ReMax's baseline)."""
+        if not self.task.greedy_baseline or not experiences:
+            return
+        sampling = {**self.task.sampling, "temperature": 0.0}
+        (greedy,) = self.model.chat(messages, n=1, **sampling)
+        baseline = self.score(greedy, self.model.decode(greedy.response_tokens))
+        for experience in experiences:
+            experience.info["reward_baseline"] = baseline
 
     def score(self, experience: Experience, response: str) -> float:
         """Set ``experience.reward`` (sum of the reward parts) and its metrics; return it."""

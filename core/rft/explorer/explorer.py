@@ -10,6 +10,7 @@ eval taskset and reports accuracy and pass@k per taskset.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -24,6 +25,7 @@ from rft.buffer.storage import ExperienceStorage
 from rft.buffer.taskset import TaskPlugins, load_tasks
 from rft.config.schema import RftConfig, TasksetConfig
 from rft.config.validate import Validation
+from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
@@ -111,6 +113,9 @@ class Explorer:
             chosen = validation.selected[f"data_processor.experience_pipeline.operators[{i}].name"]
             self.operators.append((chosen.name, chosen.implementation(chosen.args)))
         self.failed_tasks: list[str] = []
+        preset = validation.preset
+        self.algorithm_type = config.algorithm.algorithm_type
+        self.greedy_baseline = preset is not None and preset.reward_baseline == "greedy"
 
     @property
     def train_size(self) -> int:
@@ -129,6 +134,8 @@ class Explorer:
         for taskset, selector in zip(self.train_sets, self.selectors, strict=True):
             take = min(share, batch_size - len(tasks))
             tasks += [taskset.tasks[i] for i in selector.next_batch(take)]
+        if self.greedy_baseline:
+            tasks = [dataclasses.replace(task, greedy_baseline=True) for task in tasks]
         return tasks
 
     def feed_back(self, experiences: list[Experience]) -> None:
@@ -156,6 +163,13 @@ class Explorer:
                 self.failed_tasks.append(message)
                 log.warning(message)
                 continue
+            if task.greedy_baseline and any("reward_baseline" not in e.info
+                                            for e in result.experiences):
+                raise RftError(f"taskset {task.taskset!r}: workflow "
+                               f"{type(self._make_workflow(task)).__name__} sets no "
+                               f"info['reward_baseline'], which algorithm "
+                               f"{self.algorithm_type!r} needs (greedy baseline: call "
+                               "Workflow.attach_greedy_baseline in run())")
             for run, exp in enumerate(result.experiences, start=first_run):
                 exp.eid = EID(batch=batch_id, task=task.index, run=run, suffix=exp.eid.suffix)
                 exp.info.setdefault("taskset", task.taskset)

@@ -42,10 +42,11 @@ class SimpleWorkflow(Workflow):
         return messages
 
     def run(self) -> list[Experience]:
-        experiences = self.model.chat(self.messages(), n=self.task.repeat_times,
-                                      **self.task.sampling)
+        messages = self.messages()
+        experiences = self.model.chat(messages, n=self.task.repeat_times, **self.task.sampling)
         for exp in experiences:
             self.score(exp, self.model.decode(exp.response_tokens))
+        self.attach_greedy_baseline(experiences, messages)
         return experiences
 
 

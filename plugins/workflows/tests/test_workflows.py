@@ -98,3 +98,22 @@ def test_multi_turn_stops_at_max_turns(model):
     (exp,) = Endless(make_task(repeat_times=1, workflow_args=MultiTurnArgs(max_turns=2)),
                      model).run()
     assert exp.metrics["multi_turn/turns"] == 2.0 and exp.reward == 1.0
+
+
+def test_greedy_baseline_is_the_reward_of_the_greedy_answer(model):
+    """ReMax's baseline: with ``task.greedy_baseline`` every experience carries the reward
+    of one greedy answer to the same messages; without it, none."""
+    cls = PluginRegistry.create().get("workflow", "simple_workflow")
+
+    def first_char(response: str, truth: str) -> dict[str, float]:
+        return {"code": float(ord(response[0])) if response else -1.0}
+
+    plain = cls(make_task(reward_fn=first_char), model).run()
+    assert all("reward_baseline" not in e.info for e in plain)
+    task = make_task(reward_fn=first_char, greedy_baseline=True, sampling={"max_tokens": 4})
+    workflow = cls(task, model)
+    experiences = workflow.run()
+    (greedy,) = model.chat(workflow.messages(), n=1, temperature=0.0, max_tokens=4)
+    expected = first_char(model.decode(greedy.response_tokens), "4")["code"]
+    assert len(experiences) == 3
+    assert all(e.info["reward_baseline"] == expected for e in experiences)

@@ -4,9 +4,9 @@ Registered names: algorithm ``remax``; advantage fn ``remax``. Equal to veRL 0.9
 ``compute_remax_outcome_advantage``.
 
 The baseline is the reward of the greedy response to the same prompt. The trainer passes
-it as ``reward_baselines`` ``(B,)`` from ``Experience.info["reward_baseline"]``, which the
-workflow must fill (generate once greedily, score it, store the score on every sampled
-experience of that task).
+it as ``reward_baselines`` ``(B,)`` from ``Experience.info["reward_baseline"]``; the preset's
+``reward_baseline="greedy"`` makes the explorer ask each workflow for it
+(:meth:`rft.workflow.Workflow.attach_greedy_baseline`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def remax_advantages(
 
 remax_advantages.Args = ReMaxArgs  # type: ignore[attr-defined]
 
-PRESET = rl_preset("remax", group=False)
+PRESET = rl_preset("remax", group=False, reward_baseline="greedy")
 """ReMax: greedy-baseline advantages with the clipped surrogate and a k2 KL loss."""
 
 
