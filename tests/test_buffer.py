@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rft.buffer.sampling import TrainerBuffers
-from rft.buffer.storage import BufferTimeout, open_storage
+from rft.buffer.storage import BufferEmpty, BufferTimeout, open_storage
 from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.plugins import PluginRegistry
@@ -88,6 +88,38 @@ def test_unwritable_location_is_a_clear_error(tmp_path):
     blocked.write_text("x")
     with pytest.raises(RftError, match="experience buffer 'buf': cannot open SQLite file"):
         open_storage("sql", "buf", str(blocked / "sub" / "x.db"))
+
+
+def test_idle_writers_make_a_short_read_at_once_and_an_empty_one_an_error(storage):
+    """Colocate mode: once the explorer's step is over (``writers_idle``) the trainer takes
+    what is there rather than waiting out its timeout; the next write lifts that."""
+    storage.write([make(0), make(1)])
+    storage.writers_idle()
+    started = time.monotonic()
+    assert [e.info["i"] for e in storage.read(5, timeout=60)] == [0, 1]
+    with pytest.raises(BufferEmpty, match=r"experience buffer 'buf': empty and no writer "
+                                          r"will add experiences \(written 2, read 2\)"):
+        storage.read(1, timeout=60)
+    assert time.monotonic() - started < 5
+    storage.write([make(2)])
+    with pytest.raises(BufferTimeout):  # writers active again: waits, then times out
+        storage.read(2, timeout=0.05)
+
+
+def test_staleness_strategy_with_idle_writers_returns_a_short_batch():
+    registry = PluginRegistry.create()
+    store = open_storage("queue", "buf", None)
+    strategy_cls = registry.get("sample_strategy", "staleness_control")
+    strategy = strategy_cls(TrainerBuffers(store), batch_size=4, timeout=60,
+                            args=strategy_cls.Args(1))
+    store.write([make(0, version=0), make(1, version=3), make(2, version=3)])
+    store.writers_idle()
+    batch, metrics = strategy.sample(step=1, model_version=3)
+    assert [e.info["i"] for e in batch] == [1, 2] and metrics["sample/dropped_stale"] == 1.0
+    store.write([make(3, version=0)])
+    store.writers_idle()
+    with pytest.raises(BufferEmpty, match="all 1 experiences read were more than 1 weight"):
+        strategy.sample(step=2, model_version=3)
 
 
 def test_default_and_staleness_strategies_through_the_registry():

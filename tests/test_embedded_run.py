@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -124,14 +125,30 @@ def test_failing_tasks_are_recorded_and_the_run_goes_on(tmp_path, tiny_model_dir
     rows = [{"question": "q", "answer": {"target": 3, "numbers": [1, 2]}},
             {"question": "q", "answer": 7}] * 2
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # train_batch_size is 4 tasks × 2 = 8; the step yields 4: the trainer takes those
+    # at once (one process: nothing else will arrive) instead of waiting max_read_timeout.
     loaded = load_config(write_config(
         tmp_path, tiny_model_dir, tasks, buffer__total_steps=1, buffer__batch_size=4,
-        buffer__train_batch_size=4,
+        buffer__trainer_input__experience_buffer__max_read_timeout=600.0,
         buffer__explorer_input__taskset__default_reward_fn_type="countdown_reward"))
+    started = time.monotonic()
     assert run(loaded) == 0
+    assert time.monotonic() - started < 120
     job = tmp_path / "ck" / "e2e" / "run"
     metrics = json.loads((job / "monitor" / "explorer.jsonl").read_text().splitlines()[0])["metrics"]
     assert metrics["rollout/failed_tasks"] == 2.0 and metrics["rollout/experiences"] == 4.0
+    assert trainer_steps(job) == [1]
+
+
+def test_a_step_whose_tasks_all_fail_is_a_clear_error(tmp_path, tiny_model_dir):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"question": "q", "answer": 7}) + "\n" for _ in range(2)))
+    loaded = load_config(write_config(
+        tmp_path, tiny_model_dir, tasks, buffer__total_steps=1,
+        buffer__explorer_input__taskset__default_reward_fn_type="countdown_reward"))
+    with pytest.raises(RftError, match=r"step 1: no experiences to train on; 2 task\(s\) "
+                                       r"failed so far, the last: task train\[1\] failed"):
+        run(loaded)
 
 
 def test_gsm8k_workflow_and_reward_on_the_real_file(tmp_path, tiny_model_dir):

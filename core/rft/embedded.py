@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rft.buffer.sampling import TrainerBuffers
+from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage, row_to_sft_experience
 from rft.buffer.factory import open_experience_buffer
-from rft.buffer.storage import ExperienceStorage
+from rft.buffer.storage import BufferEmpty, ExperienceStorage
 from rft.buffer.taskset import read_rows
 from rft.checkpoint import (
     check_writable,
@@ -35,6 +35,7 @@ from rft.checkpoint import (
 from rft.config import Stage
 from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
 from rft.errors import RftError
+from rft.experience import Experience
 from rft.explorer.engine import InferenceEngine, SamplingArgs
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
@@ -131,6 +132,20 @@ def offline_storage(stage: Stage, tokenizer: Any) -> ExperienceStorage:
     return DatasetStorage(buffer.name, experiences, epochs)
 
 
+def sample_step(strategy: SampleStrategy, step: int, model_version: int,
+                explorer: Explorer | None) -> tuple[list[Experience], dict[str, float]]:
+    """The step's training batch; when the explorer produced nothing because its tasks
+    failed, a one-line error that says so."""
+    try:
+        return strategy.sample(step, model_version)
+    except BufferEmpty as exc:
+        if explorer is not None and explorer.failed_tasks:
+            raise RftError(f"step {step}: no experiences to train on; "
+                           f"{len(explorer.failed_tasks)} task(s) failed so far, the last: "
+                           f"{explorer.failed_tasks[-1]}") from exc
+        raise
+
+
 def total_steps(config: RftConfig, explorer: Explorer | None, storage: ExperienceStorage) -> int:
     """``trainer.total_steps``, else ``buffer.total_steps``, else epochs over the data."""
     if config.trainer.total_steps:
@@ -211,7 +226,9 @@ def run_embedded(stage: Stage) -> StageResult:
         for step in range(first_step, steps + 1):
             if explores:
                 log_all(explorer_monitors, explorer.explore_step(step), step)
-            experiences, sample_metrics = strategy.sample(step, engine.model_version)
+                storage.writers_idle()  # one process: nothing more arrives before training
+            experiences, sample_metrics = sample_step(strategy, step, engine.model_version,
+                                                      explorer)
             metrics = {**sample_metrics, **trainer.train_step(experiences)}
             metrics.update(synchronizer.sync(step))
             log_all(trainer_monitors, metrics, step)

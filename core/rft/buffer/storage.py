@@ -34,6 +34,10 @@ class BufferTimeout(RftError):
     """Not enough experiences arrived in time."""
 
 
+class BufferEmpty(RftError):
+    """The buffer is empty and no writer will add experiences before the next read."""
+
+
 _TENSOR_FIELDS = ("token_level_reward", "logprobs", "action_mask", "advantages", "returns")
 
 
@@ -83,22 +87,43 @@ class ExperienceStorage(ABC):
         self.written = 0
         self.read_count = 0
         self._lock = threading.Condition()
+        self._writers_idle = False
 
     def write(self, experiences: Sequence[Experience]) -> None:
         """Append experiences (all or none)."""
         with self._lock:
             self._append(list(experiences))
             self.written += len(experiences)
+            self._writers_idle = False
+            self._lock.notify_all()
+
+    def writers_idle(self) -> None:
+        """Declare that no writer adds experiences before the next read (colocate mode: the
+        explorer's step is over). Until the next :meth:`write`, a read that cannot be filled
+        takes what is there instead of waiting, and raises :class:`BufferEmpty` if that is
+        nothing."""
+        with self._lock:
+            self._writers_idle = True
             self._lock.notify_all()
 
     def read(self, count: int, timeout: float) -> list[Experience]:
         """Take the ``count`` oldest unread experiences, waiting at most ``timeout`` s.
 
+        After :meth:`writers_idle` it takes the (fewer) experiences there are at once.
+
         :raises BufferTimeout: fewer than ``count`` were available in time (none are taken).
+        :raises BufferEmpty: none are there and the writers are idle.
         """
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._available() < count:
+                if self._writers_idle:
+                    if self._available() == 0:
+                        raise BufferEmpty(
+                            f"experience buffer {self.name!r}: empty and no writer will add "
+                            f"experiences (written {self.written}, read {self.read_count})")
+                    count = self._available()
+                    break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BufferTimeout(

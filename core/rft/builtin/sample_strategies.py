@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rft.buffer.sampling import SampleStrategy
+from rft.buffer.storage import BufferEmpty
 from rft.experience import Experience
 from rft.hookspecs import hookimpl
 
@@ -43,11 +44,19 @@ class StalenessControlSampleStrategy(SampleStrategy):
         batch: list[Experience] = []
         dropped = 0
         while len(batch) < self.batch_size:
-            for exp in self.buffers.experience.read(self.batch_size - len(batch), self.timeout):
+            wanted = self.batch_size - len(batch)
+            got = self.buffers.experience.read(wanted, self.timeout)
+            for exp in got:
                 if model_version - exp.model_version > max_staleness:
                     dropped += 1
                 else:
                     batch.append(exp)
+            if len(got) < wanted:  # the writers are idle: no more this step
+                break
+        if not batch:
+            raise BufferEmpty(f"experience buffer {self.buffers.experience.name!r}: all "
+                              f"{dropped} experiences read were more than {max_staleness} "
+                              "weight versions old")
         return batch, {**staleness_metrics(batch, model_version),
                        "sample/dropped_stale": float(dropped)}
 
