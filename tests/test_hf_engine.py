@@ -304,3 +304,44 @@ def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
         engine.generate([[]], SamplingArgs(max_tokens=2))
     with pytest.raises(RftError, match="prompt length"):
         engine.compute_logprobs([[3, 4]], [0])
+
+
+@pytest.mark.parametrize("sampling, n", [
+    (SamplingArgs(), 4),
+    (SamplingArgs(temperature=0.7, top_k=20), 3),
+    (SamplingArgs(top_p=0.8, min_tokens=5), 3),
+    (SamplingArgs(temperature=1.3, top_k=50, top_p=0.9), 2),
+    (SamplingArgs(temperature=0), 1),
+    (SamplingArgs(stop_token_ids=tuple(range(3, 400))), 3),  # rows stop early, at different steps
+    (SamplingArgs(stop_token_ids=tuple(range(3, 400)), min_tokens=4), 3),
+], ids=["plain", "temp-topk", "topp-min", "all-filters", "greedy", "early-stops", "stops-min"])
+def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts, sampling,
+                                                       n) -> None:
+    """The engine's own KV-cache loop against ``transformers``' ``generate`` with the
+    engine's generation config: the same seed gives the same tokens (bit for bit), the same
+    number of steps and the same raw logits."""
+    from rft.explorer.decode_loop import DecodeSettings, covers, sample_tokens
+
+    assert covers(sampling)
+    rows = [p for p in prompts for _ in range(n)]
+    input_ids, attention_mask = engine._left_pad(rows)
+    config = engine._generation_config(sampling, 1, 12)
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        reference = engine.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                          generation_config=config)
+        torch.manual_seed(5)
+        ours = sample_tokens(engine.model, input_ids, attention_mask, DecodeSettings(
+            max_new_tokens=12, min_new_tokens=sampling.min_tokens,
+            temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p,
+            stop_token_ids=list(config.eos_token_id), pad_token_id=engine.pad_token_id))
+    assert torch.equal(ours.tokens, reference.sequences[:, input_ids.shape[1]:])
+    assert len(ours.logits) == len(reference.logits)
+    assert all(torch.equal(a, b) for a, b in zip(ours.logits, reference.logits))
+
+
+def test_settings_the_decode_loop_does_not_cover_go_through_generate() -> None:
+    from rft.explorer.decode_loop import covers
+
+    assert not covers(SamplingArgs(repetition_penalty=1.2))
+    assert not covers(SamplingArgs(stop=("x",)))

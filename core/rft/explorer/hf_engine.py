@@ -1,11 +1,13 @@
-"""The ``hf`` engine: transformers ``generate`` (CPU by default), the logprob reference.
+"""The ``hf`` engine: transformers models (CPU by default), the logprob reference.
 
 Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
-prompts); ``n`` samples per prompt come from ``num_return_sequences``. Each call seeds
+prompts), each repeated ``n`` times. Tokens are drawn by :mod:`rft.explorer.decode_loop`
+(a plain KV-cache loop that draws exactly what ``generate`` draws, faster) or, for the
+settings it does not cover (repetition penalty, stop strings), by ``generate``. Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
-returns the same tokens. Per-token log-probs are computed from the *raw* logits that
-``generate`` returns (``output_logits``) as ``log_softmax(z_t / T)[y_t]`` — the
+returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
+step as ``log_softmax(z_t / T)[y_t]`` — the
 convention of :mod:`rft.explorer.engine`, which :meth:`HFEngine.compute_logprobs`
 reproduces by teacher forcing.
 """
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from rft.errors import RftError
+from rft.explorer import decode_loop
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -188,13 +191,25 @@ class HFEngine(InferenceEngine):
         # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
         # like repeating each prompt n times); greedy rows are repeated explicitly.
         config = self._generation_config(sampling, 1 if greedy else n, max_new)
-        extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
-        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                  generation_config=config, **extra)
-        new_tokens = out.sequences[:, input_ids.shape[1]:]  # (B·n, N)
+        if decode_loop.covers(sampling):
+            if not greedy and n > 1:  # num_return_sequences: each prompt row n times
+                input_ids = input_ids.repeat_interleave(n, dim=0)
+                attention_mask = attention_mask.repeat_interleave(n, dim=0)
+            settings = decode_loop.DecodeSettings(
+                max_new_tokens=max_new, min_new_tokens=config.min_new_tokens,
+                temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
+                top_p=sampling.top_p, stop_token_ids=list(config.eos_token_id),
+                pad_token_id=self.pad_token_id)
+            decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings)
+            new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
+        else:
+            extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                      generation_config=config, **extra)
+            new_tokens, step_logits = out.sequences[:, input_ids.shape[1]:], out.logits
         logprobs = None
         if sampling.logprobs:
-            logprobs = self._sampled_logprobs(out.logits, new_tokens,
+            logprobs = self._sampled_logprobs(step_logits, new_tokens,
                                               sampling.logprob_temperature)  # (B·n, N)
         stop_ids = set(config.eos_token_id)
         extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
@@ -215,10 +230,11 @@ class HFEngine(InferenceEngine):
                           temperature: float) -> torch.Tensor:
         """``log_softmax(z_t / T)[y_t]`` per step; ``logits``: ``N`` tensors ``(B·n, V)``,
         ``tokens``: ``(B·n, N)`` → ``(B·n, N)`` float32."""
-        steps = [torch.log_softmax(z.float() / temperature, dim=-1)
-                 .gather(-1, tokens[:, t:t + 1]).squeeze(-1)  # (B·n,)
-                 for t, z in enumerate(logits)]
-        return torch.stack(steps, dim=1).cpu()
+        stacked = torch.stack(list(logits), dim=1).float()  # (B·n, N, V)
+        if temperature != 1.0:
+            stacked = stacked / temperature
+        return (torch.log_softmax(stacked, dim=-1)
+                .gather(-1, tokens[..., None]).squeeze(-1).cpu())  # (B·n, N)
 
     def _completion(self, prompt: PreparedPrompt, tokens: list[int],
                     logprobs: torch.Tensor | None, sampling: SamplingArgs,
