@@ -18,7 +18,8 @@ from rft.plugins import PluginRegistry
 def make(i: int, version: int = 0) -> Experience:
     return Experience(tokens=torch.tensor([1, 2, 3 + i, 4]), prompt_length=2, reward=float(i),
                       logprobs=torch.tensor([-0.5, -0.25]), eid=EID(batch=0, task=i, run=0),
-                      model_version=version, info={"i": i}, metrics={"m": 1.0})
+                      model_version=version, info={"i": i}, metrics={"m": 1.0},
+                      response_text=f"text {i}")
 
 
 @pytest.fixture(params=["queue", "queue+db", "sql", "file"])
@@ -44,6 +45,7 @@ def test_fifo_roundtrip_and_counts(storage):
     assert exp.tokens.tolist() == [1, 2, 5, 4] and exp.prompt_length == 2
     assert exp.logprobs.tolist() == [-0.5, -0.25] and exp.action_mask.dtype == torch.bool
     assert exp.eid == EID(batch=0, task=2, run=0)
+    assert exp.response_text == "text 2"
     assert (storage.written, storage.read_count, storage.available()) == (4, 4, 0)
 
 

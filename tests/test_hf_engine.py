@@ -345,3 +345,27 @@ def test_settings_the_decode_loop_does_not_cover_go_through_generate() -> None:
 
     assert not covers(SamplingArgs(repetition_penalty=1.2))
     assert not covers(SamplingArgs(stop=("x",)))
+
+
+def test_chat_template_renders_once_per_conversation(engine: HFEngine, monkeypatch) -> None:
+    from rft.explorer import engine as engine_module
+
+    calls: list[int] = []
+    render = type(engine)._render_chat
+
+    def counting(self, messages, add_generation_prompt):
+        calls.append(1)
+        return render(self, messages, add_generation_prompt)
+
+    monkeypatch.setattr(type(engine), "_render_chat", counting)
+    monkeypatch.setattr(engine_module, "CHAT_CACHE_SIZE", 2)
+    engine._chat_cache.clear()
+    first = [{"role": "user", "content": "cache me"}]
+    ids = engine.apply_chat_template(first)
+    ids.append(-1)  # callers get their own list
+    assert engine.apply_chat_template(first) == render(engine, first, True) and len(calls) == 1
+    assert engine.apply_chat_template(first, add_generation_prompt=False) != ids[:-1]
+    engine.apply_chat_template([{"role": "user", "content": "another"}])  # evicts the oldest
+    assert len(engine._chat_cache) == 2 and len(calls) == 3
+    engine.apply_chat_template(first)
+    assert len(calls) == 4

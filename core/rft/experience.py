@@ -73,6 +73,9 @@ class Experience:
     """Numbers the workflow/reward measured (reward parts, lengths, …)."""
     chosen_tokens: torch.Tensor | None = None
     """DPO: not used by rollouts; a DPO pair is two experiences with suffix chosen/rejected."""
+    response_text: str | None = None
+    """The response as the engine decoded it (``Completion.text``: special tokens skipped,
+    cut before a stop string); ``None`` when the experience was not sampled by an engine."""
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 1:

@@ -10,7 +10,7 @@ and scoring the responses with the task's reward function:
             experiences = self.model.chat([{"role": "user", "content": self.task.prompt}],
                                           n=self.task.repeat_times, **self.task.sampling)
             for exp in experiences:
-                self.score(exp, self.model.decode(exp.response_tokens))
+                self.score(exp, self.response_text(exp))
             return experiences
 
 Workflows are plugins (``register_workflows``), selected by ``default_workflow_type``.
@@ -133,9 +133,16 @@ class Workflow(ABC):
             return
         sampling = {**self.task.sampling, "temperature": 0.0}
         (greedy,) = self.model.chat(messages, n=1, **sampling)
-        baseline = self.score(greedy, self.model.decode(greedy.response_tokens))
+        baseline = self.score(greedy, self.response_text(greedy))
         for experience in experiences:
             experience.info["reward_baseline"] = baseline
+
+    def response_text(self, experience: Experience) -> str:
+        """The experience's response text: the engine's own decoding when it has one, else
+        the decoded response tokens."""
+        if experience.response_text is not None:
+            return experience.response_text
+        return self.model.decode(experience.response_tokens)
 
     def score(self, experience: Experience, response: str) -> float:
         """Set ``experience.reward`` (sum of the reward parts) and its metrics; return it."""

@@ -52,6 +52,7 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
         "model_version": exp.model_version,
         "info": exp.info,
         "metrics": exp.metrics,
+        "response_text": exp.response_text,
     }
     for name in _TENSOR_FIELDS:
         value = getattr(exp, name)
@@ -75,6 +76,7 @@ def experience_from_dict(data: dict[str, Any]) -> Experience:
         model_version=int(data.get("model_version", 0)),
         info=data.get("info") or {},
         metrics=data.get("metrics") or {},
+        response_text=data.get("response_text"),
         **tensors,
     )
 

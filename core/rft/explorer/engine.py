@@ -44,6 +44,7 @@ caller can mask them out of the loss), and refused with a one-line
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -53,6 +54,9 @@ from typing import Any, Literal
 import torch
 
 from rft.errors import RftError
+
+CHAT_CACHE_SIZE = 4096
+"""Rendered conversations an engine remembers (:meth:`InferenceEngine.apply_chat_template`)."""
 
 FinishReason = Literal["stop", "length"]
 
@@ -193,6 +197,7 @@ class InferenceEngine(ABC):
         self._model_version = 0
         self._seeds = itertools.count(seed)
         self._seed_lock = threading.Lock()
+        self._chat_cache: dict[tuple[str, bool], list[int]] = {}
 
     # ---- to implement ------------------------------------------------------------------
 
@@ -254,7 +259,20 @@ class InferenceEngine(ABC):
 
     def apply_chat_template(self, messages: Sequence[dict[str, Any]], *,
                             add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of one conversation rendered by the chat template."""
+        """Token ids of one conversation rendered by the chat template (remembered for the
+        last :data:`CHAT_CACHE_SIZE` conversations: tasks repeat every epoch)."""
+        key = (json.dumps(list(messages), sort_keys=True, default=str), add_generation_prompt)
+        cached = self._chat_cache.get(key)
+        if cached is None:
+            cached = self._render_chat(messages, add_generation_prompt)
+            with self._seed_lock:
+                if len(self._chat_cache) >= CHAT_CACHE_SIZE:
+                    self._chat_cache.pop(next(iter(self._chat_cache)))
+                self._chat_cache[key] = cached
+        return list(cached)
+
+    def _render_chat(self, messages: Sequence[dict[str, Any]],
+                     add_generation_prompt: bool) -> list[int]:
         kwargs: dict[str, Any] = {}
         if self.enable_thinking is not None:
             kwargs["enable_thinking"] = self.enable_thinking

@@ -61,6 +61,7 @@ def experience_from_completion(completion: Completion) -> Experience:
         logprobs=completion.logprobs,
         action_mask=mask,
         model_version=completion.model_version,
+        response_text=completion.text,
         info={"finish_reason": completion.finish_reason,
               "prompt_truncated": completion.prompt_truncated},
     )

@@ -78,6 +78,8 @@ class WorkflowRunner:
         self.workers = max(1, workers)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.workers + 1, thread_name_prefix="rft-workflow")
+        self._participants: concurrent.futures.ThreadPoolExecutor | None = None
+        self._participant_count = 0
 
     def run_tasks(self, tasks: Sequence[Task]) -> list[TaskResult]:
         """Results in task order, whatever the concurrency."""
@@ -93,9 +95,18 @@ class WorkflowRunner:
                 finally:
                     batcher.task_done()
 
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                return list(pool.map(one, range(len(tasks)), tasks))
+            return list(self._participant_pool(workers).map(one, range(len(tasks)), tasks))
         return [self.run_task(task) for task in tasks]
+
+    def _participant_pool(self, workers: int) -> concurrent.futures.ThreadPoolExecutor:
+        """Threads that run the workflows of one batch (kept between batches)."""
+        if self._participants is None or self._participant_count < workers:
+            if self._participants is not None:
+                self._participants.shutdown(wait=False)
+            self._participants = concurrent.futures.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="rft-task")
+            self._participant_count = workers
+        return self._participants
 
     def run_task(self, task: Task, *, batcher: CallBatcher | None = None,
                  order: int = 0) -> TaskResult:
@@ -162,6 +173,8 @@ class WorkflowRunner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._participants is not None:
+            self._participants.shutdown(wait=False, cancel_futures=True)
 
 
 def _checked(experiences: Any) -> list[Experience]:

@@ -45,7 +45,7 @@ class SimpleWorkflow(Workflow):
         messages = self.messages()
         experiences = self.model.chat(messages, n=self.task.repeat_times, **self.task.sampling)
         for exp in experiences:
-            self.score(exp, self.model.decode(exp.response_tokens))
+            self.score(exp, self.response_text(exp))
         self.attach_greedy_baseline(experiences, messages)
         return experiences
 

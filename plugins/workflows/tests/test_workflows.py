@@ -60,6 +60,7 @@ def test_simple_workflow_scores_every_rollout(model):
     for exp in experiences:
         assert exp.reward in (0.0, 1.0) and "reward/accuracy" in exp.metrics
         assert exp.logprobs.shape == (exp.response_length,)
+        assert exp.response_text == model.decode(exp.response_tokens)
 
 
 class Countdown(MultiTurnWorkflow):
