@@ -417,13 +417,13 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
         if r.get("parts") and name == "bare":
             print("bare: median s of " + ", ".join(f"{k} {v:.4f}" for k, v in r["parts"].items()))
         elif r.get("parts"):
-            main = ("explore", "step", "sync")
+            main = ("explore", "step", "update_weights")
             known = {k: v for k, v in r["parts"].items() if k in main}
             other = statistics.median(r["times"]) - sum(known.values())
             inner = ", ".join(f"{k} {v:.4f}" for k, v in sorted(r["parts"].items())
                               if k not in main)
             print(f"{name}: median s of explore {known.get('explore', 0):.4f} + train step "
-                  f"{known.get('step', 0):.4f} + sync {known.get('sync', 0):.4f} + rest "
+                  f"{known.get('step', 0):.4f} + sync {known.get('update_weights', 0):.4f} + rest "
                   f"{other:.4f}; inside the train step: {inner}")
 
     def ratio(a: str, b: str, target: float) -> None:

@@ -74,7 +74,7 @@ def test_grpo_steps_write_metrics_checkpoints_and_summary(tmp_path, tiny_model_d
     job = tmp_path / "ck" / "e2e" / "run"
     assert trainer_steps(job) == [1, 2]
     record = json.loads((job / "monitor" / "trainer.jsonl").read_text().splitlines()[-1])
-    for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/score/mean",
+    for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/score/mean",
                  "response_length/mean", "actor/grad_norm"):
         assert name in record["metrics"]
     explorer = [json.loads(x) for x in (job / "monitor" / "explorer.jsonl").read_text().splitlines()]

@@ -69,7 +69,7 @@ def test_two_steps_of_an_example_on_the_real_gsm8k_file(tmp_path, tiny_model_dir
         assert 0.0 <= m["rollout/reward/min"] <= m["rollout/reward/max"] <= 1.0
     for record in trainer:
         m = record["metrics"]
-        for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+        for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm",
                      "critic/score/mean", "critic/advantages/mean"):
             assert math.isfinite(m[name]), (name, m[name])
         assert m["actor/kl_coef"] == pytest.approx(0.001)

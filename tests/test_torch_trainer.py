@@ -150,7 +150,7 @@ def params(trainer: TorchTrainer) -> dict[str, torch.Tensor]:
 
 EXPECTED = {
     "actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
-    "actor/entropy", "actor/grad_norm", "actor/lr", "critic/score/mean", "critic/score/max",
+    "actor/entropy_loss", "actor/grad_norm", "actor/lr", "critic/score/mean", "critic/score/max",
     "critic/score/min", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/max",
     "critic/advantages/min", "critic/returns/mean", "response_length/mean",
     "response_length/max", "response_length/min", "response_length/clip_ratio",

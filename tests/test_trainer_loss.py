@@ -107,7 +107,7 @@ def test_total_loss_matches_hand_formula(mode: str) -> None:
                 - 0.01 * hand_agg(t.entropy, t.mask, mode, n_tok, n_seq, R)
                 + 0.1 * hand_agg(hand_k3(t.logps, t.ref), t.mask, mode, n_tok, n_seq, R))
     torch.testing.assert_close(out.loss, expected, rtol=0, atol=1e-10)
-    assert set(out.summed) == {"actor/pg_loss", "actor/entropy", "actor/kl_loss"}
+    assert set(out.summed) == {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}
     assert {"actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
             "actor/kl_coef"} <= set(out.averaged)
     assert out.averaged["actor/kl_coef"] == 0.1
@@ -216,7 +216,7 @@ def test_no_entropy_no_kl_is_the_policy_loss() -> None:
                      AggContext.for_mini_batch(t.mask, "token-mean"))
     expected = (hand_ppo(t.logps, t.old, t.adv, 0.2, 0.2) * t.mask).sum() / t.mask.sum()
     torch.testing.assert_close(out.loss, expected, rtol=0, atol=1e-10)
-    assert "actor/kl_loss" not in out.summed and "actor/entropy" in out.summed
+    assert "actor/kl_loss" not in out.summed and "actor/entropy_loss" in out.summed
 
 
 def test_sft_loss_gets_detached_old_logps_and_zero_advantages() -> None:

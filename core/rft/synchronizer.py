@@ -24,9 +24,9 @@ class MemorySynchronizer:
         """Version last pushed (0: the initial checkpoint)."""
 
     def sync(self, version: int) -> dict[str, float]:
-        """Push the trainer's weights as ``version``; return ``timing_s/sync``."""
+        """Push the trainer's weights as ``version``; return ``timing_s/update_weights``."""
         started = time.monotonic()
         for engine in self.engines:
             engine.update_weights(self.trainer.named_weights(), version=version)
         self.version = version
-        return {"timing_s/sync": time.monotonic() - started, "sync/model_version": float(version)}
+        return {"timing_s/update_weights": time.monotonic() - started, "sync/model_version": float(version)}

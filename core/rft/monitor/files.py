@@ -15,7 +15,7 @@ from rft.monitor.base import Monitor
 
 HEADLINE_METRICS = (
     "rollout/reward/mean", "rollout/accuracy", "rollout/failed_tasks", "actor/pg_loss",
-    "actor/entropy", "actor/kl_loss", "actor/grad_norm", "critic/score/mean",
+    "actor/entropy_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean",
     "response_length/mean", "timing_s/step",
 )
 """What the console shows by default (plus every ``eval/…/accuracy`` and ``pass@k``)."""

@@ -389,7 +389,7 @@ def actor_loss(fns: LossFns, inputs: LossInputs, agg: AggContext) -> LossOutput:
 
     if inputs.entropy is not None:
         with torch.no_grad():
-            summed["actor/entropy"] = agg(inputs.entropy.detach(), mask).item()
+            summed["actor/entropy_loss"] = agg(inputs.entropy.detach(), mask).item()
     if fns.entropy is not None and fns.uses_entropy_loss:
         if inputs.entropy is None:
             raise RftError(f"{fns.entropy.key}: {fns.entropy.name!r} needs per-token "
