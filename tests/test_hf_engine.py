@@ -14,6 +14,8 @@ import torch  # noqa: E402
 from rft.errors import RftError  # noqa: E402
 from rft.explorer import Completion, InferenceEngine, SamplingArgs  # noqa: E402
 from rft.explorer.hf_engine import HFEngine, HFEngineArgs  # noqa: E402
+from rft.testing.engines import (  # noqa: E402
+    assert_seeded_generation_reproduces, assert_stop_tokens_and_min_tokens)
 
 ATOL = 1e-5
 
@@ -65,14 +67,7 @@ def test_is_an_inference_engine_and_registered() -> None:
 
 
 def test_generation_is_deterministic_for_a_seed(engine: HFEngine, prompts) -> None:
-    sampling = SamplingArgs(max_tokens=12, seed=123)
-    first = engine.generate(prompts, sampling, n=2)
-    again = engine.generate(prompts, sampling, n=2)
-    other = engine.generate(prompts, SamplingArgs(max_tokens=12, seed=124), n=2)
-    assert [c.token_ids for c in _flat(first)] == [c.token_ids for c in _flat(again)]
-    assert [c.token_ids for c in _flat(first)] != [c.token_ids for c in _flat(other)]
-    for a, b in zip(_flat(first), _flat(again)):
-        assert torch.equal(a.logprobs, b.logprobs)
+    assert_seeded_generation_reproduces(engine, prompts, n=2)
 
 
 def test_engine_seed_sequence_reproduces_across_engines(
@@ -144,19 +139,7 @@ def test_max_tokens_respected(engine: HFEngine, prompts) -> None:
 
 
 def test_stop_tokens_and_min_tokens(engine: HFEngine, prompts) -> None:
-    stop = tuple(range(3, len(engine.tokenizer) // 2))  # half the vocabulary stops
-    free = engine.generate(prompts, SamplingArgs(max_tokens=20, seed=5, stop_token_ids=stop), n=3)
-    assert any(len(c.token_ids) < 5 for c in _flat(free))
-    for c in _flat(free):
-        if c.finish_reason == "stop":
-            assert c.token_ids[-1] in stop and c.stop_reason == c.token_ids[-1]
-            assert not any(t in stop for t in c.token_ids[:-1])
-    held = engine.generate(prompts, SamplingArgs(max_tokens=20, min_tokens=5, seed=5,
-                                                 stop_token_ids=stop), n=3)
-    for c in _flat(held):
-        assert len(c.token_ids) >= 5
-        assert not any(t in stop for t in c.token_ids[:4])  # stop ids masked below min
-        assert c.finish_reason == "length" or c.token_ids[-1] in stop
+    assert_stop_tokens_and_min_tokens(engine, prompts)
 
 
 def test_eos_ends_generation(engine: HFEngine, prompts) -> None:

@@ -282,6 +282,20 @@ class InferenceEngine(ABC):
             list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    @staticmethod
+    def check_scoring_args(token_ids: Sequence[Sequence[int]], prompt_lengths: Sequence[int],
+                           temperature: float) -> None:
+        """One-line :class:`RftError` for bad :meth:`compute_logprobs` arguments."""
+        if len(token_ids) != len(prompt_lengths):
+            raise RftError(f"compute_logprobs: {len(token_ids)} sequences but "
+                           f"{len(prompt_lengths)} prompt lengths")
+        if temperature <= 0:
+            raise RftError(f"compute_logprobs: temperature must be > 0, got {temperature}")
+        for i, (ids, p) in enumerate(zip(token_ids, prompt_lengths)):
+            if not 1 <= p <= len(ids):
+                raise RftError(f"compute_logprobs: sequence {i} has prompt length {p} "
+                               f"outside [1, {len(ids)}]")
+
     def next_seed(self, sampling: SamplingArgs) -> int:
         """The seed of a call: ``sampling.seed``, else the next of the engine's seeds."""
         if sampling.seed is not None:

@@ -296,15 +296,7 @@ class HFEngine(InferenceEngine):
     def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
                          prompt_lengths: Sequence[int], *,
                          temperature: float = 1.0) -> list[torch.Tensor]:
-        if len(token_ids) != len(prompt_lengths):
-            raise RftError(f"compute_logprobs: {len(token_ids)} sequences but "
-                           f"{len(prompt_lengths)} prompt lengths")
-        if temperature <= 0:
-            raise RftError(f"compute_logprobs: temperature must be > 0, got {temperature}")
-        for i, (ids, p) in enumerate(zip(token_ids, prompt_lengths)):
-            if not 1 <= p <= len(ids):
-                raise RftError(f"compute_logprobs: sequence {i} has prompt length {p} "
-                               f"outside [1, {len(ids)}]")
+        self.check_scoring_args(token_ids, prompt_lengths, temperature)
         chunk = self.max_batch_size or max(len(token_ids), 1)
         out: list[torch.Tensor] = []
         with self._lock, torch.no_grad():

@@ -293,15 +293,7 @@ class VLLMEngine(InferenceEngine):
                          temperature: float = 1.0) -> list[torch.Tensor]:
         from vllm import SamplingParams
 
-        if len(token_ids) != len(prompt_lengths):
-            raise RftError(f"compute_logprobs: {len(token_ids)} sequences but "
-                           f"{len(prompt_lengths)} prompt lengths")
-        if temperature <= 0:
-            raise RftError(f"compute_logprobs: temperature must be > 0, got {temperature}")
-        for i, (ids, p) in enumerate(zip(token_ids, prompt_lengths)):
-            if not 1 <= p <= len(ids):
-                raise RftError(f"compute_logprobs: sequence {i} has prompt length {p} "
-                               f"outside [1, {len(ids)}]")
+        self.check_scoring_args(token_ids, prompt_lengths, temperature)
         raw = math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
         params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
                                 prompt_logprobs=0 if raw else -1, flat_logprobs=True)
