@@ -50,6 +50,8 @@ def test_two_steps_of_an_example_on_the_real_gsm8k_file(tmp_path, tiny_model_dir
         "model.max_prompt_tokens=512", "model.max_response_tokens=8",
         "buffer.batch_size=2", "buffer.total_steps=2", "algorithm.repeat_times=2",
         "algorithm.optimizer.lr=1e-3", "cluster.gpu_per_node=0",
+        # the hf engine: vLLM's CPU attention has no kernel for the tiny model's head size 16
+        "explorer.rollout_model.engine_type=hf",
         "explorer.rollout_model.dtype=float32", "explorer.runner_per_model=1",
         "trainer.save_interval=0", "monitor.monitor_type=jsonl",
         "buffer.trainer_input.experience_buffer.storage_type=file",
