@@ -183,18 +183,25 @@ def read_wandb_records(path: Path) -> list[Any]:
     return records
 
 
-def wandb_run(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
-    """``(run record, [history row, …])`` of an offline run directory."""
-    (path,) = run_dir.glob("run-*.wandb")
-    run, history = None, []
-    for record in read_wandb_records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run = record.run
-        elif kind == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                            for item in record.history.item})
-    return run, history
+def wandb_run(run_dir: Path, wait_s: float = 30.0) -> tuple[Any, list[dict[str, Any]]]:
+    """``(run record, [history row, …])`` of an offline run directory. The file is written
+    by W&B's service process, which may still be flushing when ``finish()`` has returned
+    on a loaded machine: read again until the run record is there (at most ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (path,) = run_dir.glob("run-*.wandb")
+        run, history = None, []
+        for record in read_wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run = record.run
+            elif kind == "history":
+                history.append({item.key or "/".join(item.nested_key):
+                                json.loads(item.value_json) for item in record.history.item})
+        if run is not None or time.monotonic() > deadline:
+            assert run is not None, f"{path}: no run record after {wait_s:g} s"
+            return run, history
+        time.sleep(0.2)
 
 
 @pytest.fixture
