@@ -26,15 +26,11 @@ round); the script prints the median tokens/s of each, the ratio rft / raw (targ
 (building the :class:`~rft.explorer.engine.Completion` objects).
 
 A third row (leave it out with ``--no-lean``) calls the same ``llm.generate`` with
-``detokenize=False, flat_logprobs=True`` (same tokens): what the engine could gain by not
-having vLLM detokenise (the engine decodes each completion's text itself) and by taking
-vLLM's flat log-prob layout.
+``detokenize=False, flat_logprobs=True`` (same tokens): vLLM's cheapest settings (the
+engine itself asks for ``detokenize=False`` unless stop strings are set).
 
-If the engine does not turn ``SamplingArgs.ignore_eos`` into vLLM's ``ignore_eos``
-without EOS ids in ``stop_token_ids`` (vLLM stops on any ``stop_token_ids`` entry even
-with ``ignore_eos``), the script says so and, unless ``--no-eos-workaround``, sets the
-engine instance's ``ignore_eos = True`` and ``eos_token_ids = []`` so that both sides do
-the same work (this bypasses no code of the generate path).
+Both sides use ``ignore_eos`` so that every call yields exactly the same number of tokens;
+the script stops if the engine does not honour ``SamplingArgs.ignore_eos``.
 """
 
 from __future__ import annotations
@@ -65,17 +61,17 @@ def _prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
     return out
 
 
-def _eos_honoured(engine: Any, max_tokens: int) -> tuple[bool, str]:
-    """Whether ``SamplingArgs(ignore_eos=True)`` reaches vLLM as ``ignore_eos=True`` with
-    no EOS id among the stop token ids."""
+def _check_ignore_eos(engine: Any, max_tokens: int) -> None:
+    """Stop unless ``SamplingArgs(ignore_eos=True)`` reaches vLLM as ``ignore_eos=True``
+    with no EOS id among the stop token ids (vLLM stops on those even with ignore_eos)."""
     from rft.explorer.engine import SamplingArgs
 
     params = engine._sampling_params(SamplingArgs(max_tokens=max_tokens, ignore_eos=True),
                                      1, max_tokens, 0)
     eos_stops = sorted(set(params.stop_token_ids or ()) & set(engine.eos_token_ids))
-    ok = params.ignore_eos and not eos_stops
-    return ok, (f"SamplingArgs(ignore_eos=True) -> SamplingParams(ignore_eos="
-                f"{params.ignore_eos}, stop_token_ids={list(params.stop_token_ids or ())})")
+    if not params.ignore_eos or eos_stops:
+        raise SystemExit(f"engine does not honour SamplingArgs.ignore_eos: ignore_eos="
+                         f"{params.ignore_eos}, EOS stop ids {eos_stops}")
 
 
 def main() -> None:
@@ -89,8 +85,6 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64, help="model width (head size 32)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-eos-workaround", action="store_true",
-                        help="keep the engine's EOS handling even if it ignores ignore_eos")
     parser.add_argument("--no-lean", action="store_true",
                         help="leave out the third row (raw vLLM with detokenize=False, "
                              "flat_logprobs=True)")
@@ -124,15 +118,8 @@ def main() -> None:
     prompts = _prompts(engine.tokenizer, args.prompts, args.prompt_len)
     expected = args.prompts * args.n * args.max_tokens
 
-    honoured, how = _eos_honoured(engine, args.max_tokens)
-    notes = []
-    if not honoured:
-        notes.append(f"engine does NOT honour SamplingArgs.ignore_eos: {how}")
-        if not args.no_eos_workaround:
-            engine.ignore_eos, engine.eos_token_ids = True, []
-            notes.append("workaround for this run: engine.ignore_eos = True, "
-                         "engine.eos_token_ids = [] -> " + _eos_honoured(engine,
-                                                                        args.max_tokens)[1])
+    _check_ignore_eos(engine, args.max_tokens)
+    notes: list[str] = []
 
     # Time the engine's own llm.generate call (an instance attribute shadowing the
     # method; the raw side calls the class method directly, unwrapped).
@@ -249,11 +236,12 @@ def main() -> None:
     if "lean" in wall:
         lean = statistics.median(a / b for a, b in zip(wall["lean"], rft_t))
         print(f"rft / lean raw vLLM (no vLLM detokenisation, flat log-probs): {lean:.3f} "
-              "(median of the rounds' ratios): headroom if the engine skipped vLLM's "
-              "detokenisation (it decodes the text itself) and used flat log-probs")
+              "(median of the rounds' ratios): the engine's own cost over vLLM's cheapest "
+              "settings")
     completions = args.prompts * args.n
     overhead = statistics.median(per_round)
-    print(f"rft per-call overhead: {overhead * 1e3:.1f} ms (median of rft − raw per round; "
+    print(f"rft − raw per call: {overhead * 1e3:.1f} ms (median per round; negative: rft "
+          f"is faster; "
           f"{overhead * 1e6 / completions:.0f} µs per completion)")
     print(f"rft outside its llm.generate call: before {before * 1e3:.1f} ms (prompt checks, "
           f"SamplingParams), after {after * 1e3:.1f} ms (Completion objects: token ids, "

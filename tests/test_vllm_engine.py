@@ -256,3 +256,14 @@ def test_update_weights_in_place(engine: VLLMEngine, hf: HFEngine, model_dir: Pa
         engine.update_weights(original, version=0)
     _assert_matches_hf(hf, engine.generate(prompts, SamplingArgs(max_tokens=6, seed=4)),
                        1.0, "restored")
+
+
+def test_ignore_eos_runs_to_the_budget(engine: VLLMEngine, prompts) -> None:
+    """``SamplingArgs.ignore_eos``: EOS ids no longer end a response (vLLM's ``ignore_eos``
+    and no EOS in ``stop_token_ids``); the same seed without it stops some early."""
+    plain = _flat(engine.generate(prompts, SamplingArgs(max_tokens=150, seed=3), n=8))
+    assert any(c.finish_reason == "stop" for c in plain)
+    ignored = _flat(engine.generate(prompts, SamplingArgs(max_tokens=150, seed=3,
+                                                          ignore_eos=True), n=8))
+    assert all(c.finish_reason == "length" and len(c.token_ids) == 150 for c in ignored)
+    assert any(t in engine.eos_token_ids for c in ignored for t in c.token_ids)

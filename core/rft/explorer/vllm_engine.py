@@ -232,6 +232,8 @@ class VLLMEngine(InferenceEngine):
         from vllm import SamplingParams
 
         greedy = sampling.temperature == 0
+        ignore_eos = self.ignore_eos or sampling.ignore_eos
+        eos_ids = [] if ignore_eos else self.eos_token_ids
         return SamplingParams(
             n=n,
             temperature=sampling.temperature,
@@ -242,10 +244,12 @@ class VLLMEngine(InferenceEngine):
             min_tokens=min(sampling.min_tokens, max_new_tokens),
             seed=None if greedy else seed,
             stop=list(sampling.stop) or None,
-            stop_token_ids=self.eos_token_ids + [t for t in sampling.stop_token_ids
-                                                 if t not in self.eos_token_ids],
-            ignore_eos=self.ignore_eos,
+            stop_token_ids=eos_ids + [t for t in sampling.stop_token_ids if t not in eos_ids],
+            ignore_eos=ignore_eos,
             logprobs=0 if sampling.logprobs else None,
+            # the text is decoded once per completion (_completion); vLLM's per-step
+            # detokenisation is needed only to find stop strings
+            detokenize=bool(sampling.stop),
             skip_special_tokens=sampling.skip_special_tokens,
             include_stop_str_in_output=False,
         )
