@@ -282,6 +282,16 @@ class InferenceEngine(ABC):
             list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def start_call(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
+                   n: int) -> tuple[list[PreparedPrompt], int]:
+        """Check a :meth:`generate` call and prepare it: its prompts (limits applied) and
+        its seed. Raises a one-line :class:`RftError` for bad arguments."""
+        sampling.check()
+        if n < 1:
+            raise RftError(f"generate: n must be >= 1, got {n}")
+        prepared = self.prepare_prompts(prompt_token_ids, sampling)
+        return prepared, (self.next_seed(sampling) if prepared else 0)
+
     @staticmethod
     def check_scoring_args(token_ids: Sequence[Sequence[int]], prompt_lengths: Sequence[int],
                            temperature: float) -> None:

@@ -130,13 +130,9 @@ class HFEngine(InferenceEngine):
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
                  n: int = 1) -> list[list[Completion]]:
-        sampling.check()
-        if n < 1:
-            raise RftError(f"generate: n must be >= 1, got {n}")
-        prepared = self.prepare_prompts(prompt_token_ids, sampling)
+        prepared, seed = self.start_call(prompt_token_ids, sampling, n)
         if not prepared:
             return []
-        seed = self.next_seed(sampling)
         chunk = self.max_batch_size or len(prepared)
         results: list[list[Completion]] = []
         with self._lock, torch.random.fork_rng(devices=self._rng_devices()), torch.no_grad():

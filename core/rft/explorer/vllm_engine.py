@@ -200,13 +200,9 @@ class VLLMEngine(InferenceEngine):
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
                  n: int = 1) -> list[list[Completion]]:
-        sampling.check()
-        if n < 1:
-            raise RftError(f"generate: n must be >= 1, got {n}")
-        prepared = self.prepare_prompts(prompt_token_ids, sampling)
+        prepared, seed = self.start_call(prompt_token_ids, sampling, n)
         if not prepared:
             return []
-        seed = self.next_seed(sampling)
         # vLLM refuses n > 1 with greedy decoding: then each prompt is sent n times.
         copies = n if sampling.temperature == 0 else 1
         params = [self._sampling_params(sampling, n // copies, p.max_new_tokens,
