@@ -463,7 +463,9 @@ class ExperienceBufferConfig:
     capacity: int = 10000
     """``queue``: maximum experiences held before writers block."""
     max_read_timeout: float = 1800.0
-    """``queue``: seconds a read waits for a full batch before returning a partial one."""
+    """Seconds a trainer read waits for a full batch before a one-line timeout error naming
+    the buffer. In ``colocate`` mode nothing arrives while the trainer waits, so after the
+    explore step it takes the batch there is (fewer experiences when tasks failed) at once."""
     replay_buffer: ReplayBufferConfig | None = field(default_factory=ReplayBufferConfig)
     """``queue``: experience reuse; ``None`` disables it like ``enable: false``."""
     max_retry_times: int = 3
