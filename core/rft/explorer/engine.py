@@ -198,6 +198,8 @@ class InferenceEngine(ABC):
         self._seeds = itertools.count(seed)
         self._seed_lock = threading.Lock()
         self._chat_cache: dict[tuple[str, bool], list[int]] = {}
+        self.eos_token_ids: list[int] = []
+        """Token ids that end a response (engines fill it from their model and tokenizer)."""
 
     # ---- to implement ------------------------------------------------------------------
 
@@ -291,6 +293,12 @@ class InferenceEngine(ABC):
             raise RftError(f"generate: n must be >= 1, got {n}")
         prepared = self.prepare_prompts(prompt_token_ids, sampling)
         return prepared, (self.next_seed(sampling) if prepared else 0)
+
+    def stop_token_ids(self, sampling: SamplingArgs, *, ignore_eos: bool = False) -> list[int]:
+        """Token ids that end a response: the engine's ``eos_token_ids`` (unless
+        ``sampling.ignore_eos`` or ``ignore_eos``), then the extra ``stop_token_ids``."""
+        eos = [] if ignore_eos or sampling.ignore_eos else list(self.eos_token_ids)
+        return eos + [t for t in sampling.stop_token_ids if t not in eos]
 
     @staticmethod
     def check_scoring_args(token_ids: Sequence[Sequence[int]], prompt_lengths: Sequence[int],

@@ -163,7 +163,7 @@ class HFEngine(InferenceEngine):
             max_new_tokens=max_new_tokens,
             min_new_tokens=min(sampling.min_tokens, max_new_tokens),
             num_return_sequences=n,
-            eos_token_id=self._stop_token_ids(sampling),
+            eos_token_id=self.stop_token_ids(sampling),
             pad_token_id=self.pad_token_id,
             stop_strings=list(sampling.stop) or None,
             return_dict_in_generate=True,
@@ -171,12 +171,6 @@ class HFEngine(InferenceEngine):
             output_scores=False,
             use_cache=True,
         )
-
-    def _stop_token_ids(self, sampling: SamplingArgs) -> list[int]:
-        """Token ids that end a response: the EOS ids (unless ``ignore_eos``), then the
-        extra ``stop_token_ids``."""
-        eos = [] if sampling.ignore_eos else list(self.eos_token_ids)
-        return eos + [t for t in sampling.stop_token_ids if t not in eos]
 
     def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
                         n: int) -> list[list[Completion]]:
@@ -186,19 +180,20 @@ class HFEngine(InferenceEngine):
         max_new = max(p.max_new_tokens for p in prompts)
         # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
         # like repeating each prompt n times); greedy rows are repeated explicitly.
-        config = self._generation_config(sampling, 1 if greedy else n, max_new)
+        stop_ids = self.stop_token_ids(sampling)
         if decode_loop.covers(sampling):
             if not greedy and n > 1:  # num_return_sequences: each prompt row n times
                 input_ids = input_ids.repeat_interleave(n, dim=0)
                 attention_mask = attention_mask.repeat_interleave(n, dim=0)
             settings = decode_loop.DecodeSettings(
-                max_new_tokens=max_new, min_new_tokens=config.min_new_tokens,
+                max_new_tokens=max_new, min_new_tokens=min(sampling.min_tokens, max_new),
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
-                top_p=sampling.top_p, stop_token_ids=list(config.eos_token_id),
+                top_p=sampling.top_p, stop_token_ids=stop_ids,
                 pad_token_id=self.pad_token_id)
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
         else:
+            config = self._generation_config(sampling, 1 if greedy else n, max_new)
             extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                       generation_config=config, **extra)
@@ -207,7 +202,6 @@ class HFEngine(InferenceEngine):
         if sampling.logprobs:
             logprobs = self._sampled_logprobs(step_logits, new_tokens,
                                               sampling.logprob_temperature)  # (B·n, N)
-        stop_ids = set(config.eos_token_id)
         extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
         results: list[list[Completion]] = []
         for b, prompt in enumerate(prompts):
@@ -217,7 +211,7 @@ class HFEngine(InferenceEngine):
                 samples.append(self._completion(
                     prompt, new_tokens[row].tolist(),
                     logprobs[row] if logprobs is not None else None,
-                    sampling, stop_ids, extra_stop_ids))
+                    sampling, set(stop_ids), extra_stop_ids))
             results.append(samples)
         return results
 

@@ -229,7 +229,6 @@ class VLLMEngine(InferenceEngine):
 
         greedy = sampling.temperature == 0
         ignore_eos = self.ignore_eos or sampling.ignore_eos
-        eos_ids = [] if ignore_eos else self.eos_token_ids
         return SamplingParams(
             n=n,
             temperature=sampling.temperature,
@@ -240,7 +239,7 @@ class VLLMEngine(InferenceEngine):
             min_tokens=min(sampling.min_tokens, max_new_tokens),
             seed=None if greedy else seed,
             stop=list(sampling.stop) or None,
-            stop_token_ids=eos_ids + [t for t in sampling.stop_token_ids if t not in eos_ids],
+            stop_token_ids=self.stop_token_ids(sampling, ignore_eos=ignore_eos),
             ignore_eos=ignore_eos,
             logprobs=0 if sampling.logprobs else None,
             # the text is decoded once per completion (_completion); vLLM's per-step
