@@ -3,8 +3,13 @@
 A checkpoint folder holds ``trainer.pt`` (the trainer's state), ``state.json`` (step,
 model version, task-selector states, counters) and optionally ``hf/`` (the actor in
 Hugging Face format). It is written under a temporary name and renamed when complete,
-so a crash never leaves a half-written ``global_step_N``; resuming picks the newest
-complete one. ``max_checkpoints_to_keep`` prunes the oldest.
+so a crash never leaves a half-written ``global_step_N`` and another process (an
+``explore`` or ``bench`` run) never sees one; resuming picks the newest complete one.
+``max_checkpoints_to_keep`` prunes the oldest.
+
+:func:`load_actor_weights` reads the actor's weights of a checkpoint for an inference
+engine: from ``hf/`` when it is there (safetensors, sharded or not), else from the
+``actor`` entry of ``trainer.pt``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,12 @@ def list_checkpoints(job_dir: str) -> list[Checkpoint]:
         if match and os.path.isfile(os.path.join(job_dir, name, "state.json")):
             found.append(Checkpoint(int(match.group(1)), os.path.join(job_dir, name)))
     return sorted(found, key=lambda c: c.step)
+
+
+def newest_checkpoint(job_dir: str) -> Checkpoint | None:
+    """The newest complete checkpoint of a job, or ``None``."""
+    found = list_checkpoints(job_dir)
+    return found[-1] if found else None
 
 
 def save_checkpoint(job_dir: str, step: int, trainer_state: dict[str, Any],
@@ -106,3 +117,51 @@ def check_writable(job_dir: str) -> None:
     except OSError as exc:
         raise CheckpointError(f"checkpoint_root_dir: cannot write to {job_dir}: "
                               f"{exc.strerror or exc}") from exc
+
+
+def load_actor_weights(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
+    """The actor's weights of a checkpoint in Hugging Face naming (see the module docstring).
+
+    :raises CheckpointError: no readable weights (one line naming the folder).
+    """
+    hf_dir = os.path.join(checkpoint.path, "hf")
+    try:
+        if os.path.isdir(hf_dir):
+            return _read_hf_weights(hf_dir)
+        trainer_state = torch.load(os.path.join(checkpoint.path, "trainer.pt"),
+                                   weights_only=False, map_location="cpu")
+    except CheckpointError:
+        raise
+    except Exception as exc:  # missing (pruned meanwhile), truncated or foreign files
+        raise CheckpointError(f"checkpoint {checkpoint.path}: cannot read the actor's weights: "
+                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    actor = trainer_state.get("actor") if isinstance(trainer_state, dict) else None
+    if not isinstance(actor, dict):
+        raise CheckpointError(f"checkpoint {checkpoint.path}: neither hf/ nor an 'actor' entry "
+                              "in trainer.pt holds the actor's weights")
+    return actor
+
+
+def _read_hf_weights(hf_dir: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a Hugging Face model folder (``*.safetensors``, else ``*.bin``)."""
+    from safetensors.torch import load_file
+
+    names = sorted(os.listdir(hf_dir))
+    shards = [n for n in names if n.endswith(".safetensors")]
+    weights: dict[str, torch.Tensor] = {}
+    if shards:
+        for shard in shards:
+            weights.update(load_file(os.path.join(hf_dir, shard)))
+        return weights
+    bins = [n for n in names if n.endswith(".bin") and n.startswith("pytorch_model")]
+    for shard in bins:
+        weights.update(torch.load(os.path.join(hf_dir, shard), map_location="cpu",
+                                  weights_only=True))
+    if not weights:
+        raise CheckpointError(f"checkpoint {hf_dir}: no *.safetensors or pytorch_model*.bin")
+    return weights
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""

@@ -1,4 +1,5 @@
-"""The embedded run: explorer and trainer in one process (modes ``colocate`` and ``train``).
+"""The embedded run: explorer and trainer in one process (modes ``colocate`` and, for
+train-only algorithms, ``train``).
 
 One step of ``colocate``::
 
@@ -6,8 +7,9 @@ One step of ``colocate``::
     → trainer.train_step → engine.update_weights (model_version = step) → monitors
     → evaluation every eval_interval → checkpoint every save_interval
 
-``train`` (and any algorithm whose preset is ``train_only``, e.g. SFT) skips exploring:
-the experience buffer is the offline dataset. Evaluation still runs (on startup, every
+A ``train_only`` algorithm (e.g. SFT, in ``colocate`` or ``train`` mode) skips exploring:
+the experience buffer is the offline dataset (``train`` with an RL algorithm is
+:mod:`rft.modes.train`: the trainer alone, fed by another process's explorer). Evaluation still runs (on startup, every
 ``eval_interval``, at the end) when eval tasksets are configured, so every stage reports
 held-out accuracy before and after it.
 """
@@ -46,6 +48,18 @@ log = logging.getLogger("rft.embedded")
 
 
 @dataclass
+class CheckpointEval:
+    """Evaluation of one checkpoint (``bench`` mode)."""
+
+    step: int
+    """The checkpoint's training step (``global_step_<step>``)."""
+    path: str
+    """The checkpoint folder."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """``eval/<taskset>/…`` metrics of its weights."""
+
+
+@dataclass
 class StageResult:
     """What a stage leaves behind for the next one and for ``summary.json``."""
 
@@ -56,6 +70,8 @@ class StageResult:
     final_model_path: str | None = None
     failed_tasks: int = 0
     seconds: float = 0.0
+    checkpoint_evals: list[CheckpointEval] = field(default_factory=list)
+    """``bench`` mode: one evaluation per checkpoint, oldest first."""
 
 
 def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
@@ -257,12 +273,9 @@ def run_embedded(stage: Stage) -> StageResult:
 
 def _save(stage: Stage, trainer: Any, explorer: Explorer | None, storage: ExperienceStorage,
           step: int, result: StageResult, *, final: bool) -> None:
-    config = stage.config
     # the final model is always exported: the next stage and the user start from it
-    always = config.trainer.save_hf_checkpoint == "always"
-    save_hf = (lambda path: _save_hf(config, trainer, path)) if (final or always) else None
+    always = stage.config.trainer.save_hf_checkpoint == "always"
     state: dict[str, Any] = {
-        "model_version": step,
         "selectors": [s.state_dict() for s in explorer.selectors] if explorer else [],
         "eval_before": result.eval_before,
         "experiences_written": storage.written,
@@ -270,8 +283,19 @@ def _save(stage: Stage, trainer: Any, explorer: Explorer | None, storage: Experi
     }
     if isinstance(storage, DatasetStorage):
         state["dataset"] = storage.state_dict()
-    save_checkpoint(config.checkpoint_job_dir or ".", step, trainer.state_dict(), state,
-                    max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf)
+    save_stage_checkpoint(stage, trainer, step, state, export_hf=final or always)
+
+
+def save_stage_checkpoint(stage: Stage, trainer: Any, step: int, state: dict[str, Any], *,
+                          export_hf: bool) -> str:
+    """Write ``global_step_<step>`` of the stage's job dir (``model_version = step``), with
+    the actor exported to ``hf/`` when ``export_hf``; prune to
+    ``trainer.max_checkpoints_to_keep``; return its path."""
+    config = stage.config
+    save_hf = (lambda path: _save_hf(config, trainer, path)) if export_hf else None
+    return save_checkpoint(config.checkpoint_job_dir or ".", step, trainer.state_dict(),
+                           {"model_version": step, **state},
+                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf)
 
 
 def _save_hf(config: RftConfig, trainer: Any, path: str) -> None:

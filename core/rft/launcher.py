@@ -15,14 +15,21 @@ from dataclasses import asdict
 from typing import Any
 
 from rft.config import LoadedConfig, Stage
+from rft.distributed.both import run_both
 from rft.embedded import StageResult, run_embedded
 from rft.errors import RftError
+from rft.modes.bench import run_bench
+from rft.modes.explore import run_explore
+from rft.modes.train import run_train
 
 ModeRunner = Callable[[Stage], StageResult]
 
 MODE_RUNNERS: dict[str, ModeRunner] = {
     "colocate": run_embedded,
-    "train": run_embedded,
+    "both": run_both,
+    "train": run_train,
+    "explore": run_explore,
+    "bench": run_bench,
 }
 """Runner per mode; a mode missing here is not available in this version of rft."""
 
@@ -33,7 +40,7 @@ def run(loaded: LoadedConfig) -> int:
     if missing:
         raise RftError(
             f"mode: {', '.join(repr(m) for m in missing)} cannot run yet: this version of rft "
-            f"runs {', '.join(sorted(MODE_RUNNERS))} (the Ray/vLLM modes are not built yet)")
+            f"runs {', '.join(sorted(MODE_RUNNERS))}")
     results: list[StageResult] = []
     previous_model: str | None = None
     for stage in loaded.stages:
@@ -59,9 +66,10 @@ def write_summary(loaded: LoadedConfig, results: list[StageResult]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data: dict[str, Any] = {"project": loaded.config.project, "name": loaded.config.name,
                             "stages": [asdict(r) for r in results]}
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+    partial = f"{path}.{os.getpid()}.tmp"  # explore and train runs may share the job dir
+    with open(partial, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
-    os.replace(path + ".tmp", path)
+    os.replace(partial, path)
 
 
 def print_summary(results: list[StageResult]) -> None:

@@ -4,7 +4,8 @@
 
 - ``queue`` — in-process FIFO; with a ``path`` ending in ``.db`` every write is also kept
   in SQLite (a durable copy of everything explored).
-- ``sql`` — SQLite table: durable, survives restarts; reads mark rows as consumed.
+- ``sql`` — SQLite table: durable, survives restarts; reads mark rows as consumed. One
+  process may write while another reads (``explore`` + ``train`` modes).
 - ``file`` — JSON lines, append-only; for explore-only runs and debugging.
 
 All three count what was written and read, so a run can prove that nothing was lost or
@@ -82,7 +83,15 @@ def experience_from_dict(data: dict[str, Any]) -> Experience:
 
 
 class ExperienceStorage(ABC):
-    """FIFO of experiences with counters; safe to use from several threads."""
+    """FIFO of experiences with counters; safe to use from several threads.
+
+    ``written`` / ``read_count`` count what *this process* wrote and read.
+    """
+
+    poll_interval: float | None = None
+    """Seconds between availability checks of a waiting :meth:`read`; ``None``: only a
+    :meth:`write` of this process wakes it (storages that other processes also write set
+    a value)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -132,7 +141,8 @@ class ExperienceStorage(ABC):
                         f"experience buffer {self.name!r}: waited {timeout:g} s for {count} "
                         f"experiences, {self._available()} available (written {self.written}, "
                         f"read {self.read_count})")
-                self._lock.wait(remaining)
+                self._lock.wait(remaining if self.poll_interval is None
+                                else min(remaining, self.poll_interval))
             taken = self._take(count)
             self.read_count += len(taken)
             return taken
@@ -179,40 +189,94 @@ class QueueStorage(ExperienceStorage):
 
 
 class SQLStorage(ExperienceStorage):
-    """SQLite table ``experiences(id, consumed, payload)``; committed on every write/read."""
+    """SQLite table ``experiences(id, consumed, payload)``; committed on every write/read.
+
+    Safe for a writer process and a reader process on one file (``explore`` + ``train``):
+
+    - WAL journal: readers never block the writer, the writer never blocks readers;
+    - a busy timeout (:attr:`BUSY_TIMEOUT_S`) instead of "database is locked" errors;
+    - a read selects and marks its rows inside one ``BEGIN IMMEDIATE`` transaction, so two
+      readers can never take the same row;
+    - ``consumed`` counts the reads of a row (a row read twice would show 2);
+    - :meth:`available` asks the database, and a waiting read polls it every
+      :attr:`poll_interval` seconds, so rows written by another process are seen.
+    """
+
+    BUSY_TIMEOUT_S = 60.0
+    """Seconds a statement waits for another connection's lock."""
+    poll_interval = 0.2
 
     def __init__(self, name: str, path: str) -> None:
         super().__init__(name)
         directory = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(directory, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False)
+            # isolation_level=None: no implicit transactions; ours are explicit
+            self._db = sqlite3.connect(path, timeout=self.BUSY_TIMEOUT_S,
+                                       check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS experiences (id INTEGER PRIMARY KEY "
                              "AUTOINCREMENT, consumed INTEGER NOT NULL DEFAULT 0, payload TEXT)")
-            self._db.commit()
         except (OSError, sqlite3.Error) as exc:
             raise RftError(f"experience buffer {name!r}: cannot open SQLite file {path!r}: "
                            f"{exc}") from exc
         self.path = path
 
+    def _immediate(self) -> _Transaction:
+        """A write transaction that holds the database's write lock from its start."""
+        return _Transaction(self._db, f"experience buffer {self.name!r} ({self.path})")
+
     def _append(self, experiences: list[Experience]) -> None:
-        with self._db:
-            self._db.executemany("INSERT INTO experiences (payload) VALUES (?)",
-                                 [(json.dumps(experience_to_dict(e)),) for e in experiences])
+        payloads = [(json.dumps(experience_to_dict(e)),) for e in experiences]
+        with self._immediate():
+            self._db.executemany("INSERT INTO experiences (payload) VALUES (?)", payloads)
 
     def _available(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM experiences WHERE consumed = 0").fetchone()[0]
 
     def _take(self, count: int) -> list[Experience]:
-        with self._db:
+        with self._immediate():
             rows = self._db.execute("SELECT id, payload FROM experiences WHERE consumed = 0 "
                                     "ORDER BY id LIMIT ?", (count,)).fetchall()
-            self._db.executemany("UPDATE experiences SET consumed = 1 WHERE id = ?",
+            self._db.executemany("UPDATE experiences SET consumed = consumed + 1 WHERE id = ?",
                                  [(row[0],) for row in rows])
         return [experience_from_dict(json.loads(row[1])) for row in rows]
 
+    def totals(self) -> tuple[int, int]:
+        """``(rows written, rows read)`` by every process, from the database."""
+        written, read = self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(consumed > 0), 0) FROM experiences").fetchone()
+        return int(written), int(read)
+
     def close(self) -> None:
         self._db.close()
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error) on an autocommit
+    connection; SQLite errors become one-line :class:`RftError` naming ``where``."""
+
+    def __init__(self, db: sqlite3.Connection, where: str) -> None:
+        self.db = db
+        self.where = where
+
+    def __enter__(self) -> None:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise RftError(f"{self.where}: cannot lock the database: {exc}") from exc
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_error:
+                self.db.execute("ROLLBACK")
+                raise RftError(f"{self.where}: cannot commit: {commit_error}") from commit_error
+        self.db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise RftError(f"{self.where}: {exc}") from exc
 
 
 class FileStorage(ExperienceStorage):

@@ -331,6 +331,28 @@ def check_explorer(c: RftConfig, v: Validation) -> None:
     if not 0.0 <= e.over_rollout.ratio < 1.0:
         v.problem("explorer.over_rollout.ratio", f"must be within [0, 1), got "
                   f"{e.over_rollout.ratio}")
+    check_auxiliary_models(c, v)
+
+
+def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
+    """Each auxiliary model: a model path, a registered engine, a unique name, a port."""
+    names: dict[str, int] = {}
+    for i, aux in enumerate(c.explorer.auxiliary_models):
+        key = f"explorer.auxiliary_models[{i}]"
+        if not aux.model_path:
+            v.problem(f"{key}.model_path", "must be set (the model this engine serves)")
+        _require_local(v, f"{key}.model_path", aux.model_path)
+        v.select("engine", f"{key}.engine_type", aux.engine_type)
+        name = aux.name if aux.name is not None else str(i)
+        if name in names:
+            v.problem(f"{key}.name", f"{name!r} is also the name of "
+                      f"explorer.auxiliary_models[{names[name]}]")
+        names.setdefault(name, i)
+    for key, model in [("explorer.rollout_model", c.explorer.rollout_model)] + [
+            (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(c.explorer.auxiliary_models)]:
+        if not 0 <= model.openai_api_port <= 65535:
+            v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
+                      f"number, got {model.openai_api_port}")
 
 
 def check_cluster(c: RftConfig, v: Validation) -> None:
@@ -352,8 +374,7 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                       "mode 'colocate' runs one engine with tensor_parallel_size 1, got "
                       f"engine_num={rm.engine_num}, tensor_parallel_size="
                       f"{rm.tensor_parallel_size}")
-        if c.explorer.auxiliary_models:
-            v.problem("explorer.auxiliary_models", "mode 'colocate' runs no auxiliary models")
+        check_colocated_auxiliary_models(c, v)
         return
     if c.mode not in GPU_MODES or not known or total == 0:
         return
@@ -370,6 +391,33 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
     cl.explorer_gpu_num = explorer_gpus
     cl.auxiliary_gpu_num = auxiliary_gpus
     cl.trainer_gpu_num = max(trainer_gpus, 0)
+
+
+def check_colocated_auxiliary_models(c: RftConfig, v: Validation) -> None:
+    """``colocate`` shares one device: auxiliary models run there only on CPU machines
+    (``cluster.gpu_per_node: 0``, or unset without a GPU), with an in-process engine."""
+    if not c.explorer.auxiliary_models:
+        return
+    gpus = c.cluster.gpu_per_node
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    if gpus:
+        v.problem("explorer.auxiliary_models", f"mode 'colocate' on a GPU machine "
+                  f"({gpus} GPU(s) per node) runs no auxiliary models (they need GPUs of "
+                  "their own): use mode 'both', or run on CPU (cluster.gpu_per_node: 0)")
+        return
+    for i, aux in enumerate(c.explorer.auxiliary_models):
+        if aux.engine_type not in COLOCATED_AUXILIARY_ENGINES:
+            v.problem(f"explorer.auxiliary_models[{i}].engine_type",
+                      f"mode 'colocate' runs auxiliary models in its own process: use "
+                      + " or ".join(repr(e) for e in COLOCATED_AUXILIARY_ENGINES)
+                      + f", got {aux.engine_type!r}")
+
+
+COLOCATED_AUXILIARY_ENGINES = ("hf", "vllm")
+"""Engines an auxiliary model may use in ``colocate`` mode (CPU machines)."""
 
 
 def check_synchronizer(c: RftConfig, v: Validation) -> None:
@@ -406,6 +454,46 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
         v.problem("trainer.grad_clip", f"must be > 0, got {t.grad_clip}")
 
 
+SPLIT_MODES = ("explore", "train", "bench")
+"""Modes that run one side of a run alone; weights move through the job dir's checkpoints."""
+
+
+def check_split_modes(c: RftConfig, v: Validation) -> None:
+    """``explore`` / ``train`` / ``bench``: what a side running alone needs from the config
+    (the other side is another process that shares the job dir and the experience buffer)."""
+    if c.mode not in SPLIT_MODES:
+        return
+    train_only = v.preset is not None and v.preset.train_only
+    buffer_key = "buffer.trainer_input.experience_buffer.storage_type"
+    storage = c.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
+    if c.mode == "explore" and train_only:
+        v.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: there is "
+                  "nothing to explore; use mode 'train'")
+    elif c.mode == "explore" and storage.storage_type not in ("sql", "file"):
+        v.problem(buffer_key, f"mode 'explore' hands experiences to another process: use "
+                  f"'sql' (or 'file' to only keep them), got {storage.storage_type!r} (lives "
+                  "in this process)")
+    if c.mode == "train" and not train_only:
+        if storage.storage_type != "sql":
+            v.problem(buffer_key, f"mode 'train' with algorithm {c.algorithm.algorithm_type!r} "
+                      "reads what an 'explore' process writes: use 'sql', got "
+                      f"{storage.storage_type!r}")
+        if not c.trainer.total_steps and not _tasksets(c):
+            v.problem("buffer.total_steps", "mode 'train' cannot tell how many steps to train: "
+                      "set it (or trainer.total_steps), or give the explorer's taskset")
+    if c.mode == "bench":
+        if not c.buffer.explorer_input.eval_tasksets:
+            v.problem("buffer.explorer_input.eval_tasksets",
+                      "mode 'bench' evaluates checkpoints on eval tasksets: set at least one")
+        if not c.continue_from_checkpoint:
+            v.problem("continue_from_checkpoint", "mode 'bench' evaluates the checkpoints of "
+                      "an existing run: must be true (false starts a new, empty <name>_<time>)")
+    elif not c.continue_from_checkpoint and not (c.mode == "train" and train_only):
+        v.warnings.append(f"continue_from_checkpoint: false gives this {c.mode!r} run its own "
+                          "<name>_<timestamp> job dir, which the other side's process will not "
+                          "find; set true to share checkpoints")
+
+
 def check_monitor(c: RftConfig, v: Validation) -> None:
     """Monitor plugin and its args."""
     v.select("monitor", "monitor.monitor_type", c.monitor.monitor_type, c.monitor.monitor_args)
@@ -424,7 +512,8 @@ def check_data_processor(c: RftConfig, v: Validation) -> None:
 
 CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_global, check_algorithm, check_model, check_buffer, check_explorer,
-    check_cluster, check_synchronizer, check_trainer, check_monitor, check_data_processor,
+    check_cluster, check_synchronizer, check_trainer, check_split_modes, check_monitor,
+    check_data_processor,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""
 
