@@ -57,6 +57,32 @@ def data_metrics(*, token_level_scores: torch.Tensor, token_level_rewards: torch
     return metrics
 
 
+def rollout_probs_diff(rollout_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor,
+                       response_mask: torch.Tensor) -> dict[str, float]:
+    """How far the inference engine's log-probs are from the trainer's on the same tokens
+    (veRL's ``training/rollout_probs_diff_*``), over response tokens::
+
+        d_t = |exp(logp_rollout_t) − exp(logp_trainer_t)|   → max, mean, std
+
+    plus ``training/rollout_logprobs_diff_max = max_t |logp_rollout_t − logp_trainer_t|``.
+    With the engine holding the trainer's weights (on-policy) these are rounding noise;
+    after a faulty weight sync they are not.
+    """
+    mask = response_mask.bool()  # (B, R)
+    rollout = torch.masked_select(rollout_logprobs.float(), mask)  # (N,)
+    trainer = torch.masked_select(trainer_logprobs.float(), mask)  # (N,)
+    if rollout.numel() == 0:
+        return {}
+    probs_diff = (rollout.exp() - trainer.exp()).abs()  # (N,)
+    return {
+        "training/rollout_probs_diff_max": probs_diff.max().item(),
+        "training/rollout_probs_diff_mean": probs_diff.mean().item(),
+        "training/rollout_probs_diff_std": (probs_diff.std().item() if probs_diff.numel() > 1
+                                            else 0.0),
+        "training/rollout_logprobs_diff_max": (rollout - trainer).abs().max().item(),
+    }
+
+
 class LossMetrics:
     """Accumulates loss metrics: *summed* ones add up over the micro-batches of a
     mini-batch (they are normalised by mini-batch counts) and are then averaged over

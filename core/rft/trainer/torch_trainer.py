@@ -41,7 +41,7 @@ from rft.trainer.base import Trainer
 from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
 from rft.trainer.loss import (AggContext, LossFns, LossInputs, actor_loss, apply_kl_penalty,
                               compute_advantages)
-from rft.trainer.metrics import LossMetrics, data_metrics, timed
+from rft.trainer.metrics import LossMetrics, data_metrics, rollout_probs_diff, timed
 from rft.trainer.models import (frozen_copy, has_dropout, load_causal_lm, load_value_model,
                                 response_logprobs, response_values, unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
@@ -288,6 +288,9 @@ class TorchTrainer(Trainer):
         elif self._needs_old_logprobs(tensors):
             with timed(metrics, "old_log_prob"):
                 tensors["old_logprobs"] = self._infer_logprobs(self.actor, tensors)
+            if batch.old_logprobs is not None:  # the engine's: do they match the trainer's?
+                metrics.update(rollout_probs_diff(batch.old_logprobs, tensors["old_logprobs"],
+                                                  mask))
         if self.ref is not None:
             with timed(metrics, "ref"):
                 tensors["ref_logprobs"] = self._infer_logprobs(self.ref, tensors)

@@ -1,0 +1,376 @@
+"""Mode ``both``: explorer, trainer and experience buffer as Ray actors.
+
+The coordinator (this module, in the launching process) owns no model. It starts the
+actors, then drives them with non-blocking calls::
+
+    explorer actor:  [sync v] explore 1 → [sync v] explore 2 → …   writes → buffer actor
+    trainer actor:   train 1 → [hand out weights] → train 2 → …       reads ← buffer actor
+    weights:         trainer → Ray object store → explorer (``sync_method: memory``)
+
+- Train step ``t`` is started once explore step ``t`` is done (its data is there), so a
+  waiting trainer never holds weights the explorer waits for.
+- Before each explore step the sync policy (:mod:`rft.distributed.sync_policy`) says
+  whether the explorer first loads handed-out weights, waits for them, or asks for them.
+- When the explorer is idle (waiting, or done) the buffer is told no writer is active, so
+  a batch that came out short (failed tasks) is trained as it is.
+- Monitors, evaluation schedule, checkpoints and ``summary.json`` work as in colocate.
+
+No silent hangs: the explorer waits at most ``synchronizer.sync_timeout`` for weights, the
+trainer at most ``experience_buffer.max_read_timeout`` for experiences, and a dead actor
+ends the run at once with a one-line error naming it (after the trainer's last completed
+step is checkpointed, when the trainer is alive).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rft.checkpoint import check_writable, list_checkpoints
+from rft.config import Stage
+from rft.config.schema import RftConfig
+from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
+from rft.distributed.cluster import ray_cluster
+from rft.distributed.sync_policy import SYNC_POLICIES, SyncPolicy
+from rft.distributed.workers import ExplorerService, TrainerService, buffer_config
+from rft.embedded import StageResult, log_all, open_monitors
+from rft.errors import RftError
+from rft.monitor.base import Monitor
+
+log = logging.getLogger("rft.distributed")
+
+POLL_S = 0.5
+"""Seconds between checks of the explorer's sync wait while nothing completes."""
+
+
+@dataclass
+class Call:
+    """A call in flight: which actor, what, for which step."""
+
+    role: str
+    what: str
+    step: int
+    version: int = 0
+
+
+@dataclass
+class Progress:
+    """Where the run is."""
+
+    explored: int = 0
+    trained: int = 0
+    explorer_version: int = 0
+    handed_out: dict[int, Any] = field(default_factory=dict)
+    """Version → object ref of the trainer's weights (newest few)."""
+    selectors_after: dict[int, list[Any]] = field(default_factory=dict)
+    """Explore step → task-selector states after it (for checkpoints)."""
+    waiting_since: float | None = None
+    waiting_for: int = 0
+    idle_declared: bool = False
+    last_saved: int = 0
+
+
+def run_both(stage: Stage) -> StageResult:
+    """Run one ``both`` stage on Ray (see the module docstring)."""
+    config = stage.config
+    if config.synchronizer.sync_method != "memory":
+        raise RftError(f"synchronizer.sync_method: {config.synchronizer.sync_method!r} is not "
+                       "available in mode 'both' in this version of rft; use 'memory' (weights "
+                       "through the Ray object store)")
+    check_writable(config.checkpoint_job_dir or ".")
+    with ray_cluster(config):
+        return Coordinator(stage).run()
+
+
+class Coordinator:
+    """Drives the actors of one ``both`` stage."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.config: RftConfig = stage.config
+        s = self.config.synchronizer
+        self.policy: SyncPolicy = SYNC_POLICIES[s.sync_style](s.sync_interval, s.sync_offset)
+        self.progress = Progress()
+        self.pending: dict[Any, Call] = {}
+        self.actors: dict[str, Any] = {}
+        self.result = StageResult(stage.name, 0)
+        self.explorer_monitors: list[Monitor] = []
+        self.trainer_monitors: list[Monitor] = []
+
+    # ---- set-up ----------------------------------------------------------------------
+
+    def _actor(self, role: str, name: str, cls: type, *args: Any, **options: Any) -> Any:
+        import ray
+
+        try:
+            actor = ray.remote(cls).options(name=name, num_cpus=0, **options).remote(*args)
+        except ValueError as exc:  # a live actor of that name in this namespace
+            raise RftError(f"{role} actor {name!r}: {str(exc).splitlines()[0]} (another run "
+                           f"in Ray namespace {self.config.ray_namespace!r}?)") from exc
+        self.actors[role] = actor
+        return actor
+
+    def _start_actors(self) -> None:
+        import ray
+
+        c = self.config
+        gpus = c.cluster.gpu_per_node or 0
+        buffer = self._actor("buffer", buffer_config(c).name, BufferService, buffer_config(c),
+                             max_concurrency=BUFFER_CONCURRENCY)
+        explorer = self._actor("explorer", c.explorer.name, ExplorerService, c, buffer,
+                               num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus else 0)
+        train_size = self._get(explorer.train_size.remote(), Call("explorer", "start-up", 0))
+        steps = c.trainer.total_steps or c.buffer.total_steps or (
+            c.buffer.total_epochs * math.ceil(train_size / c.buffer.batch_size))
+        if steps <= 0:
+            raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 "
+                           "steps)")
+        self.steps = self.result.steps = steps
+        self._actor("trainer", c.trainer.name, TrainerService, c, buffer, steps,
+                    num_gpus=min(c.cluster.trainer_gpu_num or 0, 1) if gpus else 0)
+        ray.get(buffer.counts.remote())
+
+    def _resume(self) -> None:
+        """Continue from the newest checkpoint: trainer state, selectors, weights."""
+        checkpoints = list_checkpoints(self.config.checkpoint_job_dir or ".")
+        if not (self.config.continue_from_checkpoint and checkpoints):
+            return
+        latest = checkpoints[-1]
+        state = self._get(self.actors["trainer"].resume.remote(latest.path),
+                          Call("trainer", "resume", latest.step))
+        step = int(state["step"])
+        self._get(self.actors["explorer"].load_selectors.remote(state.get("selectors", [])),
+                  Call("explorer", "resume", step))
+        weights = self.actors["trainer"].weights.remote()
+        self._get(self.actors["explorer"].sync.remote(weights, step), Call("explorer", "sync", step))
+        p = self.progress
+        p.explored = p.trained = p.explorer_version = p.last_saved = step
+        self.result.eval_before = state.get("eval_before", {})
+        log.info("resumed from %s", latest.path)
+
+    # ---- the run ---------------------------------------------------------------------
+
+    def run(self) -> StageResult:
+        started = time.monotonic()
+        try:
+            self._start_actors()
+            self.explorer_monitors = open_monitors(self.stage, "explorer")
+            self.trainer_monitors = open_monitors(self.stage, "trainer")
+            for monitor in self.explorer_monitors + self.trainer_monitors:
+                monitor.start(self.steps)
+            self._resume()
+            has_eval = bool(self.config.buffer.explorer_input.eval_tasksets)
+            if has_eval and self.progress.trained == 0 and self.config.explorer.eval_on_startup:
+                self.result.eval_before = self._get(self.actors["explorer"].evaluate.remote(),
+                                                    Call("explorer", "evaluate", 0))
+                log_all(self.explorer_monitors, self.result.eval_before, 0)
+            while self.progress.trained < self.steps:
+                self._schedule()
+                self._wait()
+            self._finish(has_eval)
+        except RftError:
+            self._save_after_failure()
+            raise
+        finally:
+            self._close()
+        self.result.seconds = time.monotonic() - started
+        return self.result
+
+    def _schedule(self) -> None:
+        """Start whatever can start now."""
+        self._schedule_explorer()
+        self._schedule_trainer()
+        p = self.progress
+        if not self._busy("explorer") and not p.idle_declared:
+            self.actors["buffer"].writers_idle.remote()
+            p.idle_declared = True
+
+    def _schedule_explorer(self) -> None:
+        p = self.progress
+        step = p.explored + 1
+        if self._busy("explorer") or step > self.steps:
+            return
+        decision = self.policy.before_explore(step, p.explorer_version, sorted(p.handed_out))
+        weights, version = None, None
+        if decision.action == "wait":
+            if p.waiting_since is None:
+                p.waiting_since, p.waiting_for = time.monotonic(), decision.version
+            return
+        if decision.action == "sync":
+            weights, version = p.handed_out[decision.version], decision.version
+        elif decision.action == "request":
+            version = p.trained + (1 if self._busy("trainer", "train") else 0)
+            if version > p.explorer_version:
+                weights = self.actors["trainer"].weights.remote()
+            else:
+                version = None
+        p.waiting_since = None
+        if version is not None:
+            p.explorer_version = version
+            self._prune_weights(version)
+        p.idle_declared = False
+        ref = self.actors["explorer"].explore_step.remote(step, weights, version)
+        self.pending[ref] = Call("explorer", "explore", step, p.explorer_version)
+
+    def _schedule_trainer(self) -> None:
+        p = self.progress
+        step = p.trained + 1
+        if self._busy("trainer", "train") or step > self.steps or p.explored < step:
+            return
+        ref = self.actors["trainer"].train_step.remote(step)
+        self.pending[ref] = Call("trainer", "train", step)
+
+    def _busy(self, role: str, what: str | None = None) -> bool:
+        return any(c.role == role and (what is None or c.what == what)
+                   for c in self.pending.values())
+
+    def _prune_weights(self, version: int) -> None:
+        """Drop handed-out weights older than what the explorer now holds."""
+        for old in [v for v in self.progress.handed_out if v < version]:
+            del self.progress.handed_out[old]
+
+    def _wait(self) -> None:
+        """Wait for one call to finish (or the poll interval) and act on it."""
+        import ray
+
+        p = self.progress
+        if p.waiting_since is not None:
+            waited = time.monotonic() - p.waiting_since
+            if waited > self.config.synchronizer.sync_timeout:
+                raise RftError(
+                    f"synchronizer: explorer {self.config.explorer.name!r} waited {waited:.0f} s "
+                    f"for weights version {p.waiting_for} from trainer "
+                    f"{self.config.trainer.name!r} (synchronizer.sync_timeout = "
+                    f"{self.config.synchronizer.sync_timeout} s); the trainer is at step "
+                    f"{p.trained}")
+        if not self.pending:
+            raise RftError(f"both mode: nothing can run (explored {p.explored}, trained "
+                           f"{p.trained}, explorer holds version {p.explorer_version})")
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
+        for ref in ready:
+            call = self.pending.pop(ref)
+            self._done(call, self._get(ref, call))
+
+    def _done(self, call: Call, value: Any) -> None:
+        p, c = self.progress, self.config
+        if call.what == "explore":
+            metrics, selectors = value
+            p.explored = call.step
+            p.selectors_after[call.step] = selectors
+            for old in [s for s in p.selectors_after if s < p.trained]:
+                del p.selectors_after[old]
+            log_all(self.explorer_monitors, metrics, call.step)
+            if (c.buffer.explorer_input.eval_tasksets and call.step % c.explorer.eval_interval == 0
+                    and call.step != self.steps):
+                ref = self.actors["explorer"].evaluate.remote()
+                self.pending[ref] = Call("explorer", "evaluate", call.step)
+        elif call.what == "evaluate":
+            log_all(self.explorer_monitors, value, call.step)
+        elif call.what == "train":
+            p.trained = call.step
+            if self.policy.hands_out_after(call.step) or call.step == self.steps:
+                if p.explored >= self.steps:  # only the final evaluation needs weights now
+                    p.handed_out.clear()
+                p.handed_out[call.step] = self.actors["trainer"].weights.remote()
+            metrics = dict(value)
+            counts = self._get(self.actors["buffer"].counts.remote(), Call("buffer", "counts", 0))
+            metrics.update({"buffer/written": float(counts["written"]),
+                            "buffer/read": float(counts["read"])})
+            log_all(self.trainer_monitors, metrics, call.step)
+            if c.trainer.save_interval and call.step % c.trainer.save_interval == 0 \
+                    and call.step != self.steps:
+                self._save(call.step, final=False)
+
+    def _save(self, step: int, *, final: bool, timeout: float | None = None) -> None:
+        """Checkpoint the trainer at ``step`` (blocking: its result matters)."""
+        p = self.progress
+        done = [s for s in p.selectors_after if s <= step]
+        state = {"model_version": step,
+                 "selectors": p.selectors_after[max(done)] if done else [],
+                 "eval_before": self.result.eval_before}
+        export_hf = final or self.config.trainer.save_hf_checkpoint == "always"
+        ref = self.actors["trainer"].save.remote(step, state, export_hf)
+        self._get(ref, Call("trainer", "save", step), timeout)
+        p.last_saved = step
+
+    def _finish(self, has_eval: bool) -> None:
+        """Final evaluation on the last weights, final checkpoint with the HF model."""
+        import ray
+
+        while self.pending:  # the explorer may still evaluate
+            ref = next(iter(self.pending))
+            call = self.pending.pop(ref)
+            self._done(call, self._get(ref, call))
+        if has_eval:
+            weights = self.progress.handed_out[self.steps]
+            ref = self.actors["explorer"].evaluate.remote(weights, self.steps)
+            self.result.eval_after = self._get(ref, Call("explorer", "evaluate", self.steps))
+            log_all(self.explorer_monitors, self.result.eval_after, self.steps)
+        self._save(self.steps, final=True)
+        job_dir = self.config.checkpoint_job_dir or "."
+        self.result.final_model_path = os.path.join(job_dir, f"global_step_{self.steps}", "hf")
+        failed = ray.get(self.actors["explorer"].failed_tasks.remote())
+        self.result.failed_tasks = len(failed)
+
+    # ---- failures and clean-up -------------------------------------------------------
+
+    def _get(self, ref: Any, call: Call, timeout: float | None = None) -> Any:
+        """``ray.get`` with Ray's failures turned into one-line errors naming the actor."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref, timeout=timeout)
+        except GetTimeoutError:
+            raise RftError(f"{call.role} {self._actor_name(call.role)!r}: {call.what} "
+                           f"{call.step} did not finish within {timeout:g} s") from None
+        except RayActorError as exc:
+            self.actors.pop(call.role, None)
+            name = self._actor_name(call.role)
+            raise RftError(f"{call.role} actor {name!r} died during {call.what} "
+                           f"{call.step}: {_first_line(exc)}") from None
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            name = self._actor_name(call.role)
+            raise RftError(f"{call.role} {name!r}, {call.what} {call.step}: "
+                           f"{_first_line(cause)}") from None
+
+    def _actor_name(self, role: str) -> str:
+        c = self.config
+        return {"explorer": c.explorer.name, "trainer": c.trainer.name,
+                "buffer": buffer_config(c).name}[role]
+
+    def _save_after_failure(self) -> None:
+        """Keep the trainer's last completed step when the run fails (trainer alive)."""
+        p = self.progress
+        if "trainer" not in self.actors or p.trained <= p.last_saved:
+            return
+        self.pending.clear()
+        try:
+            self._save(p.trained, final=False, timeout=self.config.synchronizer.sync_timeout)
+            log.warning("saved the trainer's state at step %d before stopping", p.trained)
+        except RftError as exc:
+            log.warning("could not save the trainer's state: %s", exc)
+
+    def _close(self) -> None:
+        import ray
+
+        for monitor in self.explorer_monitors + self.trainer_monitors:
+            monitor.close()
+        closing = [actor.close.remote() for role, actor in self.actors.items()]
+        try:
+            ray.wait(closing, num_returns=len(closing), timeout=60)
+        except Exception:  # noqa: BLE001 (dead actors: nothing left to close)
+            pass
+        for actor in self.actors.values():
+            ray.kill(actor)
+        self.actors.clear()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if "Traceback" in text else (text.splitlines() or [""])[0]

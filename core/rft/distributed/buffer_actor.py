@@ -1,0 +1,82 @@
+"""The experience buffer as a Ray actor, and the storage proxy the other actors use.
+
+The actor owns the storage the config selects (queue, optionally mirrored to SQLite;
+sql; file; replay) and serves it to the explorer (``write``) and the trainer (``read``)
+from several threads, so a read that waits for experiences never blocks a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rft.buffer.factory import open_experience_buffer
+from rft.buffer.storage import ExperienceStorage
+from rft.config.schema import ExperienceBufferConfig
+from rft.experience import Experience
+
+BUFFER_CONCURRENCY = 8
+"""Calls the buffer actor serves at once (a waiting read holds one)."""
+
+
+class BufferService:
+    """What the buffer actor runs: one storage and its counters."""
+
+    def __init__(self, config: ExperienceBufferConfig, seed: int = 0) -> None:
+        self.storage = open_experience_buffer(config, seed=seed)
+
+    def write(self, experiences: list[Experience]) -> int:
+        self.storage.write(experiences)
+        return len(experiences)
+
+    def read(self, count: int, timeout: float) -> list[Experience]:
+        return self.storage.read(count, timeout)
+
+    def writers_idle(self) -> None:
+        self.storage.writers_idle()
+
+    def counts(self) -> dict[str, int]:
+        """``written``, ``read`` and ``available`` experiences."""
+        return {"written": self.storage.written, "read": self.storage.read_count,
+                "available": self.storage.available()}
+
+    def close(self) -> None:
+        self.storage.close()
+
+
+class RemoteStorage(ExperienceStorage):
+    """An :class:`ExperienceStorage` whose every call goes to the buffer actor (the
+    explorer and the trainer use it like a local storage)."""
+
+    def __init__(self, name: str, actor: Any) -> None:
+        super().__init__(name)
+        self.actor = actor
+
+    def write(self, experiences: Sequence[Experience]) -> None:
+        import ray
+
+        ray.get(self.actor.write.remote(list(experiences)))
+
+    def read(self, count: int, timeout: float) -> list[Experience]:
+        import ray
+
+        return ray.get(self.actor.read.remote(count, timeout))
+
+    def writers_idle(self) -> None:
+        import ray
+
+        ray.get(self.actor.writers_idle.remote())
+
+    def available(self) -> int:
+        import ray
+
+        return int(ray.get(self.actor.counts.remote())["available"])
+
+    def _append(self, experiences: list[Experience]) -> None:  # pragma: no cover
+        raise AssertionError("RemoteStorage forwards write()")
+
+    def _available(self) -> int:  # pragma: no cover
+        raise AssertionError("RemoteStorage forwards available()")
+
+    def _take(self, count: int) -> list[Experience]:  # pragma: no cover
+        raise AssertionError("RemoteStorage forwards read()")

@@ -1,0 +1,52 @@
+"""Joining or starting the Ray cluster of a run.
+
+``rft run`` joins the cluster at ``RAY_ADDRESS`` or ``cluster.ray_address``; with the
+default ``auto`` it joins the one a ``ray start --head`` on this machine left running, and
+with none it starts a private local cluster bound to 127.0.0.1 and stops it when the run
+ends. The run's actors live in ``ray_namespace``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rft.config.schema import RftConfig
+from rft.errors import RftError
+
+log = logging.getLogger("rft.distributed")
+
+LOOPBACK = "127.0.0.1"
+
+
+@contextmanager
+def ray_cluster(config: RftConfig) -> Iterator[None]:
+    """Ray connected in the run's namespace for the duration of the block."""
+    import ray
+
+    if ray.is_initialized():  # a caller (a notebook, a test) already connected
+        yield
+        return
+    address = os.environ.get("RAY_ADDRESS") or config.cluster.ray_address
+    started_here = False
+    try:
+        if address != "auto":
+            ray.init(address=address, namespace=config.ray_namespace)
+        else:
+            try:
+                ray.init(address="auto", namespace=config.ray_namespace)
+                log.info("joined the running Ray cluster")
+            except ConnectionError:
+                ray.init(namespace=config.ray_namespace, include_dashboard=False,
+                         _node_ip_address=LOOPBACK)
+                started_here = True
+    except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
+        where = "a local cluster" if address == "auto" else f"address {address!r}"
+        raise RftError(f"cannot connect to Ray ({where}): {str(exc).splitlines()[0]}") from exc
+    try:
+        yield
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -1,0 +1,139 @@
+"""What the explorer and trainer actors run.
+
+Each actor rebuilds the stage's plugins from the (picklable) config in its own process:
+plugin objects never travel between processes, only configs, experiences, metrics and
+weights do.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from rft.buffer.sampling import TrainerBuffers
+from rft.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from rft.config.schema import ExperienceBufferConfig, RftConfig
+from rft.config.validate import Validation, validate
+from rft.distributed.buffer_actor import RemoteStorage
+from rft.embedded import _save_hf, build_engine, default_sampling, quiet_libraries
+from rft.errors import ConfigError
+from rft.explorer.explorer import Explorer
+from rft.explorer.model_wrapper import ModelWrapper
+from rft.plugins import PluginRegistry
+
+Weights = list[tuple[str, torch.Tensor]]
+"""The actor's weights as the trainer hands them to the explorer (HF names, CPU)."""
+
+
+def revalidate(config: RftConfig) -> Validation:
+    """The stage's plugins, resolved again in this process."""
+    validation = validate(copy.deepcopy(config), PluginRegistry.create())
+    if validation.problems:
+        raise ConfigError(validation.problems)
+    return validation
+
+
+def buffer_config(config: RftConfig) -> ExperienceBufferConfig:
+    return config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
+
+
+class ExplorerService:
+    """The explorer actor: rollout engine, workflows, selectors; writes to the buffer."""
+
+    def __init__(self, config: RftConfig, buffer: Any) -> None:
+        quiet_libraries()
+        validation = revalidate(config)
+        self.engine = build_engine(config,
+                                   validation.selected["explorer.rollout_model.engine_type"]
+                                   .implementation)
+        storage = RemoteStorage(buffer_config(config).name, buffer)
+        self.explorer = Explorer(config, validation,
+                                 ModelWrapper(self.engine, default_sampling(config)), storage)
+
+    def train_size(self) -> int:
+        return self.explorer.train_size
+
+    def sync(self, weights: Weights, version: int) -> float:
+        """Load the trainer's weights as ``version``; return the seconds it took."""
+        import time
+
+        started = time.monotonic()
+        self.engine.update_weights(iter(weights), version=version)
+        return time.monotonic() - started
+
+    def explore_step(self, step: int, weights: Weights | None = None,
+                     version: int | None = None) -> tuple[dict[str, float], list[Any]]:
+        """Optionally sync first, then one explore step; its metrics and the selectors'
+        states after it (what a checkpoint of this step records)."""
+        metrics: dict[str, float] = {}
+        if weights is not None and version is not None:
+            metrics["timing_s/update_weights"] = self.sync(weights, version)
+        metrics.update(self.explorer.explore_step(step))
+        metrics["explorer/model_version"] = float(self.engine.model_version)
+        return metrics, [s.state_dict() for s in self.explorer.selectors]
+
+    def evaluate(self, weights: Weights | None = None, version: int | None = None
+                 ) -> dict[str, float]:
+        """Optionally sync first, then evaluate every eval taskset."""
+        if weights is not None and version is not None:
+            self.sync(weights, version)
+        return self.explorer.evaluate()
+
+    def load_selectors(self, states: list[Any]) -> None:
+        for selector, state in zip(self.explorer.selectors, states, strict=False):
+            selector.load_state_dict(state)
+
+    def failed_tasks(self) -> list[str]:
+        return list(self.explorer.failed_tasks)
+
+    def close(self) -> None:
+        self.explorer.close()
+
+
+class TrainerService:
+    """The trainer actor: reads the buffer through the sample strategy, trains, hands out
+    its weights and writes checkpoints."""
+
+    def __init__(self, config: RftConfig, buffer: Any, total_steps: int) -> None:
+        quiet_libraries()
+        validation = revalidate(config)
+        self.config = config
+        self.trainer = validation.selected["trainer.trainer_type"].implementation(
+            config, validation, total_steps=total_steps)
+        cfg = buffer_config(config)
+        chosen = validation.selected["algorithm.sample_strategy"]
+        self.strategy = chosen.implementation(
+            TrainerBuffers(RemoteStorage(cfg.name, buffer)),
+            batch_size=config.buffer.train_batch_size, timeout=cfg.max_read_timeout,
+            args=chosen.args)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """Sample one batch (waiting for the explorer) and learn from it."""
+        experiences, metrics = self.strategy.sample(step, self.trainer.global_steps)
+        metrics.update(self.trainer.train_step(experiences))
+        metrics["trainer/model_version"] = float(self.trainer.global_steps)
+        return metrics
+
+    def weights(self) -> Weights:
+        """A CPU copy of the actor's weights (it goes to the object store)."""
+        return [(name, tensor.detach().to("cpu", copy=True))
+                for name, tensor in self.trainer.named_weights()]
+
+    def resume(self, path: str) -> dict[str, Any]:
+        """Load the checkpoint at ``path``; return its run state (step, selectors, …)."""
+        trainer_state, state = load_checkpoint(Checkpoint(0, path))
+        self.trainer.load_state_dict(trainer_state)
+        return state
+
+    def save(self, step: int, state: dict[str, Any], export_hf: bool) -> str:
+        """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``)."""
+        config = self.config
+        save_hf = (lambda path: _save_hf(config, self.trainer, path)) if export_hf else None
+        return save_checkpoint(config.checkpoint_job_dir or ".", step, self.trainer.state_dict(),
+                               state, max_to_keep=config.trainer.max_checkpoints_to_keep,
+                               save_hf=save_hf)
+
+    def close(self) -> None:
+        self.trainer.close()
