@@ -124,6 +124,18 @@ class Workflow(ABC):
     def run(self) -> list[Experience]:
         """Run the task; return its experiences (each with reward set)."""
 
+    def auxiliary_model(self, name: str | int) -> ModelWrapper:
+        """The auxiliary model called ``name`` (``explorer.auxiliary_models[i].name``, else
+        its position ``i``); a one-line error lists the configured ones."""
+        for model in self.auxiliary_models:
+            if model.name == name:
+                return model
+        index = name if isinstance(name, int) else int(name) if name.isdigit() else None
+        if index is not None and 0 <= index < len(self.auxiliary_models):
+            return self.auxiliary_models[index]
+        known = ", ".join(repr(m.name) for m in self.auxiliary_models) or "none configured"
+        raise RftError(f"no auxiliary model {name!r} (explorer.auxiliary_models: {known})")
+
     def attach_greedy_baseline(self, experiences: list[Experience],
                                messages: list[dict[str, Any]]) -> None:
         """When the task asks for it (:attr:`Task.greedy_baseline`), answer ``messages`` once

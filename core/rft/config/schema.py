@@ -572,6 +572,10 @@ class InferenceModelConfig:
     ``extract_experience_from_history``)."""
     enable_openai_api: bool = False
     """Also expose the engine through an OpenAI-compatible client for workflows."""
+    openai_api_host: str = "127.0.0.1"
+    """Address the OpenAI-compatible server binds to (loopback: this machine only)."""
+    openai_api_port: int = 0
+    """Port of the OpenAI-compatible server; ``0``: a free port chosen at start."""
     enable_log_requests: bool = False
     """Log every request of the OpenAI API server."""
     enable_auto_tool_choice: bool = False

@@ -27,6 +27,7 @@ from rft.config.schema import RftConfig, TasksetConfig
 from rft.config.validate import Validation
 from rft.errors import RftError
 from rft.experience import EID, Experience
+from rft.explorer.auxiliary import build_auxiliary_models, close_models
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.workflow import Task, Workflow
@@ -77,6 +78,11 @@ class Explorer:
     :param validation: its resolved plugins.
     :param model: the rollout model.
     :param storage: the experience buffer to write to.
+
+    It also starts what the workflows use besides the model: the model's OpenAI endpoint
+    (``rollout_model.enable_openai_api``) and the auxiliary models; :meth:`close` stops them.
+    Each workflow gets its own view of each model (:meth:`ModelWrapper.for_workflow`), with
+    its own call history when ``enable_history`` is set.
     """
 
     def __init__(self, config: RftConfig, validation: Validation, model: ModelWrapper,
@@ -116,6 +122,17 @@ class Explorer:
         preset = validation.preset
         self.algorithm_type = config.algorithm.algorithm_type
         self.greedy_baseline = preset is not None and preset.reward_baseline == "greedy"
+        rm = e.rollout_model
+        self.enable_history = rm.enable_history
+        self._owns_server = rm.enable_openai_api and model.server is None
+        if self._owns_server:
+            model.serve_openai_api(rm.openai_api_host, rm.openai_api_port,
+                                   log_requests=rm.enable_log_requests)
+        try:
+            self.auxiliary_models = build_auxiliary_models(config, validation)
+        except BaseException:
+            self._stop_server()
+            raise
 
     @property
     def train_size(self) -> int:
@@ -123,7 +140,11 @@ class Explorer:
 
     def _make_workflow(self, task: Task) -> Workflow:
         taskset = next(t for t in self.train_sets + self.eval_sets if t.config.name == task.taskset)
-        return taskset.workflow_cls(task, self.model)
+        model = self.model.for_workflow(enable_history=self.enable_history)
+        if not self.auxiliary_models:
+            return taskset.workflow_cls(task, model)
+        return taskset.workflow_cls(task, model, auxiliary_models=[
+            m.for_workflow() for m in self.auxiliary_models])
 
     def next_tasks(self, batch_size: int) -> list[Task]:
         """The next ``batch_size`` training tasks, spread over the training tasksets."""
@@ -200,6 +221,14 @@ class Explorer:
 
     def close(self) -> None:
         self.runner.close()
+        close_models(self.auxiliary_models)
+        self.auxiliary_models = []
+        self._stop_server()
+
+    def _stop_server(self) -> None:
+        if self._owns_server:
+            self.model.close()
+            self._owns_server = False
 
 
 def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) -> dict[str, float]:

@@ -11,6 +11,12 @@ Workflows run in threads by the runner (``concurrent_mode: multi-threading``) sh
 engine calls through a :class:`CallBatcher`: a call waits until every running workflow is
 either waiting on the model or done, then one engine call serves all of them (on CPU, one
 ``generate`` of 4 prompts × 8 rows costs about as much as one of 1 prompt × 8 rows).
+
+With ``enable_history`` every call is also recorded (:mod:`rft.explorer.history`):
+``model.extract_experience_from_history()`` drains the record, ``merge_turns=True`` joins
+the calls of each multi-turn conversation into one experience. ``model.get_openai_client()``
+talks to the same engine through the explorer's OpenAI-compatible endpoint
+(:mod:`rft.explorer.openai_server`), recorded in the same history.
 """
 
 from __future__ import annotations
@@ -21,13 +27,18 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
+from rft.explorer.history import History
+from rft.explorer.history import merge_turns as merge_history
+
+if TYPE_CHECKING:
+    from rft.explorer.openai_server import OpenAIServer
 
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingArgs)}
 
@@ -217,11 +228,114 @@ class ModelWrapper:
 
     :param engine: the inference engine.
     :param defaults: sampling settings used when a call does not override them.
+    :param name: the model's name (``/v1/models``; auxiliary models are looked up by it);
+        ``None``: the engine's model path.
+    :param enable_history: record every call's experiences (:meth:`extract_experience_from_history`).
+
+    The explorer gives each workflow its own view (:meth:`for_workflow`): same engine and
+    OpenAI endpoint, its own history.
     """
 
-    def __init__(self, engine: InferenceEngine, defaults: SamplingArgs | None = None) -> None:
+    def __init__(self, engine: InferenceEngine, defaults: SamplingArgs | None = None, *,
+                 name: str | None = None, enable_history: bool = False) -> None:
         self.engine = engine
         self.defaults = defaults or SamplingArgs()
+        self.name = name or str(getattr(engine, "model_path", "model"))
+        self.enable_history = enable_history
+        self.history = History()
+        self.server: OpenAIServer | None = None
+        """The OpenAI-compatible server of this model, once :meth:`serve_openai_api` ran."""
+        self.session_id: str | None = None
+        """This view's session on the server (workflow views only)."""
+        self._clients: dict[str, Any] = {}
+
+    # ---- views, history, OpenAI endpoint ------------------------------------------------
+
+    def for_workflow(self, *, enable_history: bool | None = None) -> ModelWrapper:
+        """A view for one workflow: same engine, defaults and server, its own history and
+        its own session on the OpenAI endpoint (calls through :meth:`get_openai_client`
+        are recorded in this view's history)."""
+        view = ModelWrapper(self.engine, self.defaults, name=self.name,
+                            enable_history=(self.enable_history if enable_history is None
+                                            else enable_history))
+        view.server = self.server
+        if self.server is not None:
+            view.session_id = self.server.open_session(view)
+        return view
+
+    def serve_openai_api(self, host: str = "127.0.0.1", port: int = 0, *,
+                         log_requests: bool = False) -> OpenAIServer:
+        """Start this model's OpenAI-compatible server (``port=0``: a free port)."""
+        from rft.explorer.openai_server import OpenAIServer
+
+        if self.server is not None:
+            raise RftError(f"model {self.name!r}: the OpenAI API is already served at "
+                           f"{self.server.address}")
+        self.server = OpenAIServer(self, host=host, port=port, log_requests=log_requests)
+        self.server.start()
+        return self.server
+
+    def close(self) -> None:
+        """Stop the OpenAI server this wrapper started (views leave it running)."""
+        if self.server is not None and self.session_id is None:
+            self.server.stop()
+        self.server = None
+        self._clients.clear()
+
+    @property
+    def api_address(self) -> str:
+        """Root address of this view on the OpenAI endpoint (``…/v1`` is the API);
+        raises :class:`RftError` when the endpoint is off."""
+        if self.server is None:
+            raise RftError(f"model {self.name!r} has no OpenAI API: set enable_openai_api: "
+                           "true on explorer.rollout_model (or the auxiliary model)")
+        root = self.server.address
+        return f"{root}/sessions/{self.session_id}" if self.session_id else root
+
+    @property
+    def model_path(self) -> str:
+        """The model name the endpoint serves (Trinity-RFT's ``client.model_path``)."""
+        return self.name
+
+    def get_openai_client(self) -> Any:
+        """An ``openai.OpenAI`` client of this view (calls recorded in its history)."""
+        return self._client("sync")
+
+    def get_openai_async_client(self) -> Any:
+        """An ``openai.AsyncOpenAI`` client of this view."""
+        return self._client("async")
+
+    def _client(self, kind: str) -> Any:
+        if kind not in self._clients:
+            try:
+                import openai
+            except ImportError as exc:
+                raise RftError("get_openai_client needs the openai package: pip install "
+                               f"openai ({exc})") from exc
+            cls = openai.OpenAI if kind == "sync" else openai.AsyncOpenAI
+            client = cls(base_url=f"{self.api_address}/v1", api_key="EMPTY", max_retries=0,
+                         timeout=None)
+            client.model_path = self.name  # type: ignore[attr-defined]
+            self._clients[kind] = client
+        return self._clients[kind]
+
+    def extract_experience_from_history(self, clear_history: bool = True, *,
+                                        merge_turns: bool = False) -> list[Experience]:
+        """The experiences of every recorded call since the last extraction, in call order.
+
+        :param clear_history: forget them (else the next call returns them again).
+        :param merge_turns: join the calls of each multi-turn conversation into one
+            experience, action mask 1 on the model's tokens only
+            (:func:`rft.explorer.history.merge_turns`).
+        :raises RftError: history is off.
+        """
+        if not self.enable_history:
+            raise RftError(f"model {self.name!r}: history is off; set enable_history: true "
+                           "on explorer.rollout_model (or the auxiliary model)")
+        experiences = self.history.extract(clear=clear_history)
+        return merge_history(experiences) if merge_turns else experiences
+
+    # ---- calls --------------------------------------------------------------------------
 
     @property
     def tokenizer(self) -> Any:
@@ -263,16 +377,38 @@ class ModelWrapper:
     def chat(self, messages: Sequence[dict[str, Any]], n: int = 1,
              **sampling: Any) -> list[Experience]:
         """``n`` experiences for one conversation rendered with the chat template."""
-        return self._experiences(engine_call(self.engine, "chat", [list(messages)],
-                                             sampling_args(self.defaults, sampling), n))
+        return self.chat_batch([messages], n, **sampling)[0]
 
     def chat_batch(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int = 1,
                    **sampling: Any) -> list[list[Experience]]:
         """Like :meth:`chat` for several conversations at once (one engine call)."""
-        results = engine_call(self.engine, "chat", [list(c) for c in conversations],
-                              sampling_args(self.defaults, sampling), n)
-        return [[experience_from_completion(c) for c in group] for group in results]
+        return self.chat_completions(conversations, n, sampling_args(self.defaults, sampling))[1]
 
-    @staticmethod
-    def _experiences(results: list[list[Completion]]) -> list[Experience]:
-        return [experience_from_completion(c) for group in results for c in group]
+    def chat_completions(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int,
+                         sampling: SamplingArgs
+                         ) -> tuple[list[list[Completion]], list[list[Experience]]]:
+        """The engine's completions for conversations, and their experiences (recorded
+        when history is on; the same objects).
+
+        With history on, a conversation that continues a recorded reply is sent as exact
+        token ids (see :mod:`rft.explorer.history`), so that the calls of one conversation
+        extend each other token for token.
+        """
+        conversations = [list(c) for c in conversations]
+        if not self.enable_history:
+            results = engine_call(self.engine, "chat", conversations, sampling, n)
+            return results, [[experience_from_completion(c) for c in g] for g in results]
+        prompts = [self.history.continuation_ids(self.engine, c)
+                   or self.engine.apply_chat_template(c) for c in conversations]
+        results = engine_call(self.engine, "generate", prompts, sampling, n)
+        for conversation, group in zip(conversations, results, strict=True):
+            self.history.remember(conversation, group)
+        experiences = [[experience_from_completion(c) for c in g] for g in results]
+        self.history.record([e for g in experiences for e in g])
+        return results, experiences
+
+    def _experiences(self, results: list[list[Completion]]) -> list[Experience]:
+        experiences = [experience_from_completion(c) for group in results for c in group]
+        if self.enable_history:
+            self.history.record(experiences)
+        return experiences

@@ -5,6 +5,11 @@
 - ``math_boxed_workflow`` — asks for the final answer in ``\\boxed{}``.
 - ``verl_gsm8k_workflow`` — veRL's GSM8K prompt (answer after ``####``), veRL's scoring
   through ``gsm8k_reward``.
+- ``agent_openai_workflow`` — answer / feedback episodes through the OpenAI client only;
+  the episode comes from the model's call history (needs ``enable_openai_api`` and
+  ``enable_history`` on the rollout model).
+- ``llm_judge_workflow`` — one chat turn per rollout, rewarded by an auxiliary model's
+  verdict probability (``explorer.auxiliary_models``).
 - :class:`~rft_plugin_workflows.multi_turn.MultiTurnWorkflow` — base class for
   environment loops; builds one experience per episode with an action mask that covers
   only the model's tokens.
@@ -15,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from rft import hookimpl
+from rft_plugin_workflows.agent import AgentArgs, AgentOpenAIWorkflow, JudgeArgs, LLMJudgeWorkflow
 from rft_plugin_workflows.multi_turn import MultiTurnArgs, MultiTurnWorkflow
 from rft_plugin_workflows.single_turn import (
     MathBoxedWorkflow,
@@ -24,7 +30,8 @@ from rft_plugin_workflows.single_turn import (
 )
 
 
-__all__ = ["MathBoxedWorkflow", "MathWorkflow", "MultiTurnArgs", "MultiTurnWorkflow",
+__all__ = ["AgentArgs", "AgentOpenAIWorkflow", "JudgeArgs", "LLMJudgeWorkflow",
+           "MathBoxedWorkflow", "MathWorkflow", "MultiTurnArgs", "MultiTurnWorkflow",
            "SimpleWorkflow", "VerlGSM8KWorkflow"]
 
 
@@ -35,4 +42,6 @@ def register_workflows() -> dict[str, Any]:
         "math_workflow": MathWorkflow,
         "math_boxed_workflow": MathBoxedWorkflow,
         "verl_gsm8k_workflow": VerlGSM8KWorkflow,
+        "agent_openai_workflow": AgentOpenAIWorkflow,
+        "llm_judge_workflow": LLMJudgeWorkflow,
     }

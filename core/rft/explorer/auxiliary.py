@@ -1,0 +1,90 @@
+"""Auxiliary models (``explorer.auxiliary_models``): extra engines for workflows.
+
+Each entry becomes an engine of its own (``engine_type``: ``hf`` or ``vllm``) wrapped in a
+:class:`~rft.explorer.model_wrapper.ModelWrapper` named ``name`` (or its position, ``"0"``,
+``"1"``, …). Workflows get them as ``self.auxiliary_models`` and look one up with
+``self.auxiliary_model("judge")``; an LLM-judge reward, for instance::
+
+    judge = self.auxiliary_model("judge")
+    (verdict,) = judge.chat([{"role": "user", "content": f"Is {answer!r} right? yes/no"}],
+                            temperature=0.0)
+
+An auxiliary model takes the ``model`` section's limits (``max_model_len``,
+``max_prompt_tokens``, …) unless it sets its own, never the policy's chat template; its
+weights never change. With ``enable_openai_api`` it gets an OpenAI endpoint of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rft.config.schema import AuxiliaryModelConfig, InferenceModelConfig, RftConfig, RolloutModelConfig
+from rft.config.validate import Validation
+from rft.explorer.engine import InferenceEngine, SamplingArgs
+from rft.explorer.model_wrapper import ModelWrapper
+
+
+def auxiliary_name(aux: AuxiliaryModelConfig, index: int) -> str:
+    """The name workflows look the model up by: ``name``, else its position."""
+    return aux.name if aux.name is not None else str(index)
+
+
+def engine_config(config: RftConfig, aux: AuxiliaryModelConfig) -> RftConfig:
+    """A copy of ``config`` whose rollout model is ``aux``: what an engine's builder reads
+    (``model.model_path`` is the auxiliary model's, the policy's chat template is dropped)."""
+    fields = {f.name: getattr(aux, f.name) for f in dataclasses.fields(InferenceModelConfig)}
+    model = dataclasses.replace(config.model, model_path=aux.model_path,
+                                custom_chat_template=None, chat_template_path=None)
+    explorer = dataclasses.replace(config.explorer, rollout_model=RolloutModelConfig(**fields))
+    return dataclasses.replace(config, model=model, explorer=explorer)
+
+
+def default_sampling(config: RftConfig, aux: AuxiliaryModelConfig) -> SamplingArgs:
+    """Sampling defaults of an auxiliary model: its own limits, else the ``model`` section's;
+    temperature 1 (a judge asks for 0 itself)."""
+    m = config.model
+
+    def pick(own: Any, inherited: Any) -> Any:
+        return inherited if own is None else own
+
+    return SamplingArgs(max_tokens=pick(aux.max_response_tokens, m.max_response_tokens),
+                        min_tokens=pick(aux.min_response_tokens, 0) or 0,
+                        repetition_penalty=pick(aux.repetition_penalty, 1.0),
+                        ignore_eos=aux.ignore_eos)
+
+
+def build_auxiliary_models(config: RftConfig, validation: Validation) -> list[ModelWrapper]:
+    """Start the engines of ``explorer.auxiliary_models`` (and their OpenAI endpoints);
+    on failure the ones already started are closed again."""
+    from rft.embedded import build_engine  # the rollout engine's builder, reused
+
+    models: list[ModelWrapper] = []
+    try:
+        for i, aux in enumerate(config.explorer.auxiliary_models):
+            selected = validation.selected[f"explorer.auxiliary_models[{i}].engine_type"]
+            engine: InferenceEngine = build_engine(engine_config(config, aux),
+                                                   selected.implementation)
+            model = ModelWrapper(engine, default_sampling(config, aux),
+                                 name=auxiliary_name(aux, i), enable_history=aux.enable_history)
+            models.append(model)
+            if aux.enable_openai_api:
+                model.serve_openai_api(aux.openai_api_host, aux.openai_api_port,
+                                       log_requests=aux.enable_log_requests)
+    except BaseException:
+        close_models(models)
+        raise
+    return models
+
+
+def close_models(models: list[ModelWrapper]) -> None:
+    """Stop the models' endpoints and release their engines."""
+    for model in models:
+        model.close()
+        close = getattr(model.engine, "close", None)
+        if close is not None:
+            close()
+
+
+__all__ = ["auxiliary_name", "build_auxiliary_models", "close_models", "default_sampling",
+           "engine_config"]

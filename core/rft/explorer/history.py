@@ -1,0 +1,223 @@
+"""Call history of a model wrapper: every call as an experience, and multi-turn merging.
+
+With ``enable_history`` a :class:`~rft.explorer.model_wrapper.ModelWrapper` records each
+sampled response (from ``generate`` / ``chat`` or from the OpenAI-compatible endpoint) as
+an :class:`~rft.experience.Experience`; ``extract_experience_from_history()`` drains them.
+
+Multi-turn conversations
+------------------------
+An agent sends the whole conversation again at every turn. Rendering it through the chat
+template would re-tokenise the model's earlier replies, which need not give the ids the
+model sampled. So when a conversation continues a recorded call — its messages start with
+that call's messages followed by an assistant message whose content is the recorded reply
+— the prompt is built from exact ids instead::
+
+    prompt = earlier prompt ids + earlier reply ids (as sampled) + environment ids
+
+where the environment ids are what the chat template renders after the reply (the rest of
+the assistant turn, the new user / tool messages, the generation prompt). Each call's
+prompt then extends the previous call's tokens, and :func:`merge_turns` joins the calls of
+one conversation into one experience whose action mask is 1 on the model's tokens only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft.experience import Experience
+from rft.explorer.engine import Completion, InferenceEngine
+
+REPLY_SENTINEL = "\u0000rft-reply\u0000"
+"""Placeholder rendered in place of a recorded reply to find where the template puts it."""
+
+MAX_TURNS_REMEMBERED = 512
+"""Recorded replies a history keeps for continuing conversations (oldest dropped first)."""
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One sampled reply to a chat call, remembered to continue its conversation."""
+
+    messages: tuple[tuple[tuple[str, Any], ...], ...]
+    """The call's messages (frozen, for comparison)."""
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    text: str
+    """The reply as the engine decoded it: what a client sends back as assistant content."""
+
+
+def freeze_messages(messages: Sequence[dict[str, Any]]) -> tuple[tuple[tuple[str, Any], ...], ...]:
+    """Messages as nested tuples (hashable, comparable); list contents become tuples."""
+    return tuple(tuple(sorted((k, _freeze(v)) for k, v in m.items())) for m in messages)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def render_text(engine: InferenceEngine, messages: Sequence[dict[str, Any]], *,
+                add_generation_prompt: bool) -> str:
+    """The conversation as text through the engine's chat template and settings."""
+    kwargs: dict[str, Any] = {}
+    if engine.enable_thinking is not None:
+        kwargs["enable_thinking"] = engine.enable_thinking
+    if engine.chat_template is not None:
+        kwargs["chat_template"] = engine.chat_template
+    return engine.tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+class History:
+    """Thread-safe record of one wrapper's calls (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._experiences: list[Experience] = []
+        self._turns: deque[RecordedTurn] = deque(maxlen=MAX_TURNS_REMEMBERED)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._experiences)
+
+    def record(self, experiences: Sequence[Experience]) -> None:
+        """Append experiences in call order."""
+        with self._lock:
+            self._experiences.extend(experiences)
+
+    def remember(self, messages: Sequence[dict[str, Any]], completions: Sequence[Completion]) -> None:
+        """Remember the replies of one chat call so that a later call can continue them."""
+        frozen = freeze_messages(messages)
+        with self._lock:
+            for c in completions:
+                if not c.prompt_truncated:
+                    self._turns.append(RecordedTurn(frozen, tuple(c.prompt_token_ids),
+                                                    tuple(c.token_ids), c.text))
+
+    def extract(self, clear: bool = True) -> list[Experience]:
+        """The recorded experiences in call order; forgotten when ``clear``."""
+        with self._lock:
+            out = list(self._experiences)
+            if clear:
+                self._experiences.clear()
+            return out
+
+    def continued_turn(self, messages: Sequence[dict[str, Any]]) -> tuple[RecordedTurn, int] | None:
+        """The latest recorded reply that ``messages`` continue, with the index of the
+        assistant message carrying it; ``None`` when the conversation continues none."""
+        frozen = freeze_messages(messages)
+        with self._lock:
+            turns = list(self._turns)
+        best: tuple[RecordedTurn, int] | None = None
+        for turn in reversed(turns):
+            k = len(turn.messages)
+            if k + 1 >= len(messages) or frozen[:k] != turn.messages:
+                continue
+            reply = messages[k]
+            if reply.get("role") != "assistant" or reply.get("content") != turn.text:
+                continue
+            if best is None or k > best[1]:
+                best = (turn, k)
+        return best
+
+    def continuation_ids(self, engine: InferenceEngine,
+                         messages: Sequence[dict[str, Any]]) -> list[int] | None:
+        """Exact prompt ids of a conversation that continues a recorded reply, else ``None``
+        (the caller renders it through the chat template as usual)."""
+        found = self.continued_turn(messages)
+        if found is None:
+            return None
+        turn, k = found
+        before = render_text(engine, messages[:k], add_generation_prompt=True)
+        marked = [dict(m) for m in messages]
+        marked[k]["content"] = REPLY_SENTINEL
+        full = render_text(engine, marked, add_generation_prompt=True)
+        if not full.startswith(before + REPLY_SENTINEL) or full.count(REPLY_SENTINEL) != 1:
+            return None  # the template does not render the reply verbatim where it was sampled
+        after = full[len(before) + len(REPLY_SENTINEL):]
+        after = _drop_generated_tail(engine, turn, after)
+        env_ids = list(engine.tokenizer.encode(after, add_special_tokens=False))
+        return list(turn.prompt_ids) + list(turn.response_ids) + env_ids
+
+
+def _drop_generated_tail(engine: InferenceEngine, turn: RecordedTurn, after: str) -> str:
+    """Drop from the template's text after the reply what the reply's ids already contain
+    beyond its text (e.g. the EOS token ``<|im_end|>`` that ends the assistant turn)."""
+    if not turn.response_ids:
+        return after
+    last = turn.response_ids[-1]
+    if last not in engine.eos_token_ids:
+        return after
+    tail = engine.tokenizer.decode([last], skip_special_tokens=False)
+    return after[len(tail):] if tail and after.startswith(tail) else after
+
+
+def merge_turns(experiences: Sequence[Experience]) -> list[Experience]:
+    """Join the calls of multi-turn conversations into one experience per conversation.
+
+    An experience *continues* an earlier one when its prompt starts with the earlier one's
+    whole token sequence (prompt + response). Following these links from each experience
+    that nothing continues back to the first call gives one conversation; it becomes one
+    experience with the last call's tokens, the first call's prompt, and over the response
+    part: the action mask and log-probs of each call on that call's own response tokens,
+    mask 0 and log-prob 0 on everything in between (environment / user / tool tokens).
+    Calls that continue nothing and are continued by nothing come back unchanged.
+
+    :param experiences: recorded experiences in call order.
+    :return: one experience per conversation, in the order of their last calls.
+    """
+    tokens = [e.tokens.tolist() for e in experiences]
+    parent: list[int | None] = []
+    for i, exp in enumerate(experiences):
+        prompt = tokens[i][:exp.prompt_length]
+        candidates = [j for j in range(i) if len(tokens[j]) <= len(prompt)
+                      and prompt[:len(tokens[j])] == tokens[j]]
+        parent.append(max(candidates, key=lambda j: (len(tokens[j]), j)) if candidates else None)
+    continued = {p for p in parent if p is not None}
+    merged: list[Experience] = []
+    for i, exp in enumerate(experiences):
+        if i in continued:
+            continue
+        chain = [i]
+        while parent[chain[-1]] is not None:
+            chain.append(parent[chain[-1]])  # type: ignore[arg-type]
+        merged.append(exp if len(chain) == 1 else _join([experiences[j] for j in reversed(chain)]))
+    return merged
+
+
+def _join(chain: list[Experience]) -> Experience:
+    """One experience from calls each continuing the previous one (first call first)."""
+    first, last = chain[0], chain[-1]
+    start = first.prompt_length
+    length = last.tokens.numel() - start
+    mask = torch.zeros(length, dtype=torch.bool)  # (R,)
+    logprobs = torch.zeros(length, dtype=torch.float32)  # (R,)
+    has_logprobs = all(e.logprobs is not None for e in chain)
+    for e in chain:
+        lo, hi = e.prompt_length - start, e.tokens.numel() - start
+        assert e.action_mask is not None
+        mask[lo:hi] = e.action_mask
+        if has_logprobs:
+            logprobs[lo:hi] = e.logprobs  # type: ignore[assignment]
+    turns = len(chain)
+    return Experience(
+        tokens=last.tokens.clone(), prompt_length=start,
+        logprobs=logprobs if has_logprobs else None, action_mask=mask,
+        model_version=min(e.model_version for e in chain),
+        response_text=last.response_text,
+        info={**last.info, "turns": turns,
+              "finish_reason": last.info.get("finish_reason")},
+        metrics={"multi_turn/turns": float(turns)},
+    )
+
+
+__all__ = ["History", "MAX_TURNS_REMEMBERED", "RecordedTurn", "merge_turns", "render_text"]
