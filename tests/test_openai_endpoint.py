@@ -329,3 +329,46 @@ def test_endpoint_on_the_vllm_engine(tmp_path_factory):
     finally:
         root.close()
         engine.close()
+
+
+def agent_task(reward: float, max_turns: int, repeat_times: int = 1):
+    from rft.workflow import Task
+    from rft_plugin_workflows.agent import AgentArgs
+
+    def constant(response, truth, args=None):
+        return {"accuracy": reward}
+
+    return Task(raw={}, index=0, taskset="t", prompt="1+1=", truth="2",
+                repeat_times=repeat_times, sampling={"max_tokens": 4, "temperature": 1.0,
+                                                     "top_k": 50, "logprobs": 1},
+                workflow_args=AgentArgs(max_turns=max_turns), reward_fn=constant)
+
+
+def test_agent_workflow_episodes_from_the_history(served):
+    from rft_plugin_workflows.agent import AgentOpenAIWorkflow
+
+    failing = AgentOpenAIWorkflow(agent_task(0.25, max_turns=3, repeat_times=2),
+                                  served.for_workflow(enable_history=True))
+    episodes = failing.run()
+    assert len(episodes) == 2
+    for episode in episodes:
+        assert episode.reward == 0.25 and episode.metrics["reward/accuracy"] == 0.25
+        assert episode.metrics["multi_turn/turns"] == 3.0
+        mask = episode.action_mask.int()
+        assert int((mask[1:] != mask[:-1]).sum()) == 4  # answer, feedback, answer, feedback, answer
+        feedback = served.decode(episode.response_tokens[~episode.action_mask])
+        assert feedback.count("Your answer scored 0.25. Check it and answer again.") == 2
+    assert failing.model.extract_experience_from_history() == []  # drained per episode
+    solved = AgentOpenAIWorkflow(agent_task(1.0, max_turns=3),
+                                 served.for_workflow(enable_history=True)).run()
+    assert len(solved) == 1 and solved[0].metrics["multi_turn/turns"] == 1.0
+    assert bool(solved[0].action_mask.all()) and solved[0].reward == 1.0
+
+
+def test_agent_workflow_needs_the_endpoint_and_the_history(engine, served):
+    from rft_plugin_workflows.agent import AgentOpenAIWorkflow
+
+    with pytest.raises(RftError, match="has no OpenAI API: set enable_openai_api: true"):
+        AgentOpenAIWorkflow(agent_task(0.0, 2), ModelWrapper(engine)).run()
+    with pytest.raises(RftError, match="history is off; set enable_history: true"):
+        AgentOpenAIWorkflow(agent_task(0.0, 2), served.for_workflow(enable_history=False)).run()

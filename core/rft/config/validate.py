@@ -353,6 +353,10 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
         if not 0 <= model.openai_api_port <= 65535:
             v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
                       f"number, got {model.openai_api_port}")
+        for field_name in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser"):
+            if getattr(model, field_name):
+                v.warnings.append(f"{key}.{field_name}: has no effect (rft's OpenAI endpoint "
+                                  "serves no tools or reasoning parsers)")
 
 
 def check_cluster(c: RftConfig, v: Validation) -> None:
