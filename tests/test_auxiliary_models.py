@@ -151,5 +151,5 @@ def test_judge_reward_from_an_auxiliary_model_in_a_run(tmp_path, tiny_model_dir,
     assert [e["metrics"]["rollout/experiences"] for e in explorer] == [4.0, 4.0]
     for record in explorer:
         reward = record["metrics"]["rollout/reward/mean"]
-        assert 0.0 < reward < 1.0 and reward not in (0.5,)  # a probability, not a 0/1 check
+        assert 0.0 < reward < 1.0  # the judge's probability of "yes", not a 0/1 check
         assert record["metrics"]["rollout/reward/max"] > record["metrics"]["rollout/reward/min"]
