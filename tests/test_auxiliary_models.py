@@ -147,7 +147,8 @@ def test_judge_reward_from_an_auxiliary_model_in_a_run(tmp_path, tiny_model_dir,
         **judge_changes(tiny_model_dir)))
     assert run(loaded) == 0
     job = tmp_path / "ck" / "e2e" / "run"
-    explorer = [json.loads(x) for x in (job / "monitor" / "explorer.jsonl").read_text().splitlines()]
+    explorer = [json.loads(x)
+                for x in (job / "monitor" / "explorer.jsonl").read_text().splitlines()]
     assert [e["metrics"]["rollout/experiences"] for e in explorer] == [4.0, 4.0]
     for record in explorer:
         reward = record["metrics"]["rollout/reward/mean"]

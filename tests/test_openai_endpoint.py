@@ -220,13 +220,14 @@ def test_bad_requests_through_the_client_and_unknown_things(served):
     with pytest.raises(openai.NotFoundError, match="model 'gpt-4' is not served here; use 'tiny'"):
         client.chat.completions.create(model="gpt-4", messages=QUESTION)
     base = served.api_address
-    assert post(f"{base}/v1/chat/completions", "{not json")[0] == 400
-    assert "not valid JSON" in post(f"{base}/v1/chat/completions", "{not json")[1]["error"]["message"]
+    status, answer = post(f"{base}/v1/chat/completions", "{not json")
+    assert status == 400 and "request body is not valid JSON" in answer["error"]["message"]
     assert post(f"{base}/v1/chat/completions", "[1, 2]")[1]["error"]["message"] == \
         "request body must be a JSON object, got list"
     assert post(f"{base}/v1/completions", "{}")[0] == 404
     assert post(f"{base}/v1/chat/completions", "", method="GET")[0] == 405
-    status, answer = post(f"{base}/sessions/nope/v1/chat/completions", json.dumps({"messages": QUESTION}))
+    status, answer = post(f"{base}/sessions/nope/v1/chat/completions",
+                          json.dumps({"messages": QUESTION}))
     assert status == 404 and "session 'nope' is unknown or closed" in answer["error"]["message"]
 
 
@@ -268,7 +269,8 @@ def test_concurrent_workflows_keep_their_own_history(served):
 
 def test_port_in_use_is_a_clear_error_and_stop_releases_it(served):
     port = int(served.server.address.rsplit(":", 1)[1])
-    with pytest.raises(RftError, match=f"cannot listen on 127.0.0.1:{port}: address already in use"):
+    with pytest.raises(RftError,
+                       match=f"cannot listen on 127.0.0.1:{port}: address already in use"):
         OpenAIServer(served, port=port).start()
     other = OpenAIServer(served)
     other.start()

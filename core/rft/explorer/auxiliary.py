@@ -19,7 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rft.config.schema import AuxiliaryModelConfig, InferenceModelConfig, RftConfig, RolloutModelConfig
+from rft.config.schema import (
+    AuxiliaryModelConfig,
+    InferenceModelConfig,
+    RftConfig,
+    RolloutModelConfig,
+)
 from rft.config.validate import Validation
 from rft.explorer.engine import InferenceEngine, SamplingArgs
 from rft.explorer.model_wrapper import ModelWrapper

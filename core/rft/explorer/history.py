@@ -94,7 +94,8 @@ class History:
         with self._lock:
             self._experiences.extend(experiences)
 
-    def remember(self, messages: Sequence[dict[str, Any]], completions: Sequence[Completion]) -> None:
+    def remember(self, messages: Sequence[dict[str, Any]],
+                 completions: Sequence[Completion]) -> None:
         """Remember the replies of one chat call so that a later call can continue them."""
         frozen = freeze_messages(messages)
         with self._lock:

@@ -230,7 +230,8 @@ class ModelWrapper:
     :param defaults: sampling settings used when a call does not override them.
     :param name: the model's name (``/v1/models``; auxiliary models are looked up by it);
         ``None``: the engine's model path.
-    :param enable_history: record every call's experiences (:meth:`extract_experience_from_history`).
+    :param enable_history: record every call's experiences
+        (:meth:`extract_experience_from_history`).
 
     The explorer gives each workflow its own view (:meth:`for_workflow`): same engine and
     OpenAI endpoint, its own history.

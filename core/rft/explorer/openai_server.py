@@ -129,7 +129,8 @@ def _message_text(index: int, message: Any) -> dict[str, Any]:
             if not isinstance(part, dict) or part.get("type") != "text" \
                     or not isinstance(part.get("text"), str):
                 raise BadRequest(f"{where}.content[{j}]: only text parts "
-                                 "({'type': 'text', 'text': ...}) are supported", f"{where}.content")
+                                 "({'type': 'text', 'text': ...}) are supported",
+                                 f"{where}.content")
             texts.append(part["text"])
         content = "".join(texts)
     if not isinstance(content, str):
