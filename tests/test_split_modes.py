@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -139,6 +140,30 @@ def test_sql_buffer_one_writer_process_one_reader_process(tmp_path):
                                             r"experiences, 0 available"):
         reader.read(1, timeout=0.3)
     reader.close()
+
+
+def test_sql_buffer_opened_at_once_by_several_connections(tmp_path):
+    """An explore and a train process open the same new file together: switching it to WAL
+    must not fail with "database is locked" (SQLite does not wait for that one)."""
+    errors: list[Exception] = []
+
+    def open_and_close(path: str, barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            open_storage("sql", "shared", path).close()
+        except Exception as exc:  # noqa: BLE001 — collected and reported below
+            errors.append(exc)
+
+    for attempt in range(40):  # unretried, about one attempt in twenty failed
+        barrier = threading.Barrier(6)
+        threads = [threading.Thread(target=open_and_close,
+                                    args=(str(tmp_path / f"{attempt}.db"), barrier))
+                   for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
 
 
 # ---- checkpoints as the explorer reads them ---------------------------------------------

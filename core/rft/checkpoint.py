@@ -110,7 +110,8 @@ def check_writable(job_dir: str) -> None:
     """Create ``job_dir`` and prove it is writable, or raise a one-line error naming it."""
     try:
         os.makedirs(job_dir, exist_ok=True)
-        probe = os.path.join(job_dir, ".write_test")
+        probe = os.path.join(job_dir, f".write_test.{os.getpid()}")  # explore and train
+        # processes of one run probe the same job dir at once
         with open(probe, "w", encoding="utf-8") as handle:
             handle.write("ok")
         os.remove(probe)

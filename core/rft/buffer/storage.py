@@ -211,16 +211,31 @@ class SQLStorage(ExperienceStorage):
         directory = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(directory, exist_ok=True)
-            # isolation_level=None: no implicit transactions; ours are explicit
-            self._db = sqlite3.connect(path, timeout=self.BUSY_TIMEOUT_S,
-                                       check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS experiences (id INTEGER PRIMARY KEY "
-                             "AUTOINCREMENT, consumed INTEGER NOT NULL DEFAULT 0, payload TEXT)")
+            self._db = self._connect(path)
         except (OSError, sqlite3.Error) as exc:
             raise RftError(f"experience buffer {name!r}: cannot open SQLite file {path!r}: "
                            f"{exc}") from exc
         self.path = path
+
+    def _connect(self, path: str) -> sqlite3.Connection:
+        """Open, switch to WAL, create the table. Switching the journal mode may fail
+        with "database is locked" without waiting while another process opens the same
+        new file, so the set-up is retried until the busy timeout."""
+        deadline = time.monotonic() + self.BUSY_TIMEOUT_S
+        while True:
+            # isolation_level=None: no implicit transactions; ours are explicit
+            db = sqlite3.connect(path, timeout=self.BUSY_TIMEOUT_S, check_same_thread=False,
+                                 isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("CREATE TABLE IF NOT EXISTS experiences (id INTEGER PRIMARY KEY "
+                           "AUTOINCREMENT, consumed INTEGER NOT NULL DEFAULT 0, payload TEXT)")
+                return db
+            except sqlite3.OperationalError as exc:
+                db.close()
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _immediate(self) -> _Transaction:
         """A write transaction that holds the database's write lock from its start."""
