@@ -117,9 +117,9 @@ def run_explore(stage: Stage) -> StageResult:
     has_eval = bool(explorer.eval_sets)
     wait = config.synchronizer.wait_for_checkpoint
     try:
-        startup = sync.load_newest()  # a resumed run, or a trainer that is ahead
-        if startup:
-            log.info("explorer starts from %s", sync.loaded.path if sync.loaded else "?")
+        sync.load_newest()  # a resumed run, or a trainer that is ahead
+        if sync.loaded is not None:
+            log.info("explorer starts from %s", sync.loaded.path)
         if has_eval and progress.step == 0 and sync.version == 0 \
                 and config.explorer.eval_on_startup:
             result.eval_before = progress.eval_before = explorer.evaluate()
