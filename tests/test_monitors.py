@@ -99,10 +99,12 @@ def test_console_shows_progress_bar_and_headline_keys() -> None:
 
 
 def test_jsonl_writes_one_line_per_step_and_appends(tmp_path: Path) -> None:
+    before = time.time()
     log_steps(JsonlMonitor("p", "exp", "trainer", str(tmp_path / "monitor")))
     path = tmp_path / "monitor" / "trainer.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
+    assert before <= rows[0]["time"] <= rows[1]["time"] <= time.time()
     assert rows[0]["metrics"] == STEPS[0]
     assert rows[1]["metrics"]["actor/pg_loss"] == "nan"  # strict JSON, no bare NaN
     # A resumed run appends to the same file.

@@ -81,6 +81,9 @@ def run_both(stage: Stage) -> StageResult:
         raise RftError(f"synchronizer.sync_method: {config.synchronizer.sync_method!r} is not "
                        "available in mode 'both' in this version of rft; use 'memory' (weights "
                        "through the Ray object store)")
+    if config.explorer.rollout_model.engine_num != 1:
+        raise RftError(f"explorer.rollout_model.engine_num: mode 'both' runs one rollout engine "
+                       f"in this version of rft, got {config.explorer.rollout_model.engine_num}")
     check_writable(config.checkpoint_job_dir or ".")
     with ray_cluster(config):
         return Coordinator(stage).run()

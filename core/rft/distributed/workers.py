@@ -71,7 +71,6 @@ class ExplorerService:
         if weights is not None and version is not None:
             metrics["timing_s/update_weights"] = self.sync(weights, version)
         metrics.update(self.explorer.explore_step(step))
-        metrics["explorer/model_version"] = float(self.engine.model_version)
         return metrics, [s.state_dict() for s in self.explorer.selectors]
 
     def evaluate(self, weights: Weights | None = None, version: int | None = None
@@ -113,7 +112,6 @@ class TrainerService:
         """Sample one batch (waiting for the explorer) and learn from it."""
         experiences, metrics = self.strategy.sample(step, self.trainer.global_steps)
         metrics.update(self.trainer.train_step(experiences))
-        metrics["trainer/model_version"] = float(self.trainer.global_steps)
         return metrics
 
     def weights(self) -> Weights:

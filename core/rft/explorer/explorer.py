@@ -208,6 +208,7 @@ class Explorer:
         metrics.update(pipeline_metrics)
         self.storage.write(experiences)
         metrics["timing_s/explore"] = time.monotonic() - started
+        metrics["explorer/model_version"] = float(self.model.model_version)
         return metrics
 
     def evaluate(self) -> dict[str, float]:

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -83,7 +84,8 @@ class JsonlArgs:
 
 
 class JsonlMonitor(Monitor):
-    """Appends ``{"step": N, "metrics": {...}}`` per step to ``<log_dir>/<role>.jsonl``.
+    """Appends ``{"step": N, "time": T, "metrics": {...}}`` per step to
+    ``<log_dir>/<role>.jsonl`` (``time``: Unix seconds when it was logged).
 
     Each line is flushed and fsync-ed, so a crash loses no logged step; a resumed run
     appends to the same file. Non-finite values are written as strings (``"nan"``).
@@ -101,7 +103,7 @@ class JsonlMonitor(Monitor):
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v))
                  for k, v in metrics.items()}
-        self._file.write(json.dumps({"step": step, "metrics": clean}) + "\n")
+        self._file.write(json.dumps({"step": step, "time": time.time(), "metrics": clean}) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
