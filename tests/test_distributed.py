@@ -6,7 +6,9 @@ not hang: a dead explorer, a trainer with no data, an explorer waiting on a sync
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,8 @@ from rft.errors import RftError
 from rft.launcher import run
 from rft.testing.tiny_model import build_tiny_model
 from test_embedded_run import write_config
+
+RFT = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "rft"
 
 # ---- the sync policies (pure) --------------------------------------------------------------
 
@@ -226,3 +230,19 @@ def test_trainer_without_data_and_explorer_waiting_on_a_sync(ray_local, tmp_path
     with pytest.raises(RftError, match=r"explorer 'explorer' waited \d+ s for weights "
                                        r"version 1 from trainer 'trainer'"):
         run(load_config(config))
+
+
+@pytest.mark.slow
+def test_rft_run_joins_the_running_cluster(ray_local, tmp_path, tiny_model_dir, tasks):
+    """``rft run`` in another process finds the cluster this test module started (as it
+    would one left by ``ray start --head``) and runs there."""
+    config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=2,
+                         explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([str(RFT), "run", str(config)], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rft: joined the Ray cluster at" in done.stderr
+    assert "namespace 'e2e/run'" in done.stderr
+    assert sorted(by_step(logged(tmp_path, "trainer"), "buffer/read").values()) == [4, 8]

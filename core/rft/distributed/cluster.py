@@ -8,15 +8,13 @@ ends. The run's actors live in ``ray_namespace``.
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
 from rft.errors import RftError
-
-log = logging.getLogger("rft.distributed")
 
 LOOPBACK = "127.0.0.1"
 
@@ -37,7 +35,6 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
         else:
             try:
                 ray.init(address="auto", namespace=config.ray_namespace)
-                log.info("joined the running Ray cluster")
             except ConnectionError:
                 ray.init(namespace=config.ray_namespace, include_dashboard=False,
                          _node_ip_address=LOOPBACK)
@@ -45,6 +42,9 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
         where = "a local cluster" if address == "auto" else f"address {address!r}"
         raise RftError(f"cannot connect to Ray ({where}): {str(exc).splitlines()[0]}") from exc
+    where = ray.get_runtime_context().gcs_address
+    print(f"rft: {'started a local' if started_here else 'joined the'} Ray cluster at {where} "
+          f"(namespace {config.ray_namespace!r})", file=sys.stderr, flush=True)
     try:
         yield
     finally:
