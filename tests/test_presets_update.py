@@ -54,7 +54,8 @@ def test_one_update_is_finite_and_changes_parameters(name, registry, tiny_model_
                       **({"repeat_times": 2} if name != "dpo" else {})},
         "model": {"model_path": str(tiny_model_dir), "max_prompt_tokens": 8,
                   "max_response_tokens": 8},
-        "buffer": {"batch_size": 4},
+        "buffer": {"batch_size": 4, "total_steps": 1, "trainer_input": {"experience_buffer": {
+            "name": "exp", "storage_type": "sql", "path": str(tmp_path / "exp.db")}}},
         "explorer": {"rollout_model": {"engine_type": "hf"}},
         "synchronizer": {"sync_method": "checkpoint"},
         "trainer": {"trainer_type": "torch", "trainer_config": {"torch": {"device": "cpu"}}},

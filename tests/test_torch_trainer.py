@@ -121,7 +121,8 @@ def make_trainer(registry, model_dir, tmp_path, **sections: Any) -> TorchTrainer
         "algorithm": {"algorithm_type": "test_grpo", "optimizer": {"lr": 1e-3}},
         "model": {"model_path": str(model_dir), "max_prompt_tokens": 8,
                   "max_response_tokens": 8},
-        "buffer": {"batch_size": 3},
+        "buffer": {"batch_size": 3, "total_steps": 1, "trainer_input": {"experience_buffer": {
+            "name": "exp", "storage_type": "sql", "path": str(tmp_path / "exp.db")}}},
         "explorer": {"rollout_model": {"engine_type": "test_engine"}},
         "synchronizer": {"sync_method": "checkpoint"},
         "trainer": {"trainer_type": "test_torch", "use_dynamic_bsz": False,

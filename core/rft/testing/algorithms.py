@@ -125,7 +125,8 @@ def minimal_config(algorithm: dict[str, Any], tmp_dir: str, mode: str = "train")
         "algorithm": dict(algorithm),
         "model": {"model_path": "Qwen/Qwen2.5-0.5B-Instruct", "max_prompt_tokens": 8,
                   "max_response_tokens": 8},
-        "buffer": {"batch_size": 4},
+        "buffer": {"batch_size": 4, "total_steps": 1, "trainer_input": {"experience_buffer": {
+            "name": "exp", "storage_type": "sql", "path": f"{tmp_dir}/exp.db"}}},
         "explorer": {"rollout_model": {"engine_type": "hf"}},
         "synchronizer": {"sync_method": "checkpoint"},
         "trainer": {"trainer_type": "torch"},
