@@ -58,7 +58,7 @@ def config(directory: Path, model: Path, tasks: Path, mode: str, name: str,
                       "optimizer": {"lr": 1e-4}},
         "model": {"model_path": str(model), "max_prompt_tokens": 64,
                   "max_response_tokens": args.max_tokens},
-        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "cluster": {"node_num": 1, "gpu_per_node": 0, "ray_address": "local"},
         "buffer": {"batch_size": args.batch_size, "total_steps": args.steps,
                    "explorer_input": {"taskset": {
                        "name": "train", "path": str(tasks),

@@ -246,3 +246,18 @@ def test_rft_run_joins_the_running_cluster(ray_local, tmp_path, tiny_model_dir, 
     assert "rft: joined the Ray cluster at" in done.stderr
     assert "namespace 'e2e/run'" in done.stderr
     assert sorted(by_step(logged(tmp_path, "trainer"), "buffer/read").values()) == [4, 8]
+
+
+@pytest.mark.slow
+def test_checkpoint_sync_in_both_mode(ray_local, tmp_path, tiny_model_dir, tasks):
+    """sync_method checkpoint: the trainer hands out version t as global_step_t (with hf/),
+    the explorer loads it from disk; the engine's log-probs still equal the trainer's."""
+    config = both_config(tmp_path, tiny_model_dir, tasks, synchronizer__sync_method="checkpoint",
+                         explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
+    assert run(load_config(config)) == 0
+    trainer, explorer = logged(tmp_path, "trainer"), logged(tmp_path, "explorer")
+    assert by_step(explorer, "explorer/model_version") == {1: 0, 2: 1, 3: 2}
+    assert max(by_step(trainer, "training/rollout_logprobs_diff_max").values()) <= 1e-4
+    saved = list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))
+    assert [c.step for c in saved] == [1, 2, 3]
+    assert all((Path(c.path) / "hf" / "config.json").is_file() for c in saved)

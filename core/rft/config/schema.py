@@ -277,7 +277,8 @@ class ClusterConfig:
     """Nodes and accelerators of the Ray cluster (``cluster``)."""
 
     ray_address: str = "auto"
-    """Ray address to connect to; ``auto`` joins a running cluster or starts a local one."""
+    """Ray address to connect to (``RAY_ADDRESS`` wins); ``auto`` joins the cluster running
+    on this machine or starts a private local one; ``local`` always starts a private one."""
     node_num: int | None = None
     """Number of compute nodes (veRL ``trainer.nnodes``); ``None``: detected from Ray."""
     gpu_per_node: int | None = None

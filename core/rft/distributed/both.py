@@ -77,13 +77,17 @@ class Progress:
 def run_both(stage: Stage) -> StageResult:
     """Run one ``both`` stage on Ray (see the module docstring)."""
     config = stage.config
-    if config.synchronizer.sync_method != "memory":
+    if config.synchronizer.sync_method not in ("memory", "checkpoint"):
         raise RftError(f"synchronizer.sync_method: {config.synchronizer.sync_method!r} is not "
                        "available in mode 'both' in this version of rft; use 'memory' (weights "
-                       "through the Ray object store)")
+                       "through the Ray object store) or 'checkpoint'")
     if config.explorer.rollout_model.engine_num != 1:
         raise RftError(f"explorer.rollout_model.engine_num: mode 'both' runs one rollout engine "
                        f"in this version of rft, got {config.explorer.rollout_model.engine_num}")
+    keep, offset = config.trainer.max_checkpoints_to_keep, config.synchronizer.sync_offset
+    if config.synchronizer.sync_method == "checkpoint" and keep is not None and keep < offset + 2:
+        raise RftError(f"trainer.max_checkpoints_to_keep: {keep} could delete a checkpoint before "
+                       f"the explorer loads it (sync_offset {offset}); keep at least {offset + 2}")
     check_writable(config.checkpoint_job_dir or ".")
     with ray_cluster(config):
         return Coordinator(stage).run()
@@ -208,7 +212,7 @@ class Coordinator:
         elif decision.action == "request":
             version = p.trained + (1 if self._busy("trainer", "train") else 0)
             if version > p.explorer_version:
-                weights = self.actors["trainer"].weights.remote()
+                weights = self._hand_out(version)
             else:
                 version = None
         p.waiting_since = None
@@ -278,23 +282,36 @@ class Coordinator:
             if self.policy.hands_out_after(call.step) or call.step == self.steps:
                 if p.explored >= self.steps:  # only the final evaluation needs weights now
                     p.handed_out.clear()
-                p.handed_out[call.step] = self.actors["trainer"].weights.remote()
+                p.handed_out[call.step] = self._hand_out(call.step)
             metrics = dict(value)
             counts = self._get(self.actors["buffer"].counts.remote(), Call("buffer", "counts", 0))
             metrics.update({"buffer/written": float(counts["written"]),
                             "buffer/read": float(counts["read"])})
             log_all(self.trainer_monitors, metrics, call.step)
             if c.trainer.save_interval and call.step % c.trainer.save_interval == 0 \
-                    and call.step != self.steps:
+                    and call.step not in (self.steps, p.last_saved):
                 self._save(call.step, final=False)
+
+    def _hand_out(self, step: int) -> Any:
+        """Object ref of what the explorer loads as version ``step``: the trainer's weights
+        (``sync_method: memory``) or the path of checkpoint ``global_step_<step>`` with its
+        ``hf/`` export (``checkpoint``)."""
+        if self.config.synchronizer.sync_method == "memory":
+            return self.actors["trainer"].weights.remote()
+        self.progress.last_saved = step
+        return self.actors["trainer"].save.remote(step, self._checkpoint_state(step), True)
+
+    def _checkpoint_state(self, step: int) -> dict[str, Any]:
+        p = self.progress
+        done = [s for s in p.selectors_after if s <= step]
+        return {"model_version": step,
+                "selectors": p.selectors_after[max(done)] if done else [],
+                "eval_before": self.result.eval_before}
 
     def _save(self, step: int, *, final: bool, timeout: float | None = None) -> None:
         """Checkpoint the trainer at ``step`` (blocking: its result matters)."""
         p = self.progress
-        done = [s for s in p.selectors_after if s <= step]
-        state = {"model_version": step,
-                 "selectors": p.selectors_after[max(done)] if done else [],
-                 "eval_before": self.result.eval_before}
+        state = self._checkpoint_state(step)
         export_hf = final or self.config.trainer.save_hf_checkpoint == "always"
         ref = self.actors["trainer"].save.remote(step, state, export_hf)
         self._get(ref, Call("trainer", "save", step), timeout)
@@ -308,12 +325,15 @@ class Coordinator:
             ref = next(iter(self.pending))
             call = self.pending.pop(ref)
             self._done(call, self._get(ref, call))
+        final = self.progress.handed_out[self.steps]
         if has_eval:
-            weights = self.progress.handed_out[self.steps]
-            ref = self.actors["explorer"].evaluate.remote(weights, self.steps)
+            ref = self.actors["explorer"].evaluate.remote(final, self.steps)
             self.result.eval_after = self._get(ref, Call("explorer", "evaluate", self.steps))
             log_all(self.explorer_monitors, self.result.eval_after, self.steps)
-        self._save(self.steps, final=True)
+        if self.config.synchronizer.sync_method == "checkpoint":  # handed out = saved with hf/
+            self._get(final, Call("trainer", "save", self.steps))
+        else:
+            self._save(self.steps, final=True)
         job_dir = self.config.checkpoint_job_dir or "."
         self.result.final_model_path = os.path.join(job_dir, f"global_step_{self.steps}", "hf")
         failed = ray.get(self.actors["explorer"].failed_tasks.remote())

@@ -1,9 +1,10 @@
 """Joining or starting the Ray cluster of a run.
 
 ``rft run`` joins the cluster at ``RAY_ADDRESS`` or ``cluster.ray_address``; with the
-default ``auto`` it joins the one a ``ray start --head`` on this machine left running, and
-with none it starts a private local cluster bound to 127.0.0.1 and stops it when the run
-ends. The run's actors live in ``ray_namespace``.
+default ``auto`` it joins the one running on this machine (left by ``ray start --head``, or
+started by another process's ``ray.init``), and with none — or with ``local`` — it starts a
+private local cluster bound to 127.0.0.1 and stops it when the run ends. The run's actors
+live in ``ray_namespace``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
     address = os.environ.get("RAY_ADDRESS") or config.cluster.ray_address
     started_here = False
     try:
-        if address != "auto":
+        if address not in ("auto", "local"):
             ray.init(address=address, namespace=config.ray_namespace)
         else:
             try:
+                if address == "local":
+                    raise ConnectionError("a private cluster was asked for")
                 ray.init(address="auto", namespace=config.ray_namespace)
             except ConnectionError:
                 ray.init(namespace=config.ray_namespace, include_dashboard=False,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from rft.buffer.sampling import TrainerBuffers
-from rft.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from rft.checkpoint import Checkpoint, load_actor_weights, load_checkpoint, save_checkpoint
 from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.config.validate import Validation, validate
 from rft.distributed.buffer_actor import RemoteStorage
@@ -23,8 +23,10 @@ from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.plugins import PluginRegistry
 
-Weights = list[tuple[str, torch.Tensor]]
-"""The actor's weights as the trainer hands them to the explorer (HF names, CPU)."""
+Weights = list[tuple[str, torch.Tensor]] | str
+"""What the trainer hands to the explorer: its weights (HF names, CPU; ``sync_method:
+memory``, through the object store) or the path of the checkpoint holding them
+(``sync_method: checkpoint``)."""
 
 
 def revalidate(config: RftConfig) -> Validation:
@@ -60,7 +62,9 @@ class ExplorerService:
         import time
 
         started = time.monotonic()
-        self.engine.update_weights(iter(weights), version=version)
+        tensors = (load_actor_weights(Checkpoint(version, weights)).items()
+                   if isinstance(weights, str) else weights)
+        self.engine.update_weights(iter(tensors), version=version)
         return time.monotonic() - started
 
     def explore_step(self, step: int, weights: Weights | None = None,
@@ -114,7 +118,7 @@ class TrainerService:
         metrics.update(self.trainer.train_step(experiences))
         return metrics
 
-    def weights(self) -> Weights:
+    def weights(self) -> list[tuple[str, torch.Tensor]]:
         """A CPU copy of the actor's weights (it goes to the object store)."""
         return [(name, tensor.detach().to("cpu", copy=True))
                 for name, tensor in self.trainer.named_weights()]
