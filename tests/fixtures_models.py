@@ -29,3 +29,13 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of a tiny random Qwen2 model + ChatML BPE tokenizer (seed 0)."""
     return tiny_model_path(tmp_path_factory)
+
+
+def arithmetic_tasks(directory: Path, count: int) -> Path:
+    """``<directory>/tasks.jsonl``: ``count`` rows ``{"question": "i+1=", "answer": "i+1"}``."""
+    import json
+
+    path = directory / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                            for i in range(count)))
+    return path

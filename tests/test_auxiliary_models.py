@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fixtures_models import arithmetic_tasks
 from rft.config import load_config
 from rft.errors import ConfigError, RftError
 from rft.explorer.auxiliary import build_auxiliary_models, close_models
@@ -22,10 +23,7 @@ from test_embedded_run import write_config
 
 @pytest.fixture
 def tasks(tmp_path) -> Path:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-                            for i in range(4)))
-    return path
+    return arithmetic_tasks(tmp_path, 4)
 
 
 def judge_changes(model: Path, **extra) -> dict:

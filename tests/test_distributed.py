@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_models import arithmetic_tasks
 from rft.checkpoint import list_checkpoints
 from rft.config import load_config
 from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
@@ -85,10 +86,7 @@ def model_hd32(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tasks(tmp_path) -> Path:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-                            for i in range(8)))
-    return path
+    return arithmetic_tasks(tmp_path, 8)
 
 
 VLLM = {"engine_type": "vllm", "dtype": "float32",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fixtures_models import arithmetic_tasks
 from rft.checkpoint import CheckpointError, list_checkpoints
 from rft.config import load_config
 from rft.errors import RftError
@@ -57,10 +58,7 @@ def write_config(tmp_path: Path, model: Path, tasks: Path, **changes) -> Path:
 
 @pytest.fixture
 def tasks(tmp_path) -> Path:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-                            for i in range(6)))
-    return path
+    return arithmetic_tasks(tmp_path, 6)
 
 
 def trainer_steps(job_dir: Path) -> list[int]:

@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+from fixtures_models import arithmetic_tasks
 from rft.buffer.storage import BufferTimeout, open_storage
 from rft.checkpoint import (
     CheckpointError,
@@ -83,10 +84,7 @@ def write_config(tmp_path: Path, model: Path, tasks: Path, mode: str, **changes)
 
 @pytest.fixture
 def tasks(tmp_path) -> Path:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-                            for i in range(4)))
-    return path
+    return arithmetic_tasks(tmp_path, 4)
 
 
 def child_env() -> dict[str, str]:

@@ -36,6 +36,7 @@ from rft.checkpoint import (
 )
 from rft.config import Stage
 from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
+from rft.config.validate import Validation
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.explorer.engine import InferenceEngine, SamplingArgs
@@ -43,6 +44,7 @@ from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.monitor.base import Monitor
 from rft.synchronizer import MemorySynchronizer
+from rft.trainer.base import Trainer
 
 log = logging.getLogger("rft.embedded")
 
@@ -173,6 +175,21 @@ def total_steps(config: RftConfig, explorer: Explorer | None, storage: Experienc
     return storage.available() // (config.buffer.train_batch_size or 1)
 
 
+def build_trainer(config: RftConfig, validation: Validation, storage: ExperienceStorage,
+                  steps: int) -> tuple[Trainer, SampleStrategy]:
+    """The stage's trainer (for ``steps`` steps) and the sample strategy feeding it from
+    ``storage`` (the experience buffer)."""
+    selected = validation.selected
+    trainer = selected["trainer.trainer_type"].implementation(config, validation,
+                                                              total_steps=steps)
+    buffer_cfg = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
+    chosen = selected["algorithm.sample_strategy"]
+    strategy = chosen.implementation(TrainerBuffers(storage),
+                                     batch_size=config.buffer.train_batch_size,
+                                     timeout=buffer_cfg.max_read_timeout, args=chosen.args)
+    return trainer, strategy
+
+
 def quiet_libraries() -> None:
     """No per-call progress bars from transformers / datasets in the run's output."""
     from transformers.utils import logging as hf_logging
@@ -205,13 +222,7 @@ def run_embedded(stage: Stage) -> StageResult:
     steps = total_steps(config, explorer if explores else None, storage)
     if steps <= 0:
         raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
-    trainer = selected["trainer.trainer_type"].implementation(config, validation,
-                                                              total_steps=steps)
-    strategy_sel = selected["algorithm.sample_strategy"]
-    strategy = strategy_sel.implementation(TrainerBuffers(storage),
-                                           batch_size=config.buffer.train_batch_size,
-                                           timeout=buffer_cfg.max_read_timeout,
-                                           args=strategy_sel.args)
+    trainer, strategy = build_trainer(config, validation, storage, steps)
     explorer_monitors = open_monitors(stage, "explorer")
     trainer_monitors = open_monitors(stage, "trainer")
     synchronizer = MemorySynchronizer(trainer, [engine])

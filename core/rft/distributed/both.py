@@ -283,6 +283,7 @@ class Coordinator:
                 if p.explored >= self.steps:  # only the final evaluation needs weights now
                     p.handed_out.clear()
                 p.handed_out[call.step] = self._hand_out(call.step)
+            self._schedule()  # the explorer may go on at once; the bookkeeping comes after
             metrics = dict(value)
             counts = self._get(self.actors["buffer"].counts.remote(), Call("buffer", "counts", 0))
             metrics.update({"buffer/written": float(counts["written"]),

@@ -12,12 +12,13 @@ from typing import Any
 
 import torch
 
-from rft.buffer.sampling import TrainerBuffers
-from rft.checkpoint import Checkpoint, load_actor_weights, load_checkpoint, save_checkpoint
+from rft.checkpoint import Checkpoint, load_actor_weights, load_checkpoint
+from rft.config import Stage
 from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.config.validate import Validation, validate
 from rft.distributed.buffer_actor import RemoteStorage
-from rft.embedded import _save_hf, build_engine, default_sampling, quiet_libraries
+from rft.embedded import (build_engine, build_trainer, default_sampling, quiet_libraries,
+                          save_stage_checkpoint)
 from rft.errors import ConfigError
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
@@ -102,15 +103,9 @@ class TrainerService:
     def __init__(self, config: RftConfig, buffer: Any, total_steps: int) -> None:
         quiet_libraries()
         validation = revalidate(config)
-        self.config = config
-        self.trainer = validation.selected["trainer.trainer_type"].implementation(
-            config, validation, total_steps=total_steps)
-        cfg = buffer_config(config)
-        chosen = validation.selected["algorithm.sample_strategy"]
-        self.strategy = chosen.implementation(
-            TrainerBuffers(RemoteStorage(cfg.name, buffer)),
-            batch_size=config.buffer.train_batch_size, timeout=cfg.max_read_timeout,
-            args=chosen.args)
+        self.stage = Stage(None, config, validation)
+        self.trainer, self.strategy = build_trainer(
+            config, validation, RemoteStorage(buffer_config(config).name, buffer), total_steps)
 
     def train_step(self, step: int) -> dict[str, float]:
         """Sample one batch (waiting for the explorer) and learn from it."""
@@ -131,11 +126,7 @@ class TrainerService:
 
     def save(self, step: int, state: dict[str, Any], export_hf: bool) -> str:
         """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``)."""
-        config = self.config
-        save_hf = (lambda path: _save_hf(config, self.trainer, path)) if export_hf else None
-        return save_checkpoint(config.checkpoint_job_dir or ".", step, self.trainer.state_dict(),
-                               state, max_to_keep=config.trainer.max_checkpoints_to_keep,
-                               save_hf=save_hf)
+        return save_stage_checkpoint(self.stage, self.trainer, step, state, export_hf=export_hf)
 
     def close(self) -> None:
         self.trainer.close()

@@ -23,13 +23,13 @@ import os
 import time
 
 from rft.buffer.factory import open_experience_buffer
-from rft.buffer.sampling import TrainerBuffers
 from rft.buffer.taskset import read_rows
 from rft.checkpoint import check_writable, list_checkpoints, load_checkpoint
 from rft.config import Stage
 from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.embedded import (
     StageResult,
+    build_trainer,
     log_all,
     open_monitors,
     quiet_libraries,
@@ -75,14 +75,7 @@ def run_trainer_alone(stage: Stage) -> StageResult:
     buffer_cfg = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
     steps = trainer_total_steps(config)
     storage = open_experience_buffer(buffer_cfg)
-    selected = validation.selected
-    trainer = selected["trainer.trainer_type"].implementation(config, validation,
-                                                              total_steps=steps)
-    strategy_sel = selected["algorithm.sample_strategy"]
-    strategy = strategy_sel.implementation(TrainerBuffers(storage),
-                                           batch_size=config.buffer.train_batch_size,
-                                           timeout=buffer_cfg.max_read_timeout,
-                                           args=strategy_sel.args)
+    trainer, strategy = build_trainer(config, validation, storage, steps)
     monitors = open_monitors(stage, "trainer")
     for monitor in monitors:
         monitor.start(steps)
