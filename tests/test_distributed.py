@@ -259,3 +259,41 @@ def test_checkpoint_sync_in_both_mode(ray_local, tmp_path, tiny_model_dir, tasks
     saved = list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))
     assert [c.step for c in saved] == [1, 2, 3]
     assert all((Path(c.path) / "hf" / "config.json").is_file() for c in saved)
+
+
+@pytest.mark.slow
+def test_resume_continues_after_the_last_checkpoint(ray_local, tmp_path, tiny_model_dir, tasks):
+    """A finished 2-step run extended to 3 steps resumes from global_step_2: trainer and
+    explorer go on at step 3, the explorer on version 2; nothing is redone."""
+    hf = {"engine_type": "hf", "dtype": "float32"}
+    assert run(load_config(both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=2,
+                                       explorer__rollout_model=hf))) == 0
+    assert run(load_config(both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=3,
+                                       explorer__rollout_model=hf))) == 0
+    trainer, explorer = logged(tmp_path, "trainer"), logged(tmp_path, "explorer")
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    assert by_step(explorer, "explorer/model_version") == {1: 0, 2: 1, 3: 2}
+    assert [c.step for c in list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))] == [2, 3]
+
+
+@pytest.mark.slow
+def test_stages_across_modes(ray_local, tmp_path, tiny_model_dir, tasks):
+    """An SFT stage in mode train, then a GRPO stage in mode both from its model."""
+    sft_data = {"name": "sft", "storage_type": "file", "path": str(tasks),
+                "format": {"prompt_type": "plaintext", "prompt_key": "question",
+                           "response_key": "answer"}}
+    config = both_config(tmp_path, tiny_model_dir, tasks, synchronizer__sync_method="checkpoint",
+                         explorer__rollout_model={"engine_type": "hf", "dtype": "float32"},
+                         buffer__total_steps=2, stages=[
+                             {"stage_name": "sft", "mode": "train",
+                              "algorithm": {"algorithm_type": "sft"},
+                              "buffer": {"trainer_input": {"experience_buffer": sft_data}}},
+                             {"stage_name": "grpo", "mode": "both"}])
+    assert run(load_config(config)) == 0
+    job = tmp_path / "ck" / "e2e" / "run"
+    summary = json.loads((job / "summary.json").read_text())
+    assert [(s["name"], s["steps"]) for s in summary["stages"]] == [("sft", 2), ("grpo", 2)]
+    assert summary["stages"][1]["final_model_path"].endswith("grpo/global_step_2/hf")
+    grpo_trainer = [json.loads(line) for line in
+                    (job / "grpo" / "monitor" / "trainer.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in grpo_trainer] == [1, 2]
