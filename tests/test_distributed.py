@@ -14,13 +14,18 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from fixtures_models import arithmetic_tasks
 from rft.checkpoint import list_checkpoints
 from rft.config import load_config
+from rft.config.schema import RolloutModelConfig
+from rft.distributed.engine_pool import EnginePool, chunks
 from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
                                          TrainerDrivenSync)
+from rft.embedded import build_engine
 from rft.errors import RftError
+from rft.explorer.engine import SamplingArgs
 from rft.launcher import run
 from rft.testing.tiny_model import build_tiny_model
 from test_embedded_run import write_config
@@ -297,3 +302,53 @@ def test_stages_across_modes(ray_local, tmp_path, tiny_model_dir, tasks):
     grpo_trainer = [json.loads(line) for line in
                     (job / "grpo" / "monitor" / "trainer.jsonl").read_text().splitlines()]
     assert [r["step"] for r in grpo_trainer] == [1, 2]
+
+
+def test_chunks_split_prompts_contiguously():
+    assert [list(r) for r in chunks(5, 2)] == [[0, 1, 2], [3, 4]]
+    assert [list(r) for r in chunks(2, 3)] == [[0], [1]]
+    assert [list(r) for r in chunks(4, 1)] == [[0, 1, 2, 3]]
+
+
+@pytest.mark.slow
+def test_two_rollout_engines_as_one(ray_local, tmp_path, model_hd32, tasks):
+    """engine_num 2 (vLLM replicas as Ray actors): a call's prompts are split over both,
+    both get every weight update (the engine's log-probs equal the trainer's after each
+    sync), and a pool of one replica samples exactly what the engine alone samples."""
+    import ray
+
+    config = both_config(tmp_path, model_hd32, tasks,
+                         explorer__rollout_model={**VLLM, "engine_num": 2})
+    assert run(load_config(config)) == 0
+    trainer, explorer = logged(tmp_path, "trainer"), logged(tmp_path, "explorer")
+    assert by_step(explorer, "explorer/model_version") == {1: 0, 2: 1, 3: 2}
+    diffs = by_step(trainer, "training/rollout_logprobs_diff_max")
+    assert max(diffs.values()) <= 1e-4, diffs
+
+    stage = load_config(config).stages[0]
+    hf_cls = stage.validation.registry.get("engine", "hf")
+    stage.config.explorer.rollout_model = RolloutModelConfig(engine_type="hf", dtype="float32")
+    pool = EnginePool(stage.config, hf_cls, replicas=2)
+    single = EnginePool(stage.config, hf_cls, replicas=1)
+    alone = build_engine(stage.config, hf_cls)
+    try:
+        prompts = [alone.tokenizer.encode(f"{i}+1=") for i in range(4)]
+        sampling = SamplingArgs(max_tokens=6, seed=11)
+        by_single = single.generate(prompts, sampling, n=2)
+        by_alone = alone.generate(prompts, sampling, n=2)
+        assert [c.token_ids for g in by_single for c in g] == \
+            [c.token_ids for g in by_alone for c in g]
+        split = pool.generate(prompts, sampling, n=2)
+        assert len(split) == 4 and all(len(g) == 2 for g in split)
+        halves = (alone.generate(prompts[:2], sampling, n=2),  # chunk j: seed + j
+                  alone.generate(prompts[2:], SamplingArgs(max_tokens=6, seed=12), n=2))
+        assert [c.token_ids for g in split for c in g] == \
+            [c.token_ids for half in halves for g in half for c in g]
+        sequences = [p + list(g[0].token_ids) for p, g in zip(prompts, split, strict=True)]
+        pooled = pool.compute_logprobs(sequences, [len(p) for p in prompts])
+        direct = alone.compute_logprobs(sequences, [len(p) for p in prompts])
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(pooled, direct, strict=True))
+    finally:
+        pool.close()
+        single.close()
+    assert ray.is_initialized()

@@ -380,6 +380,10 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                       f"{rm.tensor_parallel_size}")
         check_colocated_auxiliary_models(c, v)
         return
+    if c.mode in ("explore", "bench") and rm.engine_num > 1:
+        v.problem("explorer.rollout_model.engine_num",
+                  f"mode {c.mode!r} runs one engine in its process; {rm.engine_num} engines "
+                  "(Ray actors) need mode 'both'")
     if c.mode not in GPU_MODES or not known or total == 0:
         return
     explorer_side = explorer_gpus + auxiliary_gpus if c.mode != "train" else auxiliary_gpus

@@ -81,9 +81,6 @@ def run_both(stage: Stage) -> StageResult:
         raise RftError(f"synchronizer.sync_method: {config.synchronizer.sync_method!r} is not "
                        "available in mode 'both' in this version of rft; use 'memory' (weights "
                        "through the Ray object store) or 'checkpoint'")
-    if config.explorer.rollout_model.engine_num != 1:
-        raise RftError(f"explorer.rollout_model.engine_num: mode 'both' runs one rollout engine "
-                       f"in this version of rft, got {config.explorer.rollout_model.engine_num}")
     keep, offset = config.trainer.max_checkpoints_to_keep, config.synchronizer.sync_offset
     if config.synchronizer.sync_method == "checkpoint" and keep is not None and keep < offset + 2:
         raise RftError(f"trainer.max_checkpoints_to_keep: {keep} could delete a checkpoint before "
@@ -128,8 +125,10 @@ class Coordinator:
         gpus = c.cluster.gpu_per_node or 0
         buffer = self._actor("buffer", buffer_config(c).name, BufferService, buffer_config(c),
                              max_concurrency=BUFFER_CONCURRENCY)
+        single = c.explorer.rollout_model.engine_num == 1  # else the replicas hold the GPUs
         explorer = self._actor("explorer", c.explorer.name, ExplorerService, c, buffer,
-                               num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus else 0)
+                               num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus and single
+                               else 0)
         train_size = self._get(explorer.train_size.remote(), Call("explorer", "start-up", 0))
         steps = c.trainer.total_steps or c.buffer.total_steps or (
             c.buffer.total_epochs * math.ceil(train_size / c.buffer.batch_size))

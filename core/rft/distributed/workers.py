@@ -17,9 +17,11 @@ from rft.config import Stage
 from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.config.validate import Validation, validate
 from rft.distributed.buffer_actor import RemoteStorage
+from rft.distributed.engine_pool import EnginePool
 from rft.embedded import (build_engine, build_trainer, default_sampling, quiet_libraries,
                           save_stage_checkpoint)
 from rft.errors import ConfigError
+from rft.explorer.engine import InferenceEngine
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.plugins import PluginRegistry
@@ -48,9 +50,13 @@ class ExplorerService:
     def __init__(self, config: RftConfig, buffer: Any) -> None:
         quiet_libraries()
         validation = revalidate(config)
-        self.engine = build_engine(config,
-                                   validation.selected["explorer.rollout_model.engine_type"]
-                                   .implementation)
+        engine_cls = validation.selected["explorer.rollout_model.engine_type"].implementation
+        rm = config.explorer.rollout_model
+        if rm.engine_num > 1:  # replicas as actors of their own, used as one engine
+            gpus = rm.tensor_parallel_size if config.cluster.gpu_per_node else 0
+            self.engine: InferenceEngine = EnginePool(config, engine_cls, rm.engine_num, gpus)
+        else:
+            self.engine = build_engine(config, engine_cls)
         storage = RemoteStorage(buffer_config(config).name, buffer)
         self.explorer = Explorer(config, validation,
                                  ModelWrapper(self.engine, default_sampling(config)), storage)
@@ -94,6 +100,9 @@ class ExplorerService:
 
     def close(self) -> None:
         self.explorer.close()
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
 
 
 class TrainerService:

@@ -1,0 +1,145 @@
+"""Several rollout engines behind one engine (``explorer.rollout_model.engine_num > 1``).
+
+Each replica is a Ray actor holding one engine of the configured type (on GPUs with
+``tensor_parallel_size`` GPUs of its own). :class:`EnginePool` is an
+:class:`~rft.explorer.engine.InferenceEngine` itself, so the explorer, its model wrapper
+and the workflows use it like a single engine:
+
+- ``generate`` / ``compute_logprobs`` split the call's prompts into one contiguous chunk
+  per replica and run the chunks at once; results come back in prompt order. Chunk ``j``
+  samples with seed ``seed + j`` (with one chunk: exactly a single engine's call).
+- ``update_weights`` puts the tensors in the object store once and loads them into every
+  replica in parallel; the pool's ``model_version`` changes when all have them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from rft.config.schema import RftConfig
+from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
+
+
+class EngineReplica:
+    """What one engine actor runs: an engine built from the stage's config."""
+
+    def __init__(self, config: RftConfig, engine_cls: type[InferenceEngine]) -> None:
+        from rft.embedded import build_engine, quiet_libraries
+
+        quiet_libraries()
+        self.engine = build_engine(config, engine_cls)
+
+    def settings(self) -> dict[str, Any]:
+        """What the pool needs to act as this engine: limits, template, tokenizer, EOS."""
+        e = self.engine
+        return {"max_model_len": e.max_model_len, "max_prompt_tokens": e.max_prompt_tokens,
+                "max_response_tokens": e.max_response_tokens,
+                "enable_prompt_truncation": e.enable_prompt_truncation,
+                "chat_template": e.chat_template, "enable_thinking": e.enable_thinking,
+                "seed": e.seed, "tokenizer": e.tokenizer, "eos_token_ids": e.eos_token_ids}
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingArgs,
+                 n: int) -> list[list[Completion]]:
+        return self.engine.generate(prompts, sampling, n)
+
+    def compute_logprobs(self, token_ids: list[list[int]], prompt_lengths: list[int],
+                         temperature: float) -> list[torch.Tensor]:
+        return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature=temperature)
+
+    def update_weights(self, weights: list[tuple[str, torch.Tensor]], version: int) -> int:
+        self.engine.update_weights(iter(weights), version=version)
+        return self.engine.model_version
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+def chunks(count: int, parts: int) -> list[range]:
+    """``count`` items in ``min(parts, count)`` contiguous, near-equal ranges."""
+    parts = max(1, min(parts, count))
+    size, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for j in range(parts):
+        end = start + size + (1 if j < extra else 0)
+        bounds.append(range(start, end))
+        start = end
+    return bounds
+
+
+class EnginePool(InferenceEngine):
+    """``replicas`` engine actors used as one engine (see the module docstring).
+
+    :param config: the validated stage config (each replica builds its engine from it).
+    :param engine_cls: the engine plugin's class.
+    :param replicas: number of engine actors.
+    :param gpus_per_replica: GPUs Ray gives each actor (0 on CPU).
+    """
+
+    def __init__(self, config: RftConfig, engine_cls: type[InferenceEngine], replicas: int,
+                 gpus_per_replica: float = 0) -> None:
+        import ray
+
+        actor = ray.remote(EngineReplica).options(num_cpus=0, num_gpus=gpus_per_replica)
+        self.replicas = [actor.remote(config, engine_cls) for _ in range(replicas)]
+        settings = ray.get([r.settings.remote() for r in self.replicas])[0]
+        self._tokenizer = settings.pop("tokenizer")
+        eos = settings.pop("eos_token_ids")
+        super().__init__(**settings)
+        self.eos_token_ids = list(eos)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
+                 n: int = 1) -> list[list[Completion]]:
+        import ray
+
+        prompts = [list(p) for p in prompt_token_ids]
+        if not prompts:
+            return []
+        seed = self.next_seed(sampling)
+        calls = [replica.generate.remote([prompts[i] for i in part],
+                                         dataclasses.replace(sampling, seed=seed + j), n)
+                 for j, (replica, part) in enumerate(zip(self.replicas,
+                                                         chunks(len(prompts), len(self.replicas)),
+                                                         strict=False))]
+        return [group for result in ray.get(calls) for group in result]
+
+    def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
+                         prompt_lengths: Sequence[int], *,
+                         temperature: float = 1.0) -> list[torch.Tensor]:
+        import ray
+
+        sequences, lengths = [list(t) for t in token_ids], list(prompt_lengths)
+        if not sequences:
+            return []
+        calls = [replica.compute_logprobs.remote([sequences[i] for i in part],
+                                                 [lengths[i] for i in part], temperature)
+                 for replica, part in zip(self.replicas, chunks(len(sequences),
+                                                                len(self.replicas)),
+                                          strict=False)]
+        return [logps for result in ray.get(calls) for logps in result]
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
+        import ray
+
+        weights = ray.put([(name, tensor.detach().cpu()) for name, tensor in named_tensors])
+        ray.get([replica.update_weights.remote(weights, version) for replica in self.replicas])
+        self._model_version = int(version)
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get([replica.close.remote() for replica in self.replicas], timeout=60)
+        finally:
+            for replica in self.replicas:
+                ray.kill(replica)
