@@ -39,3 +39,14 @@ def arithmetic_tasks(directory: Path, count: int) -> Path:
     path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
                             for i in range(count)))
     return path
+
+
+def apply_changes(config: dict, changes: dict) -> dict:
+    """Set ``config[a][b] = value`` for each ``a__b=value`` in ``changes``; return ``config``."""
+    for dotted, value in changes.items():
+        node = config
+        *parents, last = dotted.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return config

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures_models import arithmetic_tasks
+from fixtures_models import apply_changes, arithmetic_tasks
 from rft.checkpoint import CheckpointError, list_checkpoints
 from rft.config import load_config
 from rft.errors import RftError
@@ -45,12 +45,7 @@ def write_config(tmp_path: Path, model: Path, tasks: Path, **changes) -> Path:
         "trainer": {"trainer_type": "torch", "save_interval": 1},
         "monitor": {"monitor_type": "jsonl"},
     }
-    for dotted, value in changes.items():
-        node = config
-        *parents, last = dotted.split("__")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
+    apply_changes(config, changes)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from fixtures_models import arithmetic_tasks
+from fixtures_models import apply_changes, arithmetic_tasks
 from rft.buffer.storage import BufferTimeout, open_storage
 from rft.checkpoint import (
     CheckpointError,
@@ -71,12 +71,7 @@ def write_config(tmp_path: Path, model: Path, tasks: Path, mode: str, **changes)
         "trainer": {"trainer_type": "torch", "save_interval": 0},
         "monitor": {"monitor_type": "jsonl"},
     }
-    for dotted, value in changes.items():
-        node = config
-        *parents, last = dotted.split("__")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
+    apply_changes(config, changes)
     path = tmp_path / f"{mode}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
