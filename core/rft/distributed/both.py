@@ -54,7 +54,6 @@ class Call:
     role: str
     what: str
     step: int
-    version: int = 0
 
 
 @dataclass
@@ -220,7 +219,7 @@ class Coordinator:
             self._prune_weights(version)
         p.idle_declared = False
         ref = self.actors["explorer"].explore_step.remote(step, weights, version)
-        self.pending[ref] = Call("explorer", "explore", step, p.explorer_version)
+        self.pending[ref] = Call("explorer", "explore", step)
 
     def _schedule_trainer(self) -> None:
         p = self.progress
