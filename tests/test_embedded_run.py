@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -96,11 +97,16 @@ def test_corrupt_checkpoint_on_resume_is_named(tmp_path, tiny_model_dir, tasks):
     job = tmp_path / "ck" / "e2e" / "run"
     trainer_file = job / "global_step_2" / "trainer.pt"
     trainer_file.write_bytes(trainer_file.read_bytes()[:100])
-    loaded = load_config(write_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=3))
+    loaded = load_config(write_config(
+        tmp_path, tiny_model_dir, tasks, buffer__total_steps=3,
+        explorer__rollout_model={"engine_type": "hf", "dtype": "float32",
+                                 "enable_openai_api": True}))
     with pytest.raises(CheckpointError, match=f"checkpoint {trainer_file} is corrupt"):
         run(loaded)
     assert (job / "global_step_1" / "trainer.pt").exists()  # older checkpoints are kept
     assert trainer_steps(job) == [1, 2]  # logged metrics are not lost
+    # what the stage had started before resuming failed is stopped again
+    assert not [t for t in threading.enumerate() if t.name == "rft-openai-api"]
 
 
 def test_unwritable_checkpoint_directory(tmp_path, tiny_model_dir, tasks):

@@ -219,35 +219,38 @@ def run_embedded(stage: Stage) -> StageResult:
         storage = offline_storage(stage, engine.tokenizer)
     explorer = Explorer(config, validation, model, storage) if (explores or has_eval) else None
 
-    steps = total_steps(config, explorer if explores else None, storage)
-    if steps <= 0:
-        raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
-    trainer, strategy = build_trainer(config, validation, storage, steps)
-    explorer_monitors = open_monitors(stage, "explorer")
-    trainer_monitors = open_monitors(stage, "trainer")
-    synchronizer = MemorySynchronizer(trainer, [engine])
-    for monitor in explorer_monitors + trainer_monitors:
-        monitor.start(steps)
-    result = StageResult(stage.name, steps)
+    explorer_monitors: list[Monitor] = []
+    trainer_monitors: list[Monitor] = []
+    trainer: Trainer | None = None
+    try:  # everything opened from here on is closed however the stage ends
+        steps = total_steps(config, explorer if explores else None, storage)
+        if steps <= 0:
+            raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
+        trainer, strategy = build_trainer(config, validation, storage, steps)
+        explorer_monitors = open_monitors(stage, "explorer")
+        trainer_monitors = open_monitors(stage, "trainer")
+        synchronizer = MemorySynchronizer(trainer, [engine])
+        for monitor in explorer_monitors + trainer_monitors:
+            monitor.start(steps)
+        result = StageResult(stage.name, steps)
 
-    first_step = 1
-    checkpoints = list_checkpoints(job_dir) if config.continue_from_checkpoint else []
-    if checkpoints:
-        trainer_state, state = load_checkpoint(checkpoints[-1])
-        trainer.load_state_dict(trainer_state)
-        if explorer is not None:
-            for selector, selector_state in zip(explorer.selectors, state.get("selectors", []),
-                                                strict=False):
-                selector.load_state_dict(selector_state)
-        if isinstance(storage, DatasetStorage) and "dataset" in state:
-            storage.load_state_dict(state["dataset"])
-        result.eval_before = state.get("eval_before", {})
-        first_step = state["step"] + 1
-        synchronizer.sync(state["step"])
-        log.info("resumed from %s", checkpoints[-1].path)
-
-    try:
-        if explorer is not None and has_eval and first_step == 1 and config.explorer.eval_on_startup:
+        first_step = 1
+        checkpoints = list_checkpoints(job_dir) if config.continue_from_checkpoint else []
+        if checkpoints:
+            trainer_state, state = load_checkpoint(checkpoints[-1])
+            trainer.load_state_dict(trainer_state)
+            if explorer is not None:
+                for selector, selector_state in zip(explorer.selectors, state.get("selectors", []),
+                                                    strict=False):
+                    selector.load_state_dict(selector_state)
+            if isinstance(storage, DatasetStorage) and "dataset" in state:
+                storage.load_state_dict(state["dataset"])
+            result.eval_before = state.get("eval_before", {})
+            first_step = state["step"] + 1
+            synchronizer.sync(state["step"])
+            log.info("resumed from %s", checkpoints[-1].path)
+        if (explorer is not None and has_eval and first_step == 1
+                and config.explorer.eval_on_startup):
             result.eval_before = explorer.evaluate()
             log_all(explorer_monitors, result.eval_before, 0)
         for step in range(first_step, steps + 1):
@@ -277,7 +280,8 @@ def run_embedded(stage: Stage) -> StageResult:
         if explorer is not None:
             explorer.close()
         storage.close()
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
     result.seconds = time.monotonic() - started
     return result
 

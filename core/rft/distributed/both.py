@@ -151,7 +151,8 @@ class Coordinator:
         self._get(self.actors["explorer"].load_selectors.remote(state.get("selectors", [])),
                   Call("explorer", "resume", step))
         weights = self.actors["trainer"].weights.remote()
-        self._get(self.actors["explorer"].sync.remote(weights, step), Call("explorer", "sync", step))
+        self._get(self.actors["explorer"].sync.remote(weights, step),
+                  Call("explorer", "sync", step))
         p = self.progress
         p.explored = p.trained = p.explorer_version = p.last_saved = step
         self.result.eval_before = state.get("eval_before", {})
