@@ -164,15 +164,19 @@ def sample_step(strategy: SampleStrategy, step: int, model_version: int,
         raise
 
 
+def steps_over_tasks(config: RftConfig, tasks: int) -> int:
+    """``trainer.total_steps``, else ``buffer.total_steps``, else
+    ``total_epochs × ⌈tasks / batch_size⌉`` (explore steps over ``tasks`` training tasks)."""
+    return (config.trainer.total_steps or config.buffer.total_steps
+            or config.buffer.total_epochs * math.ceil(tasks / config.buffer.batch_size))
+
+
 def total_steps(config: RftConfig, explorer: Explorer | None, storage: ExperienceStorage) -> int:
     """``trainer.total_steps``, else ``buffer.total_steps``, else epochs over the data."""
-    if config.trainer.total_steps:
-        return config.trainer.total_steps
-    if config.buffer.total_steps:
-        return config.buffer.total_steps
     if explorer is not None:
-        return config.buffer.total_epochs * math.ceil(explorer.train_size / config.buffer.batch_size)
-    return storage.available() // (config.buffer.train_batch_size or 1)
+        return steps_over_tasks(config, explorer.train_size)
+    return (config.trainer.total_steps or config.buffer.total_steps
+            or storage.available() // (config.buffer.train_batch_size or 1))
 
 
 def build_trainer(config: RftConfig, validation: Validation, storage: ExperienceStorage,

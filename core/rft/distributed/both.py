@@ -24,7 +24,6 @@ step is checkpointed, when the trainer is alive).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.sync_policy import SYNC_POLICIES, SyncPolicy
 from rft.distributed.workers import ExplorerService, TrainerService, buffer_config
-from rft.embedded import StageResult, log_all, open_monitors
+from rft.embedded import StageResult, log_all, open_monitors, steps_over_tasks
 from rft.errors import RftError
 from rft.monitor.base import Monitor
 
@@ -129,8 +128,7 @@ class Coordinator:
                                num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus and single
                                else 0)
         train_size = self._get(explorer.train_size.remote(), Call("explorer", "start-up", 0))
-        steps = c.trainer.total_steps or c.buffer.total_steps or (
-            c.buffer.total_epochs * math.ceil(train_size / c.buffer.batch_size))
+        steps = steps_over_tasks(c, train_size)
         if steps <= 0:
             raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 "
                            "steps)")

@@ -18,7 +18,6 @@ resumes from the newest checkpoint; the buffer remembers which experiences were 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 
@@ -35,6 +34,7 @@ from rft.embedded import (
     quiet_libraries,
     run_embedded,
     save_stage_checkpoint,
+    steps_over_tasks,
 )
 from rft.errors import RftError
 
@@ -61,8 +61,7 @@ def trainer_total_steps(config: RftConfig) -> int:
     if not tasksets:
         raise RftError("buffer.total_steps: mode 'train' cannot tell how many steps to train: "
                        "set it (or trainer.total_steps), or give the explorer's taskset")
-    tasks = sum(len(read_rows(t)) for t in tasksets)
-    return config.buffer.total_epochs * math.ceil(tasks / config.buffer.batch_size)
+    return steps_over_tasks(config, sum(len(read_rows(t)) for t in tasksets))
 
 
 def run_trainer_alone(stage: Stage) -> StageResult:
