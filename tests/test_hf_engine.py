@@ -298,12 +298,17 @@ def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
     (SamplingArgs(stop_token_ids=tuple(range(3, 400))), 3),  # rows stop early, at different steps
     (SamplingArgs(stop_token_ids=tuple(range(3, 400)), min_tokens=4), 3),
 ], ids=["plain", "temp-topk", "topp-min", "all-filters", "greedy", "early-stops", "stops-min"])
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-decoder", "model-forward"])
 def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts, sampling,
-                                                       n) -> None:
-    """The engine's own KV-cache loop against ``transformers``' ``generate`` with the
-    engine's generation config: the same seed gives the same tokens (bit for bit), the same
-    number of steps and the same raw logits."""
-    from rft.explorer.decode_loop import DecodeSettings, covers, sample_tokens
+                                                       n, lean) -> None:
+    """The engine's own KV-cache loop, drawing with ``torch.multinomial`` as ``generate``
+    does, against ``transformers``' ``generate`` with the engine's generation config: the
+    same seed gives the same tokens (bit for bit), the same number of steps and the same
+    raw logits — through the lean decoder and through the model's own forward."""
+    from rft.explorer.decode_loop import DecodeSettings, covers, draw_multinomial, sample_tokens
+    from rft.explorer.lean_decoder import unsupported_reason
+
+    assert unsupported_reason(engine.model) is None  # the tiny Qwen2 takes the lean path
 
     assert covers(sampling)
     rows = [p for p in prompts for _ in range(n)]
@@ -317,7 +322,8 @@ def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts
         ours = sample_tokens(engine.model, input_ids, attention_mask, DecodeSettings(
             max_new_tokens=12, min_new_tokens=sampling.min_tokens,
             temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p,
-            stop_token_ids=list(config.eos_token_id), pad_token_id=engine.pad_token_id))
+            stop_token_ids=list(config.eos_token_id), pad_token_id=engine.pad_token_id),
+            draw=draw_multinomial, lean=lean)
     assert torch.equal(ours.tokens, reference.sequences[:, input_ids.shape[1]:])
     assert len(ours.logits) == len(reference.logits)
     assert all(torch.equal(a, b) for a, b in zip(ours.logits, reference.logits))
@@ -327,7 +333,7 @@ def test_settings_the_decode_loop_does_not_cover_go_through_generate() -> None:
     from rft.explorer.decode_loop import covers
 
     assert not covers(SamplingArgs(repetition_penalty=1.2))
-    assert not covers(SamplingArgs(stop=("x",)))
+    assert covers(SamplingArgs(stop=("x",)))  # stop strings end rows inside the loop
 
 
 def test_chat_template_renders_once_per_conversation(engine: HFEngine, monkeypatch) -> None:

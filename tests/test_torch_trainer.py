@@ -145,6 +145,42 @@ def rollouts(n: int = 6, seed: int = 0, group: int = 2) -> list[Experience]:
     return out
 
 
+def test_pad_batch_layout() -> None:
+    """Prompts right-aligned at column P, responses left-aligned after it, masks, rewards on
+    the last response token (or token-level), log-probs only when every row has them."""
+    g = torch.Generator().manual_seed(1)
+    shapes = [(3, 4), (1, 0), (5, 2), (2, 6)]  # (prompt, response); one empty response
+    experiences = []
+    for i, (prompt, response) in enumerate(shapes):
+        exp = Experience(tokens=torch.randint(1, VOCAB, (prompt + response,), generator=g),
+                         prompt_length=prompt, reward=float(i + 1),
+                         logprobs=-torch.rand(response, generator=g), eid=EID(task=i))
+        experiences.append(exp)
+    experiences[3].action_mask = torch.tensor([True, False, False, True, True, True])
+    experiences[2].token_level_reward = torch.tensor([0.5, -0.5])
+    batch = pad_batch(experiences, pad_token_id=0)
+    P, R = 5, 6
+    assert batch.prompt_width == P and batch.input_ids.shape == (4, P + R)
+    for row, (exp, (prompt, response)) in enumerate(zip(experiences, shapes)):
+        expected = torch.zeros(P + R, dtype=torch.long)
+        expected[P - prompt: P + response] = exp.tokens
+        assert torch.equal(batch.input_ids[row], expected)
+        assert torch.equal(batch.attention_mask[row], (expected != 0).long())
+        assert torch.equal(batch.response_mask[row, :response], exp.action_mask.float())
+        assert batch.response_mask[row, response:].abs().sum() == 0
+        assert torch.equal(batch.old_logprobs[row, :response], exp.logprobs)
+        assert batch.old_logprobs[row, response:].abs().sum() == 0
+        valid = batch.position_ids[row][batch.attention_mask[row] == 1]
+        assert torch.equal(valid, torch.arange(prompt + response))
+    assert batch.rewards.tolist() == [1.0, 0.0, 0.0, 4.0]
+    assert batch.token_level_rewards[0].tolist() == [0, 0, 0, 1.0, 0, 0]
+    assert batch.token_level_rewards[1].abs().sum() == 0  # no response: nowhere to put it
+    assert batch.token_level_rewards[2].tolist() == [0.5, -0.5, 0, 0, 0, 0]
+    assert batch.token_level_rewards[3].tolist() == [0, 0, 0, 0, 0, 4.0]
+    experiences[1].logprobs = None
+    assert pad_batch(experiences, pad_token_id=0).old_logprobs is None
+
+
 def params(trainer: TorchTrainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.actor.named_parameters()}
 
@@ -290,6 +326,16 @@ def test_bad_experiences_are_named(registry, model_dir, tmp_path) -> None:
     bad = rollouts()
     bad[2].tokens[-1] = VOCAB + 5
     with pytest.raises(RftError, match=r"experience 2 .*token id 69 is outside"):
+        trainer.train_step(bad)
+    bad = rollouts()
+    bad[5].tokens[0] = -1
+    with pytest.raises(RftError, match=r"^experience 5 .*token id -1 is outside"):
+        trainer.train_step(bad)
+    bad = rollouts()
+    bad[3].logprobs = torch.zeros(bad[3].response_length)
+    bad[3].logprobs[-1] = float("inf")
+    with pytest.raises(RftError, match=r"^experience 3 \(eid [0-9/]+\): logprobs contains NaN "
+                                       r"or inf$"):
         trainer.train_step(bad)
     with pytest.raises(RftError, match="no experiences"):
         trainer.train_step([])

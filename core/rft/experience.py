@@ -131,14 +131,27 @@ class Batch:
     experiences: list[Experience]
 
 
+def _scatter_rows(values: Sequence[torch.Tensor], starts: torch.Tensor, out: torch.Tensor
+                  ) -> torch.Tensor:
+    """``out[b, starts[b] : starts[b] + len(values[b])] = values[b]`` for every row ``b``,
+    as one indexed write; returns ``out`` ``(B, W)``."""
+    lengths = torch.tensor([v.numel() for v in values])  # (B,)
+    if int(lengths.sum()) == 0:
+        return out
+    rows = torch.repeat_interleave(torch.arange(len(values)), lengths)  # (Σ L,)
+    offsets = torch.arange(int(lengths.sum())) - torch.repeat_interleave(
+        lengths.cumsum(0) - lengths, lengths)  # (Σ L,) position inside each row
+    out[rows, starts[rows] + offsets] = torch.cat([v.reshape(-1) for v in values]).to(out.dtype)
+    return out
+
+
 def _stack_optional(values: Sequence[torch.Tensor | None], width: int,
                     dtype: torch.dtype) -> torch.Tensor | None:
     if any(v is None for v in values):
         return None
-    out = torch.zeros(len(values), width, dtype=dtype)  # (B, R)
-    for row, value in enumerate(values):
-        out[row, : value.numel()] = value.to(dtype)
-    return out
+    present = [v for v in values if v is not None]
+    return _scatter_rows(present, torch.zeros(len(present), dtype=torch.long),
+                         torch.zeros(len(present), width, dtype=dtype))  # (B, R)
 
 
 def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
@@ -149,17 +162,18 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
     prompt_width = max(e.prompt_length for e in experiences)
     response_width = max(max(e.response_length for e in experiences), 1)
     total = prompt_width + response_width
-    input_ids = torch.full((batch_size, total), pad_token_id, dtype=torch.long)  # (B, P+R)
-    attention_mask = torch.zeros(batch_size, total, dtype=torch.long)  # (B, P+R)
-    response_mask = torch.zeros(batch_size, response_width)  # (B, R)
+    starts = torch.tensor([prompt_width - e.prompt_length for e in experiences])  # (B,)
+    at_zero = torch.zeros(batch_size, dtype=torch.long)  # (B,)
+    input_ids = _scatter_rows([e.tokens for e in experiences], starts, torch.full(
+        (batch_size, total), pad_token_id, dtype=torch.long))  # (B, P+R)
+    attention_mask = _scatter_rows([torch.ones(e.tokens.numel(), dtype=torch.long)
+                                    for e in experiences], starts,
+                                   torch.zeros(batch_size, total, dtype=torch.long))  # (B, P+R)
+    response_mask = _scatter_rows([e.action_mask for e in experiences], at_zero,
+                                  torch.zeros(batch_size, response_width))  # (B, R)
     token_level_rewards = torch.zeros(batch_size, response_width)  # (B, R)
     rewards = torch.zeros(batch_size)  # (B,)
     for row, exp in enumerate(experiences):
-        start = prompt_width - exp.prompt_length
-        end = prompt_width + exp.response_length
-        input_ids[row, start:end] = exp.tokens
-        attention_mask[row, start:end] = 1
-        response_mask[row, : exp.response_length] = exp.action_mask.float()
         if exp.token_level_reward is not None:
             token_level_rewards[row, : exp.response_length] = exp.token_level_reward
         elif exp.reward is not None and exp.response_length > 0:

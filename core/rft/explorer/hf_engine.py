@@ -2,8 +2,8 @@
 
 Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
 prompts), each repeated ``n`` times. Tokens are drawn by :mod:`rft.explorer.decode_loop`
-(a plain KV-cache loop that draws exactly what ``generate`` draws, faster) or, for the
-settings it does not cover (repetition penalty, stop strings), by ``generate``. Each call seeds
+(a plain KV-cache loop over the same logits as ``generate``, faster) or, with a
+repetition penalty (which it does not cover), by ``generate``. Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
@@ -189,7 +189,8 @@ class HFEngine(InferenceEngine):
                 max_new_tokens=max_new, min_new_tokens=min(sampling.min_tokens, max_new),
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
                 top_p=sampling.top_p, stop_token_ids=stop_ids,
-                pad_token_id=self.pad_token_id)
+                pad_token_id=self.pad_token_id,
+                stop_check=self._stop_string_check(sampling) if sampling.stop else None)
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
         else:
@@ -257,6 +258,18 @@ class HFEngine(InferenceEngine):
             model_version=self.model_version,
             stop_reason=stop_reason,
         )
+
+    def _stop_string_check(self, sampling: SamplingArgs) -> Any:
+        """For the decode loop: new tokens ``(B, t)`` → ``(B,)`` bool, rows whose decoded
+        text holds one of ``sampling.stop`` (decoded as :meth:`_find_stop_string` does)."""
+        stops = [s for s in sampling.stop if s]
+
+        def check(tokens: torch.Tensor) -> torch.Tensor:
+            texts = self._tokenizer.batch_decode(
+                tokens.tolist(), skip_special_tokens=sampling.skip_special_tokens)
+            return torch.tensor([any(s in text for s in stops) for text in texts])
+
+        return check
 
     def _find_stop_string(self, tokens: list[int],
                           sampling: SamplingArgs) -> tuple[int, str, str] | None:

@@ -52,6 +52,17 @@ logger = logging.getLogger(__name__)
 _CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns")
 
 
+def _set_training(model: nn.Module, training: bool) -> None:
+    """``model.train(training)``, skipped when the model is already in that mode (the call
+    walks every module)."""
+    if model.training != training:
+        model.train(training)
+
+
+def _where(index: int, experience: Experience) -> str:
+    return f"experience {index} (eid {experience.eid.uid})"
+
+
 class TorchTrainer(Trainer):
     """Native single-process trainer (see the module docstring for one step).
 
@@ -187,10 +198,13 @@ class TorchTrainer(Trainer):
         return ordered
 
     def _check(self, experiences: list[Experience]) -> None:
-        """One-line :class:`RftError` for the first malformed experience."""
+        """One-line :class:`RftError` naming a malformed experience. Shapes and rewards are
+        checked one experience at a time; the NaN / inf and vocabulary checks run once over
+        the whole batch and look for the culprit only when they fail."""
         rollout = self.preset.experience_format == "rollout"
+        floats: list[tuple[int, str, torch.Tensor]] = []
         for i, e in enumerate(experiences):
-            where = f"experience {i} (eid {e.eid.uid})"
+            where = _where(i, e)
             length = e.response_length
             for name in _CHECKED_FIELDS:
                 value = getattr(e, name)
@@ -199,20 +213,25 @@ class TorchTrainer(Trainer):
                 if value.dim() != 1 or value.numel() != length:
                     raise RftError(f"{where}: {name} has shape {tuple(value.shape)} but the "
                                    f"response has {length} tokens")
-                if value.is_floating_point() and not torch.isfinite(value).all():
-                    raise RftError(f"{where}: {name} contains NaN or inf")
+                if value.is_floating_point():
+                    floats.append((i, name, value))
             if e.reward is not None and not math.isfinite(float(e.reward)):
                 raise RftError(f"{where}: reward is {e.reward}")
             rewardless = e.reward is None and e.token_level_reward is None
             if rollout and rewardless and e.advantages is None:
                 raise RftError(f"{where}: has no reward (reward, token_level_reward or "
                                "advantages must be set)")
-            if self.vocab_size is not None and e.tokens.numel():
-                low, high = int(e.tokens.min()), int(e.tokens.max())
-                if low < 0 or high >= self.vocab_size:
-                    bad = low if low < 0 else high
-                    raise RftError(f"{where}: token id {bad} is outside the model's vocabulary "
-                                   f"(size {self.vocab_size})")
+        if floats and not torch.isfinite(torch.cat([v.float() for _, _, v in floats])).all():
+            i, name, _ = next(f for f in floats if not torch.isfinite(f[2]).all())
+            raise RftError(f"{_where(i, experiences[i])}: {name} contains NaN or inf")
+        if self.vocab_size is not None and experiences:
+            tokens = torch.cat([e.tokens for e in experiences])  # (Σ L,)
+            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+                for i, e in enumerate(experiences):
+                    outside = e.tokens[(e.tokens < 0) | (e.tokens >= self.vocab_size)]
+                    if outside.numel():
+                        raise RftError(f"{_where(i, e)}: token id {int(outside[0])} is outside "
+                                       f"the model's vocabulary (size {self.vocab_size})")
 
     # ---- preparation (no gradient) ---------------------------------------------------
 
@@ -246,7 +265,7 @@ class TorchTrainer(Trainer):
         """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched."""
         out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
         was_training = model.training
-        model.eval()
+        _set_training(model, False)
         try:
             for rows in self._all_micro_batches(tensors):
                 micro = tensors.select(rows)
@@ -255,7 +274,7 @@ class TorchTrainer(Trainer):
                                              dtype=self.options.dtype)
                 out[rows, : micro.response_width] = logps.cpu()
         finally:
-            model.train(was_training)
+            _set_training(model, was_training)
         return out
 
     @torch.no_grad()
@@ -359,7 +378,7 @@ class TorchTrainer(Trainer):
         device = self.options.device
         record = LossMetrics()
         entropy_grad = self.fns.uses_entropy_loss
-        self.actor.train()
+        _set_training(self.actor, True)
         for _ in range(self.options.ppo_epochs):
             for mini_rows in self._mini_batches(tensors):
                 agg = self._agg(tensors, mini_rows)
