@@ -352,3 +352,36 @@ def test_two_rollout_engines_as_one(ray_local, tmp_path, model_hd32, tasks):
         pool.close()
         single.close()
     assert ray.is_initialized()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("engines", "style"), [(2, "fixed"), (1, "explorer_driven")])
+def test_nccl_sync_broadcasts_the_weights(ray_local, tmp_path, model_hd32, tasks, engines,
+                                          style):
+    """sync_method nccl, over gloo on this CPU machine: the trainer broadcasts each version
+    from a snapshot to the engine holders (both vLLM replicas, or the explorer actor);
+    after a sync to the trainer's current version the engine's log-probs equal the
+    trainer's, and the final evaluation gets the last version the same way."""
+    eval_set = {"name": "held", "path": str(tasks), "repeat_times": 1,
+                "format": {"prompt_key": "question", "response_key": "answer"},
+                "default_workflow_type": "simple_workflow",
+                "default_reward_fn_type": "accuracy_reward"}
+    config = both_config(tmp_path, model_hd32, tasks, synchronizer__sync_method="nccl",
+                         synchronizer__sync_style=style, explorer__eval_interval=10,
+                         explorer__rollout_model={**VLLM, "engine_num": engines},
+                         buffer__explorer_input__eval_tasksets=[eval_set])
+    assert run(load_config(config)) == 0
+    trainer, explorer = logged(tmp_path, "trainer"), logged(tmp_path, "explorer")
+    versions = by_step(explorer, "explorer/model_version")
+    if style == "fixed":
+        assert versions == {1: 0, 2: 1, 3: 2}
+    else:  # explorer_driven: the newest weights when the explorer asks (step in progress)
+        assert versions[1] == 0 and versions[3] >= 1
+    synced = by_step(explorer, "timing_s/update_weights")
+    assert synced and all(t > 0 for t in synced.values())
+    diffs = by_step(trainer, "training/rollout_logprobs_diff_max")
+    assert sorted(diffs) == [1, 2, 3]
+    on_policy = [s for s, v in versions.items() if v == s - 1]
+    assert 1 in on_policy and all(diffs[s] <= 1e-4 for s in on_policy), (versions, diffs)
+    assert sorted(by_step(explorer, "eval/held/accuracy")) == [0, 3]
+    assert by_step(trainer, "buffer/read")[3] == 12

@@ -671,9 +671,11 @@ class SynchronizerConfig:
     """Weight sync between trainer and explorer (``synchronizer``)."""
 
     sync_method: Literal["nccl", "checkpoint", "memory"] = "nccl"
-    """``nccl``: collective broadcast (``both`` mode); ``checkpoint``: explorer loads the
-    latest saved checkpoint (``train`` / ``explore`` / ``bench``); ``memory``: tensors
-    handed over in process or through the Ray object store (``colocate``, CPU)."""
+    """``nccl``: the trainer broadcasts over a process group of its own with the engines
+    (``both``; NCCL on CUDA, gloo on CPU; in ``colocate`` the same as ``memory``);
+    ``checkpoint``: the explorer loads saved checkpoints (``train`` / ``explore`` /
+    ``bench``, and ``both``); ``memory``: tensors handed over in process (``colocate``) or
+    through the Ray object store (``both``)."""
     sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = "fixed"
     """``fixed``: sync every ``sync_interval`` steps on both sides; ``explorer_driven`` /
     ``trainer_driven``: that side triggers a sync after ``sync_interval`` of its steps."""

@@ -6,6 +6,8 @@ actors, then drives them with non-blocking calls::
     explorer actor:  [sync v] explore 1 → [sync v] explore 2 → …   writes → buffer actor
     trainer actor:   train 1 → [hand out weights] → train 2 → …       reads ← buffer actor
     weights:         trainer → Ray object store → explorer (``sync_method: memory``)
+                     trainer → broadcast group → explorer / replicas (``nccl``)
+                     trainer → checkpoint → explorer (``checkpoint``)
 
 - Train step ``t`` is started once explore step ``t`` is done (its data is there), so a
   waiting trainer never holds weights the explorer waits for.
@@ -45,6 +47,9 @@ log = logging.getLogger("rft.distributed")
 POLL_S = 0.5
 """Seconds between checks of the explorer's sync wait while nothing completes."""
 
+BROADCAST_GROUP = "broadcast"
+"""The trainer actor's concurrency group for weight broadcasts (``sync_method: nccl``)."""
+
 
 @dataclass
 class Call:
@@ -75,10 +80,6 @@ class Progress:
 def run_both(stage: Stage) -> StageResult:
     """Run one ``both`` stage on Ray (see the module docstring)."""
     config = stage.config
-    if config.synchronizer.sync_method not in ("memory", "checkpoint"):
-        raise RftError(f"synchronizer.sync_method: {config.synchronizer.sync_method!r} is not "
-                       "available in mode 'both' in this version of rft; use 'memory' (weights "
-                       "through the Ray object store) or 'checkpoint'")
     keep, offset = config.trainer.max_checkpoints_to_keep, config.synchronizer.sync_offset
     if config.synchronizer.sync_method == "checkpoint" and keep is not None and keep < offset + 2:
         raise RftError(f"trainer.max_checkpoints_to_keep: {keep} could delete a checkpoint before "
@@ -102,14 +103,17 @@ class Coordinator:
         self.result = StageResult(stage.name, 0)
         self.explorer_monitors: list[Monitor] = []
         self.trainer_monitors: list[Monitor] = []
+        self.broadcasting = s.sync_method == "nccl"
 
     # ---- set-up ----------------------------------------------------------------------
 
     def _actor(self, role: str, name: str, cls: type, *args: Any, **options: Any) -> Any:
         import ray
 
+        groups = options.pop("concurrency_groups", None)  # a class option, not a call option
+        remote_cls = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
         try:
-            actor = ray.remote(cls).options(name=name, num_cpus=0, **options).remote(*args)
+            actor = remote_cls.options(name=name, num_cpus=0, **options).remote(*args)
         except ValueError as exc:  # a live actor of that name in this namespace
             raise RftError(f"{role} actor {name!r}: {str(exc).splitlines()[0]} (another run "
                            f"in Ray namespace {self.config.ray_namespace!r}?)") from exc
@@ -133,9 +137,29 @@ class Coordinator:
             raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 "
                            "steps)")
         self.steps = self.result.steps = steps
-        self._actor("trainer", c.trainer.name, TrainerService, c, buffer, steps,
-                    num_gpus=min(c.cluster.trainer_gpu_num or 0, 1) if gpus else 0)
+        extra: dict[str, Any] = {}
+        if self.broadcasting:  # broadcasts run beside train steps, in a thread of their own
+            extra["concurrency_groups"] = {BROADCAST_GROUP: 1}
+        trainer = self._actor("trainer", c.trainer.name, TrainerService, c, buffer, steps,
+                              num_gpus=min(c.cluster.trainer_gpu_num or 0, 1) if gpus else 0,
+                              **extra)
         ray.get(buffer.counts.remote())
+        if self.broadcasting:
+            self._join_weight_group(trainer, explorer)
+
+    def _join_weight_group(self, trainer: Any, explorer: Any) -> None:
+        """``sync_method: nccl``: the trainer (rank 0) and the engine holders join one group."""
+        c = self.config
+        world = 1 + c.explorer.rollout_model.engine_num
+        address = self._get(trainer.host_weight_group.remote(world, c.synchronizer.sync_timeout),
+                            Call("trainer", "weight-group set-up", 0))
+        joins = [(trainer.join_weight_group.remote(), Call("trainer", "weight-group set-up", 0)),
+                 (explorer.join_weight_group.remote(address),
+                  Call("explorer", "weight-group set-up", 0))]
+        for ref, call in joins:
+            self._get(ref, call)
+        log.info("weight-broadcast group: %d ranks over %s at %s:%d", world, address.backend,
+                 address.host, address.port)
 
     def _resume(self) -> None:
         """Continue from the newest checkpoint: trainer state, selectors, weights."""
@@ -219,6 +243,18 @@ class Coordinator:
         p.idle_declared = False
         ref = self.actors["explorer"].explore_step.remote(step, weights, version)
         self.pending[ref] = Call("explorer", "explore", step)
+        if weights is not None and version is not None:
+            self._start_broadcast(version)
+
+    def _start_broadcast(self, version: int) -> None:
+        """``sync_method: nccl``: the trainer sends snapshot ``version`` while the explorer
+        receives it (in the trainer's broadcast thread, beside a train step)."""
+        if not self.broadcasting:
+            return
+        method = self.actors["trainer"].broadcast_weights
+        ref = method.options(concurrency_group=BROADCAST_GROUP).remote(
+            version, self.config.synchronizer.sync_timeout)
+        self.pending[ref] = Call("trainer", "broadcast", version)
 
     def _schedule_trainer(self) -> None:
         p = self.progress
@@ -236,6 +272,8 @@ class Coordinator:
         """Drop handed-out weights older than what the explorer now holds."""
         for old in [v for v in self.progress.handed_out if v < version]:
             del self.progress.handed_out[old]
+        if self.broadcasting:
+            self.actors["trainer"].drop_snapshots.remote(version)
 
     def _wait(self) -> None:
         """Wait for one call to finish (or the poll interval) and act on it."""
@@ -274,6 +312,8 @@ class Coordinator:
                 self.pending[ref] = Call("explorer", "evaluate", call.step)
         elif call.what == "evaluate":
             log_all(self.explorer_monitors, value, call.step)
+        elif call.what == "broadcast":
+            pass  # the explorer's step reports the sync
         elif call.what == "train":
             p.trained = call.step
             if self.policy.hands_out_after(call.step) or call.step == self.steps:
@@ -292,12 +332,21 @@ class Coordinator:
 
     def _hand_out(self, step: int) -> Any:
         """Object ref of what the explorer loads as version ``step``: the trainer's weights
-        (``sync_method: memory``) or the path of checkpoint ``global_step_<step>`` with its
-        ``hf/`` export (``checkpoint``)."""
+        (``sync_method: memory``), what to receive from its broadcast of a snapshot taken now
+        (``nccl``) or the path of checkpoint ``global_step_<step>`` with its ``hf/`` export
+        (``checkpoint``)."""
         if self.config.synchronizer.sync_method == "memory":
             return self.actors["trainer"].weights.remote()
+        if self.broadcasting:
+            return self.actors["trainer"].snapshot_weights.remote(step)
         self.progress.last_saved = step
         return self.actors["trainer"].save.remote(step, self._checkpoint_state(step), True)
+
+    def _finish_pending(self) -> None:
+        while self.pending:
+            ref = next(iter(self.pending))
+            call = self.pending.pop(ref)
+            self._done(call, self._get(ref, call))
 
     def _checkpoint_state(self, step: int) -> dict[str, Any]:
         p = self.progress
@@ -319,14 +368,13 @@ class Coordinator:
         """Final evaluation on the last weights, final checkpoint with the HF model."""
         import ray
 
-        while self.pending:  # the explorer may still evaluate
-            ref = next(iter(self.pending))
-            call = self.pending.pop(ref)
-            self._done(call, self._get(ref, call))
+        self._finish_pending()  # the explorer may still evaluate
         final = self.progress.handed_out[self.steps]
         if has_eval:
             ref = self.actors["explorer"].evaluate.remote(final, self.steps)
+            self._start_broadcast(self.steps)
             self.result.eval_after = self._get(ref, Call("explorer", "evaluate", self.steps))
+            self._finish_pending()
             log_all(self.explorer_monitors, self.result.eval_after, self.steps)
         if self.config.synchronizer.sync_method == "checkpoint":  # handed out = saved with hf/
             self._get(final, Call("trainer", "save", self.steps))

@@ -9,7 +9,9 @@ and the workflows use it like a single engine:
   per replica and run the chunks at once; results come back in prompt order. Chunk ``j``
   samples with seed ``seed + j`` (with one chunk: exactly a single engine's call).
 - ``update_weights`` puts the tensors in the object store once and loads them into every
-  replica in parallel; the pool's ``model_version`` changes when all have them.
+  replica in parallel; the pool's ``model_version`` changes when all have them. With
+  ``sync_method: nccl`` each replica is a rank of the trainer's broadcast group
+  (:mod:`rft.distributed.weight_broadcast`) and receives the weights itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 
 from rft.config.schema import RftConfig
+from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
 
 
@@ -32,6 +35,7 @@ class EngineReplica:
 
         quiet_libraries()
         self.engine = build_engine(config, engine_cls)
+        self.broadcast_end = EngineEnd()
 
     def settings(self) -> dict[str, Any]:
         """What the pool needs to act as this engine: limits, template, tokenizer, EOS."""
@@ -54,7 +58,15 @@ class EngineReplica:
         self.engine.update_weights(iter(weights), version=version)
         return self.engine.model_version
 
+    def join_weight_group(self, address: GroupAddress, rank: int) -> None:
+        self.broadcast_end.join(address, rank)
+
+    def receive_broadcast(self, broadcast: Broadcast, version: int) -> int:
+        self.broadcast_end.receive_into(self.engine, broadcast, version)
+        return self.engine.model_version
+
     def close(self) -> None:
+        self.broadcast_end.close()
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
@@ -133,6 +145,21 @@ class EnginePool(InferenceEngine):
 
         weights = ray.put([(name, tensor.detach().cpu()) for name, tensor in named_tensors])
         ray.get([replica.update_weights.remote(weights, version) for replica in self.replicas])
+        self._model_version = int(version)
+
+    def join_weight_group(self, address: GroupAddress) -> None:
+        """``sync_method: nccl``: replica ``j`` joins the trainer's group as rank ``1 + j``."""
+        import ray
+
+        ray.get([replica.join_weight_group.remote(address, 1 + j)
+                 for j, replica in enumerate(self.replicas)])
+
+    def receive_broadcast(self, broadcast: Broadcast, version: int) -> None:
+        """Every replica receives the trainer's broadcast and loads it as ``version``."""
+        import ray
+
+        ray.get([replica.receive_broadcast.remote(broadcast, version)
+                 for replica in self.replicas])
         self._model_version = int(version)
 
     def close(self) -> None:

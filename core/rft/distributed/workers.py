@@ -8,6 +8,7 @@ weights do.
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import torch
@@ -18,18 +19,21 @@ from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.config.validate import Validation, validate
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool
+from rft.distributed.weight_broadcast import (Broadcast, BroadcastGroup, EngineEnd, GroupAddress,
+                                              host_rendezvous, spec_of)
 from rft.embedded import (build_engine, build_trainer, default_sampling, quiet_libraries,
                           save_stage_checkpoint)
-from rft.errors import ConfigError
+from rft.errors import ConfigError, RftError
 from rft.explorer.engine import InferenceEngine
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.plugins import PluginRegistry
 
-Weights = list[tuple[str, torch.Tensor]] | str
+Weights = list[tuple[str, torch.Tensor]] | str | Broadcast
 """What the trainer hands to the explorer: its weights (HF names, CPU; ``sync_method:
-memory``, through the object store) or the path of the checkpoint holding them
-(``sync_method: checkpoint``)."""
+memory``, through the object store), the path of the checkpoint holding them
+(``sync_method: checkpoint``), or what to receive from the trainer's broadcast
+(``sync_method: nccl``, :mod:`rft.distributed.weight_broadcast`)."""
 
 
 def revalidate(config: RftConfig) -> Validation:
@@ -60,6 +64,15 @@ class ExplorerService:
         storage = RemoteStorage(buffer_config(config).name, buffer)
         self.explorer = Explorer(config, validation,
                                  ModelWrapper(self.engine, default_sampling(config)), storage)
+        self.broadcast_end = EngineEnd()
+
+    def join_weight_group(self, address: GroupAddress) -> None:
+        """``sync_method: nccl``: join the trainer's broadcast group — as rank 1, or, with
+        several engines, each replica as ranks 1 … N."""
+        if isinstance(self.engine, EnginePool):
+            self.engine.join_weight_group(address)
+        else:
+            self.broadcast_end.join(address, rank=1)
 
     def train_size(self) -> int:
         return self.explorer.train_size
@@ -69,6 +82,12 @@ class ExplorerService:
         import time
 
         started = time.monotonic()
+        if isinstance(weights, Broadcast):
+            if isinstance(self.engine, EnginePool):
+                self.engine.receive_broadcast(weights, version)
+            else:
+                self.broadcast_end.receive_into(self.engine, weights, version)
+            return time.monotonic() - started
         tensors = (load_actor_weights(Checkpoint(version, weights)).items()
                    if isinstance(weights, str) else weights)
         self.engine.update_weights(iter(tensors), version=version)
@@ -100,6 +119,7 @@ class ExplorerService:
 
     def close(self) -> None:
         self.explorer.close()
+        self.broadcast_end.close()
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
@@ -115,6 +135,10 @@ class TrainerService:
         self.stage = Stage(None, config, validation)
         self.trainer, self.strategy = build_trainer(
             config, validation, RemoteStorage(buffer_config(config).name, buffer), total_steps)
+        self.group: BroadcastGroup | None = None
+        self._rendezvous: tuple[Any, GroupAddress] | None = None
+        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self._snapshot_ready = threading.Condition()
 
     def train_step(self, step: int) -> dict[str, float]:
         """Sample one batch (waiting for the explorer) and learn from it."""
@@ -127,6 +151,46 @@ class TrainerService:
         return [(name, tensor.detach().to("cpu", copy=True))
                 for name, tensor in self.trainer.named_weights()]
 
+    # ---- sync_method nccl (rft.distributed.weight_broadcast) ----------------------------
+
+    def host_weight_group(self, world_size: int, timeout_s: float) -> GroupAddress:
+        """Open the rendezvous of the broadcast group (this actor is rank 0)."""
+        device = next(iter(self.trainer.named_weights()))[1].device
+        store, address = host_rendezvous(world_size, device, timeout_s)
+        self._rendezvous = (store, address)
+        return address
+
+    def join_weight_group(self) -> None:
+        """Join as rank 0 (returns once every rank has joined)."""
+        assert self._rendezvous is not None, "host_weight_group first"
+        store, address = self._rendezvous
+        self.group = BroadcastGroup(address, rank=0, store=store)
+
+    def snapshot_weights(self, version: int) -> Broadcast:
+        """Keep a CPU copy of the weights as ``version`` (training goes on meanwhile);
+        return what the explorer is handed."""
+        named = self.weights()
+        with self._snapshot_ready:
+            self._snapshots[version] = [tensor for _, tensor in named]
+            self._snapshot_ready.notify_all()
+        return Broadcast(spec_of(named))
+
+    def broadcast_weights(self, version: int, timeout_s: float) -> None:
+        """Send snapshot ``version`` to the group (the explorer receives it at once). Runs
+        in a thread of its own; the snapshot may still be queued behind a train step."""
+        assert self.group is not None, "join_weight_group first"
+        with self._snapshot_ready:
+            if not self._snapshot_ready.wait_for(lambda: version in self._snapshots, timeout_s):
+                raise RftError(f"synchronizer (nccl): the trainer has no snapshot of weights "
+                               f"version {version} after {timeout_s:g} s")
+            tensors = self._snapshots[version]
+        self.group.send(tensors)
+
+    def drop_snapshots(self, below: int) -> None:
+        with self._snapshot_ready:
+            for version in [v for v in self._snapshots if v < below]:
+                del self._snapshots[version]
+
     def resume(self, path: str) -> dict[str, Any]:
         """Load the checkpoint at ``path``; return its run state (step, selectors, …)."""
         trainer_state, state = load_checkpoint(Checkpoint(0, path))
@@ -138,4 +202,6 @@ class TrainerService:
         return save_stage_checkpoint(self.stage, self.trainer, step, state, export_hf=export_hf)
 
     def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
         self.trainer.close()

@@ -1,0 +1,210 @@
+"""``sync_method: nccl`` — the trainer broadcasts its weights to the rollout engines.
+
+A process group of its own (not torch's default group, which vLLM and the trainer may use
+for themselves): rank 0 is the trainer actor, ranks 1 … N the processes holding a rollout
+model (the explorer actor, or each engine replica when ``engine_num > 1``). The trainer
+hosts the rendezvous (a ``TCPStore`` on its node's address, a free port). The backend is
+NCCL when the trainer's model is on CUDA and gloo otherwise, so the same code runs on a
+CPU machine (where the tests run it) and on GPUs.
+
+One sync: every rank walks the same :class:`TensorSpec` list (names, shapes, dtypes, in
+the trainer's order), packs it into byte buckets of at most ``bucket_bytes`` and
+broadcasts each bucket from rank 0; receivers unpack views into their own tensors and load
+them into the engine in place (``update_weights``). Bytes, not typed tensors, go over the
+wire, so every dtype travels the same way::
+
+    offset_i = ⌈(offset_{i−1} + nbytes_{i−1}) / 16⌉ · 16  (aligned, so any dtype can view it)
+    bucket_k[offset_i : offset_i + nbytes_i] = bytes(t_i)   (rank 0)
+    broadcast(bucket_k, root = 0)                           (all ranks)
+    t_i = bucket_k[offset_i : offset_i + nbytes_i].view(dtype_i).reshape(shape_i)
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from rft.errors import RftError
+
+BUCKET_BYTES = 256 * 1024 * 1024
+"""Largest byte bucket of one broadcast (a trade between calls and peak memory)."""
+
+ALIGN = 16
+"""Byte alignment of each tensor inside a bucket."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the broadcast, as every rank must know it beforehand."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * torch.empty(0, dtype=self.dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """What the explorer is handed instead of weights: receive ``spec`` from the group."""
+
+    spec: tuple[TensorSpec, ...]
+
+
+def spec_of(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> tuple[TensorSpec, ...]:
+    """The spec of ``named_tensors``, in their order."""
+    return tuple(TensorSpec(name, tuple(t.shape), t.dtype) for name, t in named_tensors)
+
+
+def buckets(spec: Sequence[TensorSpec], limit: int = BUCKET_BYTES) -> list[list[int]]:
+    """Consecutive indices of ``spec`` grouped so each group has at most ``limit`` bytes (a
+    larger tensor goes alone)."""
+    groups: list[list[int]] = []
+    size = 0
+    for index, item in enumerate(spec):
+        padded = -(-item.nbytes // ALIGN) * ALIGN
+        if not groups or size + padded > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(index)
+        size += padded
+    return groups
+
+
+def layout(spec: Sequence[TensorSpec], group: Sequence[int]) -> tuple[list[int], int]:
+    """Byte offsets of the tensors ``group`` of ``spec`` inside their bucket (each aligned
+    to :data:`ALIGN`), and the bucket's size."""
+    offsets: list[int] = []
+    end = 0
+    for i in group:
+        start = -(-end // ALIGN) * ALIGN
+        offsets.append(start)
+        end = start + spec[i].nbytes
+    return offsets, end
+
+
+@dataclass(frozen=True)
+class GroupAddress:
+    """Where and how the ranks ≥ 1 join: the trainer's rendezvous, and what it decided."""
+
+    host: str
+    port: int
+    world_size: int
+    backend: str
+    """``nccl`` (trainer on CUDA) or ``gloo``; every rank must use the same."""
+    timeout_s: float
+
+
+def host_rendezvous(world_size: int, device: torch.device, timeout_s: float
+                    ) -> tuple[dist.TCPStore, GroupAddress]:
+    """Rank 0's store on this node's address and a free port, and the address to hand out."""
+    import ray
+
+    host = ray.util.get_node_ip_address()
+    store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    return store, GroupAddress(host, store.port, world_size, backend, timeout_s)
+
+
+class BroadcastGroup:
+    """One rank of the weight-broadcast group (see the module docstring)."""
+
+    def __init__(self, address: GroupAddress, rank: int,
+                 store: dist.TCPStore | None = None) -> None:
+        timeout = datetime.timedelta(seconds=address.timeout_s)
+        self.rank, self.world_size, self.backend = rank, address.world_size, address.backend
+        self.device = torch.device("cuda" if address.backend == "nccl" else "cpu")
+        where = f"{address.host}:{address.port}"
+        try:
+            if store is None:
+                store = dist.TCPStore(address.host, address.port, address.world_size,
+                                      is_master=False, timeout=timeout)
+            self.store = store
+            if self.backend == "nccl":
+                options = dist.ProcessGroupNCCL.Options()
+                options._timeout = timeout
+                self.group: dist.ProcessGroup = dist.ProcessGroupNCCL(
+                    store, rank, address.world_size, options)
+            else:
+                self.group = dist.ProcessGroupGloo(store, rank, address.world_size, timeout)
+        except (RuntimeError, dist.DistError) as exc:
+            raise RftError(f"synchronizer (nccl): rank {rank} of {address.world_size} could not "
+                           f"join the weight-broadcast group at {where} ({self.backend}) within "
+                           f"{address.timeout_s:.0f} s: {str(exc).splitlines()[0]}") from exc
+
+    def _broadcast(self, buffer: torch.Tensor) -> None:
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        try:
+            self.group.broadcast([buffer], options).wait()
+        except (RuntimeError, dist.DistError) as exc:
+            raise RftError(f"synchronizer (nccl): weight broadcast failed on rank {self.rank} "
+                           f"of {self.world_size} ({self.backend}): "
+                           f"{str(exc).splitlines()[0]}") from exc
+
+    def send(self, tensors: Sequence[torch.Tensor], limit: int = BUCKET_BYTES) -> None:
+        """Rank 0: broadcast ``tensors`` (in the spec's order)."""
+        spec = spec_of((str(i), t) for i, t in enumerate(tensors))
+        for group in buckets(spec, limit):
+            offsets, size = layout(spec, group)
+            buffer = torch.zeros(size, dtype=torch.uint8, device=self.device)  # (bytes,)
+            for i, offset in zip(group, offsets, strict=True):
+                raw = tensors[i].detach().contiguous().reshape(-1).view(torch.uint8)
+                buffer[offset: offset + raw.numel()].copy_(raw)
+            self._broadcast(buffer)
+
+    def receive(self, spec: Sequence[TensorSpec], limit: int = BUCKET_BYTES
+                ) -> list[tuple[str, torch.Tensor]]:
+        """Ranks ≥ 1: the tensors of ``spec``, on this rank's device."""
+        out: list[tuple[str, torch.Tensor]] = []
+        for group in buckets(spec, limit):
+            offsets, size = layout(spec, group)
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)  # (bytes,)
+            self._broadcast(buffer)
+            for i, offset in zip(group, offsets, strict=True):
+                item = spec[i]
+                chunk = buffer[offset: offset + item.nbytes]
+                out.append((item.name, chunk.view(item.dtype).reshape(item.shape)))
+        return out
+
+    def close(self) -> None:
+        shutdown = getattr(self.group, "shutdown", None)
+        if callable(shutdown):
+            try:
+                shutdown()
+            except RuntimeError:  # already torn down
+                pass
+
+
+class EngineEnd:
+    """The engine side of the group, in the process holding a rollout engine (the explorer
+    actor, or an engine replica): joins as one rank, receives, loads in place."""
+
+    def __init__(self) -> None:
+        self.group: BroadcastGroup | None = None
+
+    def join(self, address: GroupAddress, rank: int) -> None:
+        self.group = BroadcastGroup(address, rank)
+
+    def receive_into(self, engine: object, broadcast: Broadcast, version: int) -> None:
+        """Receive the weights of ``broadcast`` and load them into ``engine`` as ``version``."""
+        if self.group is None:
+            raise RftError("synchronizer (nccl): this engine has not joined the weight-broadcast "
+                           "group")
+        tensors = self.group.receive(broadcast.spec)
+        engine.update_weights(iter(tensors), version=version)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group = None
