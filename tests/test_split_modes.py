@@ -31,6 +31,9 @@ from rft.config import load_config
 from rft.errors import RftError
 from rft.explorer.hf_engine import HFEngine
 from rft.launcher import run
+from rft.monitor.base import Monitor
+from rft import hookimpl
+from rft.plugins import PluginRegistry
 from rft.modes.checkpoint_sync import SyncTimeout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -275,6 +278,54 @@ def test_trainer_with_an_empty_buffer_times_out_naming_the_buffer(tmp_path, tiny
                                             r"experiences, 0 available \(written 0, read 0\)$"):
         run(loaded)
     assert list_checkpoints(str(tmp_path / "ck" / "split" / "run")) == []
+
+
+class ProbeMonitor(Monitor):
+    """Records which monitors were started and closed (an in-process plugin)."""
+
+    events: list[tuple[str, str]] = []
+
+    def start(self, total_steps: int) -> None:
+        ProbeMonitor.events.append((self.role, "start"))
+
+    def log(self, metrics, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        ProbeMonitor.events.append((self.role, "close"))
+
+
+class ProbePlugin:
+    @hookimpl
+    def register_monitors(self) -> dict:
+        return {"probe": ProbeMonitor}
+
+
+@pytest.mark.parametrize("mode", ["explore", "train"])
+def test_a_failed_resume_closes_what_set_up_opened(tmp_path, tiny_model_dir, tasks, mode):
+    """A corrupt explorer state (explore) or checkpoint (train) on resume is a one-line
+    error, and the monitors, the OpenAI endpoint thread, the buffer and the trainer that
+    set-up had opened are closed again."""
+    job = tmp_path / "ck" / "split" / "run"
+    job.mkdir(parents=True)
+    if mode == "explore":
+        (job / "explorer_state.json").write_text("{not json")
+        expected, error = rf"^explorer state {job}/explorer_state.json is corrupt", RftError
+    else:
+        path = save_checkpoint(str(job), 1, {"actor": {}}, {"step": 1})
+        (Path(path) / "trainer.pt").write_bytes(b"truncated")
+        expected, error = "is corrupt", CheckpointError
+    config = write_config(tmp_path, tiny_model_dir, tasks, mode, continue_from_checkpoint=True,
+                          monitor__monitor_type="probe",
+                          explorer__rollout_model={"engine_type": "hf", "dtype": "float32",
+                                                   "enable_openai_api": True})
+    ProbeMonitor.events.clear()
+    registry = PluginRegistry.create(extra_plugins=[ProbePlugin()])
+    with pytest.raises(error, match=expected):
+        run(load_config(config, registry=registry))
+    role = "explorer" if mode == "explore" else "trainer"
+    assert ProbeMonitor.events == [(role, "start"), (role, "close")]
+    assert not [t for t in threading.enumerate() if t.name == "rft-openai-api"]
 
 
 def test_bench_without_checkpoints_names_the_run_dir(tmp_path, tiny_model_dir, tasks):

@@ -179,6 +179,12 @@ def total_steps(config: RftConfig, explorer: Explorer | None, storage: Experienc
             or storage.available() // (config.buffer.train_batch_size or 1))
 
 
+def close_monitors(monitors: list[Monitor]) -> None:
+    """Close every monitor (flushes files, ends tracking runs)."""
+    for monitor in monitors:
+        monitor.close()
+
+
 def build_trainer(config: RftConfig, validation: Validation, storage: ExperienceStorage,
                   steps: int) -> tuple[Trainer, SampleStrategy]:
     """The stage's trainer (for ``steps`` steps) and the sample strategy feeding it from
@@ -279,8 +285,7 @@ def run_embedded(stage: Stage) -> StageResult:
         result.final_model_path = os.path.join(job_dir, f"global_step_{steps}", "hf")
         result.failed_tasks = len(explorer.failed_tasks) if explorer is not None else 0
     finally:
-        for monitor in explorer_monitors + trainer_monitors:
-            monitor.close()
+        close_monitors(explorer_monitors + trainer_monitors)
         if explorer is not None:
             explorer.close()
         storage.close()

@@ -38,7 +38,8 @@ from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.sync_policy import SYNC_POLICIES, SyncPolicy
 from rft.distributed.workers import ExplorerService, TrainerService, buffer_config
-from rft.embedded import StageResult, log_all, open_monitors, steps_over_tasks
+from rft.embedded import (StageResult, close_monitors, log_all, open_monitors,
+                          steps_over_tasks)
 from rft.errors import RftError
 from rft.monitor.base import Monitor
 
@@ -428,8 +429,7 @@ class Coordinator:
     def _close(self) -> None:
         import ray
 
-        for monitor in self.explorer_monitors + self.trainer_monitors:
-            monitor.close()
+        close_monitors(self.explorer_monitors + self.trainer_monitors)
         closing = [actor.close.remote() for role, actor in self.actors.items()]
         try:
             ray.wait(closing, num_returns=len(closing), timeout=60)

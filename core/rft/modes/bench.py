@@ -18,6 +18,7 @@ from rft.embedded import (
     CheckpointEval,
     StageResult,
     build_engine,
+    close_monitors,
     default_sampling,
     log_all,
     open_monitors,
@@ -65,8 +66,7 @@ def run_bench(stage: Stage) -> StageResult:
         result.failed_tasks = len(explorer.failed_tasks)
         result.final_model_path = config.model.model_path
     finally:
-        for monitor in monitors:
-            monitor.close()
+        close_monitors(monitors)
         explorer.close()
     result.seconds = time.monotonic() - started
     return result

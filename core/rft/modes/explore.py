@@ -15,6 +15,7 @@ counts, so a restarted explorer (``continue_from_checkpoint``) goes on where it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,12 +24,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rft.buffer.factory import open_experience_buffer
+from rft.buffer.storage import ExperienceStorage
 from rft.checkpoint import check_writable
 from rft.config import Stage
 from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.embedded import (
     StageResult,
     build_engine,
+    close_monitors,
     default_sampling,
     log_all,
     open_monitors,
@@ -39,6 +42,7 @@ from rft.errors import RftError
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
+from rft.monitor.base import Monitor
 
 log = logging.getLogger("rft.modes.explore")
 
@@ -98,57 +102,66 @@ def run_explore(stage: Stage) -> StageResult:
     config, validation = stage.config, stage.validation
     job_dir = config.checkpoint_job_dir or "."
     check_writable(job_dir)
-    engine = build_engine(config,
-                          validation.selected["explorer.rollout_model.engine_type"].implementation)
-    storage = open_experience_buffer(config.buffer.trainer_input.experience_buffer
-                                     or ExperienceBufferConfig())
-    explorer = Explorer(config, validation, ModelWrapper(engine, default_sampling(config)),
-                        storage)
-    sync = CheckpointSynchronizer(job_dir, [engine], timeout=config.synchronizer.sync_timeout)
-    steps = total_steps(config, explorer, storage)
-    monitors = open_monitors(stage, "explorer")
-    for monitor in monitors:
-        monitor.start(steps)
-    progress = (ExplorerProgress.read(job_dir) if config.continue_from_checkpoint else None) \
-        or ExplorerProgress()
+    with contextlib.ExitStack() as cleanup:  # closed in reverse, however set-up ends
+        engine = build_engine(
+            config, validation.selected["explorer.rollout_model.engine_type"].implementation)
+        storage = open_experience_buffer(config.buffer.trainer_input.experience_buffer
+                                         or ExperienceBufferConfig())
+        cleanup.callback(storage.close)
+        explorer = Explorer(config, validation, ModelWrapper(engine, default_sampling(config)),
+                            storage)
+        cleanup.callback(explorer.close)
+        sync = CheckpointSynchronizer(job_dir, [engine],
+                                      timeout=config.synchronizer.sync_timeout)
+        steps = total_steps(config, explorer, storage)
+        monitors = open_monitors(stage, "explorer")
+        cleanup.callback(close_monitors, monitors)
+        for monitor in monitors:
+            monitor.start(steps)
+        progress = (ExplorerProgress.read(job_dir) if config.continue_from_checkpoint
+                    else None) or ExplorerProgress()
+        result = _explore(stage, explorer, storage, sync, monitors, progress, steps)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _explore(stage: Stage, explorer: Explorer, storage: ExperienceStorage,
+             sync: CheckpointSynchronizer, monitors: list[Monitor], progress: ExplorerProgress,
+             steps: int) -> StageResult:
+    """The explore steps of :func:`run_explore`, from ``progress`` on."""
+    config = stage.config
+    job_dir = config.checkpoint_job_dir or "."
     for selector, state in zip(explorer.selectors, progress.selectors, strict=False):
         selector.load_state_dict(state)
     result = StageResult(stage.name, steps, eval_before=progress.eval_before)
     has_eval = bool(explorer.eval_sets)
     wait = config.synchronizer.wait_for_checkpoint
-    try:
-        sync.load_newest()  # a resumed run, or a trainer that is ahead
-        if sync.loaded is not None:
-            log.info("explorer starts from %s", sync.loaded.path)
-        if has_eval and progress.step == 0 and sync.version == 0 \
-                and config.explorer.eval_on_startup:
-            result.eval_before = progress.eval_before = explorer.evaluate()
-            log_all(monitors, result.eval_before, 0)
-        for step in range(progress.step + 1, steps + 1):
-            metrics: dict[str, float] = {}
-            if is_sync_step(step, config):
-                metrics.update(sync.wait_newer() if wait else sync.load_newest())
-            written_before = storage.written
-            metrics.update(explorer.explore_step(step))
-            metrics["sync/model_version"] = float(sync.version)
-            log_all(monitors, metrics, step)
-            progress.step, progress.model_version = step, sync.version
-            progress.selectors = [s.state_dict() for s in explorer.selectors]
-            progress.experiences_written += storage.written - written_before
-            progress.write(job_dir)
-            if has_eval and step % config.explorer.eval_interval == 0 and step != steps:
-                log_all(monitors, explorer.evaluate(), step)
-        if has_eval:
-            result.eval_after = explorer.evaluate()
-            log_all(monitors, result.eval_after, steps)
-        result.failed_tasks = len(explorer.failed_tasks)
-        result.final_model_path = _model_path(config, sync)
-    finally:
-        for monitor in monitors:
-            monitor.close()
-        explorer.close()
-        storage.close()
-    result.seconds = time.monotonic() - started
+    sync.load_newest()  # a resumed run, or a trainer that is ahead
+    if sync.loaded is not None:
+        log.info("explorer starts from %s", sync.loaded.path)
+    if has_eval and progress.step == 0 and sync.version == 0 \
+            and config.explorer.eval_on_startup:
+        result.eval_before = progress.eval_before = explorer.evaluate()
+        log_all(monitors, result.eval_before, 0)
+    for step in range(progress.step + 1, steps + 1):
+        metrics: dict[str, float] = {}
+        if is_sync_step(step, config):
+            metrics.update(sync.wait_newer() if wait else sync.load_newest())
+        written_before = storage.written
+        metrics.update(explorer.explore_step(step))
+        metrics["sync/model_version"] = float(sync.version)
+        log_all(monitors, metrics, step)
+        progress.step, progress.model_version = step, sync.version
+        progress.selectors = [s.state_dict() for s in explorer.selectors]
+        progress.experiences_written += storage.written - written_before
+        progress.write(job_dir)
+        if has_eval and step % config.explorer.eval_interval == 0 and step != steps:
+            log_all(monitors, explorer.evaluate(), step)
+    if has_eval:
+        result.eval_after = explorer.evaluate()
+        log_all(monitors, result.eval_after, steps)
+    result.failed_tasks = len(explorer.failed_tasks)
+    result.final_model_path = _model_path(config, sync)
     return result
 
 

@@ -29,6 +29,7 @@ from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.embedded import (
     StageResult,
     build_trainer,
+    close_monitors,
     log_all,
     open_monitors,
     quiet_libraries,
@@ -37,6 +38,8 @@ from rft.embedded import (
     steps_over_tasks,
 )
 from rft.errors import RftError
+from rft.monitor.base import Monitor
+from rft.trainer.base import Trainer
 
 log = logging.getLogger("rft.modes.train")
 
@@ -74,23 +77,25 @@ def run_trainer_alone(stage: Stage) -> StageResult:
     buffer_cfg = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
     steps = trainer_total_steps(config)
     storage = open_experience_buffer(buffer_cfg)
-    trainer, strategy = build_trainer(config, validation, storage, steps)
-    monitors = open_monitors(stage, "trainer")
-    for monitor in monitors:
-        monitor.start(steps)
-    result = StageResult(stage.name, steps)
-    first_step, version, read_before = 1, 0, 0
-    checkpoints = list_checkpoints(job_dir) if config.continue_from_checkpoint else []
-    if checkpoints:
-        trainer_state, state = load_checkpoint(checkpoints[-1])
-        trainer.load_state_dict(trainer_state)
-        first_step, version = state["step"] + 1, state["step"]
-        read_before = int(state.get("experiences_read", 0))
-        log.info("resumed from %s", checkpoints[-1].path)
-    interval = config.synchronizer.sync_interval
-    save_interval = config.trainer.save_interval
-    always_hf = config.trainer.save_hf_checkpoint == "always"
-    try:
+    trainer: Trainer | None = None
+    monitors: list[Monitor] = []
+    try:  # whatever set-up opened is closed again, however it ends
+        trainer, strategy = build_trainer(config, validation, storage, steps)
+        monitors = open_monitors(stage, "trainer")
+        for monitor in monitors:
+            monitor.start(steps)
+        result = StageResult(stage.name, steps)
+        first_step, version, read_before = 1, 0, 0
+        checkpoints = list_checkpoints(job_dir) if config.continue_from_checkpoint else []
+        if checkpoints:
+            trainer_state, state = load_checkpoint(checkpoints[-1])
+            trainer.load_state_dict(trainer_state)
+            first_step, version = state["step"] + 1, state["step"]
+            read_before = int(state.get("experiences_read", 0))
+            log.info("resumed from %s", checkpoints[-1].path)
+        interval = config.synchronizer.sync_interval
+        save_interval = config.trainer.save_interval
+        always_hf = config.trainer.save_hf_checkpoint == "always"
         for step in range(first_step, steps + 1):
             experiences, metrics = strategy.sample(step, version)
             metrics = {**metrics, **trainer.train_step(experiences)}
@@ -107,9 +112,9 @@ def run_trainer_alone(stage: Stage) -> StageResult:
             log_all(monitors, metrics, step)
         result.final_model_path = os.path.join(job_dir, f"global_step_{steps}", "hf")
     finally:
-        for monitor in monitors:
-            monitor.close()
+        close_monitors(monitors)
         storage.close()
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
     result.seconds = time.monotonic() - started
     return result
