@@ -16,7 +16,7 @@ Per layer, with hidden states ``h`` ``(B, S, H)`` at absolute columns ``s … s+
     q, k, v = x W_qᵀ + b_q,  x W_kᵀ + b_k,  x W_vᵀ + b_v      (B, heads, S, d)
     q, k ← q·cos + rot(q)·sin,  rot([a, b]) = [−b, a]          (RoPE of the model's rotary module)
     K[:, :, s:s+S], V[:, :, s:s+S] = k, v
-    o  = softmax(q Kᵀ / √d + bias) V                           (bias 0 where allowed, −inf elsewhere)
+    o  = softmax(q Kᵀ / √d over the allowed keys) V            (a boolean mask, as transformers' sdpa path)
     h ← h + o W_oᵀ
     x' = w_post ⊙ rms(h)
     h ← h + (silu(x' W_gᵀ) ⊙ x' W_uᵀ) W_dᵀ
@@ -118,22 +118,17 @@ class LeanDecoder:
         allowed = (causal[None] & self._valid[:, None, :width]) | torch.eye(
             width, dtype=torch.bool, device=device)[None]  # (B, P, P)
         self._filled = 0
-        return self._forward(input_ids, position_ids, self._bias(allowed[:, None], dtype))
+        return self._forward(input_ids, position_ids, allowed[:, None])
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``input_ids`` ``(B, 1)``; returns logits ``(B, V)``."""
         end = self._filled + 1
         allowed = self._valid[:, None, None, :end]  # (B, 1, 1, s+1)
-        return self._forward(input_ids, position_ids, self._bias(allowed, self._keys[0].dtype))
-
-    @staticmethod
-    def _bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Additive attention bias: 0 where ``allowed``, −inf elsewhere."""
-        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-            ~allowed, float("-inf"))
+        return self._forward(input_ids, position_ids, allowed)
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                 bias: torch.Tensor) -> torch.Tensor:
+                 allowed: torch.Tensor) -> torch.Tensor:
+        """``allowed`` ``(B, 1, S, s+S)`` bool: which keys each query may attend to."""
         decoder: Any = self.model.model
         batch, width = input_ids.shape
         start, end = self._filled, self._filled + width
@@ -155,7 +150,7 @@ class LeanDecoder:
             keys[:, :, start:end] = k
             values[:, :, start:end] = v
             out = F.scaled_dot_product_attention(
-                q, keys[:, :, :end], values[:, :, :end], attn_mask=bias,
+                q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
                 scale=attn.scaling, enable_gqa=True)  # (B, heads, S, d)
             out = out.transpose(1, 2).reshape(batch, width, -1)  # (B, S, heads·d)
             hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
