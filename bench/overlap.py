@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/overlap.py [--steps 10] [--engine vllm] [--batch-size 4]
                                       [--repeat 4] [--max-tokens 32] [--ppo-epochs 4]
+                                      [--sync-method nccl|memory]
 
 One tiny Qwen2 model (head size 32, random weights, float32), one thread per process
 (``OMP_NUM_THREADS=1``), the real plugins (GRPO, ``simple_workflow``, ``accuracy_reward``):
@@ -71,7 +72,7 @@ def config(directory: Path, model: Path, tasks: Path, mode: str, name: str,
                        "default_reward_fn_type": "accuracy_reward"}},
                    "trainer_input": {"experience_buffer": buffer}},
         "explorer": {"eval_interval": 1000, "rollout_model": engine},
-        "synchronizer": {"sync_method": "memory" if mode == "both" else "checkpoint",
+        "synchronizer": {"sync_method": args.sync_method if mode == "both" else "checkpoint",
                          "sync_interval": 1, **sync},
         "trainer": {"trainer_type": "torch", "save_interval": 0, "trainer_config": {
             "actor_rollout_ref": {"actor": {"ppo_epochs": args.ppo_epochs}}}},
@@ -128,6 +129,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--ppo-epochs", type=int, default=4)
+    parser.add_argument("--sync-method", default="nccl", choices=("nccl", "memory"),
+                        help="weights in the both runs: broadcast (gloo on CPU) or object store")
     args = parser.parse_args()
 
     import torch
@@ -157,7 +160,7 @@ def main() -> None:
     alone = max(seconds["explore_only"], seconds["train_only"])
     print(f"\n{args.steps} steps, {args.batch_size} tasks x {args.repeat} rollouts x "
           f"{args.max_tokens} tokens, engine {args.engine}, {args.ppo_epochs} PPO epochs, "
-          "1 thread per process")
+          f"sync_method {args.sync_method}, 1 thread per process")
     print(f"{'run':<14} {'s/step':>8} {'/ max(explore, train)':>22}")
     for name, value in seconds.items():
         ratio = f"{value / alone:.2f}" if name.startswith("both") else "-"
