@@ -3,6 +3,7 @@ teacher forcing, token limits, prompt truncation, weight updates, chat template.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -185,6 +186,26 @@ def test_stop_strings(engine: HFEngine, prompts) -> None:
     assert cut.finish_reason == "stop" and cut.stop_reason == stop
     assert cut.token_ids == base.token_ids[:len(cut.token_ids)]
     assert stop not in cut.text and base.text.startswith(cut.text)
+
+
+def test_a_stop_string_late_in_a_long_response(engine: HFEngine, prompts) -> None:
+    """The decode loop looks for stop strings in each row's last tokens only; a stop string
+    40 tokens in is still found, at its first occurrence."""
+    sampling = SamplingArgs(max_tokens=48, seed=21, ignore_eos=True)
+    base = engine.generate(prompts[:1], sampling)[0][0]
+    assert len(base.token_ids) == 48
+    stop = base.text[-6:-2].strip() or base.text[-3:]
+    cut = engine.generate(prompts[:1], dataclasses.replace(sampling, stop=(stop,)))[0][0]
+    assert cut.finish_reason == "stop" and cut.stop_reason == stop
+    assert cut.text == base.text[: base.text.index(stop)]
+    assert cut.token_ids == base.token_ids[: len(cut.token_ids)]
+    # the in-loop check (last tokens only) fires at the step a full decode would
+    check = engine._stop_string_check(dataclasses.replace(sampling, stop=(stop,)))
+    ids = torch.tensor([base.token_ids])
+    windowed = [bool(check(ids[:, :t])[0]) for t in range(1, 49)]
+    full = [stop in engine.tokenizer.decode(base.token_ids[:t], skip_special_tokens=True)
+            for t in range(1, 49)]
+    assert windowed.index(True) == full.index(True) == len(cut.token_ids) - 1
 
 
 def test_prompt_truncation(tiny_model_dir: Path) -> None:  # noqa: F811

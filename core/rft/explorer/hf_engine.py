@@ -260,13 +260,17 @@ class HFEngine(InferenceEngine):
         )
 
     def _stop_string_check(self, sampling: SamplingArgs) -> Any:
-        """For the decode loop: new tokens ``(B, t)`` → ``(B,)`` bool, rows whose decoded
-        text holds one of ``sampling.stop`` (decoded as :meth:`_find_stop_string` does)."""
+        """For the decode loop: new tokens ``(B, t)`` → ``(B,)`` bool, rows whose text now
+        holds one of ``sampling.stop``. A stop string that was not there a step ago ends
+        in the newest token, and a string of ``L`` characters spans at most ``4·L`` byte
+        tokens (UTF-8), so only the last ``4·L + 4`` tokens of each row are decoded (as
+        :meth:`_find_stop_string` decodes): the cost per step does not grow with ``t``."""
         stops = [s for s in sampling.stop if s]
+        window = 4 * max((len(s) for s in stops), default=0) + 4
 
         def check(tokens: torch.Tensor) -> torch.Tensor:
             texts = self._tokenizer.batch_decode(
-                tokens.tolist(), skip_special_tokens=sampling.skip_special_tokens)
+                tokens[:, -window:].tolist(), skip_special_tokens=sampling.skip_special_tokens)
             return torch.tensor([any(s in text for s in stops) for text in texts])
 
         return check
