@@ -22,6 +22,7 @@ wire, so every dtype travels the same way::
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -47,10 +48,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        count = 1
-        for size in self.shape:
-            count *= size
-        return count * torch.empty(0, dtype=self.dtype).element_size()
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 @dataclass(frozen=True)
