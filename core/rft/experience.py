@@ -166,9 +166,10 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
     at_zero = torch.zeros(batch_size, dtype=torch.long)  # (B,)
     input_ids = _scatter_rows([e.tokens for e in experiences], starts, torch.full(
         (batch_size, total), pad_token_id, dtype=torch.long))  # (B, P+R)
-    attention_mask = _scatter_rows([torch.ones(e.tokens.numel(), dtype=torch.long)
-                                    for e in experiences], starts,
-                                   torch.zeros(batch_size, total, dtype=torch.long))  # (B, P+R)
+    ends = starts + torch.tensor([e.tokens.numel() for e in experiences])  # (B,)
+    columns = torch.arange(total)  # (P+R,)
+    attention_mask = ((columns >= starts[:, None])
+                      & (columns < ends[:, None])).long()  # (B, P+R)
     response_mask = _scatter_rows([e.action_mask for e in experiences], at_zero,
                                   torch.zeros(batch_size, response_width))  # (B, R)
     token_level_rewards = torch.zeros(batch_size, response_width)  # (B, R)

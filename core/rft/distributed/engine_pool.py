@@ -35,7 +35,7 @@ class EngineReplica:
 
         quiet_libraries()
         self.engine = build_engine(config, engine_cls)
-        self.broadcast_end = EngineEnd()
+        self.broadcast_end = EngineEnd(self.engine)
 
     def settings(self) -> dict[str, Any]:
         """What the pool needs to act as this engine: limits, template, tokenizer, EOS."""
@@ -59,10 +59,10 @@ class EngineReplica:
         return self.engine.model_version
 
     def join_weight_group(self, address: GroupAddress, rank: int) -> None:
-        self.broadcast_end.join(address, rank)
+        self.broadcast_end.join_weight_group(address, rank)
 
     def receive_broadcast(self, broadcast: Broadcast, version: int) -> int:
-        self.broadcast_end.receive_into(self.engine, broadcast, version)
+        self.broadcast_end.receive_broadcast(broadcast, version)
         return self.engine.model_version
 
     def close(self) -> None:

@@ -185,22 +185,25 @@ class BroadcastGroup:
 
 
 class EngineEnd:
-    """The engine side of the group, in the process holding a rollout engine (the explorer
-    actor, or an engine replica): joins as one rank, receives, loads in place."""
+    """The engine side of the group, in the process holding a rollout ``engine`` (the
+    explorer actor, or an engine replica): joins as one rank, receives, loads in place. Its
+    two calls are those of :class:`~rft.distributed.engine_pool.EnginePool`, which stands
+    in for it when the explorer holds several engines."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: object) -> None:
+        self.engine = engine
         self.group: BroadcastGroup | None = None
 
-    def join(self, address: GroupAddress, rank: int) -> None:
+    def join_weight_group(self, address: GroupAddress, rank: int = 1) -> None:
         self.group = BroadcastGroup(address, rank)
 
-    def receive_into(self, engine: object, broadcast: Broadcast, version: int) -> None:
-        """Receive the weights of ``broadcast`` and load them into ``engine`` as ``version``."""
+    def receive_broadcast(self, broadcast: Broadcast, version: int) -> None:
+        """Receive the weights of ``broadcast`` and load them into the engine as ``version``."""
         if self.group is None:
             raise RftError("synchronizer (nccl): this engine has not joined the weight-broadcast "
                            "group")
         tensors = self.group.receive(broadcast.spec)
-        engine.update_weights(iter(tensors), version=version)  # type: ignore[attr-defined]
+        self.engine.update_weights(iter(tensors), version=version)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self.group is not None:

@@ -64,15 +64,14 @@ class ExplorerService:
         storage = RemoteStorage(buffer_config(config).name, buffer)
         self.explorer = Explorer(config, validation,
                                  ModelWrapper(self.engine, default_sampling(config)), storage)
-        self.broadcast_end = EngineEnd()
+        # sync_method nccl: this process receives as rank 1, or each replica of a pool
+        self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
+        self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
 
     def join_weight_group(self, address: GroupAddress) -> None:
         """``sync_method: nccl``: join the trainer's broadcast group — as rank 1, or, with
         several engines, each replica as ranks 1 … N."""
-        if isinstance(self.engine, EnginePool):
-            self.engine.join_weight_group(address)
-        else:
-            self.broadcast_end.join(address, rank=1)
+        self.weight_receiver.join_weight_group(address)
 
     def train_size(self) -> int:
         return self.explorer.train_size
@@ -83,10 +82,7 @@ class ExplorerService:
 
         started = time.monotonic()
         if isinstance(weights, Broadcast):
-            if isinstance(self.engine, EnginePool):
-                self.engine.receive_broadcast(weights, version)
-            else:
-                self.broadcast_end.receive_into(self.engine, weights, version)
+            self.weight_receiver.receive_broadcast(weights, version)
             return time.monotonic() - started
         tensors = (load_actor_weights(Checkpoint(version, weights)).items()
                    if isinstance(weights, str) else weights)
@@ -119,7 +115,8 @@ class ExplorerService:
 
     def close(self) -> None:
         self.explorer.close()
-        self.broadcast_end.close()
+        if self.broadcast_end is not None:
+            self.broadcast_end.close()
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
