@@ -151,7 +151,8 @@ class Coordinator:
     def _join_weight_group(self, trainer: Any, explorer: Any) -> None:
         """``sync_method: nccl``: the trainer (rank 0) and the engine holders join one group."""
         c = self.config
-        world = 1 + c.explorer.rollout_model.engine_num
+        world = 1 + self._get(explorer.weight_group_ranks.remote(),
+                              Call("explorer", "weight-group set-up", 0))
         address = self._get(trainer.host_weight_group.remote(world, c.synchronizer.sync_timeout),
                             Call("trainer", "weight-group set-up", 0))
         joins = [(trainer.join_weight_group.remote(), Call("trainer", "weight-group set-up", 0)),

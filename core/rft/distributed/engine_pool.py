@@ -10,8 +10,8 @@ and the workflows use it like a single engine:
   samples with seed ``seed + j`` (with one chunk: exactly a single engine's call).
 - ``update_weights`` puts the tensors in the object store once and loads them into every
   replica in parallel; the pool's ``model_version`` changes when all have them. With
-  ``sync_method: nccl`` each replica is a rank of the trainer's broadcast group
-  (:mod:`rft.distributed.weight_broadcast`) and receives the weights itself.
+  ``sync_method: nccl`` each replica (or each of its workers) is a rank of the trainer's
+  broadcast group (:mod:`rft.distributed.weight_broadcast`) and receives the weights itself.
 """
 
 from __future__ import annotations
@@ -58,8 +58,11 @@ class EngineReplica:
         self.engine.update_weights(iter(weights), version=version)
         return self.engine.model_version
 
-    def join_weight_group(self, address: GroupAddress, rank: int) -> None:
-        self.broadcast_end.join_weight_group(address, rank)
+    def weight_group_ranks(self) -> int:
+        return self.broadcast_end.weight_group_ranks()
+
+    def join_weight_group(self, address: GroupAddress, first_rank: int) -> None:
+        self.broadcast_end.join_weight_group(address, first_rank)
 
     def receive_broadcast(self, broadcast: Broadcast, version: int) -> int:
         self.broadcast_end.receive_broadcast(broadcast, version)
@@ -104,6 +107,7 @@ class EnginePool(InferenceEngine):
         eos = settings.pop("eos_token_ids")
         super().__init__(**settings)
         self.eos_token_ids = list(eos)
+        self._ranks: list[int] | None = None
 
     @property
     def tokenizer(self) -> Any:
@@ -147,12 +151,25 @@ class EnginePool(InferenceEngine):
         ray.get([replica.update_weights.remote(weights, version) for replica in self.replicas])
         self._model_version = int(version)
 
-    def join_weight_group(self, address: GroupAddress) -> None:
-        """``sync_method: nccl``: replica ``j`` joins the trainer's group as rank ``1 + j``."""
+    def weight_group_ranks(self) -> int:
+        """Ranks the replicas take in the broadcast group (each one per worker it has)."""
+        return sum(self._replica_ranks())
+
+    def _replica_ranks(self) -> list[int]:
         import ray
 
-        ray.get([replica.join_weight_group.remote(address, 1 + j)
-                 for j, replica in enumerate(self.replicas)])
+        if self._ranks is None:
+            self._ranks = ray.get([r.weight_group_ranks.remote() for r in self.replicas])
+        return self._ranks
+
+    def join_weight_group(self, address: GroupAddress, first_rank: int = 1) -> None:
+        """``sync_method: nccl``: the replicas join the trainer's group one after another,
+        from ``first_rank`` on (replica ``j`` at ``first_rank + Σ_{i<j} ranks_i``)."""
+        import ray
+
+        starts = [first_rank + sum(self._replica_ranks()[:j]) for j in range(len(self.replicas))]
+        ray.get([replica.join_weight_group.remote(address, start)
+                 for replica, start in zip(self.replicas, starts, strict=True)])
 
     def receive_broadcast(self, broadcast: Broadcast, version: int) -> None:
         """Every replica receives the trainer's broadcast and loads it as ``version``."""

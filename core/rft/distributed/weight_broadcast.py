@@ -7,6 +7,12 @@ hosts the rendezvous (a ``TCPStore`` on its node's address, a free port). The ba
 NCCL when the trainer's model is on CUDA and gloo otherwise, so the same code runs on a
 CPU machine (where the tests run it) and on GPUs.
 
+An engine whose model lives in processes of its own (vLLM's workers: one per
+tensor-parallel rank, in the engine-core process or further ones) implements
+:class:`JoinsWeightGroup`: each of its workers joins as a rank of its own and receives the
+weights where they are loaded, so no copy passes through the process holding the engine.
+Other engines (``hf``) are joined by :class:`EngineEnd` in their holding process.
+
 One sync: every rank walks the same :class:`TensorSpec` list (names, shapes, dtypes, in
 the trainer's order), packs it into byte buckets of at most ``bucket_bytes`` and
 broadcasts each bucket from rank 0; receivers unpack views into their own tensors and load
@@ -25,6 +31,7 @@ import datetime
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -49,6 +56,15 @@ class TensorSpec:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
+
+    def to_plain(self) -> list:
+        """``[name, shape, dtype name]``: survives any serializer (vLLM's msgpack RPC)."""
+        return [self.name, list(self.shape), str(self.dtype).removeprefix("torch.")]
+
+    @classmethod
+    def from_plain(cls, plain: Sequence) -> TensorSpec:
+        name, shape, dtype = plain
+        return cls(str(name), tuple(int(n) for n in shape), getattr(torch, dtype))
 
 
 @dataclass(frozen=True)
@@ -184,28 +200,66 @@ class BroadcastGroup:
                 pass
 
 
+@runtime_checkable
+class JoinsWeightGroup(Protocol):
+    """An engine whose workers join the broadcast group themselves (one rank each)."""
+
+    def weight_group_ranks(self) -> int:
+        """How many ranks the engine's workers take in the group."""
+        ...
+
+    def join_weight_group(self, address: GroupAddress, first_rank: int) -> None:
+        """Worker ``i`` joins as rank ``first_rank + i`` (returns once all ranks joined)."""
+        ...
+
+    def receive_broadcast(self, broadcast: Broadcast, version: int) -> None:
+        """Every worker receives ``broadcast`` and loads it in place as ``version``."""
+        ...
+
+    def leave_weight_group(self) -> None:
+        ...
+
+
 class EngineEnd:
     """The engine side of the group, in the process holding a rollout ``engine`` (the
-    explorer actor, or an engine replica): joins as one rank, receives, loads in place. Its
-    two calls are those of :class:`~rft.distributed.engine_pool.EnginePool`, which stands
-    in for it when the explorer holds several engines."""
+    explorer actor, or an engine replica). An engine implementing :class:`JoinsWeightGroup`
+    joins through its workers; any other is joined here as one rank, and the received
+    tensors go to its ``update_weights``. Its calls are those of
+    :class:`~rft.distributed.engine_pool.EnginePool`, which stands in for it when the
+    explorer holds several engines."""
 
     def __init__(self, engine: object) -> None:
         self.engine = engine
+        self.workers = engine if isinstance(engine, JoinsWeightGroup) else None
         self.group: BroadcastGroup | None = None
+        self.joined = False
 
-    def join_weight_group(self, address: GroupAddress, rank: int = 1) -> None:
-        self.group = BroadcastGroup(address, rank)
+    def weight_group_ranks(self) -> int:
+        return self.workers.weight_group_ranks() if self.workers is not None else 1
+
+    def join_weight_group(self, address: GroupAddress, first_rank: int = 1) -> None:
+        if self.workers is not None:
+            self.workers.join_weight_group(address, first_rank)
+        else:
+            self.group = BroadcastGroup(address, first_rank)
+        self.joined = True
 
     def receive_broadcast(self, broadcast: Broadcast, version: int) -> None:
         """Receive the weights of ``broadcast`` and load them into the engine as ``version``."""
-        if self.group is None:
+        if not self.joined:
             raise RftError("synchronizer (nccl): this engine has not joined the weight-broadcast "
                            "group")
+        if self.workers is not None:
+            self.workers.receive_broadcast(broadcast, version)
+            return
+        assert self.group is not None
         tensors = self.group.receive(broadcast.spec)
         self.engine.update_weights(iter(tensors), version=version)  # type: ignore[attr-defined]
 
     def close(self) -> None:
+        if self.joined and self.workers is not None:
+            self.workers.leave_weight_group()
         if self.group is not None:
             self.group.close()
             self.group = None
+        self.joined = False

@@ -68,10 +68,14 @@ class ExplorerService:
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
 
+    def weight_group_ranks(self) -> int:
+        """Ranks this explorer's engines take in the broadcast group."""
+        return self.weight_receiver.weight_group_ranks()
+
     def join_weight_group(self, address: GroupAddress) -> None:
-        """``sync_method: nccl``: join the trainer's broadcast group — as rank 1, or, with
-        several engines, each replica as ranks 1 … N."""
-        self.weight_receiver.join_weight_group(address)
+        """``sync_method: nccl``: join the trainer's broadcast group as ranks 1 … N — this
+        process, the engine's workers, or each replica's."""
+        self.weight_receiver.join_weight_group(address, 1)
 
     def train_size(self) -> int:
         return self.explorer.train_size

@@ -21,11 +21,15 @@ Weights are replaced in place (:meth:`VLLMEngine.update_weights`): the worker's
 ``reload_weights(weights_iterator=…)``; with tied embeddings the output head is tied to
 the embedding again and, on CPU, its prepacked GEMM is rebuilt (it would keep the old
 weights); then the prefix cache is reset, since cached KV blocks were computed with the
-old weights.
+old weights. With ``sync_method: nccl`` each vLLM worker is a rank of the trainer's
+broadcast group (:mod:`rft.distributed.weight_broadcast`): it receives the weights in its
+own process (the engine-core process, or one per tensor-parallel rank) and reloads them
+there (:meth:`VLLMEngine.receive_broadcast`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -111,10 +115,11 @@ class VLLMEngine(InferenceEngine):
         }
         if self.max_model_len is not None:
             kwargs["max_model_len"] = self.max_model_len
+        # weight updates send functions to the workers (collective_rpc), which is pickled
+        # when the workers run in processes of their own
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if self.cuda:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-            # weight updates send a function to the workers (collective_rpc)
-            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         else:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             kwargs["distributed_executor_backend"] = "uni"
@@ -329,31 +334,70 @@ class VLLMEngine(InferenceEngine):
 
     def _checked_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
                          ) -> list[tuple[str, torch.Tensor]]:
-        """Stripped names, known names and shapes, tied head folded into the embedding,
-        fused layers complete."""
-        weights: dict[str, torch.Tensor] = {}
-        for name, tensor in named_tensors:
+        """The tensors to load, under the names vLLM's loader takes (see :meth:`_load_plan`)."""
+        tensors = [(name, tensor.detach()) for name, tensor in named_tensors]
+        plan = self._load_plan([(name, tuple(t.shape)) for name, t in tensors])
+        return [(key, tensors[index][1]) for key, index in plan]
+
+    def _load_plan(self, named_shapes: Sequence[tuple[str, tuple[int, ...]]]
+                   ) -> list[tuple[str, int]]:
+        """``(name, index)`` of each input tensor to load: wrapper prefixes stripped, names
+        and shapes checked against the model, a tied head folded into the embedding, fused
+        layers complete (a later tensor of the same name wins)."""
+        chosen: dict[str, int] = {}
+        for index, (name, shape) in enumerate(named_shapes):
             key = _strip_wrappers(name)
-            shape = self._param_shapes.get(key)
-            if shape is None:
+            expected = self._param_shapes.get(key)
+            if expected is None:
                 raise RftError(f"update_weights: {self.hf_config.architectures} has no "
                                f"parameter {name!r}")
-            if tuple(tensor.shape) != shape:
-                raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
-                               f"the model's is {shape}")
-            weights[key] = tensor.detach()
-        if self.tied_embeddings and "lm_head.weight" in weights:
-            head = weights.pop("lm_head.weight")
-            weights.setdefault("model.embed_tokens.weight", head)
+            if tuple(shape) != expected:
+                raise RftError(f"update_weights: {name!r} has shape {tuple(shape)}, "
+                               f"the model's is {expected}")
+            chosen[key] = index
+        if self.tied_embeddings and "lm_head.weight" in chosen:
+            head = chosen.pop("lm_head.weight")
+            chosen.setdefault("model.embed_tokens.weight", head)
         groups: dict[str, set[str]] = {}
         for key in self._param_shapes:
             groups.setdefault(self._layer_of(key), set()).add(key)
-        for layer in {self._layer_of(key) for key in weights}:
-            missing = sorted(groups[layer] - set(weights) - {"lm_head.weight"})
+        for layer in {self._layer_of(key) for key in chosen}:
+            missing = sorted(groups[layer] - set(chosen) - {"lm_head.weight"})
             if missing:
                 raise RftError(f"update_weights: vLLM reloads layer {layer!r} as a whole; "
                                f"the update lacks {', '.join(missing)}")
-        return list(weights.items())
+        return list(chosen.items())
+
+    # ---- sync_method nccl: the workers are ranks of the trainer's broadcast group -------
+
+    def weight_group_ranks(self) -> int:
+        """One rank per vLLM worker (``tensor_parallel_size × pipeline_parallel_size``)."""
+        return int(self.llm.llm_engine.vllm_config.parallel_config.world_size)
+
+    def join_weight_group(self, address: Any, first_rank: int) -> None:
+        """Worker ``i`` (vLLM's rank) joins the group as rank ``first_rank + i``."""
+        with self._lock:  # plain values: vLLM's RPC turns dataclasses into dicts
+            self.llm.collective_rpc(_join_weight_group_on_worker,
+                                    args=(dataclasses.asdict(address), first_rank))
+        self._in_weight_group = True
+
+    def receive_broadcast(self, broadcast: Any, version: int) -> None:
+        """Every worker receives the whole broadcast (tensor-parallel workers load their
+        shard of it), reloads in place; then the prefix cache is reset."""
+        spec = broadcast.spec
+        plan = self._load_plan([(item.name, item.shape) for item in spec])
+        with self._lock:
+            self.llm.collective_rpc(_receive_weights_on_worker,
+                                    args=([item.to_plain() for item in spec], plan,
+                                          self.tied_embeddings))
+            if not self.llm.reset_prefix_cache():
+                raise RftError("update_weights: vLLM could not reset its prefix cache")
+            self._model_version = int(version)
+
+    def leave_weight_group(self) -> None:
+        if self.__dict__.pop("_in_weight_group", False) and "llm" in self.__dict__:
+            with self._lock:
+                self.llm.collective_rpc(_leave_weight_group_on_worker)
 
     def _layer_of(self, name: str) -> str:
         """vLLM module holding a Hugging Face parameter (q/k/v_proj → qkv_proj, …)."""
@@ -366,6 +410,7 @@ class VLLMEngine(InferenceEngine):
 
     def close(self) -> None:
         """Release the vLLM engine (its KV cache and workers)."""
+        self.leave_weight_group()
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
             shutdown = getattr(llm.llm_engine, "shutdown", None)
@@ -427,6 +472,37 @@ def _reload_weights_on_worker(worker: Any, weights: list[tuple[str, torch.Tensor
     worker.reload_weights(weights_iterator=iter(weights))
     if tied:
         _retie_output_embedding(worker.model_runner.get_model())
+
+
+_WORKER_GROUP = "_rft_weight_group"
+"""Attribute of a vLLM worker holding its rank of the weight-broadcast group."""
+
+
+def _join_weight_group_on_worker(worker: Any, address: dict[str, Any], first_rank: int) -> None:
+    from rft.distributed.weight_broadcast import BroadcastGroup, GroupAddress
+
+    rank = first_rank + int(getattr(worker, "rank", 0))
+    setattr(worker, _WORKER_GROUP, BroadcastGroup(GroupAddress(**address), rank))
+
+
+def _receive_weights_on_worker(worker: Any, spec: Sequence[Sequence[Any]],
+                               plan: Sequence[Sequence[Any]], tied: bool) -> None:
+    from rft.distributed.weight_broadcast import TensorSpec
+
+    group = getattr(worker, _WORKER_GROUP, None)
+    if group is None:
+        raise RftError("synchronizer (nccl): this vLLM worker has not joined the "
+                       "weight-broadcast group")
+    tensors = group.receive([TensorSpec.from_plain(item) for item in spec])
+    _reload_weights_on_worker(worker, [(str(key), tensors[int(index)][1])
+                                       for key, index in plan], tied)
+
+
+def _leave_weight_group_on_worker(worker: Any) -> None:
+    group = getattr(worker, _WORKER_GROUP, None)
+    if group is not None:
+        group.close()
+        delattr(worker, _WORKER_GROUP)
 
 
 def _retie_output_embedding(model: Any) -> None:
