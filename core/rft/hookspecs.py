@@ -224,7 +224,10 @@ def register_engines() -> dict[str, Any]:
     """Register inference engines, selected by ``explorer.rollout_model.engine_type``.
 
     :return: ``{name: class}``; the class generates responses (with per-token
-        log-probabilities) and accepts weight updates.
+        log-probabilities) and accepts weight updates (``update_weights``). An engine whose
+        model lives in processes of its own may also implement
+        :class:`rft.distributed.weight_broadcast.JoinsWeightGroup`, so that with
+        ``sync_method: nccl`` those processes receive the trainer's broadcast themselves.
 
     Example::
 
