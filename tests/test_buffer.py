@@ -140,3 +140,58 @@ def test_default_and_staleness_strategies_through_the_registry():
     batch, metrics = strategy.sample(step=2, model_version=3)
     assert [e.info["i"] for e in batch] == [3, 4]
     assert metrics["sample/dropped_stale"] == 1.0
+
+
+def _every_field_experience() -> Experience:
+    g = torch.Generator().manual_seed(0)
+    return Experience(tokens=torch.randint(0, 900, (12,), generator=g), prompt_length=5,
+                      reward=0.5, token_level_reward=torch.randn(7, generator=g),
+                      logprobs=torch.randn(7, generator=g),
+                      action_mask=torch.tensor([1, 1, 0, 1, 1, 1, 0], dtype=torch.bool),
+                      advantages=torch.randn(7, generator=g).to(torch.bfloat16),
+                      returns=torch.randn(7, generator=g, dtype=torch.float64)[::1],
+                      eid=EID(3, 1, 2, "t0"), model_version=4, info={"q": "1+1"},
+                      metrics={"len": 7.0}, chosen_tokens=torch.arange(3)[::2],
+                      response_text="ok")
+
+
+def _assert_same_experience(got: Experience, want: Experience) -> None:
+    for name, value in want.__dict__.items():
+        other = getattr(got, name)
+        if isinstance(value, torch.Tensor):
+            assert isinstance(other, torch.Tensor) and other.dtype == value.dtype, name
+            assert torch.equal(other, value), name
+        else:
+            assert other == value, name
+
+
+def test_experiences_pickle_their_tensors_as_raw_buffers() -> None:
+    """Pickling (Ray's object store) keeps every field — dtypes, a bool mask, a bfloat16
+    tensor numpy cannot hold, non-contiguous views — and carries the CPU tensors as numpy
+    buffers; unpickled from read-only buffers (Ray's zero-copy views) the tensors are
+    writable copies. Copies keep their meaning: shallow shares, deep does not."""
+    import copy
+    import pickle
+
+    import numpy as np
+
+    from rft.tensor_wire import Bits
+
+    exp = _every_field_experience()
+    state = exp.__getstate__()
+    assert isinstance(state["tokens"], np.ndarray) and isinstance(state["logprobs"], np.ndarray)
+    assert isinstance(state["advantages"], Bits)  # bfloat16: its raw bits
+    _assert_same_experience(pickle.loads(pickle.dumps(exp)), exp)
+    shallow, deep = copy.copy(exp), copy.deepcopy(exp)
+    _assert_same_experience(deep, exp)
+    assert shallow.logprobs.data_ptr() == exp.logprobs.data_ptr()
+    assert deep.logprobs.data_ptr() != exp.logprobs.data_ptr()
+
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(exp, protocol=5, buffer_callback=buffers.append)
+    assert buffers  # the arrays went out of band, as Ray sends them
+    read_only = [memoryview(bytes(b.raw())) for b in buffers]
+    got = pickle.loads(data, buffers=read_only)
+    _assert_same_experience(got, exp)
+    got.logprobs += 1  # writable: not a view of the (read-only) buffer
+    assert torch.equal(got.logprobs, exp.logprobs + 1)

@@ -25,6 +25,7 @@ import torch
 from rft.config.schema import RftConfig
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
+from rft.tensor_wire import NamedTensors
 
 
 class EngineReplica:
@@ -147,7 +148,8 @@ class EnginePool(InferenceEngine):
                        version: int) -> None:
         import ray
 
-        weights = ray.put([(name, tensor.detach().cpu()) for name, tensor in named_tensors])
+        weights = ray.put(NamedTensors((name, tensor.detach().cpu())
+                                       for name, tensor in named_tensors))
         ray.get([replica.update_weights.remote(weights, version) for replica in self.replicas])
         self._model_version = int(version)
 

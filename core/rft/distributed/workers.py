@@ -28,6 +28,7 @@ from rft.explorer.engine import InferenceEngine
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.plugins import PluginRegistry
+from rft.tensor_wire import NamedTensors
 
 Weights = list[tuple[str, torch.Tensor]] | str | Broadcast
 """What the trainer hands to the explorer: its weights (HF names, CPU; ``sync_method:
@@ -147,10 +148,10 @@ class TrainerService:
         metrics.update(self.trainer.train_step(experiences))
         return metrics
 
-    def weights(self) -> list[tuple[str, torch.Tensor]]:
-        """A CPU copy of the actor's weights (it goes to the object store)."""
-        return [(name, tensor.detach().to("cpu", copy=True))
-                for name, tensor in self.trainer.named_weights()]
+    def weights(self) -> NamedTensors:
+        """A CPU copy of the actor's weights (it goes to the object store as raw buffers)."""
+        return NamedTensors((name, tensor.detach().to("cpu", copy=True))
+                            for name, tensor in self.trainer.named_weights())
 
     # ---- sync_method nccl (rft.distributed.weight_broadcast) ----------------------------
 
