@@ -106,6 +106,22 @@ def layout(spec: Sequence[TensorSpec], group: Sequence[int]) -> tuple[list[int],
     return offsets, end
 
 
+def pack(tensors: Sequence[torch.Tensor], limit: int = BUCKET_BYTES,
+         device: torch.device | str = "cpu") -> list[torch.Tensor]:
+    """The byte buckets of ``tensors`` on ``device``, as rank 0 broadcasts them (a snapshot
+    can be packed once, ahead of its broadcast)."""
+    spec = spec_of((str(i), t) for i, t in enumerate(tensors))
+    packed: list[torch.Tensor] = []
+    for group in buckets(spec, limit):
+        offsets, size = layout(spec, group)
+        buffer = torch.zeros(size, dtype=torch.uint8, device=device)  # (bytes,)
+        for i, offset in zip(group, offsets, strict=True):
+            raw = tensors[i].detach().contiguous().reshape(-1).view(torch.uint8)
+            buffer[offset: offset + raw.numel()].copy_(raw)
+        packed.append(buffer)
+    return packed
+
+
 @dataclass(frozen=True)
 class GroupAddress:
     """Where and how the ranks ≥ 1 join: the trainer's rendezvous, and what it decided."""
@@ -168,14 +184,12 @@ class BroadcastGroup:
 
     def send(self, tensors: Sequence[torch.Tensor], limit: int = BUCKET_BYTES) -> None:
         """Rank 0: broadcast ``tensors`` (in the spec's order)."""
-        spec = spec_of((str(i), t) for i, t in enumerate(tensors))
-        for group in buckets(spec, limit):
-            offsets, size = layout(spec, group)
-            buffer = torch.zeros(size, dtype=torch.uint8, device=self.device)  # (bytes,)
-            for i, offset in zip(group, offsets, strict=True):
-                raw = tensors[i].detach().contiguous().reshape(-1).view(torch.uint8)
-                buffer[offset: offset + raw.numel()].copy_(raw)
-            self._broadcast(buffer)
+        self.send_packed(pack(tensors, limit, self.device))
+
+    def send_packed(self, packed: Sequence[torch.Tensor]) -> None:
+        """Rank 0: broadcast buckets made by :func:`pack` (moved to this group's device)."""
+        for bucket in packed:
+            self._broadcast(bucket.to(self.device))
 
     def receive(self, spec: Sequence[TensorSpec], limit: int = BUCKET_BYTES
                 ) -> list[tuple[str, torch.Tensor]]:

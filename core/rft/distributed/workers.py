@@ -20,7 +20,7 @@ from rft.config.validate import Validation, validate
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool
 from rft.distributed.weight_broadcast import (Broadcast, BroadcastGroup, EngineEnd, GroupAddress,
-                                              host_rendezvous, spec_of)
+                                              host_rendezvous, pack, spec_of)
 from rft.embedded import (build_engine, build_trainer, default_sampling, quiet_libraries,
                           save_stage_checkpoint)
 from rft.errors import ConfigError, RftError
@@ -139,7 +139,7 @@ class TrainerService:
             config, validation, RemoteStorage(buffer_config(config).name, buffer), total_steps)
         self.group: BroadcastGroup | None = None
         self._rendezvous: tuple[Any, GroupAddress] | None = None
-        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self._snapshots: dict[int, list[torch.Tensor]] = {}  # version → byte buckets
         self._snapshot_ready = threading.Condition()
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -171,9 +171,10 @@ class TrainerService:
     def snapshot_weights(self, version: int) -> Broadcast:
         """Keep a CPU copy of the weights as ``version`` (training goes on meanwhile);
         return what the explorer is handed."""
-        named = self.weights()
+        named = list(self.trainer.named_weights())
+        packed = pack([tensor for _, tensor in named])  # CPU byte buckets, ready to send
         with self._snapshot_ready:
-            self._snapshots[version] = [tensor for _, tensor in named]
+            self._snapshots[version] = packed
             self._snapshot_ready.notify_all()
         return Broadcast(spec_of(named))
 
@@ -185,8 +186,8 @@ class TrainerService:
             if not self._snapshot_ready.wait_for(lambda: version in self._snapshots, timeout_s):
                 raise RftError(f"synchronizer (nccl): the trainer has no snapshot of weights "
                                f"version {version} after {timeout_s:g} s")
-            tensors = self._snapshots[version]
-        self.group.send(tensors)
+            packed = self._snapshots[version]
+        self.group.send_packed(packed)
 
     def drop_snapshots(self, below: int) -> None:
         with self._snapshot_ready:
