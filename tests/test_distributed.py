@@ -20,7 +20,7 @@ from fixtures_models import arithmetic_tasks
 from rft.checkpoint import list_checkpoints
 from rft.config import load_config
 from rft.config.schema import RolloutModelConfig
-from rft.distributed.engine_pool import EnginePool, chunks
+from rft.distributed.engine_pool import EnginePool, chunks, first_ranks
 from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
                                          TrainerDrivenSync)
 from rft.embedded import build_engine
@@ -316,6 +316,12 @@ def test_chunks_split_prompts_contiguously():
     assert [list(r) for r in chunks(5, 2)] == [[0, 1, 2], [3, 4]]
     assert [list(r) for r in chunks(2, 3)] == [[0], [1]]
     assert [list(r) for r in chunks(4, 1)] == [[0, 1, 2, 3]]
+
+
+def test_replicas_take_consecutive_broadcast_ranks():
+    """Replicas whose engines have 2, 1 and 4 workers, after the trainer's rank 0."""
+    assert first_ranks([2, 1, 4], 1) == [1, 3, 4]
+    assert first_ranks([1, 1], 1) == [1, 2] and first_ranks([], 1) == []
 
 
 @pytest.mark.slow

@@ -88,6 +88,16 @@ def chunks(count: int, parts: int) -> list[range]:
     return bounds
 
 
+def first_ranks(ranks: Sequence[int], start: int) -> list[int]:
+    """First group rank of each member taking ``ranks[j]`` consecutive ranks from
+    ``start`` on: ``start + Σ_{i<j} ranks_i``."""
+    firsts, rank = [], start
+    for count in ranks:
+        firsts.append(rank)
+        rank += count
+    return firsts
+
+
 class EnginePool(InferenceEngine):
     """``replicas`` engine actors used as one engine (see the module docstring).
 
@@ -169,7 +179,7 @@ class EnginePool(InferenceEngine):
         from ``first_rank`` on (replica ``j`` at ``first_rank + Σ_{i<j} ranks_i``)."""
         import ray
 
-        starts = [first_rank + sum(self._replica_ranks()[:j]) for j in range(len(self.replicas))]
+        starts = first_ranks(self._replica_ranks(), first_rank)
         ray.get([replica.join_weight_group.remote(address, start)
                  for replica, start in zip(self.replicas, starts, strict=True)])
 
