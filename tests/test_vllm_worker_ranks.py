@@ -80,8 +80,9 @@ def scenario(workdir: Path) -> dict:
 
 @pytest.mark.slow
 def test_each_tensor_parallel_worker_is_a_rank_and_loads_the_broadcast(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))  # one core per worker (one NUMA node here)
     env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_ENABLE_V1_MULTIPROCESSING="1",
-               VLLM_CPU_OMP_THREADS_BIND="0|1")  # one core per worker (one NUMA node here)
+               VLLM_CPU_OMP_THREADS_BIND=f"{cpus[0]}|{cpus[-1]}")
     done = subprocess.run([sys.executable, __file__, str(tmp_path)], env=env, text=True,
                           capture_output=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith(REPORT)]
