@@ -10,7 +10,7 @@ responses right-padded, so every response starts at the same column.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -114,8 +114,7 @@ class Experience:
         return self.tokens[self.prompt_length:]
 
 
-_TENSOR_FIELDS = ("tokens", "token_level_reward", "logprobs", "action_mask", "advantages",
-                  "returns", "chosen_tokens")
+_TENSOR_FIELDS = tuple(f.name for f in fields(Experience) if "torch.Tensor" in str(f.type))
 """The tensor fields of :class:`Experience` (pickled as raw buffers)."""
 
 
