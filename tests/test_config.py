@@ -325,3 +325,33 @@ def test_overrides_follow_list_indices(base, registry, tmp_path):
     assert a.config.buffer.explorer_input.eval_tasksets[0].repeat_times == 3
     with pytest.raises(ConfigError, match=r"override 'stages.5.buffer.batch_size=1': "):
         load_config(path, ["stages.5.buffer.batch_size=1"], registry)
+
+
+def test_openai_endpoint_parsers_are_plugins(base, registry):
+    from rft.builtin.reply_parsers import hermes_tool_calls, qwen3_reasoning
+    from rft.explorer.reply_parsing import reply_parser_of
+
+    model = base["explorer"]["rollout_model"]
+    model.update(enable_openai_api=True, enable_auto_tool_choice=True,
+                 tool_call_parser="hermes", reasoning_parser="qwen3")
+    _, validation = single(base, registry)
+    parser = reply_parser_of(validation.selected, "explorer.rollout_model", True)
+    assert parser.tool_calls is hermes_tool_calls and parser.reasoning is qwen3_reasoning
+    assert parser.auto_tool_choice
+    model.update(tool_call_parser="nope", reasoning_parser="r2")
+    with pytest.raises(ConfigError) as caught:
+        single(base, registry)
+    assert caught.value.problems == [
+        "explorer.rollout_model.tool_call_parser: unknown tool-call parser 'nope'; "
+        "registered: hermes",
+        "explorer.rollout_model.reasoning_parser: unknown reasoning parser 'r2'; "
+        "registered: deepseek_r1, qwen3"]
+    model.update(tool_call_parser=None, reasoning_parser=None)
+    with pytest.raises(ConfigError, match=r"explorer.rollout_model.enable_auto_tool_choice: "
+                                          r"needs tool_call_parser"):
+        single(base, registry)
+    model.update(enable_openai_api=False, enable_auto_tool_choice=False,
+                 reasoning_parser="qwen3")
+    assert build_stages(base, registry).warnings == [
+        "explorer.rollout_model.reasoning_parser: has no effect without enable_openai_api "
+        "(the parsers serve the OpenAI endpoint)"]

@@ -237,6 +237,41 @@ def register_engines() -> dict[str, Any]:
     """
 
 
+@hookspec
+def register_tool_call_parsers() -> dict[str, Any]:
+    """Register tool-call parsers of the OpenAI endpoint, selected by
+    ``explorer.rollout_model.tool_call_parser`` (and an auxiliary model's).
+
+    :return: ``{name: callable}``; the callable takes a reply's text and returns
+        ``(content, calls)``: the text left as the message's ``content`` and a list of
+        :class:`rft.explorer.reply_parsing.FunctionCall` (empty when the reply calls no
+        tool). The endpoint returns the calls as ``message.tool_calls``.
+
+    Example::
+
+        @hookimpl
+        def register_tool_call_parsers():
+            return {"hermes": hermes_tool_calls}
+    """
+
+
+@hookspec
+def register_reasoning_parsers() -> dict[str, Any]:
+    """Register reasoning parsers of the OpenAI endpoint, selected by
+    ``explorer.rollout_model.reasoning_parser`` (and an auxiliary model's).
+
+    :return: ``{name: callable}``; the callable takes a reply's text and returns
+        ``(reasoning, content)``: the reasoning (``None`` when the reply has none),
+        returned as ``message.reasoning_content``, and the rest.
+
+    Example::
+
+        @hookimpl
+        def register_reasoning_parsers():
+            return {"qwen3": qwen3_reasoning}
+    """
+
+
 # --------------------------------------------------------------------------------------
 # Training and observation
 # --------------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ KINDS: dict[str, Kind] = {
         Kind("task_selector", "register_task_selectors", "task selector"),
         Kind("experience_operator", "register_experience_operators", "experience operator"),
         Kind("engine", "register_engines", "engine"),
+        Kind("tool_call_parser", "register_tool_call_parsers", "tool-call parser"),
+        Kind("reasoning_parser", "register_reasoning_parsers", "reasoning parser"),
         Kind("trainer", "register_trainers", "trainer"),
         Kind("monitor", "register_monitors", "monitor"),
     )

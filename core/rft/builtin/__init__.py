@@ -17,6 +17,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.sample_strategies",
     "rft.builtin.operators",
     "rft.builtin.engines",
+    "rft.builtin.reply_parsers",
     "rft.builtin.trainers",
 )
 """Dotted names of the built-in plugin modules, in registration order."""

@@ -17,7 +17,8 @@ from typing import Any
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.convert import INVALID, to_dataclass
-from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
+from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
+                               TasksetConfig)
 from rft.plugins import PluginRegistry, args_type_of
 
 GPU_MODES = ("both", "train", "explore", "bench")
@@ -353,10 +354,21 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
         if not 0 <= model.openai_api_port <= 65535:
             v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
                       f"number, got {model.openai_api_port}")
+        check_reply_parsers(key, model, v)
+
+
+def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation) -> None:
+    """The OpenAI endpoint's parsers: known names; auto tool choice needs a tool parser."""
+    v.select("tool_call_parser", f"{key}.tool_call_parser", model.tool_call_parser)
+    v.select("reasoning_parser", f"{key}.reasoning_parser", model.reasoning_parser)
+    if model.enable_auto_tool_choice and not model.tool_call_parser:
+        v.problem(f"{key}.enable_auto_tool_choice", "needs tool_call_parser (the format the "
+                  "model writes its tool calls in, e.g. hermes)")
+    if not model.enable_openai_api:
         for field_name in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser"):
             if getattr(model, field_name):
-                v.warnings.append(f"{key}.{field_name}: has no effect (rft's OpenAI endpoint "
-                                  "serves no tools or reasoning parsers)")
+                v.warnings.append(f"{key}.{field_name}: has no effect without "
+                                  "enable_openai_api (the parsers serve the OpenAI endpoint)")
 
 
 def check_cluster(c: RftConfig, v: Validation) -> None:

@@ -28,6 +28,7 @@ from rft.config.schema import (
 from rft.config.validate import Validation
 from rft.explorer.engine import InferenceEngine, SamplingArgs
 from rft.explorer.model_wrapper import ModelWrapper
+from rft.explorer.reply_parsing import reply_parser_of
 
 
 def auxiliary_name(aux: AuxiliaryModelConfig, index: int) -> str:
@@ -74,8 +75,11 @@ def build_auxiliary_models(config: RftConfig, validation: Validation) -> list[Mo
                                  name=auxiliary_name(aux, i), enable_history=aux.enable_history)
             models.append(model)
             if aux.enable_openai_api:
+                parser = reply_parser_of(validation.selected, f"explorer.auxiliary_models[{i}]",
+                                         aux.enable_auto_tool_choice)
                 model.serve_openai_api(aux.openai_api_host, aux.openai_api_port,
-                                       log_requests=aux.enable_log_requests)
+                                       log_requests=aux.enable_log_requests,
+                                       reply_parser=parser)
     except BaseException:
         close_models(models)
         raise

@@ -260,28 +260,26 @@ class InferenceEngine(ABC):
         return self.generate([self.apply_chat_template(m) for m in messages_list], sampling, n)
 
     def apply_chat_template(self, messages: Sequence[dict[str, Any]], *,
-                            add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of one conversation rendered by the chat template (remembered for the
-        last :data:`CHAT_CACHE_SIZE` conversations: tasks repeat every epoch)."""
-        key = (json.dumps(list(messages), sort_keys=True, default=str), add_generation_prompt)
+                            add_generation_prompt: bool = True,
+                            tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of one conversation rendered by the chat template, with the tools
+        (OpenAI function specs) the template offers the model when given (remembered for
+        the last :data:`CHAT_CACHE_SIZE` conversations: tasks repeat every epoch)."""
+        key = (json.dumps([list(messages), tools], sort_keys=True, default=str),
+               add_generation_prompt)
         cached = self._chat_cache.get(key)
         if cached is None:
-            cached = self._render_chat(messages, add_generation_prompt)
+            cached = self._render_chat(messages, add_generation_prompt, tools)
             with self._seed_lock:
                 if len(self._chat_cache) >= CHAT_CACHE_SIZE:
                     self._chat_cache.pop(next(iter(self._chat_cache)))
                 self._chat_cache[key] = cached
         return list(cached)
 
-    def _render_chat(self, messages: Sequence[dict[str, Any]],
-                     add_generation_prompt: bool) -> list[int]:
-        kwargs: dict[str, Any] = {}
-        if self.enable_thinking is not None:
-            kwargs["enable_thinking"] = self.enable_thinking
-        if self.chat_template is not None:
-            kwargs["chat_template"] = self.chat_template
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+    def _render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool,
+                     tools: Sequence[dict[str, Any]] | None) -> list[int]:
+        text = render_text(self, messages, add_generation_prompt=add_generation_prompt,
+                           tools=tools)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def start_call(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
@@ -368,4 +366,21 @@ class InferenceEngine(ABC):
         return prepared
 
 
-__all__ = ["Completion", "FinishReason", "InferenceEngine", "PreparedPrompt", "SamplingArgs"]
+def render_text(engine: InferenceEngine, messages: Sequence[dict[str, Any]], *,
+                add_generation_prompt: bool, tools: Sequence[dict[str, Any]] | None = None
+                ) -> str:
+    """The conversation as text through the engine's chat template and settings (with the
+    tools offered to the model, when given)."""
+    kwargs: dict[str, Any] = {}
+    if engine.enable_thinking is not None:
+        kwargs["enable_thinking"] = engine.enable_thinking
+    if engine.chat_template is not None:
+        kwargs["chat_template"] = engine.chat_template
+    if tools:
+        kwargs["tools"] = list(tools)
+    return engine.tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+__all__ = ["Completion", "FinishReason", "InferenceEngine", "PreparedPrompt", "SamplingArgs",
+           "render_text"]

@@ -29,6 +29,7 @@ from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.explorer.auxiliary import build_auxiliary_models, close_models
 from rft.explorer.model_wrapper import ModelWrapper
+from rft.explorer.reply_parsing import reply_parser_of
 from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.workflow import Task, Workflow
 
@@ -127,7 +128,10 @@ class Explorer:
         self._owns_server = rm.enable_openai_api and model.server is None
         if self._owns_server:
             model.serve_openai_api(rm.openai_api_host, rm.openai_api_port,
-                                   log_requests=rm.enable_log_requests)
+                                   log_requests=rm.enable_log_requests,
+                                   reply_parser=reply_parser_of(validation.selected,
+                                                                "explorer.rollout_model",
+                                                                rm.enable_auto_tool_choice))
         try:
             self.auxiliary_models = build_auxiliary_models(config, validation)
         except BaseException:

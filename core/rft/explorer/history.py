@@ -9,8 +9,9 @@ Multi-turn conversations
 An agent sends the whole conversation again at every turn. Rendering it through the chat
 template would re-tokenise the model's earlier replies, which need not give the ids the
 model sampled. So when a conversation continues a recorded call — its messages start with
-that call's messages followed by an assistant message whose content is the recorded reply
-— the prompt is built from exact ids instead::
+that call's messages followed by an assistant message whose content is the recorded reply,
+or (from the OpenAI endpoint) the reply's parsed content and tool calls, and it offers the
+same tools — the prompt is built from exact ids instead::
 
     prompt = earlier prompt ids + earlier reply ids (as sampled) + environment ids
 
@@ -31,7 +32,8 @@ from typing import Any
 import torch
 
 from rft.experience import Experience
-from rft.explorer.engine import Completion, InferenceEngine
+from rft.explorer.engine import Completion, InferenceEngine, render_text
+from rft.explorer.reply_parsing import AssistantReply
 
 REPLY_SENTINEL = "\u0000rft-reply\u0000"
 """Placeholder rendered in place of a recorded reply to find where the template puts it."""
@@ -50,6 +52,20 @@ class RecordedTurn:
     response_ids: tuple[int, ...]
     text: str
     """The reply as the engine decoded it: what a client sends back as assistant content."""
+    tools: tuple[Any, ...] = ()
+    """The tools the call offered (frozen): a continuation must offer the same."""
+    reply: AssistantReply | None = None
+    """The reply as the OpenAI endpoint parsed it (content, reasoning, tool calls), which
+    a client may send back instead of the text."""
+
+    def is_reply(self, message: dict[str, Any]) -> bool:
+        """True when an assistant message carries this reply: its text verbatim, or the
+        parsed reply (:meth:`AssistantReply.matches`)."""
+        if message.get("role") != "assistant":
+            return False
+        if message.get("content") == self.text and not message.get("tool_calls"):
+            return True
+        return self.reply is not None and self.reply.matches(message)
 
 
 def freeze_messages(messages: Sequence[dict[str, Any]]) -> tuple[tuple[tuple[str, Any], ...], ...]:
@@ -63,18 +79,6 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
-
-
-def render_text(engine: InferenceEngine, messages: Sequence[dict[str, Any]], *,
-                add_generation_prompt: bool) -> str:
-    """The conversation as text through the engine's chat template and settings."""
-    kwargs: dict[str, Any] = {}
-    if engine.enable_thinking is not None:
-        kwargs["enable_thinking"] = engine.enable_thinking
-    if engine.chat_template is not None:
-        kwargs["chat_template"] = engine.chat_template
-    return engine.tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
 
 
 class History:
@@ -94,15 +98,19 @@ class History:
         with self._lock:
             self._experiences.extend(experiences)
 
-    def remember(self, messages: Sequence[dict[str, Any]],
-                 completions: Sequence[Completion]) -> None:
-        """Remember the replies of one chat call so that a later call can continue them."""
-        frozen = freeze_messages(messages)
+    def remember(self, messages: Sequence[dict[str, Any]], completions: Sequence[Completion],
+                 *, tools: Sequence[dict[str, Any]] | None = None,
+                 replies: Sequence[AssistantReply] | None = None) -> None:
+        """Remember the replies of one chat call (with the tools it offered and the replies
+        as the endpoint parsed them) so that a later call can continue them."""
+        frozen, frozen_tools = freeze_messages(messages), _freeze(list(tools or []))
+        parsed = list(replies) if replies is not None else [None] * len(completions)
         with self._lock:
-            for c in completions:
+            for c, reply in zip(completions, parsed, strict=True):
                 if not c.prompt_truncated:
                     self._turns.append(RecordedTurn(frozen, tuple(c.prompt_token_ids),
-                                                    tuple(c.token_ids), c.text))
+                                                    tuple(c.token_ids), c.text,
+                                                    frozen_tools, reply))
 
     def extract(self, clear: bool = True) -> list[Experience]:
         """The recorded experiences in call order; forgotten when ``clear``."""
@@ -112,36 +120,38 @@ class History:
                 self._experiences.clear()
             return out
 
-    def continued_turn(self, messages: Sequence[dict[str, Any]]) -> tuple[RecordedTurn, int] | None:
-        """The latest recorded reply that ``messages`` continue, with the index of the
-        assistant message carrying it; ``None`` when the conversation continues none."""
-        frozen = freeze_messages(messages)
+    def continued_turn(self, messages: Sequence[dict[str, Any]],
+                       tools: Sequence[dict[str, Any]] | None = None
+                       ) -> tuple[RecordedTurn, int] | None:
+        """The latest recorded reply that ``messages`` (offering ``tools``) continue, with
+        the index of the assistant message carrying it; ``None`` when the conversation
+        continues none."""
+        frozen, frozen_tools = freeze_messages(messages), _freeze(list(tools or []))
         with self._lock:
             turns = list(self._turns)
         best: tuple[RecordedTurn, int] | None = None
         for turn in reversed(turns):
             k = len(turn.messages)
-            if k + 1 >= len(messages) or frozen[:k] != turn.messages:
-                continue
-            reply = messages[k]
-            if reply.get("role") != "assistant" or reply.get("content") != turn.text:
+            if (k + 1 >= len(messages) or frozen[:k] != turn.messages
+                    or turn.tools != frozen_tools or not turn.is_reply(messages[k])):
                 continue
             if best is None or k > best[1]:
                 best = (turn, k)
         return best
 
-    def continuation_ids(self, engine: InferenceEngine,
-                         messages: Sequence[dict[str, Any]]) -> list[int] | None:
+    def continuation_ids(self, engine: InferenceEngine, messages: Sequence[dict[str, Any]],
+                         tools: Sequence[dict[str, Any]] | None = None) -> list[int] | None:
         """Exact prompt ids of a conversation that continues a recorded reply, else ``None``
-        (the caller renders it through the chat template as usual)."""
-        found = self.continued_turn(messages)
+        (the caller renders it through the chat template as usual). The reply's assistant
+        message — text, or parsed content and tool calls — stands for the ids sampled."""
+        found = self.continued_turn(messages, tools)
         if found is None:
             return None
         turn, k = found
-        before = render_text(engine, messages[:k], add_generation_prompt=True)
+        before = render_text(engine, messages[:k], add_generation_prompt=True, tools=tools)
         marked = [dict(m) for m in messages]
-        marked[k]["content"] = REPLY_SENTINEL
-        full = render_text(engine, marked, add_generation_prompt=True)
+        marked[k] = {"role": "assistant", "content": REPLY_SENTINEL}
+        full = render_text(engine, marked, add_generation_prompt=True, tools=tools)
         if not full.startswith(before + REPLY_SENTINEL) or full.count(REPLY_SENTINEL) != 1:
             return None  # the template does not render the reply verbatim where it was sampled
         after = full[len(before) + len(REPLY_SENTINEL):]
@@ -221,4 +231,4 @@ def _join(chain: list[Experience]) -> Experience:
     )
 
 
-__all__ = ["History", "MAX_TURNS_REMEMBERED", "RecordedTurn", "merge_turns", "render_text"]
+__all__ = ["History", "MAX_TURNS_REMEMBERED", "RecordedTurn", "merge_turns"]

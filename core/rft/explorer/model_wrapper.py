@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -36,6 +36,7 @@ from rft.experience import Experience
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
 from rft.explorer.history import History
 from rft.explorer.history import merge_turns as merge_history
+from rft.explorer.reply_parsing import AssistantReply, ReplyParser
 
 if TYPE_CHECKING:
     from rft.explorer.openai_server import OpenAIServer
@@ -60,6 +61,15 @@ def sampling_args(defaults: SamplingArgs, overrides: dict[str, Any]) -> Sampling
             value = True
         values[name] = tuple(value) if name in ("stop", "stop_token_ids") else value
     return dataclasses.replace(defaults, **values)
+
+
+class ChatResults(NamedTuple):
+    """What :meth:`ModelWrapper.chat_completions` returns, one list per conversation."""
+
+    completions: list[list[Completion]]
+    experiences: list[list[Experience]]
+    replies: list[list[AssistantReply] | None]
+    """The parsed replies (``None`` for each conversation when no parser was given)."""
 
 
 def experience_from_completion(completion: Completion) -> Experience:
@@ -265,14 +275,17 @@ class ModelWrapper:
         return view
 
     def serve_openai_api(self, host: str = "127.0.0.1", port: int = 0, *,
-                         log_requests: bool = False) -> OpenAIServer:
-        """Start this model's OpenAI-compatible server (``port=0``: a free port)."""
+                         log_requests: bool = False,
+                         reply_parser: ReplyParser | None = None) -> OpenAIServer:
+        """Start this model's OpenAI-compatible server (``port=0``: a free port;
+        ``reply_parser``: its tool-call and reasoning parsers)."""
         from rft.explorer.openai_server import OpenAIServer
 
         if self.server is not None:
             raise RftError(f"model {self.name!r}: the OpenAI API is already served at "
                            f"{self.server.address}")
-        self.server = OpenAIServer(self, host=host, port=port, log_requests=log_requests)
+        self.server = OpenAIServer(self, host=host, port=port, log_requests=log_requests,
+                                   reply_parser=reply_parser)
         self.server.start()
         return self.server
 
@@ -383,30 +396,39 @@ class ModelWrapper:
     def chat_batch(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int = 1,
                    **sampling: Any) -> list[list[Experience]]:
         """Like :meth:`chat` for several conversations at once (one engine call)."""
-        return self.chat_completions(conversations, n, sampling_args(self.defaults, sampling))[1]
+        return self.chat_completions(conversations, n,
+                                     sampling_args(self.defaults, sampling)).experiences
 
     def chat_completions(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int,
-                         sampling: SamplingArgs
-                         ) -> tuple[list[list[Completion]], list[list[Experience]]]:
-        """The engine's completions for conversations, and their experiences (recorded
-        when history is on; the same objects).
+                         sampling: SamplingArgs, *,
+                         tools: Sequence[dict[str, Any]] | None = None,
+                         parse: Callable[[Completion], AssistantReply] | None = None
+                         ) -> ChatResults:
+        """The engine's completions for conversations, their experiences (recorded when
+        history is on; the same objects) and, with ``parse``, the replies it makes of them
+        (the OpenAI endpoint's messages).
 
-        With history on, a conversation that continues a recorded reply is sent as exact
-        token ids (see :mod:`rft.explorer.history`), so that the calls of one conversation
-        extend each other token for token.
+        ``tools`` (OpenAI function specs) are rendered into the prompts by the chat
+        template. With history on, a conversation that continues a recorded reply is sent
+        as exact token ids (see :mod:`rft.explorer.history`), so that the calls of one
+        conversation extend each other token for token.
         """
         conversations = [list(c) for c in conversations]
-        if not self.enable_history:
+        if not self.enable_history and not tools:
             results = engine_call(self.engine, "chat", conversations, sampling, n)
-            return results, [[experience_from_completion(c) for c in g] for g in results]
-        prompts = [self.history.continuation_ids(self.engine, c)
-                   or self.engine.apply_chat_template(c) for c in conversations]
-        results = engine_call(self.engine, "generate", prompts, sampling, n)
-        for conversation, group in zip(conversations, results, strict=True):
-            self.history.remember(conversation, group)
+        else:
+            prompts = [(self.history.continuation_ids(self.engine, c, tools)
+                        if self.enable_history else None)
+                       or self.engine.apply_chat_template(c, tools=tools) for c in conversations]
+            results = engine_call(self.engine, "generate", prompts, sampling, n)
+        replies = [[parse(c) for c in g] if parse is not None else None for g in results]
         experiences = [[experience_from_completion(c) for c in g] for g in results]
-        self.history.record([e for g in experiences for e in g])
-        return results, experiences
+        if self.enable_history:
+            for conversation, group, group_replies in zip(conversations, results, replies,
+                                                          strict=True):
+                self.history.remember(conversation, group, tools=tools, replies=group_replies)
+            self.history.record([e for g in experiences for e in g])
+        return ChatResults(results, experiences, replies)
 
     def _experiences(self, results: list[list[Completion]]) -> list[Experience]:
         experiences = [experience_from_completion(c) for group in results for c in group]

@@ -49,7 +49,8 @@ from urllib.parse import urlsplit
 
 from rft.errors import RftError
 from rft.explorer.engine import Completion
-from rft.explorer.model_wrapper import CallBatcher, sampling_args
+from rft.explorer.model_wrapper import CallBatcher, ChatResults, sampling_args
+from rft.explorer.reply_parsing import AssistantReply, ReplyParser, call_of
 
 if TYPE_CHECKING:
     from rft.explorer.model_wrapper import ModelWrapper
@@ -76,9 +77,16 @@ _SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 """Request field → (JSON type, :class:`SamplingArgs` field)."""
 
-_KNOWN_FIELDS = frozenset({"model", "messages", "n", "stream", "logprobs", "top_logprobs",
-                           "stop", "stop_token_ids", "presence_penalty", "frequency_penalty",
-                           "return_token_ids"}) | _IGNORED_FIELDS | set(_SAMPLING_FIELDS)
+_KNOWN_FIELDS = frozenset({"model", "messages", "n", "stream", "stream_options", "logprobs",
+                           "top_logprobs", "stop", "stop_token_ids", "presence_penalty",
+                           "frequency_penalty", "return_token_ids", "tools", "tool_choice",
+                           "parallel_tool_calls"}) | _IGNORED_FIELDS | set(_SAMPLING_FIELDS)
+
+_MESSAGE_FIELDS: dict[str, frozenset[str]] = {
+    "assistant": frozenset({"role", "content", "name", "tool_calls", "reasoning_content"}),
+    "tool": frozenset({"role", "content", "name", "tool_call_id"}),
+}
+"""Fields a message of a role may have (other roles: ``role``, ``content``, ``name``)."""
 
 
 class BadRequest(RftError):
@@ -101,6 +109,14 @@ class ChatRequest:
     """Overrides of the model's default :class:`SamplingArgs`."""
     logprobs: bool = False
     return_token_ids: bool = False
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI function specs the chat template offers the model."""
+    call_tools: bool = False
+    """Parse tool calls out of the replies (``tool_choice: auto`` with tools)."""
+    parallel_tool_calls: bool = True
+    stream: bool = False
+    include_usage: bool = False
+    """``stream_options.include_usage``: a last chunk with the token counts."""
 
 
 def _typed(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -113,8 +129,10 @@ def _typed(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any
     return value
 
 
-def _message_text(index: int, message: Any) -> dict[str, Any]:
-    """One message as ``{"role", "content"}`` with text content (text parts joined)."""
+def _message(index: int, message: Any) -> dict[str, Any]:
+    """One message as the chat template takes it: text content (text parts joined; an
+    assistant message that calls tools may have none), tool calls with their arguments as
+    objects."""
     where = f"messages[{index}]"
     if not isinstance(message, dict):
         raise BadRequest(f"{where} must be an object with role and content, got {message!r}",
@@ -122,7 +140,21 @@ def _message_text(index: int, message: Any) -> dict[str, Any]:
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise BadRequest(f"{where}.role must be a non-empty string, got {role!r}", f"{where}.role")
+    unsupported = sorted(set(message) - _MESSAGE_FIELDS.get(role, {"role", "content", "name"}))
+    if unsupported:
+        raise BadRequest(f"{where}: unsupported field(s) for role {role!r}: "
+                         f"{', '.join(unsupported)}", where)
+    out: dict[str, Any] = {k: v for k, v in message.items() if k != "tool_calls"}
+    if message.get("tool_calls"):
+        calls = message["tool_calls"]
+        if not isinstance(calls, list):
+            raise BadRequest(f"{where}.tool_calls must be a list, got {calls!r}",
+                             f"{where}.tool_calls")
+        out["tool_calls"] = [_tool_call(f"{where}.tool_calls[{j}]", item)
+                             for j, item in enumerate(calls)]
     content = message.get("content")
+    if content is None and out.get("tool_calls"):
+        content = ""
     if isinstance(content, list):
         texts = []
         for j, part in enumerate(content):
@@ -136,15 +168,61 @@ def _message_text(index: int, message: Any) -> dict[str, Any]:
     if not isinstance(content, str):
         raise BadRequest(f"{where}.content must be a string or a list of text parts, got "
                          f"{content!r}", f"{where}.content")
-    unsupported = sorted(set(message) - {"role", "content", "name"})
-    if unsupported:
-        raise BadRequest(f"{where}: unsupported field(s) {', '.join(unsupported)}", where)
-    return {**{k: v for k, v in message.items() if k == "name"}, "role": role,
-            "content": content}
+    out["content"] = content
+    return out
 
 
-def parse_chat_request(body: Any, served_names: tuple[str, ...]) -> ChatRequest:
-    """Check a chat-completions body; raise :class:`BadRequest` naming the bad field."""
+def _tool_call(where: str, item: Any) -> dict[str, Any]:
+    """An assistant message's tool call with its arguments as an object (what chat
+    templates render)."""
+    try:
+        call = call_of(item)
+    except RftError as exc:
+        raise BadRequest(f"{where}: {exc}", where) from exc
+    out = {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    if isinstance(item.get("id"), str):
+        out["id"] = item["id"]
+    return out
+
+
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's ``tools``: function specs with a name."""
+    tools = body["tools"]
+    if not isinstance(tools, list):
+        raise BadRequest(f"tools must be a list of function specs, got {tools!r}", "tools")
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if (not isinstance(tool, dict) or tool.get("type") != "function"
+                or not isinstance(function, dict)
+                or not isinstance(function.get("name"), str) or not function["name"]
+                or not isinstance(function.get("parameters", {}), dict)):
+            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': "
+                             f"..., 'parameters': {{...}}}}}}, got {tool!r}", f"tools[{i}]")
+    return tools
+
+
+def _tool_choice(body: dict[str, Any], has_tools: bool, parser: ReplyParser) -> bool:
+    """Whether the replies are searched for tool calls (``tool_choice``: ``auto`` — the
+    default with tools — or ``none``)."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        choice = "auto" if has_tools else "none"
+    if choice == "none":
+        return False
+    if choice != "auto":
+        raise BadRequest(f"tool_choice {choice!r} is not supported: rft does not constrain "
+                         "decoding to a tool call (use 'auto' or 'none')", "tool_choice")
+    if has_tools and not (parser.auto_tool_choice and parser.tool_calls is not None):
+        raise BadRequest("tool_choice 'auto' (the default with tools) needs "
+                         "enable_auto_tool_choice: true and a tool_call_parser on this "
+                         "model's config", "tool_choice")
+    return has_tools
+
+
+def parse_chat_request(body: Any, served_names: tuple[str, ...],
+                       parser: ReplyParser | None = None) -> ChatRequest:
+    """Check a chat-completions body against what this model's endpoint can do (``parser``:
+    its reply parsers); raise :class:`BadRequest` naming the bad field."""
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
     unknown = sorted(set(body) - _KNOWN_FIELDS)
@@ -159,9 +237,19 @@ def parse_chat_request(body: Any, served_names: tuple[str, ...]) -> ChatRequest:
     messages = body["messages"]
     if not isinstance(messages, list) or not messages:
         raise BadRequest(f"messages must be a non-empty list, got {messages!r}", "messages")
-    request = ChatRequest([_message_text(i, m) for i, m in enumerate(messages)])
-    if body.get("stream"):
-        raise BadRequest("stream: streaming responses are not supported", "stream")
+    request = ChatRequest([_message(i, m) for i, m in enumerate(messages)])
+    if body.get("tools") is not None:
+        request.tools = _tools(body) or None
+    request.call_tools = _tool_choice(body, bool(request.tools), parser or ReplyParser())
+    for key in ("parallel_tool_calls", "stream"):
+        if body.get(key) is not None:
+            setattr(request, key, _typed(body, key, bool))
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict) or set(options) - {"include_usage"}:
+            raise BadRequest(f"stream_options may only hold include_usage, got {options!r}",
+                             "stream_options")
+        request.include_usage = bool(options.get("include_usage", False))
     if body.get("n") is not None:
         request.n = _typed(body, "n", int)
         if request.n < 1:
@@ -198,42 +286,83 @@ def parse_chat_request(body: Any, served_names: tuple[str, ...]) -> ChatRequest:
 
 
 def completion_response(model: ModelWrapper, request: ChatRequest,
-                        completions: list[Completion]) -> dict[str, Any]:
-    """The OpenAI ``chat.completion`` object of one request's completions."""
-    tokenizer = model.tokenizer
+                        completions: list[Completion], replies: list[AssistantReply],
+                        *, with_reasoning: bool = False) -> dict[str, Any]:
+    """The OpenAI ``chat.completion`` object of one request's completions and their
+    parsed replies (``reasoning_content`` in each message when ``with_reasoning``)."""
     choices = []
-    for index, c in enumerate(completions):
+    for index, (c, reply) in enumerate(zip(completions, replies, strict=True)):
         choice: dict[str, Any] = {
             "index": index,
-            "message": {"role": "assistant", "content": c.text},
-            "logprobs": None,
-            "finish_reason": c.finish_reason,
+            "message": reply.to_openai(with_reasoning=with_reasoning),
+            "logprobs": _logprobs(model, c) if request.logprobs else None,
+            "finish_reason": ("tool_calls" if reply.tool_calls and c.finish_reason == "stop"
+                              else c.finish_reason),
         }
-        if request.logprobs:
-            assert c.logprobs is not None
-            content = []
-            for token_id, logprob in zip(c.token_ids, c.logprobs.tolist(), strict=True):
-                token = tokenizer.decode([token_id], skip_special_tokens=False)
-                content.append({"token": token, "logprob": float(logprob),
-                                "bytes": list(token.encode("utf-8")), "top_logprobs": []})
-            choice["logprobs"] = {"content": content}
         if request.return_token_ids:
             choice["token_ids"] = list(c.token_ids)
         choices.append(choice)
-    prompt_tokens = len(completions[0].prompt_token_ids) if completions else 0
-    completion_tokens = sum(len(c.token_ids) for c in completions)
     response: dict[str, Any] = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model.name,
         "choices": choices,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": _usage(completions),
     }
     if request.return_token_ids and completions:
         response["prompt_token_ids"] = list(completions[0].prompt_token_ids)
     return response
+
+
+def stream_chunks(response: dict[str, Any], request: ChatRequest) -> list[dict[str, Any]]:
+    """A ``chat.completion`` as the ``chat.completion.chunk`` objects of a stream: per
+    choice the role, its content (with its log-probs), reasoning and tool calls, then its
+    finish reason; the token counts last when ``include_usage``. The reply is complete
+    before the first chunk is sent: the chunks carry whole parts, not single tokens."""
+    head = {k: response[k] for k in ("id", "created", "model")}
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+
+    chunks = []
+    for choice in response["choices"]:
+        message, index = choice["message"], choice["index"]
+        delta: dict[str, Any] = {"role": "assistant", "content": message["content"] or ""}
+        if "reasoning_content" in message:
+            delta["reasoning_content"] = message["reasoning_content"]
+        if "token_ids" in choice:
+            delta["token_ids"] = choice["token_ids"]
+        chunks.append(chunk([{"index": index, "delta": delta, "logprobs": choice["logprobs"],
+                              "finish_reason": None}]))
+        if message.get("tool_calls"):
+            calls = [{"index": j, **call} for j, call in enumerate(message["tool_calls"])]
+            chunks.append(chunk([{"index": index, "delta": {"tool_calls": calls},
+                                  "logprobs": None, "finish_reason": None}]))
+        chunks.append(chunk([{"index": index, "delta": {}, "logprobs": None,
+                              "finish_reason": choice["finish_reason"]}]))
+    if request.include_usage:
+        chunks.append(chunk([], usage=response["usage"]))
+    return chunks
+
+
+def _logprobs(model: ModelWrapper, completion: Completion) -> dict[str, Any]:
+    """``choice.logprobs``: each sampled token with its log-probability."""
+    assert completion.logprobs is not None
+    content = []
+    for token_id, logprob in zip(completion.token_ids, completion.logprobs.tolist(),
+                                 strict=True):
+        token = model.tokenizer.decode([token_id], skip_special_tokens=False)
+        content.append({"token": token, "logprob": float(logprob),
+                        "bytes": list(token.encode("utf-8")), "top_logprobs": []})
+    return {"content": content}
+
+
+def _usage(completions: list[Completion]) -> dict[str, int]:
+    prompt_tokens = len(completions[0].prompt_token_ids) if completions else 0
+    completion_tokens = sum(len(c.token_ids) for c in completions)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
 
 
 @dataclass
@@ -251,11 +380,14 @@ class OpenAIServer:
     :param host: address to bind; ``127.0.0.1`` keeps it on this machine.
     :param port: port to bind; ``0`` picks a free one.
     :param log_requests: log every request (method, path, status, seconds).
+    :param reply_parser: how replies become messages (tool calls, reasoning); default:
+        the text is the content.
     """
 
     def __init__(self, model: ModelWrapper, *, host: str = "127.0.0.1", port: int = 0,
-                 log_requests: bool = False) -> None:
+                 log_requests: bool = False, reply_parser: ReplyParser | None = None) -> None:
         self.model = model
+        self.reply_parser = reply_parser or ReplyParser()
         self.host = host
         self.port = port
         self.log_requests = log_requests
@@ -353,8 +485,10 @@ class OpenAIServer:
 
     # ---- requests -----------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, body: bytes | None) -> tuple[int, dict[str, Any]]:
-        """Answer one request: ``(HTTP status, JSON object)``."""
+    def handle(self, method: str, path: str, body: bytes | None
+               ) -> tuple[int, dict[str, Any] | list[dict[str, Any]]]:
+        """Answer one request: ``(HTTP status, JSON object)``, or the chunks of a stream
+        (a list, sent as server-sent events)."""
         try:
             view, slot, api_path = self._resolve(urlsplit(path).path)
             if api_path == "/health" and method == "GET":
@@ -384,25 +518,35 @@ class OpenAIServer:
                                             "created": 0, "owned_by": "rft"}]}
 
     def _chat(self, view: ModelWrapper, slot: tuple[CallBatcher, int] | None,
-              raw: bytes) -> dict[str, Any]:
+              raw: bytes) -> dict[str, Any] | list[dict[str, Any]]:
+        """A ``chat.completion``, or its chunks when the request streams."""
         try:
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-        request = parse_chat_request(body, self.served_names)
+        request = parse_chat_request(body, self.served_names, self.reply_parser)
         sampling = dataclasses.replace(sampling_args(view.defaults, request.sampling),
                                        logprobs=True)  # the history needs them
         sampling.check()
 
-        def call() -> list[Completion]:
-            return view.chat_completions([request.messages], request.n, sampling)[0][0]
+        def parse(completion: Completion) -> AssistantReply:
+            return self.reply_parser.parse(completion.text, call_tools=request.call_tools,
+                                           parallel=request.parallel_tool_calls)
 
-        completions = _in_slot(slot, call)
-        return completion_response(view, request, completions)
+        def call() -> ChatResults:
+            return view.chat_completions([request.messages], request.n, sampling,
+                                         tools=request.tools, parse=parse)
+
+        results = _in_slot(slot, call)
+        replies = results.replies[0]
+        assert replies is not None
+        response = completion_response(view, request, results.completions[0], replies,
+                                        with_reasoning=self.reply_parser.reasoning is not None)
+        return stream_chunks(response, request) if request.stream else response
 
 
-def _in_slot(slot: tuple[CallBatcher, int] | None,
-             call: Callable[[], list[Completion]]) -> list[Completion]:
+def _in_slot(slot: tuple[CallBatcher, int] | None, call: Callable[[], ChatResults]
+             ) -> ChatResults:
     """Run ``call`` as the workflow's participant of its batcher (when it has one)."""
     if slot is None:
         return call()
@@ -448,10 +592,15 @@ def _handler_class(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 log.info("%s %s -> %d (%.3f s)", method, self.path, status,
                          time.monotonic() - started)
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode("utf-8")
+        def _send(self, status: int, payload: dict[str, Any] | list[dict[str, Any]]) -> None:
+            if isinstance(payload, list):  # a stream: server-sent events, then [DONE]
+                events = [f"data: {json.dumps(chunk)}\n\n" for chunk in payload]
+                data = "".join(events + ["data: [DONE]\n\n"]).encode("utf-8")
+                kind = "text/event-stream"
+            else:
+                data, kind = json.dumps(payload).encode("utf-8"), "application/json"
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

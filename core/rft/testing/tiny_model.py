@@ -43,13 +43,43 @@ except ImportError:  # pragma: no cover - layout of older / newer transformers
     )
 
 CHATML_TEMPLATE = (
+    "{%- set ns = namespace(system_done=false) %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- messages[0]['content'] + '\\n\\n' }}{%- set ns.system_done = true %}"
+    "{%- endif %}"
+    "{{- 'Functions you may call, one <tool_call>{\"name\": ..., \"arguments\": {...}}'"
+    " + '</tool_call> block per call:\\n<tools>\\n' }}"
+    "{%- for tool in tools %}"
+    "{{- ((tool['function'] if tool['function'] is defined else tool) | tojson) + '\\n' }}"
+    "{%- endfor %}"
+    "{{- '</tools><|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- for message in messages %}"
+    "{%- if loop.first and ns.system_done %}"
+    "{%- elif message['role'] == 'assistant' and message['tool_calls'] is defined"
+    " and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set function = call['function'] if call['function'] is defined else call %}"
+    "{{- '<tool_call>\\n' + ({'name': function['name'], 'arguments': function['arguments']}"
+    " | tojson) + '\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 """ChatML: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, then
-``<|im_start|>assistant\\n`` when ``add_generation_prompt``."""
+``<|im_start|>assistant\\n`` when ``add_generation_prompt``. With ``tools`` (OpenAI
+function specs) a system turn first lists them, one JSON object per line between
+``<tools>`` and ``</tools>`` (after the conversation's own system message, which it then
+replaces), and asks for Hermes-style calls; an assistant message with ``tool_calls``
+renders each as ``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` after its
+content (the format the ``hermes`` tool-call parser reads)."""
 
 _NAMES = ("Natalia", "Weng", "Betty", "Julie", "James", "Mark", "Albert", "Ken", "Alexis",
           "Tina", "Maria", "Sam", "Lee", "Omar", "Priya", "John", "Emma", "Noah")
@@ -233,3 +263,45 @@ def build_tiny_model(
     )
     model.save_pretrained(str(out))
     return out
+
+
+def teach_replies(model_dir: str | Path, examples: list[tuple[list[int], list[int]]], *,
+                  max_steps: int = 600, lr: float = 3e-3, seed: int = 0) -> int:
+    """Fine-tune the model at ``model_dir`` in place until greedy decoding answers each
+    ``(prompt ids, reply ids)`` example with exactly its reply; return the steps taken.
+
+    For tests of behaviour a random model never shows (tool calls, reasoning): full-batch
+    Adam on the reply tokens' cross-entropy ``−Σ log p(reply_t | prompt, reply_<t)``,
+    stopped once every reply token is the argmax given the ones before it (then greedy
+    decoding reproduces the replies token for token). Raises ``RuntimeError`` when
+    ``max_steps`` do not get there.
+    """
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    length = max(len(p) + len(r) for p, r in examples)
+    tokens = torch.zeros(len(examples), length, dtype=torch.long)  # (B, L), right-padded
+    targets = torch.full((len(examples), length), -100, dtype=torch.long)  # (B, L)
+    attention = torch.zeros(len(examples), length, dtype=torch.long)  # (B, L)
+    for row, (prompt, reply) in enumerate(examples):
+        sequence = list(prompt) + list(reply)
+        tokens[row, :len(sequence)] = torch.tensor(sequence)
+        attention[row, :len(sequence)] = 1
+        targets[row, len(prompt) - 1:len(sequence) - 1] = torch.tensor(reply)  # next token
+    reply_positions = targets != -100  # (B, L)
+    for step in range(max_steps):
+        logits = model(input_ids=tokens, attention_mask=attention).logits  # (B, L, V)
+        if bool((logits.argmax(-1)[reply_positions] == targets[reply_positions]).all()):
+            model.eval()
+            model.save_pretrained(str(model_dir))
+            return step
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                                 ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    raise RuntimeError(f"teach_replies: the model at {model_dir} did not learn the replies in "
+                       f"{max_steps} steps")
