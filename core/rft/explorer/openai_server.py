@@ -6,10 +6,15 @@ Agent workflows written against the OpenAI API talk to the rollout model through
     reply = client.chat.completions.create(model=client.model_path, messages=messages)
 
 =============================================  ==========================================
-``POST /v1/chat/completions``                  ``messages``, ``n``, ``temperature``,
-                                               ``top_p``, ``max_tokens`` /
+``POST /v1/chat/completions``                  ``messages`` (tool calls and tool
+                                               results included), ``n``,
+                                               ``temperature``, ``top_p``,
+                                               ``max_tokens`` /
                                                ``max_completion_tokens``, ``seed``,
-                                               ``stop``, ``logprobs``; vLLM's extras
+                                               ``stop``, ``logprobs``, ``tools``,
+                                               ``tool_choice`` (``auto`` / ``none``),
+                                               ``parallel_tool_calls``, ``stream``,
+                                               ``stream_options``; vLLM's extras
                                                ``top_k``, ``min_tokens``,
                                                ``repetition_penalty``, ``stop_token_ids``,
                                                ``ignore_eos``, ``skip_special_tokens``,
@@ -23,6 +28,11 @@ Each workflow's view of the model (:meth:`ModelWrapper.for_workflow
 uses ``/sessions/<id>/v1``, so the calls it makes are recorded in its own history, and they
 join the concurrent workflows' engine calls like its direct calls do
 (:class:`~rft.explorer.model_wrapper.CallBatcher`). Plain ``/v1`` is the model itself.
+
+Replies become messages through the model's :class:`~rft.explorer.reply_parsing.ReplyParser`
+(``tool_call_parser``, ``reasoning_parser``): ``message.tool_calls`` and
+``message.reasoning_content``. A streamed request gets the finished reply as
+``chat.completion.chunk`` server-sent events (:func:`stream_chunks`).
 
 The server is the standard library's threading HTTP server (one thread per connection)
 on ``127.0.0.1`` and a free port by default. Requests the endpoint cannot honour are
@@ -612,4 +622,4 @@ def _handler_class(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
 
 
 __all__ = ["BadRequest", "ChatRequest", "OpenAIServer", "completion_response",
-           "parse_chat_request"]
+           "parse_chat_request", "stream_chunks"]
