@@ -363,9 +363,9 @@ def test_chat_template_renders_once_per_conversation(engine: HFEngine, monkeypat
     calls: list[int] = []
     render = type(engine)._render_chat
 
-    def counting(self, messages, add_generation_prompt):
+    def counting(self, messages, add_generation_prompt, tools):
         calls.append(1)
-        return render(self, messages, add_generation_prompt)
+        return render(self, messages, add_generation_prompt, tools)
 
     monkeypatch.setattr(type(engine), "_render_chat", counting)
     monkeypatch.setattr(engine_module, "CHAT_CACHE_SIZE", 2)
@@ -373,9 +373,13 @@ def test_chat_template_renders_once_per_conversation(engine: HFEngine, monkeypat
     first = [{"role": "user", "content": "cache me"}]
     ids = engine.apply_chat_template(first)
     ids.append(-1)  # callers get their own list
-    assert engine.apply_chat_template(first) == render(engine, first, True) and len(calls) == 1
+    assert engine.apply_chat_template(first) == render(engine, first, True, None) \
+        and len(calls) == 1
     assert engine.apply_chat_template(first, add_generation_prompt=False) != ids[:-1]
     engine.apply_chat_template([{"role": "user", "content": "another"}])  # evicts the oldest
     assert len(engine._chat_cache) == 2 and len(calls) == 3
     engine.apply_chat_template(first)
     assert len(calls) == 4
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    assert engine.apply_chat_template(first, tools=tools) != engine.apply_chat_template(first)
+    assert len(calls) == 5  # the tools are part of the key

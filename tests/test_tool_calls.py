@@ -24,6 +24,9 @@ from rft.explorer.history import History
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.reply_parsing import AssistantReply, FunctionCall, ReplyParser, call_of
 from rft.testing.tiny_model import build_tiny_model, teach_replies
+from rft.workflow import Task
+from rft_plugin_workflows.tools import CALCULATE, ToolAgentArgs, ToolAgentWorkflow, calculate
+from rft_plugin_workflows.tools import run_tool_call
 
 TOOLS = [{"type": "function", "function": {
     "name": "add", "description": "Add two numbers.",
@@ -36,6 +39,8 @@ ANSWER_TEXT = "The sum is 5."
 THINKING = [{"role": "user", "content": "Think: what is 2 + 3?"}]
 THINK_TEXT = "<think>2 plus 3 makes 5</think>\n5"
 EOS = "<|im_end|>"
+AGENT_CALL_TEXT = ('<tool_call>\n{"name": "calculate", "arguments": {"expression": "2 + 3"}}'
+                   '\n</tool_call>')
 
 
 # ---- the parsers on text -------------------------------------------------------------
@@ -133,9 +138,15 @@ def engine(tmp_path_factory) -> HFEngine:
     # what the endpoint sends next: the sampled ids, then the tool's turn (see history)
     answer_prompt = call_prompt + call_reply + ids(
         "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n")
+    agent_prompt = prompt(QUESTION, [CALCULATE])  # tool_agent_workflow's first turn
+    agent_call = ids(AGENT_CALL_TEXT + EOS)
+    agent_answer_prompt = agent_prompt + agent_call + ids(
+        "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n")
     teach_replies(model_dir, [(call_prompt, call_reply),
                               (answer_prompt, ids(ANSWER_TEXT + EOS)),
-                              (prompt(THINKING), ids(THINK_TEXT + EOS))])
+                              (prompt(THINKING), ids(THINK_TEXT + EOS)),
+                              (agent_prompt, agent_call),
+                              (agent_answer_prompt, ids("5" + EOS))])
     return HFEngine(str(model_dir), dtype="float32", max_model_len=512,
                     max_response_tokens=64)
 
@@ -254,3 +265,59 @@ def test_continuation_keeps_a_call_as_it_was_sampled(engine):
     other = json.loads(json.dumps(message))
     other["tool_calls"][0]["function"]["arguments"] = '{"a": 2, "b": 4}'
     assert history.continuation_ids(engine, QUESTION + [other, result], TOOLS) is None
+
+
+# ---- tool_agent_workflow --------------------------------------------------------------
+
+
+def exact(response: str, truth: str) -> dict[str, float]:
+    return {"accuracy": float(response.strip() == truth)}
+
+
+def tool_task(max_turns: int, repeat_times: int = 1) -> Task:
+    return Task(raw={}, index=0, taskset="t", prompt="What is 2 + 3?", truth="5",
+                repeat_times=repeat_times, sampling={"max_tokens": 64, "temperature": 0.0},
+                workflow_args=ToolAgentArgs(max_turns=max_turns), reward_fn=exact)
+
+
+def test_tool_agent_episode_runs_the_call_and_masks_the_result(served):
+    workflow = ToolAgentWorkflow(tool_task(max_turns=3, repeat_times=2),
+                                 served.for_workflow(enable_history=True))
+    episodes = workflow.run()
+    assert len(episodes) == 2
+    for episode in episodes:
+        assert episode.reward == 1.0 and episode.metrics["reward/accuracy"] == 1.0
+        assert episode.metrics["multi_turn/turns"] == 2.0
+        assert episode.metrics["agent/tool_calls"] == 1.0
+        assert episode.metrics["agent/tool_errors"] == 0.0
+        mask = episode.action_mask
+        assert served.decode(episode.response_tokens[mask], skip_special_tokens=False) == \
+            AGENT_CALL_TEXT + EOS + "5" + EOS
+        assert served.decode(episode.response_tokens[~mask], skip_special_tokens=False) == \
+            "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
+    (cut,) = ToolAgentWorkflow(tool_task(max_turns=1),
+                               served.for_workflow(enable_history=True)).run()
+    assert cut.reward == 0.0 and cut.metrics["agent/tool_calls"] == 0.0  # no turn left to answer
+    assert bool(cut.action_mask.all())
+
+
+def test_calculate_and_failing_tool_calls():
+    from types import SimpleNamespace
+
+    assert calculate("(3 + 4) * 2") == "14" and calculate("7 / 2") == "3.5"
+    assert calculate("-2 ** 3") == "-8" and calculate("6 / 3") == "2"
+    for bad, reason in [("2 ** 100", "exponent 100 is over 64"), ("1 / 0", "division by zero"),
+                        ("__import__('os')", "not arithmetic"), ("2 +", "invalid syntax")]:
+        with pytest.raises(ValueError, match=reason):
+            calculate(bad)
+
+    def call(name: str, arguments: str) -> SimpleNamespace:
+        return SimpleNamespace(function=SimpleNamespace(name=name, arguments=arguments))
+
+    assert run_tool_call(call("calculate", '{"expression": "2 + 3"}')) == ("5", False)
+    assert run_tool_call(call("search", "{}")) == \
+        ("error: no tool named 'search' (tools: calculate)", True)
+    assert run_tool_call(call("calculate", '{"expr": "1"}'))[1]
+    assert run_tool_call(call("calculate", "{oops"))[1]
+    assert run_tool_call(call("calculate", '{"expression": "1 / 0"}')) == \
+        ("error: division by zero", True)

@@ -8,6 +8,9 @@
 - ``agent_openai_workflow`` — answer / feedback episodes through the OpenAI client only;
   the episode comes from the model's call history (needs ``enable_openai_api`` and
   ``enable_history`` on the rollout model).
+- ``tool_agent_workflow`` — the model may call a ``calculate`` tool through the OpenAI
+  client; the workflow runs the calls and sends the results back until the model answers
+  (needs ``enable_auto_tool_choice`` and a ``tool_call_parser`` too).
 - ``llm_judge_workflow`` — one chat turn per rollout, rewarded by an auxiliary model's
   verdict probability (``explorer.auxiliary_models``).
 - :class:`~rft_plugin_workflows.multi_turn.MultiTurnWorkflow` — base class for
@@ -28,11 +31,12 @@ from rft_plugin_workflows.single_turn import (
     SimpleWorkflow,
     VerlGSM8KWorkflow,
 )
+from rft_plugin_workflows.tools import ToolAgentArgs, ToolAgentWorkflow
 
 
 __all__ = ["AgentArgs", "AgentOpenAIWorkflow", "JudgeArgs", "LLMJudgeWorkflow",
            "MathBoxedWorkflow", "MathWorkflow", "MultiTurnArgs", "MultiTurnWorkflow",
-           "SimpleWorkflow", "VerlGSM8KWorkflow"]
+           "SimpleWorkflow", "ToolAgentArgs", "ToolAgentWorkflow", "VerlGSM8KWorkflow"]
 
 
 @hookimpl
@@ -44,4 +48,5 @@ def register_workflows() -> dict[str, Any]:
         "verl_gsm8k_workflow": VerlGSM8KWorkflow,
         "agent_openai_workflow": AgentOpenAIWorkflow,
         "llm_judge_workflow": LLMJudgeWorkflow,
+        "tool_agent_workflow": ToolAgentWorkflow,
     }
