@@ -321,3 +321,42 @@ def test_calculate_and_failing_tool_calls():
     assert run_tool_call(call("calculate", "{oops"))[1]
     assert run_tool_call(call("calculate", '{"expression": "1 / 0"}')) == \
         ("error: division by zero", True)
+
+
+@pytest.mark.slow
+def test_tool_agent_trains_two_steps_with_the_configured_parser(engine, tmp_path):
+    """A ``colocate`` run: the explorer serves the endpoint with the config's ``hermes``
+    parser; greedy rollouts of the taught model call the tool, then answer."""
+    from rft.config import load_config
+    from rft.launcher import run
+    from test_embedded_run import write_config
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "5"}) + "\n")
+    buffer = tmp_path / "experiences.jsonl"
+    loaded = load_config(write_config(
+        tmp_path, engine.model_path, tasks,
+        model__max_prompt_tokens=400, model__max_response_tokens=64, buffer__batch_size=1,
+        buffer__explorer_input__taskset__default_workflow_type="tool_agent_workflow",
+        buffer__explorer_input__taskset__workflow_args={"max_turns": 3},
+        buffer__explorer_input__taskset__rollout_args={"temperature": 0.0},
+        buffer__trainer_input__experience_buffer={"name": "exp", "storage_type": "file",
+                                                  "path": str(buffer)},
+        explorer__rollout_model={"engine_type": "hf", "dtype": "float32",
+                                 "enable_openai_api": True, "enable_history": True,
+                                 "enable_auto_tool_choice": True,
+                                 "tool_call_parser": "hermes"}))
+    assert run(loaded) == 0
+    job = tmp_path / "ck" / "e2e" / "run"
+    trainer = [json.loads(x) for x in (job / "monitor" / "trainer.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in trainer] == [1, 2]
+    experiences = [json.loads(line) for line in buffer.read_text().splitlines()]
+    assert len(experiences) == 4  # 2 steps × 1 task × repeat_times 2
+    first_step = [e for e in experiences if e["model_version"] == 0]
+    assert len(first_step) == 2
+    for exp in first_step:
+        assert exp["metrics"]["agent/tool_calls"] == 1.0 and exp["reward"] == 1.0
+        response = torch.tensor(exp["tokens"][exp["prompt_length"]:])
+        mask = torch.tensor(exp["action_mask"], dtype=torch.bool)
+        assert engine.tokenizer.decode(response[~mask]) == \
+            "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
