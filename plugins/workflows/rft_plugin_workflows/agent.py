@@ -53,16 +53,20 @@ class AgentOpenAIWorkflow(MultiTurnWorkflow):
         """Score the answer; end on success or at the last turn, else give feedback. The
         episode's reward is the reward of its last answer."""
         args = self.args or AgentArgs()
-        if self.task.reward_fn is None:
-            raise RftError(f"taskset {self.task.taskset!r}: agent_openai_workflow needs a "
-                           "reward function (default_reward_fn_type)")
-        parts = score_response(self.task.reward_fn, reply, self.task.truth, self.task.reward_args,
-                               name=getattr(self.task.reward_fn, "__name__", "reward function"))
+        parts = self.score(reply, "agent_openai_workflow")
         reward = sum(parts.values())
         if reward >= args.success_reward or turn == args.max_turns - 1:
             self.final_parts = parts
             return None, reward
         return args.feedback.format(reward=reward), 0.0
+
+    def score(self, reply: str, workflow: str) -> dict[str, float]:
+        """The reward parts of a final answer by the task's reward function."""
+        if self.task.reward_fn is None:
+            raise RftError(f"taskset {self.task.taskset!r}: {workflow} needs a reward function "
+                           "(default_reward_fn_type)")
+        return score_response(self.task.reward_fn, reply, self.task.truth, self.task.reward_args,
+                              name=getattr(self.task.reward_fn, "__name__", "reward function"))
 
     def openai_sampling(self) -> dict[str, Any]:
         """The task's rollout args as ``chat.completions.create`` keyword arguments."""

@@ -20,7 +20,6 @@ from typing import Any
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.workflow import score_response
 from rft_plugin_workflows.agent import AgentOpenAIWorkflow
 
 CALCULATE = {"type": "function", "function": {
@@ -99,9 +98,6 @@ class ToolAgentWorkflow(AgentOpenAIWorkflow):
 
     def episode(self) -> Experience:
         args = self.args or ToolAgentArgs()
-        if self.task.reward_fn is None:
-            raise RftError(f"taskset {self.task.taskset!r}: tool_agent_workflow needs a reward "
-                           "function (default_reward_fn_type)")
         client = self.model.get_openai_client()
         messages: list[Any] = self.task.chat_messages()
         calls = failures = 0
@@ -117,9 +113,7 @@ class ToolAgentWorkflow(AgentOpenAIWorkflow):
                 result, failed = run_tool_call(call)
                 calls, failures = calls + 1, failures + int(failed)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        parts = score_response(self.task.reward_fn, message.content or "", self.task.truth,
-                               self.task.reward_args,
-                               name=getattr(self.task.reward_fn, "__name__", "reward function"))
+        parts = self.score(message.content or "", "tool_agent_workflow")
         episodes = self.model.extract_experience_from_history(merge_turns=True)
         if len(episodes) != 1:
             raise RftError(f"tool_agent_workflow: the history holds {len(episodes)} "
