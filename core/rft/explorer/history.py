@@ -149,7 +149,7 @@ class History:
             return None
         turn, k = found
         before = render_text(engine, messages[:k], add_generation_prompt=True, tools=tools)
-        marked = [dict(m) for m in messages]
+        marked = list(messages)
         marked[k] = {"role": "assistant", "content": REPLY_SENTINEL}
         full = render_text(engine, marked, add_generation_prompt=True, tools=tools)
         if not full.startswith(before + REPLY_SENTINEL) or full.count(REPLY_SENTINEL) != 1:

@@ -98,15 +98,22 @@ class AgentOpenAIWorkflow(MultiTurnWorkflow):
                 break
             messages = messages + [{"role": "assistant", "content": answer},
                                    {"role": "user", "content": feedback}]
+        return self.merged_episode("agent_openai_workflow", total_reward, self.final_parts,
+                                   {"multi_turn/turns": float(turn + 1)})
+
+    def merged_episode(self, workflow: str, reward: float, parts: dict[str, float],
+                       metrics: dict[str, float]) -> Experience:
+        """The episode's conversation from the history, merged into one experience with
+        its reward, reward parts (``reward/<part>``) and metrics."""
         episodes = self.model.extract_experience_from_history(merge_turns=True)
         if len(episodes) != 1:
-            raise RftError(f"agent_openai_workflow: the history holds {len(episodes)} "
-                           "conversations for one episode, expected 1 (do the turns' prompts "
-                           "extend each other? a reply must be sent back verbatim)")
+            raise RftError(f"{workflow}: the history holds {len(episodes)} conversations for "
+                           "one episode, expected 1 (do the turns' prompts extend each other? "
+                           "a reply must be sent back verbatim)")
         (experience,) = episodes
-        experience.reward = total_reward
-        experience.metrics.update({f"reward/{k}": v for k, v in self.final_parts.items()})
-        experience.metrics["multi_turn/turns"] = float(turn + 1)
+        experience.reward = reward
+        experience.metrics.update({f"reward/{k}": v for k, v in parts.items()})
+        experience.metrics.update(metrics)
         return experience
 
 

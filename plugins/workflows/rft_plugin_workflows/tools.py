@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rft.errors import RftError
 from rft.experience import Experience
 from rft_plugin_workflows.agent import AgentOpenAIWorkflow
 
@@ -114,17 +113,10 @@ class ToolAgentWorkflow(AgentOpenAIWorkflow):
                 calls, failures = calls + 1, failures + int(failed)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         parts = self.score(message.content or "", "tool_agent_workflow")
-        episodes = self.model.extract_experience_from_history(merge_turns=True)
-        if len(episodes) != 1:
-            raise RftError(f"tool_agent_workflow: the history holds {len(episodes)} "
-                           "conversations for one episode, expected 1")
-        (experience,) = episodes
-        experience.reward = sum(parts.values())
-        experience.metrics.update({f"reward/{k}": v for k, v in parts.items()})
-        experience.metrics.update({"multi_turn/turns": float(turn + 1),
-                                   "agent/tool_calls": float(calls),
-                                   "agent/tool_errors": float(failures)})
-        return experience
+        return self.merged_episode("tool_agent_workflow", sum(parts.values()), parts,
+                                   {"multi_turn/turns": float(turn + 1),
+                                    "agent/tool_calls": float(calls),
+                                    "agent/tool_errors": float(failures)})
 
 
 __all__ = ["CALCULATE", "ToolAgentArgs", "ToolAgentWorkflow", "calculate", "run_tool_call"]
