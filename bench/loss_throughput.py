@@ -22,9 +22,10 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from rft_plugin_grpo import grpo_advantages  # pip install -e plugins/algorithms/grpo
-from rft.builtin.kl import k3
-from rft.builtin.policy_loss import ppo_policy_loss
+from rft_plugin_grpo import GRPOArgs, grpo_advantages  # pip install -e plugins/algorithms/grpo
+from rft.builtin.kl import KLArgs, k3
+from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
+from rft.contracts import AdvantageInputs, AggContext, KLInputs, PolicyLossInputs
 from rft.ops import agg_loss
 
 
@@ -85,8 +86,9 @@ def main() -> None:
 
     def rft_ppo() -> None:
         x = with_grad()
-        pg_loss, _ = ppo_policy_loss(x, old_logps, advantages, mask, clip_range=0.2,
-                                     clip_range_low=0.2, clip_range_high=0.28)
+        pg_loss, _ = ppo_policy_loss(
+            PolicyLossInputs(x, old_logps, advantages, mask, AggContext()),
+            PPOArgs(clip_range=0.2, clip_range_low=0.2, clip_range_high=0.28))
         agg_loss(pg_loss, mask, "token-mean").backward()
 
     def verl_kl() -> None:
@@ -95,13 +97,15 @@ def main() -> None:
 
     def rft_kl() -> None:
         x = with_grad()
-        agg_loss(k3(x, ref_logps), mask).backward()
+        agg_loss(k3(KLInputs(x, ref_logps), KLArgs()), mask).backward()
 
     cases = [
         ("GRPO advantage (uid strs)", lambda: core_algos.compute_grpo_outcome_advantage(
-            rewards, mask, uids), lambda: grpo_advantages(rewards, mask, uids)),
+            rewards, mask, uids),
+         lambda: grpo_advantages(AdvantageInputs(rewards, mask, uids), GRPOArgs())),
         ("GRPO advantage (id tensor)", lambda: core_algos.compute_grpo_outcome_advantage(
-            rewards, mask, uids), lambda: grpo_advantages(rewards, mask, task_ids)),
+            rewards, mask, uids),
+         lambda: grpo_advantages(AdvantageInputs(rewards, mask, task_ids), GRPOArgs())),
         ("PPO policy loss (fwd+bwd)", verl_ppo, rft_ppo),
         ("low_var_kl (fwd+bwd)", verl_kl, rft_kl),
     ]

@@ -57,7 +57,7 @@ def grpo_trainer(registry: PluginRegistry, model_dir: Path, tmp_path: Path,
         "monitor": {"monitor_type": "jsonl"},
     }
     stage = build_stages(plain, registry).stages[0]
-    return TorchTrainer(stage.config, stage.validation)
+    return TorchTrainer(stage.plan.trainer_plan())
 
 
 def grpo_batch(vocab: int, seed: int, groups: int = 4, group_size: int = 2) -> list[Experience]:
@@ -104,7 +104,7 @@ def test_rft_update_matches_verl_reference(registry, tiny_model_dir, tmp_path, n
 
     snapshot = load_snapshot(tmp_path / "snap")
     assert torch.equal(snapshot.tensors["input_ids"], recorded.tensors["input_ids"])
-    assert {"old_logprobs", "ref_logprobs", "advantages"} <= set(snapshot.tensors)
+    assert {"old_log_prob", "ref_log_prob", "advantages"} <= set(snapshot.tensors)
     assert snapshot.settings.kl_coef == algorithm["kl_loss_fn_args"]["kl_coef"]
     assert snapshot.settings.entropy_coef == algorithm["entropy_loss_fn_args"]["entropy_coef"]
 

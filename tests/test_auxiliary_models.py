@@ -35,8 +35,7 @@ def test_colocate_on_cpu_accepts_auxiliary_models(tmp_path, tiny_model_dir, task
     loaded = load_config(write_config(tmp_path, tiny_model_dir, tasks,
                                       **judge_changes(tiny_model_dir)))
     assert loaded.stages[0].config.explorer.auxiliary_models[0].name == "judge"
-    selected = loaded.stages[0].validation.selected
-    assert selected["explorer.auxiliary_models[0].engine_type"].name == "hf"
+    assert loaded.stages[0].plan.auxiliary_models[0].engine.name == "hf"
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -74,7 +73,7 @@ def test_auxiliary_engines_are_built_named_and_looked_up(tmp_path, tiny_model_di
              "dtype": "float32", "max_response_tokens": 3, "enable_openai_api": True},
             {"model_path": str(tiny_model_dir), "engine_type": "hf", "dtype": "float32"}],
         model__custom_chat_template="{{ 'policy template' }}")).stages[0]
-    models = build_auxiliary_models(stage.config, stage.validation)
+    models = build_auxiliary_models(stage.config, stage.plan.auxiliary_models)
     try:
         judge, second = models
         assert (judge.name, second.name) == ("judge", "1")

@@ -124,11 +124,11 @@ def base(tmp_path) -> dict[str, Any]:
 
 def single(plain: dict[str, Any], registry: PluginRegistry):
     stage = build_stages(plain, registry).stages[0]
-    return stage.config, stage.validation
+    return stage.config, stage.plan
 
 
 def test_derivations(base, registry, tmp_path):
-    config, validation = single(base, registry)
+    config, plan = single(base, registry)
     assert config.algorithm.repeat_times == 4  # from the preset
     assert config.buffer.train_batch_size == 32  # batch_size × repeat_times
     assert config.model.max_model_len == 150  # prompt + response
@@ -144,8 +144,8 @@ def test_derivations(base, registry, tmp_path):
     assert config.trainer.total_steps is None
     assert (config.cluster.explorer_gpu_num, config.cluster.trainer_gpu_num) == (4, 4)
     assert config.buffer.trainer_input.experience_buffer.name == "experience_buffer"
-    assert validation.selected["algorithm.advantage_fn"].name == "test_adv"
-    assert validation.selected["algorithm.kl_loss_fn"].name == "test_kl"
+    assert plan.loss.advantage.name == "test_adv"
+    assert plan.loss.kl_loss.name == "test_kl"
 
 
 def test_user_values_win_over_the_preset(base, registry):
@@ -175,8 +175,8 @@ def test_response_tokens_derived_from_model_len(base, registry):
 
 def test_workflow_args_are_checked_and_built(base, registry):
     base["buffer"]["explorer_input"]["taskset"]["workflow_args"] = {"turns": 3}
-    _, validation = single(base, registry)
-    built = validation.selected["buffer.explorer_input.taskset.default_workflow_type"].args
+    _, plan = single(base, registry)
+    built = plan.tasksets[0].workflow.args
     assert built == WorkflowArgs(turns=3)
 
 
@@ -334,8 +334,8 @@ def test_openai_endpoint_parsers_are_plugins(base, registry):
     model = base["explorer"]["rollout_model"]
     model.update(enable_openai_api=True, enable_auto_tool_choice=True,
                  tool_call_parser="hermes", reasoning_parser="qwen3")
-    _, validation = single(base, registry)
-    parser = reply_parser_of(validation.selected, "explorer.rollout_model", True)
+    _, plan = single(base, registry)
+    parser = reply_parser_of(plan.rollout_model, True)
     assert parser.tool_calls is hermes_tool_calls and parser.reasoning is qwen3_reasoning
     assert parser.auto_tool_choice
     model.update(tool_call_parser="nope", reasoning_parser="r2")

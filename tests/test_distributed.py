@@ -23,7 +23,8 @@ from rft.config.schema import RolloutModelConfig
 from rft.distributed.engine_pool import EnginePool, chunks, first_ranks
 from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
                                          TrainerDrivenSync)
-from rft.embedded import build_engine
+from rft.explorer.engine_factory import build_engine
+from rft.plugins import PluginRegistry
 from rft.errors import RftError
 from rft.explorer.engine import SamplingArgs
 from rft.launcher import run
@@ -72,14 +73,64 @@ def test_dynamic_styles():
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    """One local Ray cluster for the module (``rft run`` reuses a connected Ray)."""
+def ray_local(tmp_path_factory):
+    """One local Ray cluster for the module (``rft run`` reuses a connected Ray). Every
+    worker process it starts records itself and each config validation or plugin registry
+    it builds in :data:`WORKER_LOG` (actors get the run plan: they should build neither)."""
     import ray
 
+    global WORKER_LOG
+    WORKER_LOG = tmp_path_factory.mktemp("workers") / "calls.log"
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             namespace="rft-tests", runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+             namespace="rft-tests", runtime_env={
+                 "env_vars": {"OMP_NUM_THREADS": "1"},
+                 "worker_process_setup_hook": record_validations(WORKER_LOG)})
     yield
     ray.shutdown()
+
+
+WORKER_LOG: Path | None = None
+
+
+def record_validations(log: Path):
+    """A Ray worker set-up hook: log the worker's start, and wrap ``validate`` and
+    ``PluginRegistry.create`` so that each call is logged too."""
+
+    def setup() -> None:
+        import importlib
+        import os
+
+        import rft.config as config_package
+        from rft.plugins import PluginRegistry
+
+        validate_module = importlib.import_module("rft.config.validate")
+
+        def note(what: str) -> None:
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(f"{os.getpid()} {what}\n")
+
+        original_validate, original_create = validate_module.validate, PluginRegistry.create
+
+        def counted_validate(*args, **kwargs):
+            note("validate")
+            return original_validate(*args, **kwargs)
+
+        def counted_create(*args, **kwargs):
+            note("registry")
+            return original_create(*args, **kwargs)
+
+        validate_module.validate = config_package.validate = counted_validate
+        PluginRegistry.create = staticmethod(counted_create)
+        note("worker")
+
+    return setup
+
+
+def worker_calls() -> list[str]:
+    """What the module's Ray workers recorded so far (``worker``, ``validate``, …)."""
+    assert WORKER_LOG is not None
+    lines = WORKER_LOG.read_text().split() if WORKER_LOG.exists() else []
+    return lines[1::2]
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +192,10 @@ def test_on_policy_sync_engine_logprobs_equal_trainer(ray_local, tmp_path, model
     summary = json.loads((tmp_path / "ck" / "e2e" / "run" / "summary.json").read_text())
     assert summary["stages"][0]["steps"] == 3
     assert (tmp_path / "ck" / "e2e" / "run" / "global_step_3" / "hf" / "config.json").is_file()
+    # the actors (explorer, trainer, buffer) got the run plan: none validated again
+    calls = worker_calls()
+    assert calls.count("worker") >= 3 and "validate" not in calls and "registry" not in calls, \
+        calls
 
 
 @pytest.mark.slow
@@ -340,7 +395,7 @@ def test_two_rollout_engines_as_one(ray_local, tmp_path, model_hd32, tasks):
     assert max(diffs.values()) <= 1e-4, diffs
 
     stage = load_config(config).stages[0]
-    hf_cls = stage.validation.registry.get("engine", "hf")
+    hf_cls = PluginRegistry.create().get("engine", "hf")
     stage.config.explorer.rollout_model = RolloutModelConfig(engine_type="hf", dtype="float32")
     pool = EnginePool(stage.config, hf_cls, replicas=2)
     single = EnginePool(stage.config, hf_cls, replicas=1)

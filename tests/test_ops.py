@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rft import ops
 from rft import group_ops
 from rft.builtin import entropy, kl, policy_loss
+from rft.contracts import AggContext, EntropyInputs, KLInputs, PolicyLossInputs
 from rft.plugins import PluginRegistry, args_type_of
 
 torch.set_num_threads(1)
@@ -125,11 +126,12 @@ def test_args_dataclasses_have_defaults(implementation: object) -> None:
     assert dataclasses.asdict(args)
 
 
-def test_policy_loss_args_are_its_keyword_arguments() -> None:
-    """``ppo_policy_loss(..., **asdict(PPOArgs(...)))`` is how a trainer calls it."""
+def test_policy_loss_is_called_with_its_inputs_and_args() -> None:
+    """``ppo_policy_loss(PolicyLossInputs(...), PPOArgs(...))`` is how a trainer calls it."""
     x = torch.zeros(2, 3)
     args = policy_loss.PPOArgs(clip_range_low=0.2, clip_range_high=0.28)
-    pg_loss, metrics = policy_loss.ppo_policy_loss(x, x, x + 1, x + 1, **dataclasses.asdict(args))
+    pg_loss, metrics = policy_loss.ppo_policy_loss(
+        PolicyLossInputs(x, x, x + 1, x + 1, AggContext()), args)
     assert pg_loss.shape == (2, 3)
     assert set(metrics) == {"pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"}
 
@@ -138,15 +140,17 @@ def test_policy_loss_args_are_its_keyword_arguments() -> None:
 def test_straight_through_kl_has_the_value_of_its_estimator_and_the_gradient_of_k2(name: str) -> None:
     logp = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
     ref = torch.randn(4, 5, dtype=torch.float64)
-    plus = kl.KL_FNS[f"{name}+"](logp, ref)
-    torch.testing.assert_close(plus, kl.KL_FNS[name](logp, ref))
+    inputs, args = KLInputs(logp, ref), kl.KLArgs()
+    plus = kl.KL_FNS[f"{name}+"](inputs, args)
+    torch.testing.assert_close(plus, kl.KL_FNS[name](inputs, args))
     (g_plus,) = torch.autograd.grad(plus.sum(), logp)
-    (g_k2,) = torch.autograd.grad(kl.k2(logp, ref).sum(), logp)
+    (g_k2,) = torch.autograd.grad(kl.k2(inputs, args).sum(), logp)
     torch.testing.assert_close(g_plus, g_k2)
 
 
 def test_no_entropy_is_a_zero_scalar() -> None:
-    term = entropy.no_entropy(torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2))
+    term = entropy.no_entropy(EntropyInputs(torch.ones(2, 2, dtype=torch.float64),
+                                            torch.ones(2, 2), AggContext()), None)
     assert term.shape == () and term.item() == 0.0 and term.dtype == torch.float64
 
 

@@ -262,3 +262,15 @@ def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(
         "rft: buffer.explorer_input.taskset.default_reward_fn_type: unknown reward function "
         "'accuracy_reward_v2'; did you mean 'accuracy_reward'?",
     ]
+
+
+def test_install_hints_match_what_the_plugin_distributions_register():
+    """``KNOWN_PROVIDERS`` (the "pip install …" hint of an unknown name) equals what the
+    project's plugin distributions, all installed here, really register."""
+    from rft.plugins import KNOWN_PROVIDERS
+
+    registered = {(kind, name): info.distribution
+                  for info in PluginRegistry.create().plugins()
+                  if info.distribution.startswith("rft-plugin-")
+                  for kind, names in info.registers.items() for name in names}
+    assert KNOWN_PROVIDERS == registered

@@ -62,10 +62,10 @@ def test_one_update_is_finite_and_changes_parameters(name, registry, tiny_model_
         "monitor": {"monitor_type": "jsonl"},
     }
     stage = build_stages(plain, registry).stages[0]
-    trainer = TorchTrainer(stage.config, stage.validation)
+    trainer = TorchTrainer(stage.plan.trainer_plan())
     before = {k: v.detach().clone() for k, v in trainer.actor.named_parameters()}
     vocab = trainer.vocab_size or 64
-    metrics = trainer.train_step(experiences(stage.validation.preset, vocab))
+    metrics = trainer.train_step(experiences(stage.plan.preset, vocab))
     assert all(math.isfinite(v) for v in metrics.values()), metrics
     assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     changed = [k for k, v in trainer.actor.named_parameters() if not torch.equal(v, before[k])]

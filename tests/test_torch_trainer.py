@@ -23,6 +23,7 @@ from rft_plugin_grpo import grpo_advantages
 from rft_plugin_ppo import gae_advantages
 from rft.config import build_stages
 from rft.config.schema import OptimizerConfig
+from rft.contracts import PolicyLossInputs
 from rft.errors import RftError
 from rft.experience import EID, Experience, pad_batch
 from rft.plugins import PluginRegistry
@@ -32,9 +33,9 @@ from rft.trainer.torch_trainer import TorchTrainer
 VOCAB = 64
 
 
-def sft_nll(per_token_logps, old_per_token_logps, advantages, mask):
+def sft_nll(inputs: PolicyLossInputs, args: None):
     """Stand-in SFT loss: per-token negative log-likelihood."""
-    return -per_token_logps, {}
+    return -inputs.log_prob, {}
 
 
 @dataclass
@@ -43,15 +44,15 @@ class PairArgs:
     """DPO temperature."""
 
 
-def dpo_pair_loss(per_token_logps, old_per_token_logps, advantages, mask, *,
-                  ref_per_token_logps, global_batch_size, beta=0.1):
+def dpo_pair_loss(inputs: PolicyLossInputs, args: PairArgs):
     """Stand-in DPO loss through the sequence-level hook (rows 2k / 2k+1 = chosen / rejected)."""
-    seq = ((per_token_logps - ref_per_token_logps) * mask).sum(-1)  # (B,)
-    margin = beta * (seq[0::2] - seq[1::2])
-    return -torch.nn.functional.logsigmoid(margin).sum() / (global_batch_size / 2), {}
+    seq = ((inputs.log_prob - inputs.ref_log_prob) * inputs.response_mask).sum(-1)  # (B,)
+    margin = args.beta * (seq[0::2] - seq[1::2])
+    return -torch.nn.functional.logsigmoid(margin).sum() / (inputs.agg.global_batch_size / 2), {}
 
 
 dpo_pair_loss.Args = PairArgs  # type: ignore[attr-defined]
+dpo_pair_loss.needs_ref_log_prob = True  # type: ignore[attr-defined]
 
 
 class StandInPlugin:
@@ -130,7 +131,7 @@ def make_trainer(registry, model_dir, tmp_path, **sections: Any) -> TorchTrainer
         "monitor": {"monitor_type": "jsonl"},
     }
     stage = build_stages(merge(plain, sections), registry).stages[0]
-    return TorchTrainer(stage.config, stage.validation)
+    return TorchTrainer(stage.plan.trainer_plan())
 
 
 def rollouts(n: int = 6, seed: int = 0, group: int = 2) -> list[Experience]:
@@ -168,8 +169,8 @@ def test_pad_batch_layout() -> None:
         assert torch.equal(batch.attention_mask[row], (expected != 0).long())
         assert torch.equal(batch.response_mask[row, :response], exp.action_mask.float())
         assert batch.response_mask[row, response:].abs().sum() == 0
-        assert torch.equal(batch.old_logprobs[row, :response], exp.logprobs)
-        assert batch.old_logprobs[row, response:].abs().sum() == 0
+        assert torch.equal(batch.rollout_log_prob[row, :response], exp.logprobs)
+        assert batch.rollout_log_prob[row, response:].abs().sum() == 0
         valid = batch.position_ids[row][batch.attention_mask[row] == 1]
         assert torch.equal(valid, torch.arange(prompt + response))
     assert batch.rewards.tolist() == [1.0, 0.0, 0.0, 4.0]
@@ -178,7 +179,7 @@ def test_pad_batch_layout() -> None:
     assert batch.token_level_rewards[2].tolist() == [0.5, -0.5, 0, 0, 0, 0]
     assert batch.token_level_rewards[3].tolist() == [0, 0, 0, 0, 0, 4.0]
     experiences[1].logprobs = None
-    assert pad_batch(experiences, pad_token_id=0).old_logprobs is None
+    assert pad_batch(experiences, pad_token_id=0).rollout_log_prob is None
 
 
 def params(trainer: TorchTrainer) -> dict[str, torch.Tensor]:

@@ -20,10 +20,12 @@ from rft.builtin.entropy import EntropyArgs, entropy_bonus, no_entropy
 from rft.builtin.kl import KL_FNS, KLArgs
 from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
 from rft.config.validate import Selected
+from rft.contracts import AdvantageInputs, PolicyLossInputs
 from rft.errors import RftError
 from rft.ops import LOSS_AGG_MODES
 from rft.testing.algorithms import FEW, Batch, batches, close
-from rft.trainer.loss import (AggContext, LossFns, LossInputs, actor_loss, apply_kl_penalty,
+from rft.config.plan import LossPlan
+from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
                               compute_advantages, policy_loss_term)
 
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -35,8 +37,8 @@ def sel(key: str, name: str, fn, args=None) -> Selected:
 
 
 def make_fns(mode: str, *, kl_coef: float = 0.1, entropy_coef: float = 0.01,
-             kl: str = "low_var_kl") -> LossFns:
-    return LossFns(
+             kl: str = "low_var_kl") -> LossPlan:
+    return LossPlan(
         policy_loss=sel("policy_loss_fn", "ppo", ppo_policy_loss,
                         PPOArgs(clip_range=0.2, clip_range_high=0.28, clip_ratio_c=3.0)),
         kl_loss=sel("kl_loss_fn", kl, KL_FNS[kl], KLArgs(kl_coef=kl_coef)),
@@ -90,11 +92,10 @@ def hand_k3(logps, ref):
     return torch.clamp(torch.exp(r) - r - 1, -10, 10)
 
 
-def loss_of(fns: LossFns, t: Tensors, rows: slice | list[int], agg: AggContext):
-    return actor_loss(fns, LossInputs(per_token_logps=t.logps[rows], mask=t.mask[rows],
-                                      old_per_token_logps=t.old[rows], advantages=t.adv[rows],
-                                      entropy=t.entropy[rows],
-                                      ref_per_token_logps=t.ref[rows]), agg)
+def loss_of(fns: LossPlan, t: Tensors, rows: slice | list[int], agg: AggContext):
+    return actor_loss(fns, LossInputs(log_prob=t.logps[rows], response_mask=t.mask[rows],
+                                      old_log_prob=t.old[rows], advantages=t.adv[rows],
+                                      entropy=t.entropy[rows], ref_log_prob=t.ref[rows]), agg)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -169,14 +170,14 @@ def test_total_loss_matches_verl_ppo_loss(batch: Batch, mode: str, kl: str, kl_c
               "entropy": verl_layout(entropy, prompt_lens, resp_lens)}
     theirs, their_metrics = ppo_loss(config, output, data)
 
-    fns = LossFns(
+    fns = LossPlan(
         policy_loss=sel("policy_loss_fn", "ppo", ppo_policy_loss,
                         PPOArgs(clip_range=clips[0], clip_range_high=clips[1], clip_ratio_c=3.0)),
         kl_loss=sel("kl_loss_fn", kl, KL_FNS[kl], KLArgs(kl_coef=kl_coef)),
         entropy=sel("entropy_loss_fn", "default", entropy_bonus, EntropyArgs(entropy_coef)),
         loss_agg_mode=mode)
-    ours = actor_loss(fns, LossInputs(per_token_logps=logps, mask=mask, old_per_token_logps=old,
-                                      advantages=adv, entropy=entropy, ref_per_token_logps=ref),
+    ours = actor_loss(fns, LossInputs(log_prob=logps, response_mask=mask, old_log_prob=old,
+                                      advantages=adv, entropy=entropy, ref_log_prob=ref),
                       AggContext.for_mini_batch(mask, mode, loss_scale_factor=scale))
     if torch.isnan(theirs):
         assert mask.sum() == 0 and ours.loss.item() == 0.0
@@ -208,7 +209,7 @@ def test_micro_batch_gradients_add_up(mode: str) -> None:
 
 def test_no_entropy_no_kl_is_the_policy_loss() -> None:
     t = tensors(3)
-    fns = LossFns(policy_loss=sel("policy_loss_fn", "ppo", ppo_policy_loss, PPOArgs()),
+    fns = LossPlan(policy_loss=sel("policy_loss_fn", "ppo", ppo_policy_loss, PPOArgs()),
                   kl_loss=sel("kl_loss_fn", "none", KL_FNS["none"], KLArgs()),
                   entropy=sel("entropy_loss_fn", "none", no_entropy))
     assert not fns.needs_ref and not fns.uses_entropy_loss
@@ -222,12 +223,12 @@ def test_no_entropy_no_kl_is_the_policy_loss() -> None:
 def test_sft_loss_gets_detached_old_logps_and_zero_advantages() -> None:
     seen = {}
 
-    def nll(per_token_logps, old_per_token_logps, advantages, mask):
-        seen.update(old=old_per_token_logps, adv=advantages)
-        return -per_token_logps, {}
+    def nll(inputs: PolicyLossInputs, args: None):
+        seen.update(old=inputs.old_log_prob, adv=inputs.advantages)
+        return -inputs.log_prob, {}
 
     t = tensors(4)
-    fns = LossFns(policy_loss=sel("policy_loss_fn", "test_sft", nll))
+    fns = LossPlan(policy_loss=sel("policy_loss_fn", "test_sft", nll))
     out = actor_loss(fns, LossInputs(t.logps, t.mask), AggContext.for_mini_batch(t.mask, "token-mean"))
     torch.testing.assert_close(out.loss, -(t.logps * t.mask).sum() / t.mask.sum())
     assert not seen["old"].requires_grad and torch.equal(seen["old"], t.logps.detach())
@@ -235,29 +236,33 @@ def test_sft_loss_gets_detached_old_logps_and_zero_advantages() -> None:
 
 
 def test_sequence_level_policy_loss_hook() -> None:
-    """A DPO-like loss names ``ref_per_token_logps`` / ``global_batch_size`` and returns a
-    scalar, which is used as is (not aggregated again)."""
+    """A DPO-like loss declares ``needs_ref_log_prob``, reads ``inputs.ref_log_prob`` and
+    ``inputs.agg.global_batch_size``, and returns a scalar, which is used as is (not
+    aggregated again)."""
     received = {}
-
-    def pair_loss(per_token_logps, old_per_token_logps, advantages, mask, *,
-                  ref_per_token_logps, global_batch_size, beta=0.1):
-        received.update(ref=ref_per_token_logps, n=global_batch_size, beta=beta)
-        seq = ((per_token_logps - ref_per_token_logps) * mask).sum(-1)
-        margin = beta * (seq[0::2] - seq[1::2])
-        return -torch.nn.functional.logsigmoid(margin).sum() / (global_batch_size / 2), {}
 
     @dataclass
     class PairArgs:
         beta: float = 0.5
 
+    def pair_loss(inputs: PolicyLossInputs, args: PairArgs):
+        n = inputs.agg.global_batch_size
+        received.update(ref=inputs.ref_log_prob, n=n, beta=args.beta)
+        seq = ((inputs.log_prob - inputs.ref_log_prob) * inputs.response_mask).sum(-1)
+        margin = args.beta * (seq[0::2] - seq[1::2])
+        return -torch.nn.functional.logsigmoid(margin).sum() / (n / 2), {}
+
+    pair_loss.Args = PairArgs
+    pair_loss.needs_ref_log_prob = True
+
     t = tensors(5)
-    fns = LossFns(policy_loss=sel("policy_loss_fn", "test_dpo", pair_loss, PairArgs()))
+    fns = LossPlan(policy_loss=sel("policy_loss_fn", "test_dpo", pair_loss, PairArgs()))
     assert fns.needs_ref
     agg = AggContext.for_mini_batch(t.mask, "token-mean")
-    pg, _ = policy_loss_term(fns, LossInputs(t.logps, t.mask, ref_per_token_logps=t.ref), agg)
+    pg, _ = policy_loss_term(fns, LossInputs(t.logps, t.mask, ref_log_prob=t.ref), agg)
     assert received["n"] == B and received["beta"] == 0.5 and received["ref"] is t.ref
     assert pg.dim() == 0
-    with pytest.raises(RftError, match="test_dpo.*ref_per_token_logps"):
+    with pytest.raises(RftError, match="test_dpo.*ref_log_prob"):
         policy_loss_term(fns, LossInputs(t.logps, t.mask), agg)
 
 
@@ -267,7 +272,7 @@ def test_mix_loss_receives_the_expert_rows() -> None:
     from rft_plugin_mix import MixArgs, mix_policy_loss
 
     t = tensors(6)
-    fns = LossFns(policy_loss=sel("policy_loss_fn", "mix", mix_policy_loss, MixArgs(mu=1.0)))
+    fns = LossPlan(policy_loss=sel("policy_loss_fn", "mix", mix_policy_loss, MixArgs(mu=1.0)))
     agg = AggContext.for_mini_batch(t.mask, "token-mean")
     experts = torch.ones(t.mask.shape[0], dtype=torch.bool)
     pg, _ = policy_loss_term(fns, LossInputs(t.logps, t.mask, is_expert_mask=experts), agg)
@@ -277,7 +282,8 @@ def test_mix_loss_receives_the_expert_rows() -> None:
 
 
 def test_policy_loss_of_wrong_shape_is_named() -> None:
-    fns = LossFns(policy_loss=sel("policy_loss_fn", "bad", lambda a, b, c, m: (a[:, :2], {})))
+    fns = LossPlan(policy_loss=sel("policy_loss_fn", "bad",
+                                  lambda inputs, args: (inputs.log_prob[:, :2], {})))
     t = tensors()
     with pytest.raises(RftError, match=r"algorithm.policy_loss_fn: 'bad' returned a loss of shape"):
         actor_loss(fns, LossInputs(t.logps, t.mask), AggContext.for_mini_batch(t.mask, "token-mean"))
@@ -296,7 +302,7 @@ def test_kl_penalty_in_reward() -> None:
     assert metrics["actor/reward_kl_penalty_coeff"] == 0.05
 
 
-def test_advantage_fn_gets_inputs_by_signature() -> None:
+def test_advantage_fn_gets_typed_inputs() -> None:
     from rft_plugin_grpo import grpo_advantages
     from rft_plugin_ppo import gae_advantages
 
@@ -309,11 +315,10 @@ def test_advantage_fn_gets_inputs_by_signature() -> None:
     rewards = torch.zeros(B, R, dtype=torch.float64)
     rewards[:, 0] = torch.arange(B, dtype=torch.float64)
     index = ["a", "a", "b", "b", "c", "c"]
-    available = {"token_level_rewards": rewards, "response_mask": t.mask, "index": index,
-                 "values": None, "reward_baselines": None}
+    inputs = AdvantageInputs(token_level_rewards=rewards, response_mask=t.mask, index=index)
     adv, ret = compute_advantages(sel("advantage_fn", "grpo", grpo_advantages, GrpoArgs()),
-                                  available, (B, R))
+                                  inputs)
     expected = torch.tensor([-0.5, 0.5] * 3, dtype=torch.float64)[:, None] * t.mask
     torch.testing.assert_close(adv, expected.float())
     with pytest.raises(RftError, match=r"algorithm.advantage_fn: 'gae' needs values"):
-        compute_advantages(sel("advantage_fn", "gae", gae_advantages), available, (B, R))
+        compute_advantages(sel("advantage_fn", "gae", gae_advantages), inputs)

@@ -23,9 +23,10 @@ from verl.trainer.ppo import core_algos
 from verl.utils import torch_functional as verl_F
 
 from rft import ops
-from rft.builtin.entropy import entropy_bonus
-from rft.builtin.kl import KL_FNS
-from rft.builtin.policy_loss import clipped_value_loss, ppo_policy_loss
+from rft.builtin.entropy import EntropyArgs, entropy_bonus
+from rft.builtin.kl import KL_FNS, KLArgs
+from rft.builtin.policy_loss import PPOArgs, clipped_value_loss, ppo_policy_loss
+from rft.contracts import AggContext, EntropyInputs, KLInputs, PolicyLossInputs
 from rft.testing.algorithms import (
     FEW, SETTINGS, Batch, assert_policy_loss_matches, batches, close)
 
@@ -138,8 +139,8 @@ def test_entropy_loss(batch: Batch, vocab: int, mode: str, coef: float) -> None:
     ``entropy_coeff × entropy_loss``). Empty masks: see ``test_agg_loss``."""
     logits = batch.randn(batch.B, batch.T, vocab).requires_grad_()
     ref = coef * core_algos.compute_entropy_loss(logits, batch.mask, loss_agg_mode=mode)
-    ours = entropy_bonus(ops.entropy_from_logits(logits), batch.mask, entropy_coef=coef,
-                         loss_agg_mode=mode)
+    ours = entropy_bonus(EntropyInputs(ops.entropy_from_logits(logits), batch.mask,
+                                       AggContext(mode)), EntropyArgs(entropy_coef=coef))
     if torch.isnan(ref):
         assert batch.mask.sum() == 0 and ours.item() == 0.0
         return
@@ -161,7 +162,7 @@ def test_kl_estimators(batch: Batch, name: str, scale: float) -> None:
     (large scales reach low_var_kl's ±20 / ±10 clamps)."""
     logp = logps(batch, scale).requires_grad_()
     ref_logp = logps(batch, scale).requires_grad_()
-    ours = KL_FNS[name](logp, ref_logp)
+    ours = KL_FNS[name](KLInputs(logp, ref_logp), KLArgs())
     ref = core_algos.kl_penalty(logp, ref_logp, name)
     close(ours, ref)
     weights = batch.randn()
@@ -173,7 +174,7 @@ def test_kl_estimators(batch: Batch, name: str, scale: float) -> None:
 
 def test_kl_none_is_zero() -> None:
     logp = torch.randn(3, 4, dtype=torch.float64)
-    assert torch.all(KL_FNS["none"](logp, logp - 1) == 0)
+    assert torch.all(KL_FNS["none"](KLInputs(logp, logp - 1), KLArgs()) == 0)
 
 
 @SETTINGS
@@ -196,16 +197,18 @@ def test_ppo_policy_loss(batch: Batch, mode: str, drift: float, clips: tuple,
         loss_agg_mode=mode,
         config=verl_actor_config(clip_ratio=clip, clip_ratio_low=low, clip_ratio_high=high,
                                  clip_ratio_c=clip_ratio_c, global_batch_info=info))
-    pg_loss, metrics = ppo_policy_loss(new, old, advantages, batch.mask, clip_range=clip,
-                                       clip_range_low=low, clip_range_high=high,
-                                       clip_ratio_c=clip_ratio_c)
+    pg_loss, metrics = ppo_policy_loss(
+        PolicyLossInputs(new, old, advantages, batch.mask, AggContext(mode, **info)),
+        PPOArgs(clip_range=clip, clip_range_low=low, clip_range_high=high,
+                clip_ratio_c=clip_ratio_c))
     assert_policy_loss_matches(pg_loss, metrics, ref, ref_metrics, batch.mask, mode, info, new)
 
 
 def test_ppo_rejects_clip_ratio_c_at_most_one() -> None:
     x = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="clip_ratio_c"):
-        ppo_policy_loss(x, x, x, x + 1, clip_ratio_c=1.0)
+        ppo_policy_loss(PolicyLossInputs(x, x, x, x + 1, AggContext()),
+                        PPOArgs(clip_ratio_c=1.0))
 
 
 @SETTINGS

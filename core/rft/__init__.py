@@ -6,8 +6,14 @@ Heavy dependencies (torch, transformers) are imported only by the modules that n
 
 from __future__ import annotations
 
+from rft.contracts import (AdvantageFn, AdvantageInputs, AggContext, EntropyInputs,
+                           EntropyLossFn, KLFn, KLInputs, PolicyLossFn, PolicyLossInputs,
+                           needs_ref_log_prob)
 from rft.errors import ConfigError, PluginError, RftError, UnknownNameError
 from rft.hookspecs import hookimpl, hookspec
 
-__all__ = ["ConfigError", "PluginError", "RftError", "UnknownNameError", "hookimpl", "hookspec"]
+__all__ = ["AdvantageFn", "AdvantageInputs", "AggContext", "ConfigError", "EntropyInputs",
+           "EntropyLossFn", "KLFn", "KLInputs", "PluginError", "PolicyLossFn",
+           "PolicyLossInputs", "RftError", "UnknownNameError", "hookimpl", "hookspec",
+           "needs_ref_log_prob"]
 __version__ = "0.1.0"

@@ -7,8 +7,44 @@ section where the user left the field unset (``None``); a value the user wrote w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from rft.experience import Experience
+
+
+class BatchLayout(Protocol):
+    """How the rows of a training batch belong together (an algorithm's batch layout).
+
+    The trainer calls :meth:`arrange` on every batch it gets, then splits it into
+    mini-batches and micro-batches of whole *units*: ``unit_size`` consecutive rows that
+    are never separated (a preference pair is 2 rows: chosen, rejected).
+    """
+
+    @property
+    def unit_size(self) -> int:
+        """Rows per unit."""
+
+    def arrange(self, experiences: Sequence[Experience]) -> list[Experience]:
+        """The batch in training order, each unit's rows consecutive.
+
+        :raises rft.errors.RftError: rows that do not form whole units (one line naming
+            the culprit).
+        """
+
+
+@dataclass(frozen=True)
+class SingleRows:
+    """The default layout: every row is a unit of its own, in the order given."""
+
+    unit_size: int = 1
+    """Rows per unit."""
+
+    def arrange(self, experiences: Sequence[Experience]) -> list[Experience]:
+        """``experiences`` unchanged."""
+        return list(experiences)
 
 
 @dataclass(frozen=True)
@@ -46,7 +82,11 @@ class AlgorithmPreset:
     train_only: bool = False
     """The algorithm learns from a fixed dataset: no explorer (SFT, DPO)."""
     experience_format: Literal["rollout", "sft", "dpo"] = "rollout"
-    """What one training example looks like: a rollout, a prompt/response, a preference pair."""
+    """What one training example looks like: a rollout (rewards → advantages before the
+    update), a prompt/response, a preference pair (both learn from the dataset as it is)."""
+    batch_layout: BatchLayout = SingleRows()
+    """How the rows of a training batch belong together (:class:`BatchLayout`); the
+    trainer keeps each unit whole."""
     default_args: dict[str, dict[str, Any]] | None = None
     """Default ``*_args`` per algorithm field, e.g. ``{"advantage_fn_args": {"epsilon": 1e-6}}``."""
 

@@ -4,9 +4,13 @@
     rft validate CONFIG [key=value ...]     print the resolved config, or every problem
     rft run CONFIG [key=value ...]          validate, then run through the launcher
     rft tiny-model DIR                      build a tiny random Qwen2 model offline
+    rft NAME ...                            a command contributed by a plugin
+                                            (``register_commands``, e.g. ``convert-verl``)
 
 A user error prints one line per problem (``rft: <problem>``) and exits with status 2;
-``--debug`` adds the traceback.
+``--debug`` adds the traceback. Plugin commands are added after the built-in ones; a
+plugin command that clashes with a built-in one, or a plugin that fails to load, is such
+an error.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from rft.errors import ConfigError, RftError
+from rft.commands import Command
+from rft.errors import ConfigError, PluginError, RftError
+from rft.plugins import KNOWN_PROVIDERS, PluginRegistry
 
 EXIT_USAGE = 2
 """Exit status for invalid configs, unknown plugins and other user errors."""
@@ -29,8 +35,6 @@ def _print_problems(error: RftError) -> None:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from rft.plugins import PluginRegistry
-
     infos = PluginRegistry.create().plugins()
     if args.json:
         print(json.dumps([info.as_dict() for info in infos], indent=2))
@@ -82,7 +86,12 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(registry: PluginRegistry | None = None) -> argparse.ArgumentParser:
+    """The ``rft`` parser: the built-in commands, then the commands of ``registry``'s
+    plugins (none when ``registry`` is ``None``).
+
+    :raises PluginError: a plugin command is invalid or clashes with a built-in command.
+    """
     parser = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -101,8 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     tiny.set_defaults(handler=cmd_tiny_model)
-    from rft.verl_convert.cli import add_parser as add_convert_verl_parser
-    add_convert_verl_parser(commands)
 
     for name, handler, text in (
         ("validate", cmd_validate, "check a config; print it resolved, or its problems"),
@@ -115,11 +122,74 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                          help="show tracebacks on errors")
         sub.set_defaults(handler=handler)
+    if registry is not None:
+        add_plugin_commands(commands, registry)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def add_plugin_commands(commands: argparse._SubParsersAction, registry: PluginRegistry
+                        ) -> None:
+    """Add one subparser per command registered by a plugin, in name order, after the
+    built-in commands already in ``commands``.
+
+    :raises PluginError: naming the plugin and its distribution, when a name is already a
+        built-in command, is not a :class:`~rft.commands.Command`, or its
+        ``add_arguments`` fails.
+    """
+    builtin = set(commands.choices)
+    for name in registry.names("command"):
+        registration = registry.registration("command", name)
+        command = registration.implementation
+        where = f"plugin {registration.plugin!r} (distribution {registration.distribution})"
+        if name in builtin:
+            raise PluginError(f"{where}: command {name!r} clashes with the built-in command "
+                              f"'rft {name}'")
+        if not isinstance(command, Command):
+            raise PluginError(f"{where}: register_commands() must map {name!r} to an "
+                              f"rft.commands.Command, got {type(command).__name__}")
+        sub = commands.add_parser(name, help=command.help, description=command.help)
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                         help="show tracebacks on errors")
+        try:
+            command.add_arguments(sub)
+        except Exception as exc:  # a broken plugin must name itself
+            raise PluginError(f"{where}: command {name!r}: add_arguments() raised "
+                              f"{type(exc).__name__}: {exc}") from exc
+        sub.set_defaults(handler=command.run)
+
+
+def _unknown_command_hint(argv: Sequence[str], registry: PluginRegistry) -> str | None:
+    """For a command that is not installed but that a known plugin distribution provides
+    (e.g. ``convert-verl``), the line saying what to install; else ``None``."""
+    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    if name is None or registry.has("command", name):
+        return None
+    if ("command", name) not in KNOWN_PROVIDERS:
+        return None
+    return registry.unknown_name_message("command", name)
+
+
+def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None
+         ) -> int:
+    """Run ``rft`` with ``argv`` (default: the process's arguments); the exit status.
+
+    :param registry: where plugin commands come from; default: a fresh
+        :meth:`PluginRegistry.create() <rft.plugins.PluginRegistry.create>`.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if registry is None:
+            registry = PluginRegistry.create()
+        parser = build_parser(registry)
+    except RftError as error:
+        if "--debug" in argv:
+            raise
+        _print_problems(error)
+        return EXIT_USAGE
+    hint = _unknown_command_hint(argv, registry)
+    if hint is not None:
+        print(f"rft: {hint}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         return args.handler(args)

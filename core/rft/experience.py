@@ -140,8 +140,9 @@ class Batch:
     """(B,) scalar rewards (0 where only token-level rewards were given)."""
     token_level_rewards: torch.Tensor
     """(B, R) rewards per response token; a scalar reward sits on the last response token."""
-    old_logprobs: torch.Tensor | None
-    """(B, R) sampling log-probs, or ``None`` if any experience lacks them."""
+    rollout_log_prob: torch.Tensor | None
+    """(B, R) the inference engine's log-probs at sampling time (``Experience.logprobs``;
+    veRL's ``rollout_log_probs``), or ``None`` if any experience lacks them."""
     advantages: torch.Tensor | None
     """(B, R) explorer-side advantages, or ``None``."""
     returns: torch.Tensor | None
@@ -209,8 +210,8 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
         prompt_width=prompt_width,
         rewards=rewards,
         token_level_rewards=token_level_rewards,
-        old_logprobs=_stack_optional([e.logprobs for e in experiences], response_width,
-                                     torch.float32),
+        rollout_log_prob=_stack_optional([e.logprobs for e in experiences], response_width,
+                                         torch.float32),
         advantages=_stack_optional([e.advantages for e in experiences], response_width,
                                    torch.float32),
         returns=_stack_optional([e.returns for e in experiences], response_width,

@@ -37,6 +37,18 @@ from typing import Any
 
 import pluggy
 
+# The calling contracts of the loss-path hooks, re-exported for plugin authors.
+from rft.contracts import AdvantageFn as AdvantageFn
+from rft.contracts import AdvantageInputs as AdvantageInputs
+from rft.contracts import AggContext as AggContext
+from rft.contracts import EntropyInputs as EntropyInputs
+from rft.contracts import EntropyLossFn as EntropyLossFn
+from rft.contracts import KLFn as KLFn
+from rft.contracts import KLInputs as KLInputs
+from rft.contracts import PolicyLossFn as PolicyLossFn
+from rft.contracts import PolicyLossInputs as PolicyLossInputs
+from rft.contracts import needs_ref_log_prob as needs_ref_log_prob
+
 PROJECT_NAME = "rft"
 """Name of the pluggy project and of the entry-point group."""
 
@@ -57,7 +69,10 @@ def register_algorithms() -> dict[str, Any]:
         policy loss fn, KL loss fn, KL penalty fn, entropy loss fn, sample strategy and
         ``repeat_times`` of the algorithm, and its flags (uses a critic, uses a reference
         model, advantage computed in the explorer or the trainer, train-only). Values a
-        user writes in ``algorithm`` always win over the preset's.
+        user writes in ``algorithm`` always win over the preset's. Its ``batch_layout``
+        (:class:`rft.algorithm.BatchLayout`) arranges each training batch and names how
+        many consecutive rows form a unit the trainer keeps whole (DPO: a chosen and a
+        rejected row); the default keeps every row on its own.
 
     Example::
 
@@ -71,16 +86,26 @@ def register_algorithms() -> dict[str, Any]:
 def register_advantage_fns() -> dict[str, Any]:
     """Register advantage functions, selected by ``algorithm.advantage_fn``.
 
-    :return: ``{name: callable}``; the callable computes ``(advantages, returns)`` of
-        shape ``(B, T)`` from token-level rewards, the response mask and the fields its
-        algorithm needs (group ids, values, …). Its ``Args`` dataclass is filled from
-        ``algorithm.advantage_fn_args``.
+    :return: ``{name: fn}``, each ``fn`` an :class:`~rft.contracts.AdvantageFn`:
+        ``fn(inputs: AdvantageInputs, args) -> (advantages, returns)``, both ``(B, T)``,
+        computed without gradient. ``inputs`` holds ``token_level_rewards`` ``(B, T)``,
+        ``response_mask`` ``(B, T)``, ``index`` (``B`` group ids) and, when the run
+        provides them, ``values`` ``(B, T)`` (critic) and ``reward_baselines`` ``(B,)``; a
+        function that needs one takes it with ``inputs.require("values", "<name>")``,
+        which fails with a one-line error saying what provides it. ``args`` is the built
+        instance of ``fn.Args`` (from ``algorithm.advantage_fn_args``, defaults filled in),
+        ``None`` for a function without ``Args``. Shape letters: :mod:`rft.contracts`.
 
     Example::
 
+        def outcome_advantages(inputs: AdvantageInputs, args: None):
+            scores = inputs.token_level_rewards.sum(-1, keepdim=True)  # (B, 1)
+            advantages = scores * inputs.response_mask  # (B, T)
+            return advantages, advantages
+
         @hookimpl
         def register_advantage_fns():
-            return {"grpo": grpo_advantages}
+            return {"outcome": outcome_advantages}
     """
 
 
@@ -88,15 +113,53 @@ def register_advantage_fns() -> dict[str, Any]:
 def register_policy_loss_fns() -> dict[str, Any]:
     """Register policy loss functions, selected by ``algorithm.policy_loss_fn``.
 
-    :return: ``{name: callable}``; the callable returns the per-token policy loss
-        ``(B, T)`` (aggregated by the trainer) and a dict of metrics. Its ``Args``
-        dataclass is filled from ``algorithm.policy_loss_fn_args``.
+    :return: ``{name: fn}``, each ``fn`` a :class:`~rft.contracts.PolicyLossFn`:
+        ``fn(inputs: PolicyLossInputs, args) -> (pg_loss, metrics)``, called once per
+        micro-batch. ``inputs`` holds ``log_prob`` (current policy, with gradient),
+        ``old_log_prob``, ``advantages``, ``response_mask`` (all ``(B, T)``), ``agg`` (the
+        trainer's :class:`~rft.contracts.AggContext`: ``loss_agg_mode`` and the
+        mini-batch's global counts), ``ref_log_prob`` ``(B, T)`` or ``None``, and
+        ``is_expert_mask`` ``(B,)`` or ``None``. ``pg_loss`` is per token ``(B, T)`` (the
+        trainer aggregates it with ``inputs.agg``) or 0-dim (already aggregated: use
+        ``inputs.agg``'s counts, e.g. ``inputs.agg(x, inputs.response_mask)``, so that
+        micro-batches add up). ``metrics`` maps names to 0-dim tensors or floats, reported
+        as ``actor/<name>``. ``args`` is the built instance of ``fn.Args`` (from
+        ``algorithm.policy_loss_fn_args``, defaults filled in; defaults live only there),
+        ``None`` for a function without ``Args``. A loss that reads ``inputs.ref_log_prob``
+        declares ``fn.needs_ref_log_prob = True`` (:func:`rft.contracts.needs_ref_log_prob`):
+        the trainer then runs the reference model.
+
+    A config selects the example below with ``policy_loss_fn: clipped_pg`` and
+    ``policy_loss_fn_args: {clip_range: 0.1}``.
 
     Example::
 
+        from dataclasses import dataclass
+
+        import torch
+
+        from rft import PolicyLossInputs, hookimpl
+        from rft.ops import masked_mean
+
+        @dataclass
+        class ClippedPGArgs:
+            clip_range: float = 0.2
+            \"\"\"Symmetric clip range of the importance ratio.\"\"\"
+
+        def clipped_pg(inputs: PolicyLossInputs, args: ClippedPGArgs):
+            ratio = torch.exp(inputs.log_prob - inputs.old_log_prob)  # (B, T)
+            clipped = ratio.clamp(1 - args.clip_range, 1 + args.clip_range)  # (B, T)
+            pg_loss = torch.maximum(-inputs.advantages * ratio,
+                                    -inputs.advantages * clipped)  # (B, T)
+            with torch.no_grad():
+                clipfrac = masked_mean((clipped != ratio).float(), inputs.response_mask)
+            return pg_loss, {"pg_clipfrac": clipfrac}
+
+        clipped_pg.Args = ClippedPGArgs
+
         @hookimpl
         def register_policy_loss_fns():
-            return {"ppo": clipped_surrogate_loss}
+            return {"clipped_pg": clipped_pg}
     """
 
 
@@ -105,16 +168,24 @@ def register_kl_fns() -> dict[str, Any]:
     """Register KL estimators, selected by ``algorithm.kl_loss_fn`` (KL as a loss term)
     and ``algorithm.kl_penalty_fn`` (KL subtracted from token-level rewards).
 
-    :return: ``{name: callable}``; the callable maps per-token log-probabilities of the
-        policy and the reference ``(B, T)`` to a per-token KL estimate ``(B, T)``. Its
-        ``Args`` dataclass is filled from ``algorithm.kl_loss_fn_args`` or
-        ``algorithm.kl_penalty_fn_args``.
+    :return: ``{name: fn}``, each ``fn`` a :class:`~rft.contracts.KLFn`:
+        ``fn(inputs: KLInputs, args) -> kl``, a per-token estimate ``(B, T)`` of
+        ``KL(π ‖ π_ref)`` from ``inputs.log_prob`` (the policy's; with gradient as a loss,
+        ``old_log_prob`` as a reward penalty) and ``inputs.ref_log_prob``, both ``(B, T)``.
+        ``args`` is the built instance of ``fn.Args`` (from ``algorithm.kl_loss_fn_args``
+        or ``algorithm.kl_penalty_fn_args``); the trainer multiplies the KL by its
+        ``kl_coef`` field (the core's ``rft.builtin.kl.KLArgs``).
 
     Example::
 
+        def squared_log_ratio(inputs: KLInputs, args: KLArgs):
+            return 0.5 * (inputs.log_prob - inputs.ref_log_prob).square()  # (B, T)
+
+        squared_log_ratio.Args = KLArgs
+
         @hookimpl
         def register_kl_fns():
-            return {"k3": low_var_kl}
+            return {"squared": squared_log_ratio}
     """
 
 
@@ -122,15 +193,28 @@ def register_kl_fns() -> dict[str, Any]:
 def register_entropy_loss_fns() -> dict[str, Any]:
     """Register entropy loss functions, selected by ``algorithm.entropy_loss_fn``.
 
-    :return: ``{name: callable}``; the callable maps per-token entropies ``(B, T)`` to
-        the entropy term subtracted from the loss. Its ``Args`` dataclass is filled from
-        ``algorithm.entropy_loss_fn_args``.
+    :return: ``{name: fn}``, each ``fn`` an :class:`~rft.contracts.EntropyLossFn`:
+        ``fn(inputs: EntropyInputs, args) -> term``, 0-dim, subtracted from the loss.
+        ``inputs`` holds ``entropy`` and ``response_mask`` ``(B, T)`` and ``agg``, the
+        trainer's aggregation with the mini-batch's counts. ``args`` is the built instance
+        of ``fn.Args`` (from ``algorithm.entropy_loss_fn_args``); an ``Args`` field
+        ``entropy_coef`` equal to 0 lets the trainer skip the entropy's gradient.
 
     Example::
 
+        @dataclass
+        class BonusArgs:
+            entropy_coef: float = 0.001
+            \"\"\"Weight of the entropy bonus.\"\"\"
+
+        def entropy_bonus(inputs: EntropyInputs, args: BonusArgs):
+            return args.entropy_coef * inputs.agg(inputs.entropy, inputs.response_mask)
+
+        entropy_bonus.Args = BonusArgs
+
         @hookimpl
         def register_entropy_loss_fns():
-            return {"default": entropy_bonus}
+            return {"bonus": entropy_bonus}
     """
 
 
@@ -147,6 +231,27 @@ def register_sample_strategies() -> dict[str, Any]:
         @hookimpl
         def register_sample_strategies():
             return {"default": DefaultSampleStrategy}
+    """
+
+
+@hookspec
+def register_priority_fns() -> dict[str, Any]:
+    """Register replay-buffer priority functions, selected by
+    ``buffer.trainer_input.experience_buffer.replay_buffer.priority_fn``.
+
+    :return: ``{name: callable}``; the callable follows
+        :class:`rft.buffer.replay.PriorityFn`: ``fn(item, args, rng) -> float`` scores a
+        :class:`rft.buffer.replay.ReplayItem` (its experience, ``use_count``,
+        ``last_used``); the replay buffer reads the highest scores first. ``args`` is the
+        built instance of the function's ``Args`` dataclass (from ``priority_fn_args``),
+        ``rng`` a seeded ``random.Random``. An ``Args`` field ``use_count_limit`` removes
+        experiences read that many times.
+
+    Example::
+
+        @hookimpl
+        def register_priority_fns():
+            return {"linear_decay": linear_decay}
     """
 
 
@@ -281,8 +386,11 @@ def register_reasoning_parsers() -> dict[str, Any]:
 def register_trainers() -> dict[str, Any]:
     """Register trainer backends, selected by ``trainer.trainer_type``.
 
-    :return: ``{name: class}``; the class owns the actor (and reference / critic models)
-        and performs one optimisation step per batch of experiences.
+    :return: ``{name: class}``; a :class:`rft.trainer.base.Trainer` subclass built as
+        ``cls(plan)`` from a :class:`rft.config.plan.TrainerPlan` (the ``model``,
+        ``algorithm`` and ``trainer`` sections, the preset, the resolved loss functions,
+        batch size and step count). It owns the actor (and reference / critic models) and
+        performs one optimisation step per batch of experiences.
 
     Example::
 
@@ -305,4 +413,34 @@ def register_monitors() -> dict[str, Any]:
         @hookimpl
         def register_monitors():
             return {"tensorboard": TensorboardMonitor}
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+from rft.commands import Command  # noqa: E402  (a light module; this section's return type)
+
+
+@hookspec
+def register_commands() -> dict[str, Command]:
+    """Register subcommands of the ``rft`` command, selected by ``rft NAME ...``.
+
+    :return: ``{name: Command}``; each :class:`rft.commands.Command` gives the one-line
+        ``help`` that ``rft --help`` shows, ``add_arguments(parser)`` that fills the
+        command's subparser, and ``run(args) -> int`` that runs it and returns the exit
+        status. ``rft`` adds plugin commands after its built-in ones; a name that is a
+        built-in command (``run``, ``validate``, ``plugins``, ``tiny-model``) is a one-line
+        error naming the plugin's distribution. ``run`` reports a user error by raising
+        :class:`rft.errors.RftError`, printed as one line (``rft: <problem>``, exit 2).
+        The plugin module is imported on every ``rft`` start, ``rft --help`` included:
+        import heavy modules inside ``run``, not at module level.
+
+    Example::
+
+        @hookimpl
+        def register_commands():
+            return {"convert-verl": Command(help="convert a veRL launch into an rft config",
+                                            add_arguments=add_arguments, run=run)}
     """

@@ -16,16 +16,17 @@ from typing import Any
 
 from rft.config import LoadedConfig, Stage
 from rft.distributed.both import run_both
-from rft.embedded import StageResult, run_embedded
 from rft.errors import RftError
 from rft.modes.bench import run_bench
+from rft.modes.colocate import run_colocate
 from rft.modes.explore import run_explore
+from rft.modes.stage import StageResult
 from rft.modes.train import run_train
 
 ModeRunner = Callable[[Stage], StageResult]
 
 MODE_RUNNERS: dict[str, ModeRunner] = {
-    "colocate": run_embedded,
+    "colocate": run_colocate,
     "both": run_both,
     "train": run_train,
     "explore": run_explore,

@@ -54,6 +54,7 @@ KINDS: dict[str, Kind] = {
         Kind("kl_fn", "register_kl_fns", "KL function"),
         Kind("entropy_loss_fn", "register_entropy_loss_fns", "entropy loss function"),
         Kind("sample_strategy", "register_sample_strategies", "sample strategy"),
+        Kind("priority_fn", "register_priority_fns", "priority function"),
         Kind("workflow", "register_workflows", "workflow"),
         Kind("reward_fn", "register_reward_fns", "reward function"),
         Kind("task_selector", "register_task_selectors", "task selector"),
@@ -63,6 +64,7 @@ KINDS: dict[str, Kind] = {
         Kind("reasoning_parser", "register_reasoning_parsers", "reasoning parser"),
         Kind("trainer", "register_trainers", "trainer"),
         Kind("monitor", "register_monitors", "monitor"),
+        Kind("command", "register_commands", "command"),
     )
 }
 
@@ -89,14 +91,17 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
        for distribution, kinds in _ALGORITHM_NAMES.items()
        for kind, names in kinds.items() for name in names},
     **{("workflow", name): "rft-plugin-workflows" for name in (
-        "simple_workflow", "math_workflow", "math_boxed_workflow", "verl_gsm8k_workflow")},
+        "simple_workflow", "math_workflow", "math_boxed_workflow", "verl_gsm8k_workflow",
+        "agent_openai_workflow", "llm_judge_workflow", "tool_agent_workflow")},
     **{("reward_fn", name): "rft-plugin-rewards" for name in (
         "math_reward", "math_boxed_reward", "gsm8k_reward", "countdown_reward",
         "format_reward", "accuracy_reward")},
     **{("task_selector", name): "rft-plugin-selectors" for name in (
         "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")},
+    ("command", "convert-verl"): "rft-plugin-convert-verl",
 }
-"""Names provided by the project's official plugin distributions, for install hints."""
+"""Names provided by the project's official plugin distributions, for install hints
+(``tests/test_plugins.py`` checks it against what those distributions register)."""
 
 
 @dataclass

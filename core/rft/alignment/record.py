@@ -40,7 +40,7 @@ def step_settings(trainer: TorchTrainer, tensors: TensorBatch) -> StepSettings:
     fns, options = trainer.fns, trainer.options
     group = trainer.optimizer.param_groups[0]
     return StepSettings(
-        algorithm_type=trainer.config.algorithm.algorithm_type,
+        algorithm_type=trainer.plan.algorithm.algorithm_type,
         experience_format=trainer.preset.experience_format,
         loss_agg_mode=fns.loss_agg_mode,
         policy_loss=_name(fns.policy_loss), policy_loss_args=args_dict(fns.policy_loss),
@@ -56,6 +56,16 @@ def step_settings(trainer: TorchTrainer, tensors: TensorBatch) -> StepSettings:
         ppo_epochs=options.ppo_epochs, total_steps=options.total_steps,
         dtype=str(options.dtype or torch.float32),
     )
+
+
+def plan_sections(trainer: TorchTrainer) -> dict[str, Any]:
+    """The config sections the trainer was built from, as a plain config (the rest takes
+    its defaults when the snapshot is replayed)."""
+    plan = trainer.plan
+    return {"model": dataclasses.asdict(plan.model),
+            "algorithm": dataclasses.asdict(plan.algorithm),
+            "trainer": dataclasses.asdict(plan.trainer),
+            "buffer": {"train_batch_size": plan.train_batch_size}}
 
 
 def _cpu_clone(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -76,7 +86,7 @@ def snapshot_of(trainer: TorchTrainer, tensors: TensorBatch) -> StepSnapshot:
         actor_state=_cpu_clone(trainer.actor.state_dict()),
         optimizer_state=_to_cpu(optimizer_state),
         settings=step_settings(trainer, tensors),
-        config=dataclasses.asdict(trainer.config),
+        config=plan_sections(trainer),
         model_config=model_config.to_dict(),
         global_steps=trainer.global_steps,
     )

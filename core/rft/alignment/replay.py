@@ -73,6 +73,7 @@ def rft_trainer(snapshot: StepSnapshot, *, registry: PluginRegistry | None = Non
     """
     from rft.config.convert import to_dataclass
     from rft.config.schema import RftConfig
+    from rft.config.plan import TrainerPlan
     from rft.config.validate import Validation, check_algorithm
     from rft.plugins import PluginRegistry
     from rft.trainer.torch_trainer import TorchTrainer
@@ -83,10 +84,15 @@ def rft_trainer(snapshot: StepSnapshot, *, registry: PluginRegistry | None = Non
     if not problems:
         check_algorithm(config, validation)
     problems += validation.problems
-    if problems:
-        raise RftError(f"alignment snapshot: its config does not resolve here: {problems[0]}")
-    trainer = TorchTrainer(config, validation, model=build_actor(snapshot, model_factory),
-                           total_steps=snapshot.settings.total_steps)
+    loss = validation.loss_plan(config) if not problems else None
+    if problems or loss is None or validation.preset is None:
+        raise RftError(f"alignment snapshot: its config does not resolve here: "
+                       f"{(problems or ['no policy loss'])[0]}")
+    plan = TrainerPlan(model=config.model, algorithm=config.algorithm, trainer=config.trainer,
+                       preset=validation.preset, loss=loss,
+                       train_batch_size=config.buffer.train_batch_size or 1,
+                       total_steps=snapshot.settings.total_steps)
+    trainer = TorchTrainer(plan, model=build_actor(snapshot, model_factory))
     trainer.optimizer.load_state_dict(copy.deepcopy(snapshot.optimizer_state))
     trainer.global_steps = snapshot.global_steps
     return trainer

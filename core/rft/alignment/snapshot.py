@@ -11,8 +11,8 @@ Layout of a snapshot directory (each file written to ``<name>.tmp`` then ``os.re
     batch.pt    {"prompt_width": P, "tensors": {name: (B, P+R) or (B, R) or (B,)}}
     state.pt    {"actor": state_dict, "optimizer": state_dict, "actor_after": {...} | None,
                  "global_steps": int}
-    meta.json   {"format": 1, "settings": StepSettings, "config": RftConfig as a mapping,
-                 "model_config": Hugging Face config.to_dict()}
+    meta.json   {"format": 1, "settings": StepSettings, "config": {model, algorithm,
+                 trainer, buffer.train_batch_size}, "model_config": config.to_dict()}
 
 The ``.pt`` files hold plain containers and tensors only: they load with
 ``torch.load(weights_only=True)``.
@@ -120,14 +120,15 @@ class StepSnapshot:
     tensors: dict[str, torch.Tensor]
     """The batch as ``_update_actor`` received it: ``input_ids``, ``attention_mask``,
     ``position_ids`` (B, P+R); ``response_mask``, ``advantages``, ``returns`` and, when
-    computed, ``old_logprobs``, ``ref_logprobs`` (B, R)."""
+    computed, ``old_log_prob``, ``ref_log_prob`` (B, R)."""
     actor_state: dict[str, torch.Tensor]
     """Actor ``state_dict`` before the update."""
     optimizer_state: dict[str, Any]
     """Optimizer ``state_dict`` before the update."""
     settings: StepSettings
     config: dict[str, Any]
-    """The stage's :class:`~rft.config.schema.RftConfig` as a mapping."""
+    """The sections of the stage config the trainer was built from (``model``,
+    ``algorithm``, ``trainer``, ``buffer.train_batch_size``), as a mapping."""
     model_config: dict[str, Any]
     """The actor's Hugging Face config (``config.to_dict()``)."""
     global_steps: int = 0

@@ -59,7 +59,7 @@ def _check_supported(settings: StepSettings, tensors: dict[str, torch.Tensor]) -
         raise RftError(f"{where} runs in float32; the step was recorded with {settings.dtype}")
     if "advantages" not in tensors:
         raise RftError(f"{where} needs the batch's advantages; the snapshot has none")
-    if settings.kl_loss != "none" and "ref_logprobs" not in tensors:
+    if settings.kl_loss != "none" and "ref_log_prob" not in tensors:
         raise RftError(f"{where} needs reference log-probs for the KL loss; the snapshot "
                        "has none")
 
@@ -111,10 +111,10 @@ def mini_batch_data(snapshot: StepSnapshot, rows: torch.Tensor) -> TensorDict:
         "response_mask": mask,  # (b, R)
         "advantages": t["advantages"].float(),  # (b, R)
     }
-    if "old_logprobs" in t:
-        fields["old_log_probs"] = t["old_logprobs"].float()  # (b, R)
-    if "ref_logprobs" in t:
-        fields["ref_log_prob"] = t["ref_logprobs"].float()  # (b, R)
+    if "old_log_prob" in t:
+        fields["old_log_probs"] = t["old_log_prob"].float()  # (b, R)
+    if "ref_log_prob" in t:
+        fields["ref_log_prob"] = t["ref_log_prob"].float()  # (b, R)
     data = TensorDict(fields, batch_size=[len(rows)])
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=float(mask.sum().item()),
                          global_batch_size=float(len(rows)))

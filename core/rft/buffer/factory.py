@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rft.buffer.replay import ReplayStorage
 from rft.buffer.storage import ExperienceStorage, open_storage
+from rft.config.plan import Selected
 from rft.config.schema import ExperienceBufferConfig
 
 
-def open_experience_buffer(cfg: ExperienceBufferConfig, seed: int = 0) -> ExperienceStorage:
-    """A replay buffer for ``queue`` with ``replay_buffer.enable``, else the plain storage."""
+def open_experience_buffer(cfg: ExperienceBufferConfig, priority_fn: Selected[Any] | None = None,
+                           seed: int = 0) -> ExperienceStorage:
+    """A replay buffer for ``queue`` with ``replay_buffer.enable`` (``priority_fn``: the
+    plan's resolved priority function), else the plain storage."""
     replay = cfg.replay_buffer
     if cfg.storage_type == "queue" and replay is not None and replay.enable:
-        return ReplayStorage(cfg.name, replay.priority_fn, replay.priority_fn_args,
+        if priority_fn is None:
+            raise ValueError("a replay buffer needs the plan's resolved priority_fn")
+        return ReplayStorage(cfg.name, priority_fn.implementation, priority_fn.args,
                              replay.reuse_cooldown_time, capacity=cfg.capacity, seed=seed)
     return open_storage(cfg.storage_type, cfg.name, cfg.path)

@@ -3,12 +3,8 @@
 With ``experience_buffer.replay_buffer.enable`` the queue keeps every experience after it
 is read. Each read takes the highest-priority experiences that are not cooling down
 (read less than ``reuse_cooldown_time`` seconds ago); with ``reuse_cooldown_time: null``
-an experience is never read twice. Priority functions:
-
-- ``linear_decay``: ``priority = model_version − decay · use_count`` (fresh, rarely used
-  experiences first).
-- ``linear_decay_use_count_control_randomization``: the same priority plus uniform noise
-  of width ``sigma``, and experiences used ``use_count_limit`` times are removed.
+an experience is never read twice. The priority function is a plugin
+(``register_priority_fns``); the built-in ones are in :mod:`rft.builtin.priority`.
 """
 
 from __future__ import annotations
@@ -17,11 +13,9 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rft.buffer.storage import ExperienceStorage
-from rft.config.convert import INVALID, to_dataclass
-from rft.errors import RftError
 from rft.experience import Experience
 
 
@@ -34,47 +28,11 @@ class ReplayItem:
     last_used: float = float("-inf")
 
 
-@dataclass
-class LinearDecayArgs:
-    """Arguments of ``linear_decay`` (``replay_buffer.priority_fn_args``)."""
+class PriorityFn(Protocol):
+    """A replay priority function (``register_priority_fns``): higher is read first."""
 
-    decay: float = 2.0
-    """Priority lost per use."""
-
-
-@dataclass
-class RandomizedDecayArgs:
-    """Arguments of ``linear_decay_use_count_control_randomization``."""
-
-    decay: float = 2.0
-    """Priority lost per use."""
-    use_count_limit: int = 3
-    """Experiences used this many times are removed."""
-    sigma: float = 0.0
-    """Width of the uniform noise added to the priority."""
-
-
-PriorityFn = Callable[[ReplayItem, Any, random.Random], float]
-
-
-def linear_decay(item: ReplayItem, args: LinearDecayArgs, rng: random.Random) -> float:
-    """``model_version − decay · use_count``."""
-    return item.experience.model_version - args.decay * item.use_count
-
-
-def randomized_linear_decay(item: ReplayItem, args: RandomizedDecayArgs,
-                            rng: random.Random) -> float:
-    """``linear_decay`` plus ``U(0, sigma)`` noise."""
-    noise = rng.uniform(0.0, args.sigma) if args.sigma > 0 else 0.0
-    return item.experience.model_version - args.decay * item.use_count + noise
-
-
-PRIORITY_FNS: dict[str, tuple[PriorityFn, type]] = {
-    "linear_decay": (linear_decay, LinearDecayArgs),
-    "linear_decay_use_count_control_randomization": (randomized_linear_decay,
-                                                     RandomizedDecayArgs),
-}
-"""Priority function and its arguments per ``replay_buffer.priority_fn``."""
+    def __call__(self, item: ReplayItem, args: Any, rng: random.Random) -> float:
+        """Score of ``item``; ``args`` is the function's built ``Args`` (or ``None``)."""
 
 
 class ReplayStorage(ExperienceStorage):
@@ -83,20 +41,12 @@ class ReplayStorage(ExperienceStorage):
     :param capacity: most experiences kept; the lowest-priority ones are evicted.
     """
 
-    def __init__(self, name: str, priority_fn: str, priority_fn_args: dict[str, Any],
+    def __init__(self, name: str, priority_fn: PriorityFn, priority_fn_args: Any,
                  reuse_cooldown_time: float | None, capacity: int = 10000,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name)
-        if priority_fn not in PRIORITY_FNS:
-            raise RftError(f"replay_buffer.priority_fn: unknown {priority_fn!r}; use "
-                           + " or ".join(repr(n) for n in PRIORITY_FNS))
-        self._priority, args_type = PRIORITY_FNS[priority_fn]
-        problems: list[str] = []
-        args = to_dataclass(args_type, dict(priority_fn_args), "replay_buffer.priority_fn_args",
-                            problems)
-        if problems or args is INVALID:
-            raise RftError("; ".join(problems))
-        self._args = args
+        self._priority = priority_fn
+        self._args = priority_fn_args
         self._cooldown = reuse_cooldown_time
         self._capacity = capacity
         self._rng = random.Random(seed)

@@ -15,6 +15,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.entropy",
     "rft.builtin.policy_loss",
     "rft.builtin.sample_strategies",
+    "rft.builtin.priority",
     "rft.builtin.operators",
     "rft.builtin.engines",
     "rft.builtin.reply_parsers",

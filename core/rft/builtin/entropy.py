@@ -1,7 +1,9 @@
 """Entropy losses: the entropy term subtracted from the policy loss.
 
-``loss = pg_loss + kl_loss − entropy_term``; each function maps per-token entropies
-``(B, T)`` (see :func:`rft.ops.entropy_from_logits`) and the mask to that scalar term.
+``loss = pg_loss + kl_loss − entropy_term``; each function follows
+:class:`rft.contracts.EntropyLossFn`: it maps per-token entropies ``(B, T)`` (see
+:func:`rft.ops.entropy_from_logits`), the response mask and the trainer's aggregation to
+that 0-dim term.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from typing import Any
 
 import torch
 
+from rft.contracts import EntropyInputs
 from rft.hookspecs import hookimpl
-from rft.ops import agg_loss
 
 
 @dataclass
@@ -23,23 +25,19 @@ class EntropyArgs:
     """Weight of the entropy bonus (veRL ``actor.entropy_coeff``); 0 disables it."""
 
 
-def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, entropy_coef: float = 0.0,
-                  loss_agg_mode: str = "token-mean", **agg_kwargs: Any) -> torch.Tensor:
-    """``entropy_coef · agg_loss(entropy, mask, loss_agg_mode)`` — the term subtracted from
-    the loss (veRL: ``policy_loss -= entropy_coeff * entropy_loss``).
-
-    ``entropy``, ``mask``: ``(B, T)``; ``agg_kwargs`` go to :func:`rft.ops.agg_loss`
-    (``batch_num_tokens``, ``global_batch_size``, ``dp_size``, ``loss_scale_factor``).
-    """
-    return entropy_coef * agg_loss(entropy, mask, loss_agg_mode, **agg_kwargs)
+def entropy_bonus(inputs: EntropyInputs, args: EntropyArgs) -> torch.Tensor:
+    """``entropy_coef · agg(entropy, response_mask)`` — the term subtracted from the loss
+    (veRL: ``policy_loss -= entropy_coeff * entropy_loss``), aggregated like the policy
+    loss (``inputs.agg``: ``loss_agg_mode`` and the mini-batch's counts)."""
+    return args.entropy_coef * inputs.agg(inputs.entropy, inputs.response_mask)
 
 
 entropy_bonus.Args = EntropyArgs  # type: ignore[attr-defined]
 
 
-def no_entropy(entropy: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
+def no_entropy(inputs: EntropyInputs, args: None) -> torch.Tensor:
     """No entropy term: a scalar ``0`` (on ``entropy``'s device and dtype)."""
-    return entropy.new_zeros(())
+    return inputs.entropy.new_zeros(())
 
 
 @hookimpl

@@ -1,9 +1,9 @@
 """KL estimators between the policy and the reference model, per token.
 
-Each estimator maps ``per_token_logps`` (policy) and ``ref_per_token_logps`` (reference),
-both ``(B, T)``, to a per-token estimate of ``KL(π ‖ π_ref)``, ``(B, T)``, with
-``log_ratio = per_token_logps − ref_per_token_logps`` (J. Schulman, "Approximating KL
-divergence", 2020):
+Each estimator follows :class:`rft.contracts.KLFn`: ``fn(inputs, args)`` maps
+``inputs.log_prob`` (policy) and ``inputs.ref_log_prob`` (reference), both ``(B, T)``, to a
+per-token estimate of ``KL(π ‖ π_ref)``, ``(B, T)``, with
+``log_ratio = log_prob − ref_log_prob`` (J. Schulman, "Approximating KL divergence", 2020):
 
 ====================  ==================================================================
 ``none``              ``0``
@@ -14,23 +14,21 @@ divergence", 2020):
 ``<name>+``           value of ``<name>``, gradient of ``k2`` (straight-through)
 ====================  ==================================================================
 
-The names and values are veRL 0.9.1's ``kl_penalty``. The coefficient (``kl_coef``) is
-applied by the caller: ``kl_loss = kl_coef · agg_loss(kl, mask)`` for ``algorithm.kl_loss_fn``
-and ``rewards − kl_coef · kl`` for ``algorithm.kl_penalty_fn``.
+The names and values are veRL 0.9.1's ``kl_penalty``. The coefficient (``args.kl_coef``)
+is applied by the caller: ``kl_loss = kl_coef · agg_loss(kl, mask)`` for
+``algorithm.kl_loss_fn`` and ``rewards − kl_coef · kl`` for ``algorithm.kl_penalty_fn``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from rft.contracts import KLFn, KLInputs
 from rft.hookspecs import hookimpl
-
-KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -42,24 +40,24 @@ class KLArgs:
     """Weight of the KL term: of the KL loss, or of the penalty subtracted from rewards."""
 
 
-def no_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+def no_kl(inputs: KLInputs, args: KLArgs) -> torch.Tensor:
     """No KL: ``0`` everywhere, ``(B, T)``."""
-    return torch.zeros_like(per_token_logps)
+    return torch.zeros_like(inputs.log_prob)
 
 
-def k1(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+def k1(inputs: KLInputs, args: KLArgs) -> torch.Tensor:
     """k1 estimator: ``log π − log π_ref`` (unbiased, high variance), ``(B, T)``."""
-    return per_token_logps - ref_per_token_logps
+    return inputs.log_prob - inputs.ref_log_prob
 
 
-def abs_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+def abs_kl(inputs: KLInputs, args: KLArgs) -> torch.Tensor:
     """Absolute log-ratio: ``|log π − log π_ref|``, ``(B, T)``."""
-    return (per_token_logps - ref_per_token_logps).abs()
+    return (inputs.log_prob - inputs.ref_log_prob).abs()
 
 
-def k2(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+def k2(inputs: KLInputs, args: KLArgs) -> torch.Tensor:
     """k2 estimator: ``½ (log π − log π_ref)²``; its gradient is the KL's, ``(B, T)``."""
-    return 0.5 * (per_token_logps - ref_per_token_logps).square()
+    return 0.5 * (inputs.log_prob - inputs.ref_log_prob).square()
 
 
 class _LowVarKL(torch.autograd.Function):
@@ -67,9 +65,8 @@ class _LowVarKL(torch.autograd.Function):
     autograd's chain; same value, same gradient up to rounding)."""
 
     @staticmethod
-    def forward(ctx: Any, per_token_logps: torch.Tensor,
-                ref_per_token_logps: torch.Tensor) -> torch.Tensor:
-        log_ratio = (ref_per_token_logps - per_token_logps).clamp_(-20, 20)  # (B, T)
+    def forward(ctx: Any, log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+        log_ratio = (ref_log_prob - log_prob).clamp_(-20, 20)  # (B, T)
         ratio = torch.exp(log_ratio)  # (B, T)
         ctx.save_for_backward(log_ratio, ratio)
         return (ratio - log_ratio).sub_(1).clamp_(-10, 10)
@@ -86,22 +83,22 @@ class _LowVarKL(torch.autograd.Function):
         return -grad_log_ratio, grad_log_ratio
 
 
-def k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
+def k3(inputs: KLInputs, args: KLArgs) -> torch.Tensor:
     """k3 / low_var_kl: ``clamp(exp(r) − r − 1, −10, 10)``, ``r = clamp(log π_ref − log π, ±20)``.
 
     Unbiased and non-negative; both clamps (veRL's, for stability) also stop the gradient
     where they bind. ``(B, T)``.
     """
-    return _LowVarKL.apply(per_token_logps, ref_per_token_logps)
+    return _LowVarKL.apply(inputs.log_prob, inputs.ref_log_prob)
 
 
-def straight_through(estimator: KLFn) -> KLFn:
+def straight_through(estimator: KLFn[KLArgs]) -> KLFn[KLArgs]:
     """``<estimator>+``: the estimator's value with k2's gradient,
     ``k2 − sg(k2) + sg(estimator)`` (``sg`` = stop-gradient)."""
 
-    def kl_plus(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
-        value = estimator(per_token_logps, ref_per_token_logps).detach()  # (B, T)
-        grad_carrier = k2(per_token_logps, ref_per_token_logps)  # (B, T)
+    def kl_plus(inputs: KLInputs, args: KLArgs) -> torch.Tensor:
+        value = estimator(inputs, args).detach()  # (B, T)
+        grad_carrier = k2(inputs, args)  # (B, T)
         return grad_carrier - grad_carrier.detach() + value
 
     kl_plus.__name__ = f"{estimator.__name__}_plus"
@@ -111,11 +108,11 @@ def straight_through(estimator: KLFn) -> KLFn:
     return kl_plus
 
 
-_BASE: dict[str, KLFn] = {
+_BASE: dict[str, KLFn[KLArgs]] = {
     "k1": k1, "kl": k1, "abs": abs_kl, "k2": k2, "mse": k2, "k3": k3, "low_var_kl": k3,
 }
 
-KL_FNS: dict[str, KLFn] = {
+KL_FNS: dict[str, KLFn[KLArgs]] = {
     "none": no_kl,
     **_BASE,
     **{f"{name}+": straight_through(fn) for name, fn in _BASE.items()},
@@ -127,5 +124,5 @@ for _fn in KL_FNS.values():
 
 
 @hookimpl
-def register_kl_fns() -> dict[str, KLFn]:
+def register_kl_fns() -> dict[str, KLFn[KLArgs]]:
     return dict(KL_FNS)

@@ -1,7 +1,9 @@
 """PPO's clipped surrogate policy loss (with dual clip) and the clipped value loss.
 
 Equal to veRL 0.9.1's ``compute_policy_loss_vanilla`` (``policy_loss.loss_mode=vanilla``)
-and ``compute_value_loss``.
+and ``compute_value_loss``. The ``ppo`` policy loss follows
+:class:`rft.contracts.PolicyLossFn`; the value loss is the trainer's own (not a plugin
+kind).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from rft.contracts import PolicyLossInputs
 from rft.hookspecs import hookimpl
 from rft.ops import agg_loss, clip_by_value, masked_mean
 
@@ -53,10 +56,10 @@ class _ClippedSurrogate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor,
+    def forward(ctx: Any, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
                 advantages: torch.Tensor, low: float, high: float, clip_ratio_c: float
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        raw = per_token_logps - old_per_token_logps  # (B, T)
+        raw = log_prob - old_log_prob  # (B, T)
         log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
         ratio = torch.exp(log_ratio)  # (B, T)
         unclipped = -advantages * ratio  # (B, T)
@@ -87,38 +90,31 @@ class _ClippedSurrogate(torch.autograd.Function):
         return grad_loss * grad, None, None, None, None, None
 
 
-def ppo_policy_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_range: float = 0.2,
-    clip_range_low: float | None = None,
-    clip_range_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def ppo_policy_loss(inputs: PolicyLossInputs, args: PPOArgs
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dual-clip PPO surrogate, per token.
 
-    With ``log_ratio = clamp(log π − log π_old, ±20)``, ``ratio = exp(log_ratio)``,
-    ``ε_l = clip_range_low``, ``ε_h = clip_range_high``::
+    With ``log_ratio = clamp(log_prob − old_log_prob, ±20)``, ``ratio = exp(log_ratio)``,
+    ``A`` the advantages, ``ε_l = clip_range_low``, ``ε_h = clip_range_high``,
+    ``c = clip_ratio_c``::
 
         clipped = max(−A·ratio, −A·clip(ratio, 1 − ε_l, 1 + ε_h))
         pg_loss = min(clipped, −A·c)   if A < 0   (dual clip)
                   clipped              otherwise
 
-    :return: ``pg_loss`` ``(B, T)`` (aggregate it with :func:`rft.ops.agg_loss`) and the
+    :return: ``pg_loss`` ``(B, T)`` (the trainer aggregates it with ``inputs.agg``) and the
         metrics, detached scalar tensors: ``pg_clipfrac`` (fraction of masked tokens where
         the clipped term is larger), ``pg_clipfrac_lower`` (where the dual clip binds),
         ``ppo_kl`` (masked mean of ``−log_ratio``).
     """
-    if clip_ratio_c <= 1.0:
-        raise ValueError(f"clip_ratio_c must be greater than 1.0, got {clip_ratio_c}")
-    low = clip_range if clip_range_low is None else clip_range_low
-    high = clip_range if clip_range_high is None else clip_range_high
+    if args.clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be greater than 1.0, got {args.clip_ratio_c}")
+    low = args.clip_range if args.clip_range_low is None else args.clip_range_low
+    high = args.clip_range if args.clip_range_high is None else args.clip_range_high
+    mask = inputs.response_mask  # (B, T)
 
     pg_loss, clipped_wins, dual_binds, log_ratio = _ClippedSurrogate.apply(
-        per_token_logps, old_per_token_logps, advantages, low, high, clip_ratio_c)
+        inputs.log_prob, inputs.old_log_prob, inputs.advantages, low, high, args.clip_ratio_c)
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean(clipped_wins.to(pg_loss.dtype), mask),

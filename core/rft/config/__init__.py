@@ -23,7 +23,8 @@ from typing import Any
 from rft.config.convert import INVALID, to_dataclass
 from rft.config.load import load_plain
 from rft.config.schema import RftConfig, StageConfig
-from rft.config.validate import Validation, validate
+from rft.config.plan import RunPlan
+from rft.config.validate import validate
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 
@@ -31,13 +32,21 @@ STAGE_SECTIONS = ("mode", "algorithm", "buffer", "data_processor", "explorer", "
 """Global sections a stage may override; the rest is shared by every stage."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Stage:
     """One validated stage of a run (a config without ``stages`` is a single stage)."""
 
     name: str | None
-    config: RftConfig
-    validation: Validation
+    """``stage_name`` (``None`` for a config without ``stages``)."""
+    plan: RunPlan
+    """The stage's run plan."""
+    warnings: tuple[str, ...] = ()
+    """What validation warned about."""
+
+    @property
+    def config(self) -> RftConfig:
+        """The stage's validated config (``plan.config``)."""
+        return self.plan.config
 
 
 @dataclass
@@ -49,7 +58,7 @@ class LoadedConfig:
 
     @property
     def warnings(self) -> list[str]:
-        return [w for stage in self.stages for w in stage.validation.warnings]
+        return [w for stage in self.stages for w in stage.warnings]
 
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -118,9 +127,10 @@ def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfi
         if config is None:
             continue
         config = copy.deepcopy(config)
-        validation = validate(config, registry)
-        problems.extend(prefix + p for p in validation.problems)
-        loaded_stages.append(Stage(stage_name, config, validation))
+        found, warnings, plan = validate(config, registry)
+        problems.extend(prefix + p for p in found)
+        if plan is not None:
+            loaded_stages.append(Stage(stage_name, plan, tuple(warnings)))
     if problems:
         raise ConfigError(_unique(problems))
     assert global_config is not None
@@ -143,4 +153,4 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (),
     return build_stages(plain, registry or PluginRegistry.create())
 
 
-__all__ = ["LoadedConfig", "Stage", "build_stages", "deep_merge", "load_config"]
+__all__ = ["LoadedConfig", "RunPlan", "Stage", "build_stages", "deep_merge", "load_config"]

@@ -13,10 +13,11 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.convert import INVALID, to_dataclass
+from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
 from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
                                TasksetConfig)
 from rft.plugins import PluginRegistry, args_type_of
@@ -35,32 +36,34 @@ SYNC_METHODS_BY_MODE: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
-class Selected:
-    """A plugin name from the config, resolved once: its implementation and built args."""
-
-    key: str
-    """Dotted config key the name came from, e.g. ``algorithm.advantage_fn``."""
-    name: str
-    implementation: Any
-    args: Any = None
-    """Instance of the implementation's ``Args`` dataclass, or ``None`` if it has none."""
-
-
-@dataclass
 class Validation:
-    """Everything validation found: problems, warnings and resolved plugins."""
+    """What the checks found so far: problems, warnings, and the plugins they resolved
+    (typed slots, assembled into a :class:`~rft.config.plan.RunPlan` at the end)."""
 
     registry: PluginRegistry
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    selected: dict[str, Selected] = field(default_factory=dict)
     preset: AlgorithmPreset | None = None
+    advantage: Selected[Any] | None = None
+    policy_loss: Selected[Any] | None = None
+    kl_loss: Selected[Any] | None = None
+    kl_penalty: Selected[Any] | None = None
+    entropy: Selected[Any] | None = None
+    sample_strategy: Selected[Any] | None = None
+    tasksets: list[TasksetPlan] = field(default_factory=list)
+    eval_tasksets: list[TasksetPlan] = field(default_factory=list)
+    priority_fn: Selected[Any] | None = None
+    rollout_model: ModelPlan | None = None
+    auxiliary_models: list[ModelPlan] = field(default_factory=list)
+    trainer: Selected[Any] | None = None
+    monitor: Selected[Any] | None = None
+    operators: list[Selected[Any]] = field(default_factory=list)
 
     def problem(self, key: str, message: str) -> None:
         self.problems.append(f"{key}: {message}")
 
     def select(self, kind: str, key: str, name: str | None, args: dict[str, Any] | None = None,
-               args_key: str | None = None) -> Selected | None:
+               args_key: str | None = None) -> Selected[Any] | None:
         """Resolve ``name`` of ``kind`` found at ``key``; build its args from ``args``."""
         if name is None:
             return None
@@ -70,9 +73,49 @@ class Validation:
         implementation = self.registry.get(kind, name)
         built = build_args(implementation, name, args or {}, args_key or f"{key}_args",
                            self.problems)
-        chosen = Selected(key, name, implementation, built)
-        self.selected[key] = chosen
-        return chosen
+        return Selected(key, name, implementation, built)
+
+    def loss_plan(self, config: RftConfig) -> LossPlan | None:
+        """The loss functions :func:`check_algorithm` resolved (``None``: none resolved)."""
+        if self.policy_loss is None:
+            return None
+        return LossPlan(policy_loss=self.policy_loss, advantage=self.advantage,
+                        kl_loss=self.kl_loss, kl_penalty=self.kl_penalty, entropy=self.entropy,
+                        loss_agg_mode=config.algorithm.loss_agg_mode or "token-mean")
+
+    def plan(self, config: RftConfig) -> RunPlan | None:
+        """The run plan, or ``None`` when a problem was found."""
+        if self.problems:
+            return None
+        assert (self.preset is not None and self.policy_loss is not None
+                and self.sample_strategy is not None and self.trainer is not None
+                and self.monitor is not None and self.rollout_model is not None
+                and config.checkpoint_job_dir is not None
+                and config.buffer.trainer_input.experience_buffer is not None)
+        loss = self.loss_plan(config)
+        assert loss is not None
+        console = Selected("monitor.monitor_type", "console",
+                           self.registry.get("monitor", "console"))
+        return RunPlan(
+            config=config, preset=self.preset, loss=loss,
+            sample_strategy=self.sample_strategy, trainer=self.trainer, monitor=self.monitor,
+            console=console, rollout_model=self.rollout_model,
+            auxiliary_models=tuple(self.auxiliary_models), tasksets=tuple(self.tasksets),
+            eval_tasksets=tuple(self.eval_tasksets), operators=tuple(self.operators),
+            priority_fn=self.priority_fn,
+            experience_buffer=config.buffer.trainer_input.experience_buffer,
+            job_dir=config.checkpoint_job_dir)
+
+
+class Validated(NamedTuple):
+    """What :func:`validate` returns."""
+
+    problems: list[str]
+    """Every problem, one line each starting with its dotted key."""
+    warnings: list[str]
+    """Every warning, one line each."""
+    plan: RunPlan | None
+    """The run plan; ``None`` when there are problems."""
 
 
 def build_args(implementation: Any, name: str, args: dict[str, Any], key: str,
@@ -150,15 +193,17 @@ def check_algorithm(c: RftConfig, v: Validation) -> None:
         v.problem("algorithm.repeat_times",
                   f"{a.algorithm_type} needs repeat_times >= {preset.min_repeat_times}, "
                   f"got {a.repeat_times}")
-    v.select("advantage_fn", "algorithm.advantage_fn", a.advantage_fn, a.advantage_fn_args)
-    v.select("policy_loss_fn", "algorithm.policy_loss_fn", a.policy_loss_fn,
-             a.policy_loss_fn_args)
-    v.select("kl_fn", "algorithm.kl_loss_fn", a.kl_loss_fn, a.kl_loss_fn_args)
-    v.select("kl_fn", "algorithm.kl_penalty_fn", a.kl_penalty_fn, a.kl_penalty_fn_args)
-    v.select("entropy_loss_fn", "algorithm.entropy_loss_fn", a.entropy_loss_fn,
-             a.entropy_loss_fn_args)
-    v.select("sample_strategy", "algorithm.sample_strategy", a.sample_strategy,
-             a.sample_strategy_args)
+    v.advantage = v.select("advantage_fn", "algorithm.advantage_fn", a.advantage_fn,
+                           a.advantage_fn_args)
+    v.policy_loss = v.select("policy_loss_fn", "algorithm.policy_loss_fn", a.policy_loss_fn,
+                             a.policy_loss_fn_args)
+    v.kl_loss = v.select("kl_fn", "algorithm.kl_loss_fn", a.kl_loss_fn, a.kl_loss_fn_args)
+    v.kl_penalty = v.select("kl_fn", "algorithm.kl_penalty_fn", a.kl_penalty_fn,
+                            a.kl_penalty_fn_args)
+    v.entropy = v.select("entropy_loss_fn", "algorithm.entropy_loss_fn", a.entropy_loss_fn,
+                         a.entropy_loss_fn_args)
+    v.sample_strategy = v.select("sample_strategy", "algorithm.sample_strategy",
+                                 a.sample_strategy, a.sample_strategy_args)
     opt = a.optimizer
     if opt.lr <= 0:
         v.problem("algorithm.optimizer.lr", f"must be > 0, got {opt.lr}")
@@ -253,7 +298,7 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
                 else ei.default_workflow_type)
         if taskset.default_reward_fn_type is None:
             taskset.default_reward_fn_type = ei.default_reward_fn_type
-        check_taskset(key, taskset, v)
+        check_taskset(key, taskset, is_eval, v)
     if b.trainer_input.experience_buffer is None:
         b.trainer_input.experience_buffer = ExperienceBufferConfig(name="experience_buffer")
     storage = b.trainer_input.experience_buffer
@@ -276,18 +321,11 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
 
 def check_replay_buffer(key: str, priority_fn: str, args: dict[str, Any],
                         v: Validation) -> None:
-    """The replay buffer's priority function (a closed set of the core) and its args."""
-    from rft.buffer.replay import PRIORITY_FNS
-
-    if priority_fn not in PRIORITY_FNS:
-        v.problem(f"{key}.priority_fn", f"unknown priority function {priority_fn!r}; use "
-                  + " or ".join(repr(n) for n in PRIORITY_FNS))
-        return
-    to_dataclass(PRIORITY_FNS[priority_fn][1], dict(args), f"{key}.priority_fn_args",
-                 v.problems)
+    """The replay buffer's priority function (a plugin) and its args."""
+    v.priority_fn = v.select("priority_fn", f"{key}.priority_fn", priority_fn, args)
 
 
-def check_taskset(key: str, taskset: TasksetConfig, v: Validation) -> None:
+def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation) -> None:
     """One taskset: storage, path, workflow, reward and selector plugins."""
     if taskset.storage_type in ("file", "sql"):
         if not taskset.path:
@@ -296,20 +334,25 @@ def check_taskset(key: str, taskset: TasksetConfig, v: Validation) -> None:
     if taskset.default_workflow_type is None:
         v.problem(f"{key}.default_workflow_type",
                   "no workflow: set it here or buffer.explorer_input.default_workflow_type")
-    v.select("workflow", f"{key}.default_workflow_type", taskset.default_workflow_type,
-             taskset.workflow_args, f"{key}.workflow_args")
-    v.select("reward_fn", f"{key}.default_reward_fn_type", taskset.default_reward_fn_type,
-             taskset.reward_fn_args, f"{key}.reward_fn_args")
+    workflow = v.select("workflow", f"{key}.default_workflow_type",
+                        taskset.default_workflow_type, taskset.workflow_args,
+                        f"{key}.workflow_args")
+    reward = v.select("reward_fn", f"{key}.default_reward_fn_type",
+                      taskset.default_reward_fn_type, taskset.reward_fn_args,
+                      f"{key}.reward_fn_args")
     selector = taskset.task_selector
-    v.select("task_selector", f"{key}.task_selector.selector_type", selector.selector_type,
-             selector.kwargs, f"{key}.task_selector.kwargs")
+    chosen_selector = v.select("task_selector", f"{key}.task_selector.selector_type",
+                               selector.selector_type, selector.kwargs,
+                               f"{key}.task_selector.kwargs")
+    if workflow is not None and chosen_selector is not None:
+        planned = TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector)
+        (v.eval_tasksets if is_eval else v.tasksets).append(planned)
 
 
 def check_explorer(c: RftConfig, v: Validation) -> None:
     """Engine plugin, runner limits, eval interval as a multiple of sync interval."""
     e = c.explorer
     rm = e.rollout_model
-    v.select("engine", "explorer.rollout_model.engine_type", rm.engine_type)
     for key, value in (("explorer.rollout_model.engine_num", rm.engine_num),
                        ("explorer.rollout_model.tensor_parallel_size", rm.tensor_parallel_size),
                        ("explorer.runner_per_model", e.runner_per_model),
@@ -336,31 +379,43 @@ def check_explorer(c: RftConfig, v: Validation) -> None:
 
 
 def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
-    """Each auxiliary model: a model path, a registered engine, a unique name, a port."""
+    """The rollout model's and each auxiliary model's engine and endpoint; auxiliary models
+    need a model path and a unique name."""
     names: dict[str, int] = {}
+    rm = c.explorer.rollout_model
+    models: list[tuple[str, InferenceModelConfig]] = [("explorer.rollout_model", rm)]
     for i, aux in enumerate(c.explorer.auxiliary_models):
         key = f"explorer.auxiliary_models[{i}]"
+        models.append((key, aux))
         if not aux.model_path:
             v.problem(f"{key}.model_path", "must be set (the model this engine serves)")
         _require_local(v, f"{key}.model_path", aux.model_path)
-        v.select("engine", f"{key}.engine_type", aux.engine_type)
         name = aux.name if aux.name is not None else str(i)
         if name in names:
             v.problem(f"{key}.name", f"{name!r} is also the name of "
                       f"explorer.auxiliary_models[{names[name]}]")
         names.setdefault(name, i)
-    for key, model in [("explorer.rollout_model", c.explorer.rollout_model)] + [
-            (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(c.explorer.auxiliary_models)]:
+    for key, model in models:
+        engine = v.select("engine", f"{key}.engine_type", model.engine_type)
         if not 0 <= model.openai_api_port <= 65535:
             v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
                       f"number, got {model.openai_api_port}")
-        check_reply_parsers(key, model, v)
+        tool_calls, reasoning = check_reply_parsers(key, model, v)
+        if engine is None:
+            continue
+        planned = ModelPlan(key, engine, tool_calls, reasoning)
+        if model is rm:
+            v.rollout_model = planned
+        else:
+            v.auxiliary_models.append(planned)
 
 
-def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation) -> None:
-    """The OpenAI endpoint's parsers: known names; auto tool choice needs a tool parser."""
-    v.select("tool_call_parser", f"{key}.tool_call_parser", model.tool_call_parser)
-    v.select("reasoning_parser", f"{key}.reasoning_parser", model.reasoning_parser)
+def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation
+                        ) -> tuple[Selected[Any] | None, Selected[Any] | None]:
+    """The OpenAI endpoint's parsers: known names; auto tool choice needs a tool parser.
+    Returns the resolved ``(tool_call_parser, reasoning_parser)``."""
+    tool_calls = v.select("tool_call_parser", f"{key}.tool_call_parser", model.tool_call_parser)
+    reasoning = v.select("reasoning_parser", f"{key}.reasoning_parser", model.reasoning_parser)
     if model.enable_auto_tool_choice and not model.tool_call_parser:
         v.problem(f"{key}.enable_auto_tool_choice", "needs tool_call_parser (the format the "
                   "model writes its tool calls in, e.g. hermes)")
@@ -369,6 +424,7 @@ def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation) ->
             if getattr(model, field_name):
                 v.warnings.append(f"{key}.{field_name}: has no effect without "
                                   "enable_openai_api (the parsers serve the OpenAI endpoint)")
+    return tool_calls, reasoning
 
 
 def check_cluster(c: RftConfig, v: Validation) -> None:
@@ -431,7 +487,7 @@ def check_colocated_auxiliary_models(c: RftConfig, v: Validation) -> None:
     for i, aux in enumerate(c.explorer.auxiliary_models):
         if aux.engine_type not in COLOCATED_AUXILIARY_ENGINES:
             v.problem(f"explorer.auxiliary_models[{i}].engine_type",
-                      f"mode 'colocate' runs auxiliary models in its own process: use "
+                      "mode 'colocate' runs auxiliary models in its own process: use "
                       + " or ".join(repr(e) for e in COLOCATED_AUXILIARY_ENGINES)
                       + f", got {aux.engine_type!r}")
 
@@ -462,7 +518,7 @@ def check_synchronizer(c: RftConfig, v: Validation) -> None:
 def check_trainer(c: RftConfig, v: Validation) -> None:
     """Trainer plugin, total steps, checkpoint settings."""
     t = c.trainer
-    v.select("trainer", "trainer.trainer_type", t.trainer_type)
+    v.trainer = v.select("trainer", "trainer.trainer_type", t.trainer_type)
     if t.total_steps is None:
         t.total_steps = c.buffer.total_steps
     if t.save_interval < 0:
@@ -485,7 +541,8 @@ def check_split_modes(c: RftConfig, v: Validation) -> None:
         return
     train_only = v.preset is not None and v.preset.train_only
     buffer_key = "buffer.trainer_input.experience_buffer.storage_type"
-    storage = c.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
+    storage = c.buffer.trainer_input.experience_buffer
+    assert storage is not None  # check_buffer filled it in
     if c.mode == "explore" and train_only:
         v.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: there is "
                   "nothing to explore; use mode 'train'")
@@ -516,7 +573,8 @@ def check_split_modes(c: RftConfig, v: Validation) -> None:
 
 def check_monitor(c: RftConfig, v: Validation) -> None:
     """Monitor plugin and its args."""
-    v.select("monitor", "monitor.monitor_type", c.monitor.monitor_type, c.monitor.monitor_args)
+    v.monitor = v.select("monitor", "monitor.monitor_type", c.monitor.monitor_type,
+                         c.monitor.monitor_args)
 
 
 def check_data_processor(c: RftConfig, v: Validation) -> None:
@@ -526,8 +584,10 @@ def check_data_processor(c: RftConfig, v: Validation) -> None:
         return
     for i, operator in enumerate(pipeline.operators):
         key = f"data_processor.experience_pipeline.operators[{i}]"
-        v.select("experience_operator", f"{key}.name", operator.name, operator.args,
-                 f"{key}.args")
+        chosen = v.select("experience_operator", f"{key}.name", operator.name, operator.args,
+                          f"{key}.args")
+        if chosen is not None:
+            v.operators.append(chosen)
 
 
 CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
@@ -538,12 +598,12 @@ CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
 """Checks in the order they run; later checks read what earlier ones derived."""
 
 
-def validate(config: RftConfig, registry: PluginRegistry) -> Validation:
-    """Derive and check ``config`` in place; return the problems, warnings and plugins."""
-    result = Validation(registry)
+def validate(config: RftConfig, registry: PluginRegistry) -> Validated:
+    """Derive and check ``config`` in place; return ``(problems, warnings, plan)``."""
+    found = Validation(registry)
     for check in CHECKS:
-        check(config, result)
-    return result
+        check(config, found)
+    return Validated(found.problems, found.warnings, found.plan(config))
 
 
 def fields_as_dict(config: Any) -> dict[str, Any]:

@@ -15,7 +15,8 @@ actors, then drives them with non-blocking calls::
   whether the explorer first loads handed-out weights, waits for them, or asks for them.
 - When the explorer is idle (waiting, or done) the buffer is told no writer is active, so
   a batch that came out short (failed tasks) is trained as it is.
-- Monitors, evaluation schedule, checkpoints and ``summary.json`` work as in colocate.
+- Monitors, evaluation schedule, checkpoints and ``summary.json`` work as in colocate
+  (one :class:`~rft.modes.stage.StageLifecycle` decides what is due).
 
 No silent hangs: the explorer waits at most ``synchronizer.sync_timeout`` for weights, the
 trainer at most ``experience_buffer.max_read_timeout`` for experiences, and a dead actor
@@ -37,11 +38,10 @@ from rft.config.schema import RftConfig
 from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.sync_policy import SYNC_POLICIES, SyncPolicy
-from rft.distributed.workers import ExplorerService, TrainerService, buffer_config
-from rft.embedded import (StageResult, close_monitors, log_all, open_monitors,
-                          steps_over_tasks)
+from rft.distributed.workers import ExplorerService, TrainerService
 from rft.errors import RftError
-from rft.monitor.base import Monitor
+from rft.modes.builders import steps_over_tasks
+from rft.modes.stage import Resumed, StageLifecycle, StageResult
 
 log = logging.getLogger("rft.distributed")
 
@@ -85,7 +85,7 @@ def run_both(stage: Stage) -> StageResult:
     if config.synchronizer.sync_method == "checkpoint" and keep is not None and keep < offset + 2:
         raise RftError(f"trainer.max_checkpoints_to_keep: {keep} could delete a checkpoint before "
                        f"the explorer loads it (sync_offset {offset}); keep at least {offset + 2}")
-    check_writable(config.checkpoint_job_dir or ".")
+    check_writable(stage.plan.job_dir)
     with ray_cluster(config):
         return Coordinator(stage).run()
 
@@ -95,15 +95,16 @@ class Coordinator:
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
+        self.plan = stage.plan
         self.config: RftConfig = stage.config
         s = self.config.synchronizer
         self.policy: SyncPolicy = SYNC_POLICIES[s.sync_style](s.sync_interval, s.sync_offset)
         self.progress = Progress()
         self.pending: dict[Any, Call] = {}
         self.actors: dict[str, Any] = {}
-        self.result = StageResult(stage.name, 0)
-        self.explorer_monitors: list[Monitor] = []
-        self.trainer_monitors: list[Monitor] = []
+        self.lifecycle = StageLifecycle(stage, ("explorer", "trainer"),
+                                        has_eval=bool(self.plan.eval_tasksets))
+        self.result = self.lifecycle.result
         self.broadcasting = s.sync_method == "nccl"
 
     # ---- set-up ----------------------------------------------------------------------
@@ -126,10 +127,11 @@ class Coordinator:
 
         c = self.config
         gpus = c.cluster.gpu_per_node or 0
-        buffer = self._actor("buffer", buffer_config(c).name, BufferService, buffer_config(c),
+        buffer = self._actor("buffer", self.plan.experience_buffer.name, BufferService,
+                             self.plan.experience_buffer, self.plan.priority_fn,
                              max_concurrency=BUFFER_CONCURRENCY)
         single = c.explorer.rollout_model.engine_num == 1  # else the replicas hold the GPUs
-        explorer = self._actor("explorer", c.explorer.name, ExplorerService, c, buffer,
+        explorer = self._actor("explorer", c.explorer.name, ExplorerService, self.plan, buffer,
                                num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus and single
                                else 0)
         train_size = self._get(explorer.train_size.remote(), Call("explorer", "start-up", 0))
@@ -141,7 +143,7 @@ class Coordinator:
         extra: dict[str, Any] = {}
         if self.broadcasting:  # broadcasts run beside train steps, in a thread of their own
             extra["concurrency_groups"] = {BROADCAST_GROUP: 1}
-        trainer = self._actor("trainer", c.trainer.name, TrainerService, c, buffer, steps,
+        trainer = self._actor("trainer", c.trainer.name, TrainerService, self.plan, buffer, steps,
                               num_gpus=min(c.cluster.trainer_gpu_num or 0, 1) if gpus else 0,
                               **extra)
         ray.get(buffer.counts.remote())
@@ -165,7 +167,7 @@ class Coordinator:
 
     def _resume(self) -> None:
         """Continue from the newest checkpoint: trainer state, selectors, weights."""
-        checkpoints = list_checkpoints(self.config.checkpoint_job_dir or ".")
+        checkpoints = list_checkpoints(self.plan.job_dir)
         if not (self.config.continue_from_checkpoint and checkpoints):
             return
         latest = checkpoints[-1]
@@ -185,29 +187,23 @@ class Coordinator:
     # ---- the run ---------------------------------------------------------------------
 
     def run(self) -> StageResult:
-        started = time.monotonic()
         try:
             self._start_actors()
-            self.explorer_monitors = open_monitors(self.stage, "explorer")
-            self.trainer_monitors = open_monitors(self.stage, "trainer")
-            for monitor in self.explorer_monitors + self.trainer_monitors:
-                monitor.start(self.steps)
+            self.lifecycle.start(self.steps)
             self._resume()
-            has_eval = bool(self.config.buffer.explorer_input.eval_tasksets)
-            if has_eval and self.progress.trained == 0 and self.config.explorer.eval_on_startup:
+            if self.lifecycle.evaluates_before(Resumed(self.progress.trained)):
                 self.result.eval_before = self._get(self.actors["explorer"].evaluate.remote(),
                                                     Call("explorer", "evaluate", 0))
-                log_all(self.explorer_monitors, self.result.eval_before, 0)
+                self.lifecycle.log("explorer", self.result.eval_before, 0)
             while self.progress.trained < self.steps:
                 self._schedule()
                 self._wait()
-            self._finish(has_eval)
+            self._finish(self.lifecycle.has_eval)
         except RftError:
             self._save_after_failure()
             raise
         finally:
             self._close()
-        self.result.seconds = time.monotonic() - started
         return self.result
 
     def _schedule(self) -> None:
@@ -300,20 +296,19 @@ class Coordinator:
             self._done(call, self._get(ref, call))
 
     def _done(self, call: Call, value: Any) -> None:
-        p, c = self.progress, self.config
+        p = self.progress
         if call.what == "explore":
             metrics, selectors = value
             p.explored = call.step
             p.selectors_after[call.step] = selectors
             for old in [s for s in p.selectors_after if s < p.trained]:
                 del p.selectors_after[old]
-            log_all(self.explorer_monitors, metrics, call.step)
-            if (c.buffer.explorer_input.eval_tasksets and call.step % c.explorer.eval_interval == 0
-                    and call.step != self.steps):
+            self.lifecycle.log("explorer", metrics, call.step)
+            if self.lifecycle.eval_due(call.step):
                 ref = self.actors["explorer"].evaluate.remote()
                 self.pending[ref] = Call("explorer", "evaluate", call.step)
         elif call.what == "evaluate":
-            log_all(self.explorer_monitors, value, call.step)
+            self.lifecycle.log("explorer", value, call.step)
         elif call.what == "broadcast":
             pass  # the explorer's step reports the sync
         elif call.what == "train":
@@ -327,9 +322,8 @@ class Coordinator:
             counts = self._get(self.actors["buffer"].counts.remote(), Call("buffer", "counts", 0))
             metrics.update({"buffer/written": float(counts["written"]),
                             "buffer/read": float(counts["read"])})
-            log_all(self.trainer_monitors, metrics, call.step)
-            if c.trainer.save_interval and call.step % c.trainer.save_interval == 0 \
-                    and call.step not in (self.steps, p.last_saved):
+            self.lifecycle.log("trainer", metrics, call.step)
+            if self.lifecycle.save_due(call.step) and call.step != p.last_saved:
                 self._save(call.step, final=False)
 
     def _hand_out(self, step: int) -> Any:
@@ -377,13 +371,13 @@ class Coordinator:
             self._start_broadcast(self.steps)
             self.result.eval_after = self._get(ref, Call("explorer", "evaluate", self.steps))
             self._finish_pending()
-            log_all(self.explorer_monitors, self.result.eval_after, self.steps)
+            self.lifecycle.log("explorer", self.result.eval_after, self.steps)
         if self.config.synchronizer.sync_method == "checkpoint":  # handed out = saved with hf/
             self._get(final, Call("trainer", "save", self.steps))
         else:
             self._save(self.steps, final=True)
-        job_dir = self.config.checkpoint_job_dir or "."
-        self.result.final_model_path = os.path.join(job_dir, f"global_step_{self.steps}", "hf")
+        self.result.final_model_path = os.path.join(self.plan.job_dir,
+                                                    f"global_step_{self.steps}", "hf")
         failed = ray.get(self.actors["explorer"].failed_tasks.remote())
         self.result.failed_tasks = len(failed)
 
@@ -413,7 +407,7 @@ class Coordinator:
     def _actor_name(self, role: str) -> str:
         c = self.config
         return {"explorer": c.explorer.name, "trainer": c.trainer.name,
-                "buffer": buffer_config(c).name}[role]
+                "buffer": self.plan.experience_buffer.name}[role]
 
     def _save_after_failure(self) -> None:
         """Keep the trainer's last completed step when the run fails (trainer alive)."""
@@ -430,7 +424,7 @@ class Coordinator:
     def _close(self) -> None:
         import ray
 
-        close_monitors(self.explorer_monitors + self.trainer_monitors)
+        self.lifecycle.close()
         closing = [actor.close.remote() for role, actor in self.actors.items()]
         try:
             ray.wait(closing, num_returns=len(closing), timeout=60)

@@ -12,6 +12,7 @@ from typing import Any
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.storage import ExperienceStorage
+from rft.config.plan import Selected
 from rft.config.schema import ExperienceBufferConfig
 from rft.experience import Experience
 
@@ -22,8 +23,9 @@ BUFFER_CONCURRENCY = 8
 class BufferService:
     """What the buffer actor runs: one storage and its counters."""
 
-    def __init__(self, config: ExperienceBufferConfig, seed: int = 0) -> None:
-        self.storage = open_experience_buffer(config, seed=seed)
+    def __init__(self, config: ExperienceBufferConfig, priority_fn: Selected[Any] | None = None,
+                 seed: int = 0) -> None:
+        self.storage = open_experience_buffer(config, priority_fn, seed=seed)
 
     def write(self, experiences: list[Experience]) -> int:
         self.storage.write(experiences)

@@ -25,6 +25,8 @@ import torch
 from rft.config.schema import RftConfig
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
+from rft.explorer.engine_factory import build_engine
+from rft.modes.builders import quiet_libraries
 from rft.tensor_wire import NamedTensors
 
 
@@ -32,8 +34,6 @@ class EngineReplica:
     """What one engine actor runs: an engine built from the stage's config."""
 
     def __init__(self, config: RftConfig, engine_cls: type[InferenceEngine]) -> None:
-        from rft.embedded import build_engine, quiet_libraries
-
         quiet_libraries()
         self.engine = build_engine(config, engine_cls)
         self.broadcast_end = EngineEnd(self.engine)

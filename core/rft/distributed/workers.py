@@ -1,33 +1,29 @@
 """What the explorer and trainer actors run.
 
-Each actor rebuilds the stage's plugins from the (picklable) config in its own process:
-plugin objects never travel between processes, only configs, experiences, metrics and
-weights do.
+Each actor gets the stage's :class:`~rft.config.plan.RunPlan` (it pickles: plugin
+implementations travel by reference and are imported in the actor's process); nothing is
+validated again there.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from typing import Any
 
 import torch
 
 from rft.checkpoint import Checkpoint, load_actor_weights, load_checkpoint
-from rft.config import Stage
-from rft.config.schema import ExperienceBufferConfig, RftConfig
-from rft.config.validate import Validation, validate
+from rft.config.plan import RunPlan
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool
 from rft.distributed.weight_broadcast import (Broadcast, BroadcastGroup, EngineEnd, GroupAddress,
                                               host_rendezvous, pack, spec_of)
-from rft.embedded import (build_engine, build_trainer, default_sampling, quiet_libraries,
-                          save_stage_checkpoint)
-from rft.errors import ConfigError, RftError
+from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine
+from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
-from rft.plugins import PluginRegistry
+from rft.modes.builders import build_trainer, quiet_libraries, save_stage_checkpoint
 from rft.tensor_wire import NamedTensors
 
 Weights = list[tuple[str, torch.Tensor]] | str | Broadcast
@@ -37,34 +33,22 @@ memory``, through the object store), the path of the checkpoint holding them
 (``sync_method: nccl``, :mod:`rft.distributed.weight_broadcast`)."""
 
 
-def revalidate(config: RftConfig) -> Validation:
-    """The stage's plugins, resolved again in this process."""
-    validation = validate(copy.deepcopy(config), PluginRegistry.create())
-    if validation.problems:
-        raise ConfigError(validation.problems)
-    return validation
-
-
-def buffer_config(config: RftConfig) -> ExperienceBufferConfig:
-    return config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
-
-
 class ExplorerService:
     """The explorer actor: rollout engine, workflows, selectors; writes to the buffer."""
 
-    def __init__(self, config: RftConfig, buffer: Any) -> None:
+    def __init__(self, plan: RunPlan, buffer: Any) -> None:
         quiet_libraries()
-        validation = revalidate(config)
-        engine_cls = validation.selected["explorer.rollout_model.engine_type"].implementation
+        config = plan.config
+        engine_cls = plan.rollout_model.engine.implementation
         rm = config.explorer.rollout_model
         if rm.engine_num > 1:  # replicas as actors of their own, used as one engine
             gpus = rm.tensor_parallel_size if config.cluster.gpu_per_node else 0
             self.engine: InferenceEngine = EnginePool(config, engine_cls, rm.engine_num, gpus)
         else:
             self.engine = build_engine(config, engine_cls)
-        storage = RemoteStorage(buffer_config(config).name, buffer)
-        self.explorer = Explorer(config, validation,
-                                 ModelWrapper(self.engine, default_sampling(config)), storage)
+        storage = RemoteStorage(plan.experience_buffer.name, buffer)
+        self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
+                                 storage)
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
@@ -131,12 +115,11 @@ class TrainerService:
     """The trainer actor: reads the buffer through the sample strategy, trains, hands out
     its weights and writes checkpoints."""
 
-    def __init__(self, config: RftConfig, buffer: Any, total_steps: int) -> None:
+    def __init__(self, plan: RunPlan, buffer: Any, total_steps: int) -> None:
         quiet_libraries()
-        validation = revalidate(config)
-        self.stage = Stage(None, config, validation)
+        self.plan = plan
         self.trainer, self.strategy = build_trainer(
-            config, validation, RemoteStorage(buffer_config(config).name, buffer), total_steps)
+            plan, RemoteStorage(plan.experience_buffer.name, buffer), total_steps)
         self.group: BroadcastGroup | None = None
         self._rendezvous: tuple[Any, GroupAddress] | None = None
         self._snapshots: dict[int, list[torch.Tensor]] = {}  # version → byte buckets
@@ -202,7 +185,7 @@ class TrainerService:
 
     def save(self, step: int, state: dict[str, Any], export_hf: bool) -> str:
         """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``)."""
-        return save_stage_checkpoint(self.stage, self.trainer, step, state, export_hf=export_hf)
+        return save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=export_hf)
 
     def close(self) -> None:
         if self.group is not None:

@@ -17,6 +17,7 @@ weights never change. With ``enable_openai_api`` it gets an OpenAI endpoint of i
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from rft.config.schema import (
@@ -25,8 +26,9 @@ from rft.config.schema import (
     RftConfig,
     RolloutModelConfig,
 )
-from rft.config.validate import Validation
+from rft.config.plan import ModelPlan
 from rft.explorer.engine import InferenceEngine, SamplingArgs
+from rft.explorer.engine_factory import build_engine
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.reply_parsing import reply_parser_of
 
@@ -60,23 +62,21 @@ def default_sampling(config: RftConfig, aux: AuxiliaryModelConfig) -> SamplingAr
                         ignore_eos=aux.ignore_eos)
 
 
-def build_auxiliary_models(config: RftConfig, validation: Validation) -> list[ModelWrapper]:
+def build_auxiliary_models(config: RftConfig, plans: Sequence[ModelPlan]) -> list[ModelWrapper]:
     """Start the engines of ``explorer.auxiliary_models`` (and their OpenAI endpoints);
-    on failure the ones already started are closed again."""
-    from rft.embedded import build_engine  # the rollout engine's builder, reused
-
+    ``plans`` are their resolved engines and parsers, in order. On failure the ones already
+    started are closed again."""
     models: list[ModelWrapper] = []
     try:
-        for i, aux in enumerate(config.explorer.auxiliary_models):
-            selected = validation.selected[f"explorer.auxiliary_models[{i}].engine_type"]
+        for i, (aux, plan) in enumerate(zip(config.explorer.auxiliary_models, plans,
+                                            strict=True)):
             engine: InferenceEngine = build_engine(engine_config(config, aux),
-                                                   selected.implementation)
+                                                   plan.engine.implementation)
             model = ModelWrapper(engine, default_sampling(config, aux),
                                  name=auxiliary_name(aux, i), enable_history=aux.enable_history)
             models.append(model)
             if aux.enable_openai_api:
-                parser = reply_parser_of(validation.selected, f"explorer.auxiliary_models[{i}]",
-                                         aux.enable_auto_tool_choice)
+                parser = reply_parser_of(plan, aux.enable_auto_tool_choice)
                 model.serve_openai_api(aux.openai_api_host, aux.openai_api_port,
                                        log_requests=aux.enable_log_requests,
                                        reply_parser=parser)

@@ -23,8 +23,8 @@ from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
 from rft.buffer.storage import ExperienceStorage
 from rft.buffer.taskset import TaskPlugins, load_tasks
-from rft.config.schema import RftConfig, TasksetConfig
-from rft.config.validate import Validation
+from rft.config.plan import RunPlan, TasksetPlan
+from rft.config.schema import TasksetConfig
 from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.explorer.auxiliary import build_auxiliary_models, close_models
@@ -60,23 +60,20 @@ class Taskset:
     workflow_cls: type[Workflow]
 
 
-def open_taskset(config: TasksetConfig, key: str, validation: Validation,
-                 *, is_eval: bool) -> Taskset:
+def open_taskset(plan: TasksetPlan) -> Taskset:
     """Read a taskset and attach the workflow / reward resolved by validation."""
-    workflow = validation.selected[f"{key}.default_workflow_type"]
-    reward = validation.selected.get(f"{key}.default_reward_fn_type")
+    workflow, reward = plan.workflow, plan.reward
     plugins = TaskPlugins(workflow.implementation, workflow.args,
                           reward.implementation if reward else None,
                           reward.args if reward else None)
-    tasks = load_tasks(config, plugins, is_eval=is_eval)
-    return Taskset(config, key, tasks, workflow.implementation)
+    tasks = load_tasks(plan.config, plugins, is_eval=plan.is_eval)
+    return Taskset(plan.config, plan.key, tasks, workflow.implementation)
 
 
 class Explorer:
     """Drives exploration and evaluation for one stage.
 
-    :param config: the validated stage config.
-    :param validation: its resolved plugins.
+    :param plan: the stage's run plan (config and resolved plugins).
     :param model: the rollout model.
     :param storage: the experience buffer to write to.
 
@@ -86,25 +83,16 @@ class Explorer:
     its own call history when ``enable_history`` is set.
     """
 
-    def __init__(self, config: RftConfig, validation: Validation, model: ModelWrapper,
-                 storage: ExperienceStorage) -> None:
-        self.config = config
+    def __init__(self, plan: RunPlan, model: ModelWrapper, storage: ExperienceStorage) -> None:
+        config = self.config = plan.config
         self.model = model
         self.storage = storage
         e = config.explorer
-        ei = config.buffer.explorer_input
-        self.train_sets: list[Taskset] = []
-        if ei.taskset is not None:
-            self.train_sets.append(open_taskset(ei.taskset, "buffer.explorer_input.taskset",
-                                                validation, is_eval=False))
-        for i, taskset in enumerate(ei.tasksets):
-            self.train_sets.append(open_taskset(taskset, f"buffer.explorer_input.tasksets[{i}]",
-                                                validation, is_eval=False))
-        self.eval_sets = [open_taskset(t, f"buffer.explorer_input.eval_tasksets[{i}]", validation,
-                                       is_eval=True) for i, t in enumerate(ei.eval_tasksets)]
+        self.train_sets = [open_taskset(t) for t in plan.tasksets]
+        self.eval_sets = [open_taskset(t) for t in plan.eval_tasksets]
         self.selectors: list[TaskSelector] = []
-        for taskset in self.train_sets:
-            selected = validation.selected[f"{taskset.key}.task_selector.selector_type"]
+        for taskset, taskset_plan in zip(self.train_sets, plan.tasksets, strict=True):
+            selected = taskset_plan.selector
             self.selectors.append(selected.implementation(
                 dataset_size=len(taskset.tasks), seed=taskset.config.task_selector.seed,
                 args=selected.args, rows=[t.raw for t in taskset.tasks],
@@ -115,25 +103,21 @@ class Explorer:
                                      workers=e.runner_per_model)
         self.max_repeat_times_per_runner = e.max_repeat_times_per_runner
         self.operators: list[tuple[str, ExperienceOperator]] = []
-        pipeline = config.data_processor.experience_pipeline
-        for i, operator in enumerate(pipeline.operators if pipeline else []):
-            chosen = validation.selected[f"data_processor.experience_pipeline.operators[{i}].name"]
+        for chosen in plan.operators:
             self.operators.append((chosen.name, chosen.implementation(chosen.args)))
         self.failed_tasks: list[str] = []
-        preset = validation.preset
         self.algorithm_type = config.algorithm.algorithm_type
-        self.greedy_baseline = preset is not None and preset.reward_baseline == "greedy"
+        self.greedy_baseline = plan.preset.reward_baseline == "greedy"
         rm = e.rollout_model
         self.enable_history = rm.enable_history
         self._owns_server = rm.enable_openai_api and model.server is None
         if self._owns_server:
             model.serve_openai_api(rm.openai_api_host, rm.openai_api_port,
                                    log_requests=rm.enable_log_requests,
-                                   reply_parser=reply_parser_of(validation.selected,
-                                                                "explorer.rollout_model",
+                                   reply_parser=reply_parser_of(plan.rollout_model,
                                                                 rm.enable_auto_tool_choice))
         try:
-            self.auxiliary_models = build_auxiliary_models(config, validation)
+            self.auxiliary_models = build_auxiliary_models(config, plan.auxiliary_models)
         except BaseException:
             self._stop_server()
             raise

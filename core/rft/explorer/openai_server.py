@@ -59,7 +59,7 @@ from urllib.parse import urlsplit
 
 from rft.errors import RftError
 from rft.explorer.engine import Completion
-from rft.explorer.model_wrapper import CallBatcher, ChatResults, sampling_args
+from rft.explorer.call_batching import CallBatcher, ChatResults, sampling_args
 from rft.explorer.reply_parsing import AssistantReply, ReplyParser, call_of
 
 if TYPE_CHECKING:

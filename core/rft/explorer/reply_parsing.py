@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rft.config.plan import ModelPlan
 from rft.errors import RftError
 
 
@@ -128,16 +129,12 @@ class ReplyParser:
                               call_ids=tuple(f"call_{uuid.uuid4().hex[:24]}" for _ in calls))
 
 
-def reply_parser_of(selected: Mapping[str, Any], key: str, auto_tool_choice: bool
-                    ) -> ReplyParser:
-    """The parsers config validation selected for the model at ``key`` (e.g.
-    ``explorer.rollout_model``): ``selected`` is :attr:`Validation.selected`."""
-
-    def chosen(field_name: str) -> Any:
-        selection = selected.get(f"{key}.{field_name}")
-        return selection.implementation if selection is not None else None
-
-    return ReplyParser(chosen("tool_call_parser"), chosen("reasoning_parser"), auto_tool_choice)
+def reply_parser_of(model: ModelPlan, auto_tool_choice: bool) -> ReplyParser:
+    """The parsers config validation resolved for ``model`` (the rollout model's or an
+    auxiliary model's plan)."""
+    tool_calls = model.tool_call_parser.implementation if model.tool_call_parser else None
+    reasoning = model.reasoning_parser.implementation if model.reasoning_parser else None
+    return ReplyParser(tool_calls, reasoning, auto_tool_choice)
 
 
 __all__ = ["AssistantReply", "FunctionCall", "ReasoningParser", "ReplyParser",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft.experience import Experience
-from rft.explorer.model_wrapper import CallBatcher
+from rft.explorer.call_batching import CallBatcher
 from rft.workflow import Task, Workflow
 
 WorkflowFactory = Callable[[Task], Workflow]

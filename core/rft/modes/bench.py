@@ -9,24 +9,15 @@ is trained and no checkpoint is written.
 
 from __future__ import annotations
 
-import time
-
 from rft.buffer.storage import QueueStorage
 from rft.checkpoint import check_writable, list_checkpoints, load_actor_weights
 from rft.config import Stage
-from rft.embedded import (
-    CheckpointEval,
-    StageResult,
-    build_engine,
-    close_monitors,
-    default_sampling,
-    log_all,
-    open_monitors,
-    quiet_libraries,
-)
 from rft.errors import RftError
+from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
+from rft.modes.builders import quiet_libraries
+from rft.modes.stage import CheckpointEval, StageLifecycle, StageResult
 
 
 def run_bench(stage: Stage) -> StageResult:
@@ -35,9 +26,8 @@ def run_bench(stage: Stage) -> StageResult:
     :raises RftError: the job dir holds no checkpoint (one line naming it).
     """
     quiet_libraries()
-    started = time.monotonic()
-    config, validation = stage.config, stage.validation
-    job_dir = config.checkpoint_job_dir or "."
+    plan = stage.plan
+    config, job_dir = plan.config, plan.job_dir
     checkpoints = list_checkpoints(job_dir)
     if not checkpoints:
         raise RftError(f"bench: no checkpoint (global_step_N/) in {job_dir}; bench evaluates "
@@ -45,28 +35,24 @@ def run_bench(stage: Stage) -> StageResult:
     if config.explorer.bench_on_latest_checkpoint:
         checkpoints = checkpoints[-1:]
     check_writable(job_dir)
-    engine = build_engine(config,
-                          validation.selected["explorer.rollout_model.engine_type"].implementation)
+    engine = build_engine(config, plan.rollout_model.engine.implementation)
     # evaluation writes no experience: an in-memory buffer stands in for the real one
-    unused = QueueStorage("bench")
-    explorer = Explorer(config, validation, ModelWrapper(engine, default_sampling(config)),
-                        unused)
-    monitors = open_monitors(stage, "bench")
-    for monitor in monitors:
-        monitor.start(checkpoints[-1].step)
-    result = StageResult(stage.name, checkpoints[-1].step)
+    explorer = Explorer(plan, ModelWrapper(engine, default_sampling(config)),
+                        QueueStorage("bench"))
+    lifecycle = StageLifecycle(stage, ("bench",), has_eval=True)
     try:
+        lifecycle.start(checkpoints[-1].step)
+        result = lifecycle.result
         for checkpoint in checkpoints:
             engine.update_weights(load_actor_weights(checkpoint).items(), version=checkpoint.step)
             metrics = explorer.evaluate()
-            log_all(monitors, metrics, checkpoint.step)
+            lifecycle.log("bench", metrics, checkpoint.step)
             result.checkpoint_evals.append(CheckpointEval(checkpoint.step, checkpoint.path,
                                                           metrics))
         result.eval_after = result.checkpoint_evals[-1].metrics
         result.failed_tasks = len(explorer.failed_tasks)
         result.final_model_path = config.model.model_path
     finally:
-        close_monitors(monitors)
         explorer.close()
-    result.seconds = time.monotonic() - started
+        result = lifecycle.close()
     return result

@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,22 +26,14 @@ from rft.buffer.factory import open_experience_buffer
 from rft.buffer.storage import ExperienceStorage
 from rft.checkpoint import check_writable
 from rft.config import Stage
-from rft.config.schema import ExperienceBufferConfig, RftConfig
-from rft.embedded import (
-    StageResult,
-    build_engine,
-    close_monitors,
-    default_sampling,
-    log_all,
-    open_monitors,
-    quiet_libraries,
-    total_steps,
-)
+from rft.config.schema import RftConfig
 from rft.errors import RftError
+from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
+from rft.modes.builders import quiet_libraries, steps_over_tasks
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
-from rft.monitor.base import Monitor
+from rft.modes.stage import Resumed, StageLifecycle, StageResult
 
 log = logging.getLogger("rft.modes.explore")
 
@@ -95,73 +86,78 @@ def is_sync_step(step: int, config: RftConfig) -> bool:
     return done > 0 and done % s.sync_interval == 0
 
 
+class ExploreStage:
+    """The :class:`~rft.modes.stage.StageBody` of mode ``explore``: progress goes to
+    ``explorer_state.json`` after every step; no checkpoint is written."""
+
+    def __init__(self, stage: Stage, lifecycle: StageLifecycle,
+                 cleanup: contextlib.ExitStack) -> None:
+        plan = self.plan = stage.plan
+        config = plan.config
+        self.lifecycle = lifecycle
+        self.engine = build_engine(config, plan.rollout_model.engine.implementation)
+        self.storage: ExperienceStorage = open_experience_buffer(plan.experience_buffer,
+                                                                 plan.priority_fn)
+        cleanup.callback(self.storage.close)
+        self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
+                                 self.storage)
+        cleanup.callback(self.explorer.close)
+        self.sync = CheckpointSynchronizer(plan.job_dir, [self.engine],
+                                           timeout=config.synchronizer.sync_timeout)
+        self.steps = steps_over_tasks(config, self.explorer.train_size)
+        self.progress = ExplorerProgress()
+
+    def resume(self) -> Resumed:
+        if self.plan.config.continue_from_checkpoint:
+            self.progress = ExplorerProgress.read(self.plan.job_dir) or self.progress
+        for selector, state in zip(self.explorer.selectors, self.progress.selectors,
+                                   strict=False):
+            selector.load_state_dict(state)
+        self.sync.load_newest()  # a resumed run, or a trainer that is ahead
+        if self.sync.loaded is not None:
+            log.info("explorer starts from %s", self.sync.loaded.path)
+        return Resumed(self.progress.step, self.progress.eval_before,
+                       initial_weights=self.sync.version == 0)
+
+    def step(self, step: int) -> None:
+        config, progress = self.plan.config, self.progress
+        metrics: dict[str, float] = {}
+        if is_sync_step(step, config):
+            wait = config.synchronizer.wait_for_checkpoint
+            metrics.update(self.sync.wait_newer() if wait else self.sync.load_newest())
+        written_before = self.storage.written
+        metrics.update(self.explorer.explore_step(step))
+        metrics["sync/model_version"] = float(self.sync.version)
+        self.lifecycle.log("explorer", metrics, step)
+        progress.step, progress.model_version = step, self.sync.version
+        progress.selectors = [s.state_dict() for s in self.explorer.selectors]
+        progress.experiences_written += self.storage.written - written_before
+        progress.eval_before = self.lifecycle.result.eval_before
+        progress.write(self.plan.job_dir)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.explorer.evaluate()
+
+    def save(self, step: int, *, final: bool) -> None:
+        """Nothing: the explorer's progress is written after every step."""
+
+    def finish(self, result: StageResult) -> None:
+        result.failed_tasks = len(self.explorer.failed_tasks)
+        result.final_model_path = _model_path(self.plan.config, self.sync)
+
+
 def run_explore(stage: Stage) -> StageResult:
     """Run the explorer of one stage in this process (see the module docstring)."""
     quiet_libraries()
-    started = time.monotonic()
-    config, validation = stage.config, stage.validation
-    job_dir = config.checkpoint_job_dir or "."
-    check_writable(job_dir)
-    with contextlib.ExitStack() as cleanup:  # closed in reverse, however set-up ends
-        engine = build_engine(
-            config, validation.selected["explorer.rollout_model.engine_type"].implementation)
-        storage = open_experience_buffer(config.buffer.trainer_input.experience_buffer
-                                         or ExperienceBufferConfig())
-        cleanup.callback(storage.close)
-        explorer = Explorer(config, validation, ModelWrapper(engine, default_sampling(config)),
-                            storage)
-        cleanup.callback(explorer.close)
-        sync = CheckpointSynchronizer(job_dir, [engine],
-                                      timeout=config.synchronizer.sync_timeout)
-        steps = total_steps(config, explorer, storage)
-        monitors = open_monitors(stage, "explorer")
-        cleanup.callback(close_monitors, monitors)
-        for monitor in monitors:
-            monitor.start(steps)
-        progress = (ExplorerProgress.read(job_dir) if config.continue_from_checkpoint
-                    else None) or ExplorerProgress()
-        result = _explore(stage, explorer, storage, sync, monitors, progress, steps)
-    result.seconds = time.monotonic() - started
-    return result
-
-
-def _explore(stage: Stage, explorer: Explorer, storage: ExperienceStorage,
-             sync: CheckpointSynchronizer, monitors: list[Monitor], progress: ExplorerProgress,
-             steps: int) -> StageResult:
-    """The explore steps of :func:`run_explore`, from ``progress`` on."""
-    config = stage.config
-    job_dir = config.checkpoint_job_dir or "."
-    for selector, state in zip(explorer.selectors, progress.selectors, strict=False):
-        selector.load_state_dict(state)
-    result = StageResult(stage.name, steps, eval_before=progress.eval_before)
-    has_eval = bool(explorer.eval_sets)
-    wait = config.synchronizer.wait_for_checkpoint
-    sync.load_newest()  # a resumed run, or a trainer that is ahead
-    if sync.loaded is not None:
-        log.info("explorer starts from %s", sync.loaded.path)
-    if has_eval and progress.step == 0 and sync.version == 0 \
-            and config.explorer.eval_on_startup:
-        result.eval_before = progress.eval_before = explorer.evaluate()
-        log_all(monitors, result.eval_before, 0)
-    for step in range(progress.step + 1, steps + 1):
-        metrics: dict[str, float] = {}
-        if is_sync_step(step, config):
-            metrics.update(sync.wait_newer() if wait else sync.load_newest())
-        written_before = storage.written
-        metrics.update(explorer.explore_step(step))
-        metrics["sync/model_version"] = float(sync.version)
-        log_all(monitors, metrics, step)
-        progress.step, progress.model_version = step, sync.version
-        progress.selectors = [s.state_dict() for s in explorer.selectors]
-        progress.experiences_written += storage.written - written_before
-        progress.write(job_dir)
-        if has_eval and step % config.explorer.eval_interval == 0 and step != steps:
-            log_all(monitors, explorer.evaluate(), step)
-    if has_eval:
-        result.eval_after = explorer.evaluate()
-        log_all(monitors, result.eval_after, steps)
-    result.failed_tasks = len(explorer.failed_tasks)
-    result.final_model_path = _model_path(config, sync)
+    check_writable(stage.plan.job_dir)
+    lifecycle = StageLifecycle(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets))
+    try:
+        with contextlib.ExitStack() as cleanup:  # closed in reverse, however set-up ends
+            body = ExploreStage(stage, lifecycle, cleanup)
+            lifecycle.start(body.steps)
+            lifecycle.drive(body)
+    finally:
+        result = lifecycle.close()
     return result
 
 

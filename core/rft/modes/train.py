@@ -1,7 +1,7 @@
 """``train`` mode: the trainer alone, in this process (no Ray).
 
 A ``train_only`` algorithm (SFT, DPO, …) reads the experience buffer as its dataset:
-that is the embedded run (:func:`rft.embedded.run_embedded`). Any other algorithm reads
+that is mode colocate's loop (:func:`rft.modes.colocate.run_colocate`). Any other algorithm reads
 what an ``explore`` run of the same config writes to the ``sql`` experience buffer; one
 step::
 
@@ -17,6 +17,7 @@ resumes from the newest checkpoint; the buffer remembers which experiences were 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -25,21 +26,12 @@ from rft.buffer.factory import open_experience_buffer
 from rft.buffer.taskset import read_rows
 from rft.checkpoint import check_writable, list_checkpoints, load_checkpoint
 from rft.config import Stage
-from rft.config.schema import ExperienceBufferConfig, RftConfig
-from rft.embedded import (
-    StageResult,
-    build_trainer,
-    close_monitors,
-    log_all,
-    open_monitors,
-    quiet_libraries,
-    run_embedded,
-    save_stage_checkpoint,
-    steps_over_tasks,
-)
+from rft.config.schema import RftConfig
 from rft.errors import RftError
-from rft.monitor.base import Monitor
-from rft.trainer.base import Trainer
+from rft.modes.builders import (build_trainer, quiet_libraries, save_stage_checkpoint,
+                                steps_over_tasks)
+from rft.modes.colocate import run_colocate
+from rft.modes.stage import Resumed, StageLifecycle, StageResult
 
 log = logging.getLogger("rft.modes.train")
 
@@ -47,9 +39,8 @@ log = logging.getLogger("rft.modes.train")
 def run_train(stage: Stage) -> StageResult:
     """The trainer of one stage: offline for train-only algorithms, else fed by an explorer
     process (see the module docstring)."""
-    preset = stage.validation.preset
-    if preset is not None and preset.train_only:
-        return run_embedded(stage)
+    if stage.plan.train_only:
+        return run_colocate(stage)
     return run_trainer_alone(stage)
 
 
@@ -67,54 +58,74 @@ def trainer_total_steps(config: RftConfig) -> int:
     return steps_over_tasks(config, sum(len(read_rows(t)) for t in tasksets))
 
 
+class TrainAloneStage:
+    """The :class:`~rft.modes.stage.StageBody` of mode ``train`` fed by an explorer
+    process: checkpoints at every sync point carry the weights to it."""
+
+    def __init__(self, stage: Stage, lifecycle: StageLifecycle,
+                 cleanup: contextlib.ExitStack) -> None:
+        self.plan = stage.plan
+        self.lifecycle = lifecycle
+        self.steps = trainer_total_steps(self.plan.config)
+        self.storage = open_experience_buffer(self.plan.experience_buffer, self.plan.priority_fn)
+        cleanup.callback(self.storage.close)
+        self.trainer, self.strategy = build_trainer(self.plan, self.storage, self.steps)
+        cleanup.callback(self.trainer.close)
+        self.version = self.read_before = self.last_saved = 0
+
+    def resume(self) -> Resumed:
+        config = self.plan.config
+        checkpoints = list_checkpoints(self.plan.job_dir) if config.continue_from_checkpoint else []
+        if not checkpoints:
+            return Resumed()
+        trainer_state, state = load_checkpoint(checkpoints[-1])
+        self.trainer.load_state_dict(trainer_state)
+        self.version = self.last_saved = state["step"]
+        self.read_before = int(state.get("experiences_read", 0))
+        log.info("resumed from %s", checkpoints[-1].path)
+        return Resumed(state["step"])
+
+    def step(self, step: int) -> None:
+        experiences, metrics = self.strategy.sample(step, self.version)
+        metrics = {**metrics, **self.trainer.train_step(experiences)}
+        sync_due = step % self.plan.config.synchronizer.sync_interval == 0 or step == self.steps
+        if sync_due or self.lifecycle.save_due(step):
+            saving = time.monotonic()
+            self._save(step, export_hf=sync_due)
+            metrics["timing_s/save_checkpoint"] = time.monotonic() - saving
+            if sync_due:
+                self.version = step
+                metrics["sync/model_version"] = float(step)
+        self.lifecycle.log("trainer", metrics, step)
+
+    def _save(self, step: int, *, export_hf: bool) -> None:
+        always_hf = self.plan.config.trainer.save_hf_checkpoint == "always"
+        save_stage_checkpoint(self.plan, self.trainer, step,
+                              {"experiences_read": self.read_before + self.storage.read_count},
+                              export_hf=export_hf or always_hf)
+        self.last_saved = step
+
+    def evaluate(self) -> dict[str, float]:
+        raise RftError("mode 'train' has no explorer to evaluate with")
+
+    def save(self, step: int, *, final: bool) -> None:
+        if step != self.last_saved:  # sync points already saved in step()
+            self._save(step, export_hf=final)
+
+    def finish(self, result: StageResult) -> None:
+        result.final_model_path = os.path.join(self.plan.job_dir, f"global_step_{self.steps}", "hf")
+
+
 def run_trainer_alone(stage: Stage) -> StageResult:
     """Train on experiences written by another process (see the module docstring)."""
     quiet_libraries()
-    started = time.monotonic()
-    config, validation = stage.config, stage.validation
-    job_dir = config.checkpoint_job_dir or "."
-    check_writable(job_dir)
-    buffer_cfg = config.buffer.trainer_input.experience_buffer or ExperienceBufferConfig()
-    steps = trainer_total_steps(config)
-    storage = open_experience_buffer(buffer_cfg)
-    trainer: Trainer | None = None
-    monitors: list[Monitor] = []
-    try:  # whatever set-up opened is closed again, however it ends
-        trainer, strategy = build_trainer(config, validation, storage, steps)
-        monitors = open_monitors(stage, "trainer")
-        for monitor in monitors:
-            monitor.start(steps)
-        result = StageResult(stage.name, steps)
-        first_step, version, read_before = 1, 0, 0
-        checkpoints = list_checkpoints(job_dir) if config.continue_from_checkpoint else []
-        if checkpoints:
-            trainer_state, state = load_checkpoint(checkpoints[-1])
-            trainer.load_state_dict(trainer_state)
-            first_step, version = state["step"] + 1, state["step"]
-            read_before = int(state.get("experiences_read", 0))
-            log.info("resumed from %s", checkpoints[-1].path)
-        interval = config.synchronizer.sync_interval
-        save_interval = config.trainer.save_interval
-        always_hf = config.trainer.save_hf_checkpoint == "always"
-        for step in range(first_step, steps + 1):
-            experiences, metrics = strategy.sample(step, version)
-            metrics = {**metrics, **trainer.train_step(experiences)}
-            sync_due = step % interval == 0 or step == steps
-            if sync_due or (save_interval and step % save_interval == 0):
-                saving = time.monotonic()
-                save_stage_checkpoint(stage, trainer, step,
-                                      {"experiences_read": read_before + storage.read_count},
-                                      export_hf=sync_due or always_hf)
-                metrics["timing_s/save_checkpoint"] = time.monotonic() - saving
-                if sync_due:
-                    version = step
-                    metrics["sync/model_version"] = float(version)
-            log_all(monitors, metrics, step)
-        result.final_model_path = os.path.join(job_dir, f"global_step_{steps}", "hf")
+    check_writable(stage.plan.job_dir)
+    lifecycle = StageLifecycle(stage, ("trainer",), has_eval=False)
+    try:
+        with contextlib.ExitStack() as cleanup:  # whatever set-up opened is closed again
+            body = TrainAloneStage(stage, lifecycle, cleanup)
+            lifecycle.start(body.steps)
+            lifecycle.drive(body)
     finally:
-        close_monitors(monitors)
-        storage.close()
-        if trainer is not None:
-            trainer.close()
-    result.seconds = time.monotonic() - started
+        result = lifecycle.close()
     return result

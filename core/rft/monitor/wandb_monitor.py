@@ -11,7 +11,7 @@ import netrc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlparse
 
 from rft.errors import RftError

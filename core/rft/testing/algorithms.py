@@ -59,9 +59,9 @@ class Batch:
 def assert_policy_loss_matches(pg_loss: torch.Tensor, metrics: dict[str, torch.Tensor],
                                ref: torch.Tensor, ref_metrics: dict[str, Any],
                                mask: torch.Tensor, mode: str, agg_kwargs: dict[str, Any],
-                               per_token_logps: torch.Tensor) -> None:
+                               log_prob: torch.Tensor) -> None:
     """Our per-token policy loss, aggregated, equals veRL's loss ``ref``: value, gradient
-    w.r.t. ``per_token_logps`` and the clip / KL metrics. veRL returns NaN for an all-zero
+    w.r.t. ``log_prob`` and the clip / KL metrics. veRL returns NaN for an all-zero
     mask where we return 0."""
     from rft import ops
 
@@ -72,8 +72,8 @@ def assert_policy_loss_matches(pg_loss: torch.Tensor, metrics: dict[str, torch.T
         assert mask.sum() == 0 and ours.item() == 0.0
         return
     close(ours, ref)
-    (g_ours,) = torch.autograd.grad(ours, per_token_logps)
-    (g_ref,) = torch.autograd.grad(ref, per_token_logps)
+    (g_ours,) = torch.autograd.grad(ours, log_prob)
+    (g_ref,) = torch.autograd.grad(ref, log_prob)
     close(g_ours, g_ref)
 
 
@@ -136,11 +136,11 @@ def minimal_config(algorithm: dict[str, Any], tmp_dir: str, mode: str = "train")
 
 def validated(algorithm: dict[str, Any], tmp_dir: str, registry: Any = None,
               mode: str = "train") -> Any:
-    """``(algorithm section, stage validation)`` of :func:`minimal_config` after
-    validation (raises :class:`rft.errors.ConfigError` on problems)."""
+    """``(algorithm section, run plan)`` of :func:`minimal_config` after validation
+    (raises :class:`rft.errors.ConfigError` on problems)."""
     from rft.config import build_stages
     from rft.plugins import PluginRegistry
 
     registry = registry or PluginRegistry.create()
     stage = build_stages(minimal_config(algorithm, tmp_dir, mode), registry).stages[0]
-    return stage.config.algorithm, stage.validation
+    return stage.config.algorithm, stage.plan

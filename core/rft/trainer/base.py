@@ -1,10 +1,11 @@
 """The interface every trainer backend implements (``trainer.trainer_type``).
 
 A backend is registered through ``register_trainers`` as ``{name: class}``; the class is
-built as ``cls(config, validation, **options)`` from a validated stage and then driven by
-the launcher::
+built as ``cls(plan)`` from the stage's :class:`~rft.config.plan.TrainerPlan` (the
+``model`` / ``algorithm`` / ``trainer`` sections, the preset, the resolved loss functions
+and the step count) and then driven by the run::
 
-    trainer = registry.get("trainer", config.trainer.trainer_type)(config, validation)
+    trainer = run_plan.trainer.implementation(run_plan.trainer_plan(total_steps))
     for step in ...:
         metrics = trainer.train_step(experiences)   # {"actor/pg_loss": ..., ...}
         synchronizer.push(trainer.named_weights())
@@ -19,22 +20,20 @@ from typing import Any
 
 import torch
 
-from rft.config.schema import RftConfig
-from rft.config.validate import Validation
+from rft.config.plan import TrainerPlan
 from rft.experience import Experience
 
 
 class Trainer(ABC):
     """One optimisation step per batch of experiences, with checkpointable state."""
 
-    config: RftConfig
-    validation: Validation
+    plan: TrainerPlan
+    """What the trainer was built from."""
     global_steps: int
     """Training steps done so far (0 before the first ``train_step``)."""
 
-    def __init__(self, config: RftConfig, validation: Validation) -> None:
-        self.config = config
-        self.validation = validation
+    def __init__(self, plan: TrainerPlan) -> None:
+        self.plan = plan
         self.global_steps = 0
 
     @abstractmethod

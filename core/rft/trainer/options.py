@@ -15,8 +15,9 @@ Besides the ``trainer`` section, the native trainer reads a few keys of the veRL
 - ``torch.device``: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, ….
 - ``torch.dtype``: autocast dtype of forward passes (master weights stay float32):
   ``float32`` (CPU default) or ``bfloat16`` (CUDA default).
-- ``torch.use_rollout_logprobs``: take ``old_per_token_logps`` from the experiences'
-  ``logprobs`` instead of recomputing them with the actor; default false (veRL).
+- ``torch.use_rollout_logprobs``: take ``old_log_prob`` from the experiences'
+  ``logprobs`` (``rollout_log_prob``) instead of recomputing it with the actor; default
+  false (veRL).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from rft.config.schema import RftConfig
+from rft.config.plan import TrainerPlan
 from rft.errors import RftError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -74,15 +75,16 @@ class TorchTrainerOptions:
     total_steps: int | None
     """Training steps of the LR schedule."""
     use_rollout_logprobs: bool
-    """Take ``old_per_token_logps`` from the experiences instead of recomputing them."""
+    """Take ``old_log_prob`` from the experiences (``rollout_log_prob``) instead of
+    recomputing it."""
 
     @classmethod
-    def from_config(cls, config: RftConfig, total_steps: int | None = None) -> TorchTrainerOptions:
-        t = config.trainer
+    def from_plan(cls, plan: TrainerPlan) -> TorchTrainerOptions:
+        t = plan.trainer
         tree = t.trainer_config or {}
-        repeat_times = config.algorithm.repeat_times or 1
+        repeat_times = plan.algorithm.repeat_times or 1
         mini = lookup(tree, "actor_rollout_ref.actor.ppo_mini_batch_size")
-        mini_rows = int(mini) * repeat_times if mini else (config.buffer.train_batch_size or 0)
+        mini_rows = int(mini) * repeat_times if mini else plan.train_batch_size
         micro = lookup(tree, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
         device = _device(str(lookup(tree, "torch.device", "auto")))
         dtype_name = lookup(tree, "torch.dtype", "bfloat16" if device.type == "cuda" else "float32")
@@ -96,7 +98,7 @@ class TorchTrainerOptions:
         if t.max_token_len_per_gpu is not None and t.max_token_len_per_gpu <= 0:
             raise RftError(f"trainer.max_token_len_per_gpu: must be > 0, got "
                            f"{t.max_token_len_per_gpu}")
-        temperature = config.model.temperature if config.model.temperature > 0 else 1.0
+        temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
         return cls(
             mini_batch_size=mini_rows,
             micro_batch_size=int(micro) if micro else None,
@@ -105,12 +107,12 @@ class TorchTrainerOptions:
             ppo_epochs=epochs,
             grad_clip=t.grad_clip,
             cliprange_value=float(lookup(tree, "critic.cliprange_value", 0.5)),
-            critic_lr=float(lookup(tree, "critic.optim.lr", config.algorithm.optimizer.lr)),
+            critic_lr=float(lookup(tree, "critic.optim.lr", plan.algorithm.optimizer.lr)),
             device=device,
             dtype=_DTYPES[str(dtype_name)],
             temperature=temperature,
-            loss_scale_factor=config.model.max_response_tokens,
-            total_steps=total_steps if total_steps is not None else t.total_steps,
+            loss_scale_factor=plan.model.max_response_tokens,
+            total_steps=plan.total_steps,
             use_rollout_logprobs=bool(lookup(tree, "torch.use_rollout_logprobs", False)),
         )
 

@@ -16,9 +16,12 @@ One :meth:`TorchTrainer.train_step` on a ``rollout`` batch follows veRL's PPO st
    mini-batch gradient, then grad-norm clipping and one optimizer step;
 6. one LR-scheduler step; ``global_steps += 1``.
 
-``sft`` batches skip 2–5 but the actor update (the policy loss fn gets ``logps``,
-``logps.detach()``, zero advantages and the mask); ``dpo`` batches are pairs of rows
-(chosen, rejected) with reference log-probs (see :mod:`rft.trainer.loss`).
+Batches of a dataset (the preset's ``experience_format`` is not ``rollout``: SFT, DPO, …)
+skip 2–5 but the reference log-probs (when the loss needs them) and the actor update (the
+policy loss fn gets ``log_prob``, ``log_prob.detach()``, zero advantages and the mask).
+The algorithm's ``batch_layout`` (:class:`rft.algorithm.BatchLayout`) arranges each batch
+and says how many consecutive rows form a unit that mini- and micro-batches keep whole
+(e.g. DPO's preference pairs).
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ from torch import nn
 
 from rft.algorithm import AlgorithmPreset
 from rft.builtin.policy_loss import clipped_value_loss
-from rft.config.schema import RftConfig
-from rft.config.validate import Validation
+from rft.config.plan import LossPlan, TrainerPlan
+from rft.contracts import AdvantageInputs
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer.base import Trainer
 from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
-from rft.trainer.loss import (AggContext, LossFns, LossInputs, actor_loss, apply_kl_penalty,
+from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
                               compute_advantages)
 from rft.trainer.metrics import LossMetrics, data_metrics, rollout_probs_diff, timed
 from rft.trainer.models import (frozen_copy, has_dropout, load_causal_lm, load_value_model,
@@ -66,23 +69,20 @@ def _where(index: int, experience: Experience) -> str:
 class TorchTrainer(Trainer):
     """Native single-process trainer (see the module docstring for one step).
 
-    :param config: a validated stage config.
-    :param validation: its validation (``selected`` plugin functions and ``preset``).
+    :param plan: the stage's trainer plan (config sections, preset, loss functions, steps).
     :param model: an already-loaded actor (e.g. shared with an in-process engine);
         default: ``AutoModelForCausalLM.from_pretrained(model.model_path)``.
-    :param total_steps: training steps of the LR schedule; default ``trainer.total_steps``.
     """
 
-    def __init__(self, config: RftConfig, validation: Validation, model: nn.Module | None = None,
-                 *, total_steps: int | None = None) -> None:
-        super().__init__(config, validation)
-        self.preset: AlgorithmPreset = validation.preset or AlgorithmPreset()
-        self.fns = LossFns.from_validation(validation, config.algorithm.loss_agg_mode)
-        self.options = TorchTrainerOptions.from_config(config, total_steps)
+    def __init__(self, plan: TrainerPlan, model: nn.Module | None = None) -> None:
+        super().__init__(plan)
+        self.preset: AlgorithmPreset = plan.preset
+        self.fns: LossPlan = plan.loss
+        self.options = TorchTrainerOptions.from_plan(plan)
         device = self.options.device
-        trust = config.model.trust_remote_code
+        trust = plan.model.trust_remote_code
         if model is None:
-            model = load_causal_lm(config.model.model_path, trust_remote_code=trust)
+            model = load_causal_lm(plan.model.model_path, trust_remote_code=trust)
         self.actor: nn.Module = model
         self.actor.to(device).train()
         self.ref: nn.Module | None = None
@@ -90,9 +90,9 @@ class TorchTrainer(Trainer):
             self.ref = frozen_copy(self.actor)
         self.critic: nn.Module | None = None
         if self.preset.use_critic:
-            path = config.model.critic_model_path or config.model.model_path
+            path = plan.model.critic_model_path or plan.model.model_path
             self.critic = load_value_model(path, trust_remote_code=trust).to(device).train()
-        opt_config = config.algorithm.optimizer
+        opt_config = plan.algorithm.optimizer
         total = self.options.total_steps
         self.optimizer = build_optimizer(self.actor.parameters(), opt_config)
         self.scheduler = build_scheduler(self.optimizer, opt_config, total)
@@ -123,7 +123,7 @@ class TorchTrainer(Trainer):
                         metrics.update(self._update_critic(tensors))
             elif self.ref is not None:
                 with timed(metrics, "ref"):
-                    tensors["ref_logprobs"] = self._infer_logprobs(self.ref, tensors)
+                    tensors["ref_log_prob"] = self._infer_logprobs(self.ref, tensors)
             with timed(metrics, "update_actor"):
                 metrics.update(self._update_actor(tensors))
             self.scheduler.step()
@@ -172,30 +172,10 @@ class TorchTrainer(Trainer):
     # ---- input checks ----------------------------------------------------------------
 
     def _ordered(self, experiences: list[Experience]) -> list[Experience]:
-        """Preference pairs as consecutive (chosen, rejected) rows; others unchanged."""
+        """The batch as the algorithm's batch layout arranges it (units kept whole)."""
         if not experiences:
             raise RftError("trainer: train_step got no experiences")
-        if self.preset.experience_format != "dpo":
-            return experiences
-        if not all(e.eid.suffix in ("chosen", "rejected") for e in experiences):
-            if len(experiences) % 2:
-                raise RftError(f"trainer: a dpo batch needs (chosen, rejected) pairs, got "
-                               f"{len(experiences)} experiences")
-            return experiences
-        pairs: dict[tuple[Any, Any, int], dict[str, Experience]] = {}
-        for e in experiences:
-            pair = pairs.setdefault((e.eid.batch, e.eid.task, e.eid.run), {})
-            if e.eid.suffix in pair:
-                raise RftError(f"experience {e.eid.uid}: two {e.eid.suffix!r} responses in one "
-                               "preference pair")
-            pair[e.eid.suffix] = e
-        ordered: list[Experience] = []
-        for key, pair in pairs.items():
-            if len(pair) != 2:
-                raise RftError(f"experience {'/'.join(map(str, key))}: preference pair lacks "
-                               f"its {'rejected' if 'chosen' in pair else 'chosen'} response")
-            ordered += [pair["chosen"], pair["rejected"]]
-        return ordered
+        return self.preset.batch_layout.arrange(experiences)
 
     def _check(self, experiences: list[Experience]) -> None:
         """One-line :class:`RftError` naming a malformed experience. Shapes and rewards are
@@ -244,13 +224,13 @@ class TorchTrainer(Trainer):
         return TensorBatch(batch.prompt_width, tensors)
 
     def _units(self, num_rows: int) -> list[list[int]]:
-        return unit_rows(num_rows, 2 if self.preset.experience_format == "dpo" else 1)
+        return unit_rows(num_rows, self.preset.batch_layout.unit_size)
 
     def _mini_batches(self, tensors: TensorBatch) -> list[list[int]]:
         return split_fixed(self._units(len(tensors)), self.options.mini_batch_size)
 
     def _micro_batches(self, tensors: TensorBatch, rows: list[int]) -> list[list[int]]:
-        unit = 2 if self.preset.experience_format == "dpo" else 1
+        unit = self.preset.batch_layout.unit_size
         units = [rows[i: i + unit] for i in range(0, len(rows), unit)]
         if self.options.use_dynamic_bsz:
             return split_by_tokens(units, tensors.sequence_lengths(), self.options.max_token_len)
@@ -302,17 +282,17 @@ class TorchTrainer(Trainer):
                          metrics: dict[str, float]) -> None:
         """Old / reference log-probs, values, KL penalty, advantages and data metrics."""
         mask = batch.response_mask  # (B, R)
-        if self.options.use_rollout_logprobs and batch.old_logprobs is not None:
-            tensors["old_logprobs"] = batch.old_logprobs
+        if self.options.use_rollout_logprobs and batch.rollout_log_prob is not None:
+            tensors["old_log_prob"] = batch.rollout_log_prob
         elif self._needs_old_logprobs(tensors):
             with timed(metrics, "old_log_prob"):
-                tensors["old_logprobs"] = self._infer_logprobs(self.actor, tensors)
-            if batch.old_logprobs is not None:  # the engine's: do they match the trainer's?
-                metrics.update(rollout_probs_diff(batch.old_logprobs, tensors["old_logprobs"],
-                                                  mask))
+                tensors["old_log_prob"] = self._infer_logprobs(self.actor, tensors)
+            if batch.rollout_log_prob is not None:  # the engine's: do they match the trainer's?
+                metrics.update(rollout_probs_diff(batch.rollout_log_prob,
+                                                  tensors["old_log_prob"], mask))
         if self.ref is not None:
             with timed(metrics, "ref"):
-                tensors["ref_logprobs"] = self._infer_logprobs(self.ref, tensors)
+                tensors["ref_log_prob"] = self._infer_logprobs(self.ref, tensors)
         values = None
         if self.critic is not None:
             with timed(metrics, "values"):
@@ -320,10 +300,10 @@ class TorchTrainer(Trainer):
         scores = batch.token_level_rewards  # (B, R)
         rewards = scores
         if self.fns.uses_kl_penalty:
-            old = tensors.get("old_logprobs")
-            assert old is not None and self.fns.kl_penalty is not None
-            rewards, kl_metrics = apply_kl_penalty(scores, old, tensors["ref_logprobs"], mask,
-                                                   self.fns.kl_penalty)
+            old_log_prob = tensors.get("old_log_prob")
+            assert old_log_prob is not None and self.fns.kl_penalty is not None
+            rewards, kl_metrics = apply_kl_penalty(scores, old_log_prob, tensors["ref_log_prob"],
+                                                   mask, self.fns.kl_penalty)
             metrics.update(kl_metrics)
         with timed(metrics, "adv"):
             advantages, returns = self._advantages(batch, rewards, mask, values)
@@ -332,8 +312,8 @@ class TorchTrainer(Trainer):
             token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
             returns=returns, response_mask=mask, response_lengths=tensors.response_lengths(),
             prompt_lengths=batch.attention_mask[:, : batch.prompt_width].sum(-1),
-            max_response_length=self.config.model.max_response_tokens or tensors.response_width,
-            max_prompt_length=self.config.model.max_prompt_tokens or batch.prompt_width,
+            max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
+            max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
             values=values))
 
     def _advantages(self, batch: Batch, rewards: torch.Tensor, mask: torch.Tensor,
@@ -343,18 +323,17 @@ class TorchTrainer(Trainer):
         if batch.advantages is not None or self.preset.advantage_in_explorer or selected is None:
             if batch.advantages is None:
                 raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
-                               f"{self.config.algorithm.algorithm_type!r} computes none in the "
+                               f"{self.plan.algorithm.algorithm_type!r} computes none in the "
                                "trainer")
             returns = batch.returns if batch.returns is not None else batch.advantages
             return batch.advantages, returns
         baselines = [e.info.get("reward_baseline") for e in batch.experiences]
-        available = {
-            "token_level_rewards": rewards, "response_mask": mask, "index": batch.group_ids,
-            "values": values,
-            "reward_baselines": (torch.tensor(baselines, dtype=torch.float32)
-                                 if all(b is not None for b in baselines) else None),
-        }
-        return compute_advantages(selected, available, tuple(mask.shape))  # type: ignore[arg-type]
+        inputs = AdvantageInputs(
+            token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
+            values=values,
+            reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
+                              if all(b is not None for b in baselines) else None))
+        return compute_advantages(selected, inputs)
 
     # ---- updates ---------------------------------------------------------------------
 
@@ -384,15 +363,15 @@ class TorchTrainer(Trainer):
                 agg = self._agg(tensors, mini_rows)
                 for rows in self._micro_batches(tensors, mini_rows):
                     micro = tensors.select(rows)
-                    logps, entropy = response_logprobs(
+                    log_prob, entropy = response_logprobs(
                         self.actor, micro, device=device, temperature=self.options.temperature,
                         with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     out = actor_loss(self.fns, LossInputs(
-                        per_token_logps=logps, mask=on["response_mask"],
-                        old_per_token_logps=on.get("old_logprobs"),
+                        log_prob=log_prob, response_mask=on["response_mask"],
+                        old_log_prob=on.get("old_log_prob"),
                         advantages=on.get("advantages"), entropy=entropy,
-                        ref_per_token_logps=on.get("ref_logprobs"),
+                        ref_log_prob=on.get("ref_log_prob"),
                         is_expert_mask=on.get("is_expert")), agg)
                     out.loss.backward()
                     record.add_micro(out.summed, out.averaged)

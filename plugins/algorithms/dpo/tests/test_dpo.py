@@ -11,24 +11,29 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rft.contracts import AggContext, PolicyLossInputs, needs_ref_log_prob
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
-from rft_plugin_dpo import dpo_loss
+from rft_plugin_dpo import DPOArgs, dpo_loss
 
 torch.set_num_threads(1)
 
 
-def _zeros(batch: Batch) -> torch.Tensor:
-    return torch.zeros(batch.B, batch.T, dtype=torch.float64)
+def _inputs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, mask: torch.Tensor,
+            global_batch_size: float | None = None) -> PolicyLossInputs:
+    """What the trainer passes: old log-probs and advantages are not used by DPO."""
+    return PolicyLossInputs(log_prob, log_prob.detach(), torch.zeros_like(log_prob), mask,
+                            AggContext(global_batch_size=global_batch_size),
+                            ref_log_prob=ref_log_prob)
 
 
 @SETTINGS
 @given(batches(even_b=True), st.sampled_from([0.0, 0.1, 0.3]), st.sampled_from([0.01, 0.1, 2.0]))
 def test_log_two_at_the_reference(batch: Batch, smoothing: float, beta: float) -> None:
     logp = batch.logps()
-    loss, metrics = dpo_loss(logp, logp, _zeros(batch), batch.mask, ref_per_token_logps=logp,
-                             beta=beta, label_smoothing=smoothing)
+    loss, metrics = dpo_loss(_inputs(logp, logp, batch.mask),
+                             DPOArgs(beta=beta, label_smoothing=smoothing))
     assert loss.item() == pytest.approx(math.log(2), abs=1e-12)
     assert metrics["margin"].item() == 0.0 and metrics["accuracy_mean"].item() == 0.0
 
@@ -41,8 +46,8 @@ def test_closed_form_and_gradient(batch: Batch, smoothing: float, beta: float) -
     formula written per pair."""
     logp = batch.logps().requires_grad_()
     ref = batch.logps()
-    loss, _ = dpo_loss(logp, logp.detach(), _zeros(batch), batch.mask,
-                       ref_per_token_logps=ref, beta=beta, label_smoothing=smoothing)
+    loss, _ = dpo_loss(_inputs(logp, ref, batch.mask),
+                       DPOArgs(beta=beta, label_smoothing=smoothing))
     expected = 0.0
     for k in range(batch.B // 2):
         c, r = 2 * k, 2 * k + 1
@@ -62,33 +67,36 @@ def test_micro_batches_add_up() -> None:
     logp = -torch.rand(8, 5, generator=gen, dtype=torch.float64)
     ref = -torch.rand(8, 5, generator=gen, dtype=torch.float64)
     mask = (torch.rand(8, 5, generator=gen) < 0.8).to(torch.float64)
-    adv = torch.zeros(8, 5, dtype=torch.float64)
-    full, _ = dpo_loss(logp, logp, adv, mask, ref_per_token_logps=ref)
-    parts = [dpo_loss(logp[s], logp[s], adv[s], mask[s], ref_per_token_logps=ref[s],
-                      global_batch_size=8)[0] for s in (slice(0, 2), slice(2, 8))]
+    full, _ = dpo_loss(_inputs(logp, ref, mask), DPOArgs())
+    parts = [dpo_loss(_inputs(logp[s], ref[s], mask[s], global_batch_size=8), DPOArgs())[0]
+             for s in (slice(0, 2), slice(2, 8))]
     assert sum(parts).item() == pytest.approx(full.item(), rel=1e-12)
 
 
 def test_rejects_odd_rows_and_bad_smoothing() -> None:
     x = torch.zeros(3, 2)
     with pytest.raises(ValueError, match="pairs"):
-        dpo_loss(x, x, x, x + 1, ref_per_token_logps=x)
+        dpo_loss(_inputs(x, x, x + 1), DPOArgs())
     y = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="label_smoothing"):
-        dpo_loss(y, y, y, y + 1, ref_per_token_logps=y, label_smoothing=0.5)
+        dpo_loss(_inputs(y, y, y + 1), DPOArgs(label_smoothing=0.5))
+
+
+def test_declares_that_it_needs_the_reference() -> None:
+    assert needs_ref_log_prob(dpo_loss)
 
 
 def test_trainer_gives_it_the_reference(tmp_path) -> None:
-    """Through rft.trainer.loss: the loss asks for ref_per_token_logps, and a scalar
+    """Through rft.trainer.loss: the loss declares needs_ref_log_prob, and a scalar
     loss is taken as already aggregated."""
-    from rft.trainer.loss import AggContext, LossFns, LossInputs, actor_loss
+    from rft.trainer.loss import AggContext, LossInputs, actor_loss
 
-    _, validation = validated({"algorithm_type": "dpo"}, str(tmp_path))
-    fns = LossFns.from_validation(validation)
+    _, plan = validated({"algorithm_type": "dpo"}, str(tmp_path))
+    fns = plan.loss
     assert fns.policy_needs_ref and fns.needs_ref
     logp = torch.full((4, 3), -1.0, dtype=torch.float64, requires_grad=True)
     mask = torch.ones(4, 3, dtype=torch.float64)
-    out = actor_loss(fns, LossInputs(logp, mask, ref_per_token_logps=logp.detach()),
+    out = actor_loss(fns, LossInputs(logp, mask, ref_log_prob=logp.detach()),
                      AggContext.for_mini_batch(mask, "token-mean"))
     assert out.loss.item() == pytest.approx(math.log(2))
     assert "actor/accuracy_mean" in out.averaged
@@ -101,14 +109,14 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated({"algorithm_type": "dpo",
+    algorithm, plan = validated({"algorithm_type": "dpo",
                                        "policy_loss_fn_args": {"beta": 0.2}}, str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
             algorithm.repeat_times) == (None, "dpo", "none", "none", "none", "default", 2)
-    args = validation.selected["algorithm.policy_loss_fn"].args
+    args = plan.loss.policy_loss.args
     assert (args.beta, args.label_smoothing) == (0.2, 0.0)
-    preset = validation.preset
+    preset = plan.preset
     assert preset.use_reference and preset.train_only and preset.experience_format == "dpo"
     with pytest.raises(ConfigError, match="repeat_times=2"):
         validated({"algorithm_type": "dpo", "repeat_times": 4}, str(tmp_path))

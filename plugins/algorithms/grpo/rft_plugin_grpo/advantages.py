@@ -1,9 +1,10 @@
 """Group-baseline outcome advantages: GRPO (and Dr.GRPO) and OPO.
 
 Equal to veRL 0.9.1's ``compute_grpo_outcome_advantage`` and
-``compute_opo_outcome_advantage`` on the same tensors (``tests/test_verl_equivalence.py``
-of this distribution). Vectorised with segment sums over group ids
-(:mod:`rft.group_ops`); no gradient flows through advantages.
+``compute_opo_outcome_advantage`` on the same tensors (``tests/test_grpo.py`` of this
+distribution). Vectorised with segment sums over group ids (:mod:`rft.group_ops`); no
+gradient flows through advantages. Each registered function follows
+:class:`rft.contracts.AdvantageFn`: ``fn(inputs, args) -> (advantages, returns)``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rft.group_ops import (GroupIndex, group_counts, group_ids, group_stats, num_groups,
-                           outcome_scores, segment_sum)
+from rft.contracts import AdvantageInputs
+from rft.group_ops import (group_counts, group_ids, group_stats, num_groups, outcome_scores,
+                           segment_sum)
 
 
 @dataclass
@@ -35,17 +37,12 @@ class GRPONoStdArgs(GRPOArgs):
     """Divide by the group std; ``False`` (this name's default): Dr.GRPO."""
 
 
-def grpo_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupIndex,
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo_advantages(inputs: AdvantageInputs, args: GRPOArgs
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage (https://arxiv.org/abs/2402.03300).
 
     With ``r_i = Σ_t token_level_rewards_it`` and ``μ_g``, ``σ_g`` the mean and unbiased
-    std of ``r`` over sample ``i``'s group ``g``::
+    std of ``r`` over sample ``i``'s group ``g`` (``inputs.index``)::
 
         A_i = (r_i − μ_g) / (σ_g + ε)     (GRPO)
         A_i =  r_i − μ_g                   (Dr.GRPO: norm_adv_by_std_in_grpo=False)
@@ -55,41 +52,32 @@ def grpo_advantages(
     (or ``r_i``).
     """
     with torch.no_grad():
-        scores = outcome_scores(token_level_rewards)  # (B,)
-        counts, mean, std = group_stats(scores, group_ids(index, scores.device))  # (B,)
+        scores = outcome_scores(inputs.token_level_rewards)  # (B,)
+        counts, mean, std = group_stats(scores, group_ids(inputs.index, scores.device))  # (B,)
         single = counts == 1
         mean = torch.where(single, torch.zeros_like(mean), mean)
         std = torch.where(single, torch.ones_like(std), std)
         centred = scores - mean
-        scalars = centred / (std + epsilon) if norm_adv_by_std_in_grpo else centred  # (B,)
-        advantages = scalars.unsqueeze(-1) * response_mask  # (B, T)
+        scalars = (centred / (std + args.epsilon) if args.norm_adv_by_std_in_grpo
+                   else centred)  # (B,)
+        advantages = scalars.unsqueeze(-1) * inputs.response_mask  # (B, T)
     return advantages, advantages
 
 
 grpo_advantages.Args = GRPOArgs  # type: ignore[attr-defined]
 
 
-def grpo_no_std_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupIndex,
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo_no_std_advantages(inputs: AdvantageInputs, args: GRPONoStdArgs
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Dr.GRPO: :func:`grpo_advantages` whose ``norm_adv_by_std_in_grpo`` defaults to
     ``False`` (``A_i = r_i − μ_g``)."""
-    return grpo_advantages(token_level_rewards, response_mask, index, epsilon,
-                           norm_adv_by_std_in_grpo)
+    return grpo_advantages(inputs, args)
 
 
 grpo_no_std_advantages.Args = GRPONoStdArgs  # type: ignore[attr-defined]
 
 
-def opo_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupIndex,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def opo_advantages(inputs: AdvantageInputs, args: None) -> tuple[torch.Tensor, torch.Tensor]:
     """OPO: length-weighted group baseline (https://arxiv.org/abs/2505.23585).
 
     With ``ℓ_i = Σ_t mask_it``: ``b_g = Σ_{j∈g} ℓ_j r_j / Σ_{j∈g} ℓ_j`` for ``n > 1``
@@ -99,10 +87,11 @@ def opo_advantages(
     ``b_g = 0`` (advantages 0 under the zero mask) where veRL divides 0 by 0 and returns
     NaN. veRL's unused ``epsilon`` argument is not taken.
     """
+    response_mask = inputs.response_mask  # (B, T)
     with torch.no_grad():
-        lengths = response_mask.sum(dim=-1).to(token_level_rewards.dtype)  # (B,)
-        scores = outcome_scores(token_level_rewards)  # (B,)
-        ids = group_ids(index, scores.device)
+        lengths = response_mask.sum(dim=-1).to(inputs.token_level_rewards.dtype)  # (B,)
+        scores = outcome_scores(inputs.token_level_rewards)  # (B,)
+        ids = group_ids(inputs.index, scores.device)
         groups = num_groups(ids)
         counts = group_counts(ids, scores.dtype)  # (B,)
         weighted = segment_sum(lengths * scores, ids, groups)[ids]  # (B,)

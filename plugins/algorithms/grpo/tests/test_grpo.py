@@ -8,10 +8,12 @@ import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from rft.contracts import AdvantageInputs
 from rft.group_ops import group_ids
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
-from rft_plugin_grpo import grpo_advantages, grpo_no_std_advantages, opo_advantages
+from rft_plugin_grpo import (GRPOArgs, GRPONoStdArgs, grpo_advantages, grpo_no_std_advantages,
+                             opo_advantages)
 
 torch.set_num_threads(1)
 
@@ -34,11 +36,13 @@ def test_grpo_equals_verl(batch: Batch, kind: str, norm_by_std: bool, epsilon: f
     ref = core_algos.compute_grpo_outcome_advantage(
         rewards.clone(), batch.mask, batch.groups, epsilon=epsilon,
         norm_adv_by_std_in_grpo=norm_by_std)
-    _pair(grpo_advantages(rewards, batch.mask, batch.groups, epsilon, norm_by_std), ref)
+    args = GRPOArgs(epsilon=epsilon, norm_adv_by_std_in_grpo=norm_by_std)
+    _pair(grpo_advantages(AdvantageInputs(rewards, batch.mask, batch.groups), args), ref)
     tensor_ids = group_ids(batch.groups) * 3 + 5  # non-contiguous integer ids
-    _pair(grpo_advantages(rewards, batch.mask, tensor_ids, epsilon, norm_by_std), ref)
+    _pair(grpo_advantages(AdvantageInputs(rewards, batch.mask, tensor_ids), args), ref)
     if not norm_by_std:
-        _pair(grpo_no_std_advantages(rewards, batch.mask, batch.groups, epsilon), ref)
+        _pair(grpo_no_std_advantages(AdvantageInputs(rewards, batch.mask, batch.groups),
+                                     GRPONoStdArgs(epsilon=epsilon)), ref)
 
 
 @SETTINGS
@@ -53,7 +57,7 @@ def test_opo_equals_verl(batch: Batch, kind: str) -> None:
     rewards = rewards_for(batch, kind)
     ref_adv, ref_ret = core_algos.compute_opo_outcome_advantage(
         rewards.clone(), batch.mask, batch.groups)
-    ours, returns = opo_advantages(rewards, batch.mask, batch.groups)
+    ours, returns = opo_advantages(AdvantageInputs(rewards, batch.mask, batch.groups), None)
     nan_rows = torch.isnan(ref_adv).any(dim=-1)
     if nan_rows.any():
         event("veRL NaN rows (all-empty group)")
@@ -72,22 +76,23 @@ def test_grpo_by_hand() -> None:
     mask = torch.ones(5, 3, dtype=torch.float64)
     mask[1, 2] = 0.0
     index = ["a", "a", "b", "b", "c"]  # a: {1, 0}; b: constant; c: singleton
-    advantages, returns = grpo_advantages(rewards, mask, index)
+    inputs = AdvantageInputs(rewards, mask, index)
+    advantages, returns = grpo_advantages(inputs, GRPOArgs())
     std = 2 ** -0.5
     assert advantages[:, 0].tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0, 2.0],
                                                       rel=1e-5)
     assert advantages[1, 2].item() == 0.0
     assert returns is advantages
-    dr, _ = grpo_advantages(rewards, mask, index, norm_adv_by_std_in_grpo=False)
+    dr, _ = grpo_advantages(inputs, GRPOArgs(norm_adv_by_std_in_grpo=False))
     assert dr[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0, 2.0])
-    no_std, _ = grpo_no_std_advantages(rewards, mask, index)
+    no_std, _ = grpo_no_std_advantages(inputs, GRPONoStdArgs())
     assert torch.equal(no_std, dr)
 
 
 def test_opo_by_hand() -> None:
     rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
-    adv, _ = opo_advantages(rewards, mask, [0, 0, 1])
+    adv, _ = opo_advantages(AdvantageInputs(rewards, mask, [0, 0, 1]), None)
     baseline = (2 * 1.0 + 1 * 0.0) / 3  # length-weighted mean of group 0
     assert adv[:, 0].tolist() == pytest.approx([1 - baseline, -baseline, 3.0])
 
@@ -103,22 +108,22 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated({"algorithm_type": "grpo"}, str(tmp_path))
+    algorithm, plan = validated({"algorithm_type": "grpo"}, str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
             algorithm.repeat_times) == ("grpo", "ppo", "k2", "none", "default", "default", 2)
-    args = validation.selected["algorithm.advantage_fn"].args
+    args = plan.loss.advantage.args
     assert (args.epsilon, args.norm_adv_by_std_in_grpo) == (1e-6, True)
-    assert validation.preset.use_reference and not validation.preset.use_critic
+    assert plan.preset.use_reference and not plan.preset.use_critic
 
 
 def test_user_values_win_and_repeat_times_is_checked(tmp_path) -> None:
-    algorithm, validation = validated(
+    algorithm, plan = validated(
         {"algorithm_type": "grpo", "repeat_times": 8, "advantage_fn": "grpo_no_std",
          "kl_loss_fn": "none"}, str(tmp_path))
     assert (algorithm.repeat_times, algorithm.advantage_fn, algorithm.kl_loss_fn) == (
         8, "grpo_no_std", "none")
-    assert validation.selected["algorithm.advantage_fn"].args.norm_adv_by_std_in_grpo is False
+    assert plan.loss.advantage.args.norm_adv_by_std_in_grpo is False
     from rft.errors import ConfigError
 
     with pytest.raises(ConfigError, match="repeat_times >= 2"):

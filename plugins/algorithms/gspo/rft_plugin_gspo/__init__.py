@@ -13,6 +13,7 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import AlgorithmPreset
+from rft.contracts import PolicyLossInputs
 from rft.ops import masked_mean
 
 __all__ = ["GSPOArgs", "PRESET", "gspo_policy_loss"]
@@ -33,16 +34,8 @@ class GSPOArgs:
     """Upper clip range of the sequence ratio (GSPO paper: 4e-4)."""
 
 
-def gspo_policy_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_range: float = 0.2,
-    clip_range_low: float | None = 3e-4,
-    clip_range_high: float | None = 4e-4,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def gspo_policy_loss(inputs: PolicyLossInputs, args: GSPOArgs
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO's clipped surrogate with a sequence-level importance ratio, per token.
 
     ``log s_i = Σ_t mask_it (log π_it − log π_old,it) / max(|y_i|, 1)`` is the mean
@@ -57,12 +50,13 @@ def gspo_policy_loss(
     :return: ``pg_loss`` ``(B, T)`` and detached metrics ``pg_clipfrac``, ``ppo_kl``
         (token-level, as veRL) and ``pg_clipfrac_lower`` (always 0: no dual clip).
     """
-    low = clip_range if clip_range_low is None else clip_range_low
-    high = clip_range if clip_range_high is None else clip_range_high
-    log_ratio = per_token_logps - old_per_token_logps  # (B, T)
+    low = args.clip_range if args.clip_range_low is None else args.clip_range_low
+    high = args.clip_range if args.clip_range_high is None else args.clip_range_high
+    log_prob, advantages, mask = inputs.log_prob, inputs.advantages, inputs.response_mask
+    log_ratio = log_prob - inputs.old_log_prob  # (B, T)
     lengths = mask.sum(dim=-1).clamp(min=1)  # (B,)
     seq_log_ratio = (log_ratio * mask).sum(dim=-1) / lengths  # (B,)
-    token_log_ratio = (per_token_logps - per_token_logps.detach()
+    token_log_ratio = (log_prob - log_prob.detach()
                        + seq_log_ratio.detach().unsqueeze(-1))  # (B, T)
     ratio = torch.exp(torch.clamp(token_log_ratio, max=LOG_RATIO_MAX))  # (B, T)
     unclipped = -advantages * ratio  # (B, T)

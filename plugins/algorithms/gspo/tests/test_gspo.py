@@ -9,10 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rft import ops
+from rft.contracts import AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import (SETTINGS, Batch, assert_policy_loss_matches, batches,
                                     validated)
-from rft_plugin_gspo import gspo_policy_loss
+from rft_plugin_gspo import GSPOArgs, gspo_policy_loss
 
 torch.set_num_threads(1)
 
@@ -41,8 +42,9 @@ def test_gspo_equals_verl(batch: Batch, mode: str, drift: float, clips: tuple,
     ref, ref_metrics = core_algos.compute_policy_loss_gspo(
         old_log_prob=old, log_prob=new, advantages=advantages, response_mask=batch.mask,
         loss_agg_mode=mode, config=config)
-    pg_loss, metrics = gspo_policy_loss(new, old, advantages, batch.mask, clip_range=clip,
-                                        clip_range_low=low, clip_range_high=high)
+    pg_loss, metrics = gspo_policy_loss(
+        PolicyLossInputs(new, old, advantages, batch.mask, AggContext(mode, **info)),
+        GSPOArgs(clip_range=clip, clip_range_low=low, clip_range_high=high))
     assert_policy_loss_matches(pg_loss, metrics, ref, ref_metrics, batch.mask, mode, info, new)
 
 
@@ -52,8 +54,8 @@ def test_ratio_is_per_sequence() -> None:
     new = torch.tensor([[0.3, -0.1, 0.1]], dtype=torch.float64)
     mask = torch.ones(1, 3, dtype=torch.float64)
     advantages = -torch.ones(1, 3, dtype=torch.float64)  # no clipping side for A<0 small ratio
-    pg_loss, _ = gspo_policy_loss(new, old, advantages, mask, clip_range_low=10.0,
-                                  clip_range_high=10.0)
+    pg_loss, _ = gspo_policy_loss(PolicyLossInputs(new, old, advantages, mask, AggContext()),
+                                  GSPOArgs(clip_range_low=10.0, clip_range_high=10.0))
     expected = torch.exp(new.mean()).item()
     assert pg_loss[0].tolist() == pytest.approx([expected] * 3)
 
@@ -65,10 +67,10 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated({"algorithm_type": "gspo"}, str(tmp_path))
+    algorithm, plan = validated({"algorithm_type": "gspo"}, str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
             algorithm.repeat_times) == ("grpo", "gspo", "none", "none", "none", "default", 2)
-    args = validation.selected["algorithm.policy_loss_fn"].args
+    args = plan.loss.policy_loss.args
     assert (args.clip_range_low, args.clip_range_high) == (3e-4, 4e-4)
-    assert not validation.preset.use_reference
+    assert not plan.preset.use_reference

@@ -10,13 +10,15 @@ Registered names: algorithm ``mix``; policy loss fn ``mix``; sample strategy ``m
 - The ``mix`` policy loss is GRPO's clipped surrogate (the core's ``ppo``) on rollout rows
   and the SFT NLL (rft-plugin-sft) on expert rows, weighted ``1 − μ`` and ``μ``.
 
-Trainer contract: the loss takes an ``is_expert_mask`` ``(B,)`` bool keyword, built from
-``Experience.info["is_expert"]``. When it is not given (``expert_data_ratio: 0``, or a
-trainer that does not pass it yet) every row is a rollout and the loss *is* the RL loss.
+Trainer contract: the loss reads ``inputs.is_expert_mask`` ``(B,)`` bool
+(:class:`rft.contracts.PolicyLossInputs`), built from ``Experience.info["is_expert"]``.
+When it is ``None`` (``expert_data_ratio: 0``, or a trainer that does not fill it) every
+row is a rollout and the loss *is* the RL loss.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +28,9 @@ import torch
 from rft import hookimpl
 from rft.algorithm import rl_preset
 from rft.buffer.sampling import SampleStrategy
-from rft.builtin.policy_loss import ppo_policy_loss
+from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
 from rft.builtin.sample_strategies import staleness_metrics
+from rft.contracts import PolicyLossInputs
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.ops import masked_mean
@@ -52,23 +55,12 @@ class MixArgs:
     """Dual-clip bound of the RL part."""
 
 
-def mix_policy_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    is_expert_mask: torch.Tensor | None = None,
-    mu: float = 0.1,
-    clip_range: float = 0.2,
-    clip_range_low: float | None = None,
-    clip_range_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def mix_policy_loss(inputs: PolicyLossInputs, args: MixArgs
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per token: ``(1 − μ) · ppo_it`` on rollout rows, ``μ · (−log π_it)`` on expert rows.
 
-    ``is_expert_mask`` ``(B,)`` marks the expert rows; ``None`` means the run has no
-    expert data, and the loss is exactly the ``ppo`` loss (no ``1 − μ`` factor). Both
+    ``inputs.is_expert_mask`` ``(B,)`` marks the expert rows; ``None`` means the run has
+    no expert data, and the loss is exactly the ``ppo`` loss (no ``1 − μ`` factor). Both
     parts are then aggregated together by the trainer's ``loss_agg_mode``.
 
     Divergence from Trinity-RFT: Trinity normalises each part by its own share of the
@@ -79,18 +71,20 @@ def mix_policy_loss(
         rows (``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``) and, with expert rows,
         ``expert/sft_loss`` (masked mean NLL) and ``expert/fraction`` (share of rows).
     """
+    mu = args.mu
     if not 0.0 <= mu <= 1.0:
         raise ValueError(f"mu must be within [0, 1], got {mu}")
-    clip = {"clip_range": clip_range, "clip_range_low": clip_range_low,
-            "clip_range_high": clip_range_high, "clip_ratio_c": clip_ratio_c}
-    if is_expert_mask is None:
-        return ppo_policy_loss(per_token_logps, old_per_token_logps, advantages, mask, **clip)
-    expert = is_expert_mask.to(device=mask.device, dtype=torch.bool).unsqueeze(-1)  # (B, 1)
+    clip = PPOArgs(clip_range=args.clip_range, clip_range_low=args.clip_range_low,
+                   clip_range_high=args.clip_range_high, clip_ratio_c=args.clip_ratio_c)
+    if inputs.is_expert_mask is None:
+        return ppo_policy_loss(inputs, clip)
+    mask = inputs.response_mask  # (B, T)
+    expert = inputs.is_expert_mask.to(device=mask.device, dtype=torch.bool).unsqueeze(-1)  # (B, 1)
     usual_mask = mask * (~expert).to(mask.dtype)  # (B, T)
     expert_mask = mask * expert.to(mask.dtype)  # (B, T)
-    rl_loss, metrics = ppo_policy_loss(per_token_logps, old_per_token_logps, advantages,
-                                       usual_mask, **clip)  # (B, T)
-    nll, _ = sft_loss(per_token_logps, old_per_token_logps, advantages, expert_mask)  # (B, T)
+    rl_loss, metrics = ppo_policy_loss(dataclasses.replace(inputs, response_mask=usual_mask),
+                                       clip)  # (B, T)
+    nll, _ = sft_loss(dataclasses.replace(inputs, response_mask=expert_mask), None)  # (B, T)
     pg_loss = torch.where(expert, mu * nll, (1 - mu) * rl_loss)  # (B, T)
     with torch.no_grad():
         metrics["expert/sft_loss"] = masked_mean(nll, expert_mask)

@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 
 from rft.buffer.sampling import TrainerBuffers
 from rft.buffer.storage import QueueStorage
-from rft.builtin.policy_loss import ppo_policy_loss
+from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
+from rft.contracts import AggContext, PolicyLossInputs
 from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.ops import agg_loss
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
-from rft_plugin_mix import MixSampleArgs, MixSampleStrategy, mix_policy_loss
+from rft_plugin_mix import MixArgs, MixSampleArgs, MixSampleStrategy, mix_policy_loss
 
 torch.set_num_threads(1)
 
@@ -27,14 +28,18 @@ def _inputs(batch: Batch):
     return new, old, batch.randn()
 
 
+def _loss_inputs(new, old, advantages, mask, expert=None) -> PolicyLossInputs:
+    return PolicyLossInputs(new, old, advantages, mask, AggContext(), is_expert_mask=expert)
+
+
 @SETTINGS
 @given(batches(), st.sampled_from([0.0, 0.1, 0.7]))
 def test_without_expert_rows_it_is_the_rl_loss(batch: Batch, mu: float) -> None:
     """``expert_data_ratio: 0`` (no ``is_expert_mask``): exactly the ``ppo`` loss, values,
     gradients and metrics, whatever ``μ``."""
     new, old, advantages = _inputs(batch)
-    ours, metrics = mix_policy_loss(new, old, advantages, batch.mask, mu=mu)
-    ref, ref_metrics = ppo_policy_loss(new, old, advantages, batch.mask)
+    ours, metrics = mix_policy_loss(_loss_inputs(new, old, advantages, batch.mask), MixArgs(mu=mu))
+    ref, ref_metrics = ppo_policy_loss(_loss_inputs(new, old, advantages, batch.mask), PPOArgs())
     assert torch.equal(ours, ref)
     assert metrics.keys() == ref_metrics.keys()
     (g_ours,) = torch.autograd.grad(agg_loss(ours, batch.mask), new)
@@ -49,16 +54,16 @@ def test_weighted_sum_of_rl_and_sft(batch: Batch, mu: float) -> None:
     RL metrics only see rollout rows."""
     new, old, advantages = _inputs(batch)
     expert = torch.rand(batch.B, generator=batch.gen) < 0.5
-    ours, metrics = mix_policy_loss(new, old, advantages, batch.mask, is_expert_mask=expert,
-                                    mu=mu)
-    ppo, _ = ppo_policy_loss(new, old, advantages, batch.mask)
+    ours, metrics = mix_policy_loss(_loss_inputs(new, old, advantages, batch.mask, expert),
+                                    MixArgs(mu=mu))
+    ppo, _ = ppo_policy_loss(_loss_inputs(new, old, advantages, batch.mask), PPOArgs())
     expected = torch.where(expert[:, None], mu * -new, (1 - mu) * ppo)
     close(ours, expected)
     (g_ours,) = torch.autograd.grad(agg_loss(ours, batch.mask), new, retain_graph=True)
     (g_ref,) = torch.autograd.grad(agg_loss(expected, batch.mask), new)
     close(g_ours, g_ref)
     usual_mask = batch.mask * (~expert[:, None])
-    _, usual_metrics = ppo_policy_loss(new, old, advantages, usual_mask)
+    _, usual_metrics = ppo_policy_loss(_loss_inputs(new, old, advantages, usual_mask), PPOArgs())
     close(metrics["ppo_kl"], usual_metrics["ppo_kl"])
     assert metrics["expert/fraction"].item() == pytest.approx(expert.double().mean().item())
 
@@ -67,11 +72,11 @@ def test_all_rollout_rows_with_mu_zero_is_the_rl_loss() -> None:
     gen = torch.Generator().manual_seed(0)
     new, old = -torch.rand(4, 3, generator=gen), -torch.rand(4, 3, generator=gen)
     adv, mask = torch.randn(4, 3, generator=gen), torch.ones(4, 3)
-    ours, _ = mix_policy_loss(new, old, adv, mask, is_expert_mask=torch.zeros(4, dtype=bool),
-                              mu=0.0)
-    assert torch.equal(ours, ppo_policy_loss(new, old, adv, mask)[0])
+    ours, _ = mix_policy_loss(_loss_inputs(new, old, adv, mask, torch.zeros(4, dtype=bool)),
+                              MixArgs(mu=0.0))
+    assert torch.equal(ours, ppo_policy_loss(_loss_inputs(new, old, adv, mask), PPOArgs())[0])
     with pytest.raises(ValueError, match="mu"):
-        mix_policy_loss(new, old, adv, mask, mu=1.5)
+        mix_policy_loss(_loss_inputs(new, old, adv, mask), MixArgs(mu=1.5))
 
 
 def _experiences(n: int, reward: float | None) -> list[Experience]:
@@ -117,13 +122,13 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated(
+    algorithm, plan = validated(
         {"algorithm_type": "mix", "sample_strategy_args": {"expert_data_ratio": 0.25}},
         str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
             algorithm.repeat_times) == ("grpo", "mix", "k2", "none", "default", "mix", 8)
-    assert validation.selected["algorithm.policy_loss_fn"].args.mu == 0.1
-    sample_args = validation.selected["algorithm.sample_strategy"].args
+    assert plan.loss.policy_loss.args.mu == 0.1
+    sample_args = plan.sample_strategy.args
     assert (sample_args.expert_data_ratio, sample_args.expert_buffer) == (0.25, "expert")
-    assert validation.preset.use_reference
+    assert plan.preset.use_reference

@@ -18,8 +18,9 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import rl_preset
-from rft.group_ops import (GroupIndex, group_counts, group_ids, group_stats, num_groups,
-                           outcome_scores, segment_max, segment_sum)
+from rft.contracts import AdvantageInputs, PolicyLossInputs
+from rft.group_ops import (group_counts, group_ids, group_stats, num_groups, outcome_scores,
+                           segment_max, segment_sum)
 from rft.ops import masked_mean
 
 __all__ = ["OPMDAdvantageArgs", "OPMDLossArgs", "PRESET", "opmd_advantages",
@@ -37,13 +38,8 @@ class OPMDAdvantageArgs:
     tends to the group maximum, ``τ → ∞`` to the mean."""
 
 
-def opmd_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupIndex,
-    opmd_baseline: str = "mean",
-    tau: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def opmd_advantages(inputs: AdvantageInputs, args: OPMDAdvantageArgs
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """OPMD advantage: outcome reward minus a group baseline.
 
     With ``r_i = Σ_t token_level_rewards_it`` and ``g`` the group of sample ``i``
@@ -56,13 +52,14 @@ def opmd_advantages(
     A singleton group has ``b = 0``. ``returns`` is the same tensor. Note that the
     ``mean`` baseline equals Dr.GRPO's advantage (no division by the std).
     """
+    opmd_baseline, tau = args.opmd_baseline, args.tau
     if opmd_baseline not in ("mean", "logavgexp"):
         raise ValueError(f"opmd_baseline must be 'mean' or 'logavgexp', got {opmd_baseline!r}")
     if opmd_baseline == "logavgexp" and tau <= 0:
         raise ValueError(f"tau must be > 0 for the logavgexp baseline, got {tau}")
     with torch.no_grad():
-        scores = outcome_scores(token_level_rewards)  # (B,)
-        ids = group_ids(index, scores.device)
+        scores = outcome_scores(inputs.token_level_rewards)  # (B,)
+        ids = group_ids(inputs.index, scores.device)
         if opmd_baseline == "mean":
             counts, baseline, _ = group_stats(scores, ids)  # (B,)
         else:
@@ -73,7 +70,7 @@ def opmd_advantages(
             counts = group_counts(ids, scores.dtype)  # (B,)
             baseline = tau * (peak[ids] + torch.log(sums[ids]) - torch.log(counts))  # (B,)
         baseline = torch.where(counts > 1, baseline, torch.zeros_like(baseline))
-        advantages = (scores - baseline).unsqueeze(-1) * response_mask  # (B, T)
+        advantages = (scores - baseline).unsqueeze(-1) * inputs.response_mask  # (B, T)
     return advantages, advantages
 
 
@@ -89,27 +86,22 @@ class OPMDLossArgs:
     ``1 / (1 + τ)``."""
 
 
-def opmd_policy_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    tau: float = 1.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def opmd_policy_loss(inputs: PolicyLossInputs, args: OPMDLossArgs
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """OPMD surrogate per token: ``pg_loss_it = −A_it · log π(y_it) / (1 + τ)``.
 
-    ``old_per_token_logps`` is not used (no importance ratio). Aggregated with the
+    ``old_log_prob`` does not enter the loss (no importance ratio). Aggregated with the
     trainer's ``loss_agg_mode`` (``token-mean``: Trinity-RFT's ``masked_mean``).
 
     :return: ``pg_loss`` ``(B, T)`` and ``ppo_kl`` (masked mean of
         ``old − new`` log-probs, to watch how far the policy moved), detached.
     """
-    if tau < 0:
-        raise ValueError(f"tau must be >= 0, got {tau}")
-    pg_loss = -advantages * per_token_logps / (1.0 + tau)  # (B, T)
+    if args.tau < 0:
+        raise ValueError(f"tau must be >= 0, got {args.tau}")
+    pg_loss = -inputs.advantages * inputs.log_prob / (1.0 + args.tau)  # (B, T)
     with torch.no_grad():
-        metrics = {"ppo_kl": masked_mean(old_per_token_logps - per_token_logps, mask)}
+        metrics = {"ppo_kl": masked_mean(inputs.old_log_prob - inputs.log_prob,
+                                         inputs.response_mask)}
     return pg_loss, metrics
 
 

@@ -10,10 +10,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rft.contracts import AdvantageInputs, AggContext, PolicyLossInputs
 from rft.ops import agg_loss
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
-from rft_plugin_opmd import opmd_advantages, opmd_policy_loss
+from rft_plugin_opmd import OPMDAdvantageArgs, OPMDLossArgs, opmd_advantages, opmd_policy_loss
 
 torch.set_num_threads(1)
 
@@ -42,7 +43,8 @@ def _loop_reference(rewards, mask, groups, baseline: str, tau: float) -> torch.T
        st.sampled_from([0.1, 1.0, 10.0]))
 def test_advantage_equals_the_loop(batch: Batch, kind: str, baseline: str, tau: float) -> None:
     rewards = rewards_for(batch, kind)
-    ours, returns = opmd_advantages(rewards, batch.mask, batch.groups, baseline, tau)
+    ours, returns = opmd_advantages(AdvantageInputs(rewards, batch.mask, batch.groups),
+                                    OPMDAdvantageArgs(baseline, tau))
     close(ours, _loop_reference(rewards, batch.mask, batch.groups, baseline, tau))
     assert returns is ours
 
@@ -50,18 +52,19 @@ def test_advantage_equals_the_loop(batch: Batch, kind: str, baseline: str, tau: 
 def test_baselines_by_hand() -> None:
     rewards = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
     mask = torch.ones(3, 1, dtype=torch.float64)
-    mean, _ = opmd_advantages(rewards, mask, [0, 0, 1])
+    inputs = AdvantageInputs(rewards, mask, [0, 0, 1])
+    mean, _ = opmd_advantages(inputs, OPMDAdvantageArgs())
     assert mean[:, 0].tolist() == pytest.approx([-0.5, 0.5, 2.0])  # singleton: b = 0
-    soft, _ = opmd_advantages(rewards, mask, [0, 0, 1], "logavgexp", 1.0)
+    soft, _ = opmd_advantages(inputs, OPMDAdvantageArgs("logavgexp", 1.0))
     b = math.log((1 + math.e) / 2)
     assert soft[:, 0].tolist() == pytest.approx([-b, 1 - b, 2.0])
     # τ → 0: the baseline tends to the group max; τ → ∞: to the mean
-    near_max, _ = opmd_advantages(rewards, mask, [0, 0, 1], "logavgexp", 1e-3)
+    near_max, _ = opmd_advantages(inputs, OPMDAdvantageArgs("logavgexp", 1e-3))
     assert near_max[1, 0].item() == pytest.approx(0.0, abs=1e-2)
-    near_mean, _ = opmd_advantages(rewards, mask, [0, 0, 1], "logavgexp", 1e4)
+    near_mean, _ = opmd_advantages(inputs, OPMDAdvantageArgs("logavgexp", 1e4))
     assert near_mean[:, 0].tolist() == pytest.approx([-0.5, 0.5, 2.0], abs=1e-3)
     with pytest.raises(ValueError, match="opmd_baseline"):
-        opmd_advantages(rewards, mask, [0, 0, 1], "median")
+        opmd_advantages(inputs, OPMDAdvantageArgs("median"))  # type: ignore[arg-type]
 
 
 @SETTINGS
@@ -71,8 +74,11 @@ def test_loss_and_gradient(batch: Batch, tau: float) -> None:
     under token-mean, and the old log-probs do not enter the loss."""
     logp = batch.logps().requires_grad_()
     advantages = batch.randn()
-    pg_loss, metrics = opmd_policy_loss(logp, batch.logps(), advantages, batch.mask, tau=tau)
-    other, _ = opmd_policy_loss(logp, batch.logps(3.0), advantages, batch.mask, tau=tau)
+    args, agg = OPMDLossArgs(tau=tau), AggContext()
+    pg_loss, metrics = opmd_policy_loss(
+        PolicyLossInputs(logp, batch.logps(), advantages, batch.mask, agg), args)
+    other, _ = opmd_policy_loss(
+        PolicyLossInputs(logp, batch.logps(3.0), advantages, batch.mask, agg), args)
     assert torch.equal(pg_loss, other)
     loss = agg_loss(pg_loss, batch.mask, "token-mean")
     close(loss, (-(advantages * logp) * batch.mask).sum() / batch.mask.sum() / (1 + tau))
@@ -88,13 +94,13 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated(
+    algorithm, plan = validated(
         {"algorithm_type": "opmd", "advantage_fn_args": {"opmd_baseline": "logavgexp"}},
         str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.entropy_loss_fn, algorithm.sample_strategy, algorithm.repeat_times) == (
         "opmd", "opmd", "k2", "default", "default", 2)
-    adv_args = validation.selected["algorithm.advantage_fn"].args
+    adv_args = plan.loss.advantage.args
     assert (adv_args.opmd_baseline, adv_args.tau) == ("logavgexp", 1.0)
-    assert validation.selected["algorithm.policy_loss_fn"].args.tau == 1.0
-    assert validation.preset.use_reference
+    assert plan.loss.policy_loss.args.tau == 1.0
+    assert plan.preset.use_reference

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rft.contracts import AdvantageInputs
 from rft.ops import masked_whiten
 
 
@@ -20,22 +21,20 @@ class GAEArgs:
     """GAE's ``λ``, trading bias (0) for variance (1) (veRL ``algorithm.lam``)."""
 
 
-def gae_advantages(
-    token_level_rewards: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_advantages(inputs: AdvantageInputs, args: GAEArgs
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized Advantage Estimation (https://arxiv.org/abs/1506.02438).
 
     ``δ_t = r_t + γ V_{t+1} − V_t``, ``Â_t = δ_t + γλ Â_{t+1}``, where ``V_{t+1}`` and
     ``Â_{t+1}`` are those of the next *masked* token (unmasked tokens are skipped).
     ``returns = Â + V``; ``advantages = whiten(Â, mask)`` (on every position, padding
-    included, as veRL leaves it). ``values`` are the critic's, ``(B, T)``. Loops over time
-    steps (the recurrence needs it), vectorised over the batch. Raises ``ValueError`` when
-    fewer than two tokens are masked (unbiased variance), like veRL.
+    included, as veRL leaves it). Needs the critic's ``inputs.values`` ``(B, T)``. Loops
+    over time steps (the recurrence needs it), vectorised over the batch. Raises
+    ``ValueError`` when fewer than two tokens are masked (unbiased variance), like veRL.
     """
+    values = inputs.require("values", "gae")  # (B, T)
+    token_level_rewards, response_mask = inputs.token_level_rewards, inputs.response_mask
+    gamma, lam = args.gamma, args.lam
     with torch.no_grad():
         mask = response_mask.to(values.dtype)
         length = token_level_rewards.shape[-1]

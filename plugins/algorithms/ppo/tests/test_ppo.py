@@ -8,9 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rft.contracts import AdvantageInputs
+from rft.errors import RftError
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
-from rft_plugin_ppo import gae_advantages
+from rft_plugin_ppo import GAEArgs, gae_advantages
 
 torch.set_num_threads(1)
 
@@ -23,13 +25,15 @@ def test_gae_equals_verl(batch: Batch, kind: str, gamma: float, lam: float) -> N
     from verl.trainer.ppo import core_algos
     rewards = rewards_for(batch, kind)
     values = batch.randn()
+    inputs = AdvantageInputs(rewards, batch.mask, list(range(batch.B)), values=values)
+    args = GAEArgs(gamma=gamma, lam=lam)
     try:
         ref = core_algos.compute_gae_advantage_return(rewards, values, batch.mask, gamma, lam)
     except ValueError:
         with pytest.raises(ValueError):
-            gae_advantages(rewards, values, batch.mask, gamma, lam)
+            gae_advantages(inputs, args)
         return
-    ours = gae_advantages(rewards, values, batch.mask, gamma, lam)
+    ours = gae_advantages(inputs, args)
     close(ours[0], ref[0])
     close(ours[1], ref[1])
 
@@ -39,9 +43,15 @@ def test_gae_returns_by_hand() -> None:
     rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]], dtype=torch.float64)
     values = torch.tensor([[0.3, -0.2, 0.5], [0.1, 0.4, 0.9]], dtype=torch.float64)
     mask = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
-    _, returns = gae_advantages(rewards, values, mask)
+    _, returns = gae_advantages(AdvantageInputs(rewards, mask, [0, 1], values=values), GAEArgs())
     assert returns[0, [0, 2]].tolist() == pytest.approx([1.0, 1.0])
     assert returns[1, :2].tolist() == pytest.approx([2.0, 2.0])
+
+
+def test_gae_without_values_names_the_critic() -> None:
+    inputs = AdvantageInputs(torch.zeros(2, 3), torch.ones(2, 3), [0, 1])
+    with pytest.raises(RftError, match=r"^gae needs values, .*use_critic"):
+        gae_advantages(inputs, GAEArgs())
 
 
 def test_registered_by_this_distribution() -> None:
@@ -52,11 +62,11 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated({"algorithm_type": "ppo",
+    algorithm, plan = validated({"algorithm_type": "ppo",
                                        "advantage_fn_args": {"lam": 0.95}}, str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
             algorithm.repeat_times) == ("ppo", "ppo", "k2", "none", "default", "default", 1)
-    args = validation.selected["algorithm.advantage_fn"].args
+    args = plan.loss.advantage.args
     assert (args.gamma, args.lam) == (1.0, 0.95)
-    assert validation.preset.use_critic and validation.preset.use_reference
+    assert plan.preset.use_critic and plan.preset.use_reference

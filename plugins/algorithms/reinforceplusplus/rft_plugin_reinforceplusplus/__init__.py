@@ -19,10 +19,11 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import rl_preset
-from rft.group_ops import GroupIndex, group_ids, group_stats, outcome_scores
+from rft.contracts import AdvantageInputs
+from rft.group_ops import group_ids, group_stats, outcome_scores
 from rft.ops import masked_whiten
 
-__all__ = ["BASELINE_PRESET", "PRESET", "ReinforcePlusPlusArgs",
+__all__ = ["BASELINE_PRESET", "PRESET", "ReinforcePlusPlusArgs", "ReinforcePlusPlusBaselineArgs",
            "reinforce_plus_plus_advantages", "reinforce_plus_plus_baseline_advantages"]
 
 
@@ -39,11 +40,8 @@ class ReinforcePlusPlusBaselineArgs:
     """Arguments of ``reinforceplusplus_baseline``: none (veRL's ``epsilon`` is unused)."""
 
 
-def reinforce_plus_plus_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_advantages(inputs: AdvantageInputs, args: ReinforcePlusPlusArgs
+                                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted return-to-go, whitened over the batch.
 
     ``G_t = m_t · (r_t + γ G'_{t+1})`` where the running return ``G'`` is carried
@@ -51,6 +49,8 @@ def reinforce_plus_plus_advantages(
     ``advantages = whiten(G, mask) · mask``. Raises ``ValueError`` when fewer than two
     tokens are masked (unbiased variance), like veRL.
     """
+    token_level_rewards, response_mask = inputs.token_level_rewards, inputs.response_mask
+    gamma = args.gamma
     with torch.no_grad():
         mask = response_mask.to(token_level_rewards.dtype)
         returns = torch.zeros_like(token_level_rewards)  # (B, T)
@@ -66,20 +66,19 @@ def reinforce_plus_plus_advantages(
 reinforce_plus_plus_advantages.Args = ReinforcePlusPlusArgs  # type: ignore[attr-defined]
 
 
-def reinforce_plus_plus_baseline_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupIndex,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_baseline_advantages(inputs: AdvantageInputs,
+                                            args: ReinforcePlusPlusBaselineArgs
+                                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++-baseline: ``A_it = whiten((r_i − μ_g) · mask)_it · mask_it``.
 
     The group mean is subtracted (``μ = 0`` for a singleton), then the result is whitened
     over all masked tokens of the batch; ``returns`` is the same tensor. Raises
     ``ValueError`` with fewer than two masked tokens, like veRL.
     """
+    response_mask = inputs.response_mask  # (B, T)
     with torch.no_grad():
-        scores = outcome_scores(token_level_rewards)  # (B,)
-        counts, mean, _ = group_stats(scores, group_ids(index, scores.device))
+        scores = outcome_scores(inputs.token_level_rewards)  # (B,)
+        counts, mean, _ = group_stats(scores, group_ids(inputs.index, scores.device))
         centred = torch.where(counts > 1, scores - mean, scores)  # (B,)
         advantages = centred.unsqueeze(-1) * response_mask  # (B, T)
         advantages = masked_whiten(advantages, response_mask) * response_mask

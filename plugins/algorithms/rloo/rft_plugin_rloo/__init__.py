@@ -13,7 +13,8 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import rl_preset
-from rft.group_ops import GroupIndex, group_ids, group_stats, outcome_scores
+from rft.contracts import AdvantageInputs
+from rft.group_ops import group_ids, group_stats, outcome_scores
 
 __all__ = ["PRESET", "RLOOArgs", "rloo_advantages"]
 
@@ -23,11 +24,8 @@ class RLOOArgs:
     """Arguments of the ``rloo`` advantage: none (veRL's ``epsilon`` is unused there)."""
 
 
-def rloo_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupIndex,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rloo_advantages(inputs: AdvantageInputs, args: RLOOArgs
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO: each sample's baseline is the mean reward of the *other* samples of its group.
 
     ``A_i = r_i − mean_{j≠i} r_j = n/(n−1) · (r_i − μ_g)`` for a group of ``n > 1``;
@@ -35,11 +33,11 @@ def rloo_advantages(
     same tensor.
     """
     with torch.no_grad():
-        scores = outcome_scores(token_level_rewards)  # (B,)
-        counts, mean, _ = group_stats(scores, group_ids(index, scores.device))
+        scores = outcome_scores(inputs.token_level_rewards)  # (B,)
+        counts, mean, _ = group_stats(scores, group_ids(inputs.index, scores.device))
         scale = counts / (counts - 1).clamp_min(1)
         scalars = torch.where(counts > 1, scores * scale - mean * scale, scores)  # (B,)
-        advantages = scalars.unsqueeze(-1) * response_mask  # (B, T)
+        advantages = scalars.unsqueeze(-1) * inputs.response_mask  # (B, T)
     return advantages, advantages
 
 

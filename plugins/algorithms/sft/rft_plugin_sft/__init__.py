@@ -2,9 +2,9 @@
 
 Registered names: algorithm ``sft``; policy loss fn ``sft``.
 
-The trainer calls a policy loss with ``old_per_token_logps = per_token_logps.detach()``
-and zero advantages for ``sft`` batches; this loss only uses ``per_token_logps`` and
-``mask`` (the response tokens).
+The trainer calls a policy loss with ``old_log_prob = log_prob.detach()`` and zero
+advantages for ``sft`` batches; this loss only uses ``inputs.log_prob`` (the response
+tokens' log-probs, masked by the trainer's aggregation).
 """
 
 from __future__ import annotations
@@ -15,25 +15,22 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import AlgorithmPreset
+from rft.contracts import PolicyLossInputs
 
 __all__ = ["PRESET", "sft_loss"]
 
 
-def sft_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def sft_loss(inputs: PolicyLossInputs, args: None
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Negative log-likelihood per token: ``pg_loss_it = −log π(y_it | x, y_<t)``.
 
     Aggregated by ``algorithm.loss_agg_mode``: ``token-mean`` (default) is the mean NLL
     over all response tokens of the batch (Trinity-RFT's ``use_token_level_loss: true``),
     ``seq-mean-token-mean`` the mean over sequences of each one's mean NLL
-    (``use_token_level_loss: false``). ``old_per_token_logps`` and ``advantages`` are
-    not used. Metrics: none (the trainer reports the loss as ``actor/pg_loss``).
+    (``use_token_level_loss: false``). ``old_log_prob`` and ``advantages`` are not used.
+    Metrics: none (the trainer reports the loss as ``actor/pg_loss``).
     """
-    return -per_token_logps, {}
+    return -inputs.log_prob, {}
 
 
 PRESET = AlgorithmPreset(

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rft import ops
+from rft.contracts import AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
 from rft_plugin_sft import sft_loss
@@ -25,7 +26,8 @@ def test_token_mean_is_cross_entropy(batch: Batch, vocab: int) -> None:
     logits = batch.randn(batch.B, batch.T, vocab, scale=2.0).requires_grad_()
     labels = torch.randint(0, vocab, (batch.B, batch.T), generator=batch.gen)
     logps = ops.logprobs_from_logits(logits, labels)
-    pg_loss, metrics = sft_loss(logps, batch.logps(), batch.randn(), batch.mask)
+    pg_loss, metrics = sft_loss(
+        PolicyLossInputs(logps, batch.logps(), batch.randn(), batch.mask, AggContext()), None)
     ours = ops.agg_loss(pg_loss, batch.mask, "token-mean")
     keep = batch.mask.bool()
     ref = F.cross_entropy(logits[keep], labels[keep])
@@ -39,7 +41,8 @@ def test_token_mean_is_cross_entropy(batch: Batch, vocab: int) -> None:
 def test_seq_mean_token_mean_averages_sequences() -> None:
     logps = torch.tensor([[-1.0, -3.0], [-2.0, 0.0]], dtype=torch.float64)
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
-    pg_loss, _ = sft_loss(logps, logps, torch.zeros_like(logps), mask)
+    pg_loss, _ = sft_loss(
+        PolicyLossInputs(logps, logps, torch.zeros_like(logps), mask, AggContext()), None)
     assert ops.agg_loss(pg_loss, mask, "seq-mean-token-mean").item() == pytest.approx(2.0)
     assert ops.agg_loss(pg_loss, mask, "token-mean").item() == pytest.approx(6.0 / 3)
 
@@ -51,11 +54,11 @@ def test_registered_by_this_distribution() -> None:
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, validation = validated({"algorithm_type": "sft"}, str(tmp_path))
+    algorithm, plan = validated({"algorithm_type": "sft"}, str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
             algorithm.repeat_times) == (None, "sft", "none", "none", "none", "default", 1)
-    preset = validation.preset
+    preset = plan.preset
     assert preset.train_only and preset.experience_format == "sft"
     assert not preset.use_reference and not preset.use_critic
-    assert "algorithm.advantage_fn" not in validation.selected
+    assert plan.loss.advantage is None

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rft.verl_convert.parse import Override, VerlConvertError
-from rft.verl_convert.report import Report
+from rft_plugin_convert_verl.parse import Override, VerlConvertError
+from rft_plugin_convert_verl.report import Report
 
 # ---------------------------------------------------------------------------------------
 # veRL defaults the derived rules need (veRL 0.9.1, verl/trainer/config/ppo_trainer.yaml)
@@ -796,7 +796,7 @@ def table_rows() -> list[tuple[str, str, str]]:
 def markdown_table() -> str:
     """The rules as a Markdown table, embedded in docs/verl.md (a test keeps it current).
 
-    Regenerate with ``python -c "from rft.verl_convert.mapping import markdown_table;
+    Regenerate with ``python -c "from rft_plugin_convert_verl.mapping import markdown_table;
     print(markdown_table(), end='')"``.
     """
     lines = ["| veRL | rft | rule / note |", "|:--|:--|:--|"]

@@ -1,15 +1,9 @@
-"""Convert a veRL launch (``python -m verl.trainer.main_ppo key=value ...``) into an rft
-config, following the veRL alignment guide.
+"""Converting a veRL launch (the text of a script or override list) into an rft config.
 
-    from rft.verl_convert import convert_text
-    result = convert_text(open("run_qwen2-7b_rm.sh").read(), "run_qwen2-7b_rm.sh")
-    print(result.yaml)            # the rft config, each key commented with its veRL source
-    result.report.print()         # veRL settings with no equivalent, notes
-
-Modules: :mod:`~rft.verl_convert.parse` (shell script / override list → overrides),
-:mod:`~rft.verl_convert.mapping` (the rules), :mod:`~rft.verl_convert.emit` (commented
-YAML), :mod:`~rft.verl_convert.report`, :mod:`~rft.verl_convert.cli`
-(``rft convert-verl``). docs/verl.md lists every rule.
+:func:`convert_text` reads the launch (:mod:`~rft_plugin_convert_verl.parse`), applies the
+rules (:mod:`~rft_plugin_convert_verl.mapping`), and writes the commented YAML
+(:mod:`~rft_plugin_convert_verl.emit`) with the report
+(:mod:`~rft_plugin_convert_verl.report`) in its header.
 """
 
 from __future__ import annotations
@@ -17,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rft.verl_convert.emit import to_yaml
-from rft.verl_convert.mapping import Conversion, convert_overrides
-from rft.verl_convert.parse import ParsedLaunch, VerlConvertError, parse_launch
-from rft.verl_convert.report import Report
+from rft_plugin_convert_verl.emit import to_yaml
+from rft_plugin_convert_verl.mapping import Conversion, convert_overrides
+from rft_plugin_convert_verl.parse import ParsedLaunch, VerlConvertError, parse_launch
+from rft_plugin_convert_verl.report import Report
 
 
 @dataclass
@@ -75,4 +69,4 @@ def convert_text(text: str, source_name: str = "<stdin>") -> ConvertResult:
     return ConvertResult(launch, conversion, yaml_text)
 
 
-__all__ = ["ConvertResult", "VerlConvertError", "convert_text", "parse_launch", "to_yaml"]
+__all__ = ["ConvertResult", "convert_text"]

@@ -5,7 +5,10 @@ of Hydra overrides; ``-`` reads stdin. The config goes to OUTPUT (stdout by defa
 report of veRL settings that were not converted goes to stderr and into the YAML header.
 A problem prints one line (``rft: <problem>``) and exits with status 2.
 
-Also runnable alone: ``python -m rft.verl_convert.cli INPUT [-o OUTPUT]``.
+The plugin registers :data:`COMMAND` as ``rft convert-verl``; also runnable alone:
+``python -m rft_plugin_convert_verl.cli INPUT [-o OUTPUT]``. This module is imported on
+every ``rft`` start (through the plugin's entry point): the converter is imported by
+:func:`run`.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rft.commands import Command
 from rft.errors import RftError
-from rft.verl_convert.parse import VerlConvertError
+from rft_plugin_convert_verl.parse import VerlConvertError
 
 EXIT_USAGE = 2
 
@@ -57,9 +61,9 @@ def _check_schema(result: Any) -> None:
                                f"{more}")
 
 
-def cmd_convert_verl(args: argparse.Namespace) -> int:
-    """Handler of the ``convert-verl`` subcommand."""
-    from rft.verl_convert import convert_text
+def run(args: argparse.Namespace) -> int:
+    """Run ``convert-verl``: write the converted config, print the report; exit status."""
+    from rft_plugin_convert_verl.convert import convert_text
 
     text, source_name = _read_input(args.input)
     result = convert_text(text, source_name)
@@ -80,38 +84,35 @@ def cmd_convert_verl(args: argparse.Namespace) -> int:
     return 0
 
 
-def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of ``convert-verl`` (shared by the ``rft`` subcommand and ``main``)."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``convert-verl`` (shared by ``rft convert-verl`` and :func:`main`)."""
+    parser.description = ("Convert a veRL launch script or Hydra override list into an rft "
+                          "config; see docs/verl.md.")
     parser.add_argument("input", metavar="INPUT",
                         help="veRL launch script or file of Hydra overrides; '-' for stdin")
     parser.add_argument("-o", "--output", metavar="OUTPUT",
                         help="write the rft config here (default: stdout)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="do not print the report to stderr (it stays in the YAML header)")
-    parser.set_defaults(handler=cmd_convert_verl)
-    return parser
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``convert-verl`` on the ``rft`` command's subparsers."""
-    parser = subparsers.add_parser(
-        "convert-verl", help="convert a veRL launch script (python -m verl.trainer.main_ppo "
-        "key=value ...) into an rft config",
-        description="Convert a veRL launch script or Hydra override list into an rft "
-        "config; see docs/verl.md.")
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks on errors")
-    return configure(parser)
+COMMAND = Command(
+    help="convert a veRL launch script (python -m verl.trainer.main_ppo key=value ...) "
+    "into an rft config",
+    add_arguments=add_arguments,
+    run=run,
+)
+"""``rft convert-verl``, registered by the plugin's ``register_commands``."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry: ``python -m rft.verl_convert.cli INPUT [-o OUTPUT]``."""
-    parser = configure(argparse.ArgumentParser(
-        prog="rft convert-verl", description="Convert a veRL launch into an rft config."))
+    """Stand-alone entry: ``python -m rft_plugin_convert_verl.cli INPUT [-o OUTPUT]``."""
+    parser = argparse.ArgumentParser(prog="rft convert-verl")
+    add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
+        return run(args)
     except RftError as error:
         if args.debug:
             raise

@@ -1,12 +1,13 @@
-"""``rft convert-verl``: veRL launch scripts → rft configs (core/rft/verl_convert).
+"""``rft convert-verl``: veRL launch scripts → rft configs (rft-plugin-convert-verl).
 
-Inputs are the veRL launches quoted by the reference docs (tests/data/verl_scripts): the
-PPO and GRPO examples of the veRL alignment guide and the four veRL scripts of the GSM8K
-alignment benchmark. The PPO / GRPO conversions are compared field by field with the
-guide's hand-written rft configs (tests/data/reference_configs), after both are converted
-onto the schema dataclasses so that a key written explicitly equals its default. Every
-difference is asserted and explained: where the guide's YAML disagrees with its own rules
-the converter follows the rules.
+Inputs are the veRL launches quoted by the reference docs (tests/data/verl_scripts beside
+this file): the PPO and GRPO examples of the veRL alignment guide and the four veRL scripts
+of the GSM8K alignment benchmark. The PPO / GRPO conversions are compared field by field
+with the guide's hand-written rft configs (the repository's tests/data/reference_configs,
+shared with the core's config tests), after both are converted onto the schema dataclasses
+so that a key written explicitly equals its default. Every difference is asserted and
+explained: where the guide's YAML disagrees with its own rules the converter follows the
+rules.
 
 The GSM8K conversions are checked for schema conversion (``to_dataclass`` without
 problems, every emitted key in the schema) and for full validation reporting nothing but
@@ -33,20 +34,20 @@ from omegaconf import OmegaConf
 from rft.cli import main as rft_main
 from rft.config.convert import to_dataclass
 from rft.config.schema import RftConfig
-from rft.verl_convert import convert_text
-from rft.verl_convert.emit import scalar
-from rft.verl_convert.mapping import DIRECT, NO_EQUIVALENT, PASSTHROUGH, VERL_DEFAULTS, \
-    markdown_table
-from rft.verl_convert.parse import VerlConvertError, parse_launch, parse_override, \
+from rft_plugin_convert_verl import convert_text
+from rft_plugin_convert_verl.emit import scalar
+from rft_plugin_convert_verl.mapping import DIRECT, NO_EQUIVALENT, PASSTHROUGH, \
+    VERL_DEFAULTS, markdown_table
+from rft_plugin_convert_verl.parse import VerlConvertError, parse_launch, parse_override, \
     parse_value
 
-DATA = Path(__file__).parent / "data"
-SCRIPTS = DATA / "verl_scripts"
-REFERENCES = DATA / "reference_configs"
+REPO = Path(__file__).resolve().parents[4]
+SCRIPTS = Path(__file__).parent / "data" / "verl_scripts"
+REFERENCES = REPO / "tests" / "data" / "reference_configs"
 PPO_SCRIPT = SCRIPTS / "ppo_run_qwen2-7b_rm.sh"
 GRPO_SCRIPT = SCRIPTS / "grpo_run_deepseek7b_llm_seq_balance.sh"
 GSM8K_SCRIPTS = sorted(SCRIPTS.glob("gsm8k_alignment_experiment*.sh"))
-DOC = Path(__file__).parent.parent / "docs" / "verl.md"
+DOC = REPO / "docs" / "verl.md"
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,7 +372,7 @@ def test_unreadable_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_standalone_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rft.verl_convert.cli import main
+    from rft_plugin_convert_verl.cli import main
 
     assert main([str(GRPO_SCRIPT), "-o", str(tmp_path / "g.yaml"), "-q"]) == 0
     assert capsys.readouterr().err == ""

@@ -1,0 +1,217 @@
+"""The run plan: what config validation hands to the runtime.
+
+:func:`rft.config.validate.validate` returns ``(problems, warnings, plan)``. The
+:class:`RunPlan` is frozen and typed: it holds the validated config (every derived value
+filled in), the algorithm preset, and every plugin the config names **resolved once**
+into a :class:`Selected` (implementation + built ``Args``), grouped by the part of the
+run that uses it. Consumers take the slice they need: a trainer gets a
+:class:`TrainerPlan`, the explorer its :class:`TasksetPlan` s and :class:`ModelPlan`, and
+so on. The plan pickles (implementations are pickled by reference), so Ray actors receive
+it instead of validating again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from rft.algorithm import AlgorithmPreset
+from rft.config.schema import (AlgorithmConfig, ExperienceBufferConfig, ModelConfig,
+                               RftConfig, TasksetConfig, TrainerConfig)
+from rft.contracts import needs_ref_log_prob
+
+Implementation = TypeVar("Implementation")
+
+
+@dataclass(frozen=True)
+class Selected(Generic[Implementation]):
+    """A plugin name from the config, resolved once: its implementation and built args."""
+
+    key: str
+    """Dotted config key the name came from, e.g. ``algorithm.advantage_fn`` (for
+    messages)."""
+    name: str
+    """The registered name."""
+    implementation: Implementation
+    """What the plugin registered under ``name``."""
+    args: Any = None
+    """Instance of the implementation's ``Args`` dataclass, or ``None`` if it has none."""
+
+    @property
+    def is_off(self) -> bool:
+        """The name ``none``: the term is disabled."""
+        return self.name == "none"
+
+
+def active(selected: Selected[Any] | None) -> bool:
+    """``selected`` is set and not ``none``."""
+    return selected is not None and not selected.is_off
+
+
+@dataclass(frozen=True)
+class LossPlan:
+    """The functions of the actor loss (veRL's ``ppo_loss``), as validation selected them.
+
+    ``loss = agg(pg_loss) − entropy_term + kl_coef · agg(kl)``; see :mod:`rft.trainer.loss`.
+    """
+
+    policy_loss: Selected[Any]
+    """``algorithm.policy_loss_fn``."""
+    advantage: Selected[Any] | None = None
+    """``algorithm.advantage_fn`` (``None``: the algorithm uses none, e.g. SFT)."""
+    kl_loss: Selected[Any] | None = None
+    """``algorithm.kl_loss_fn`` (KL as a loss term)."""
+    kl_penalty: Selected[Any] | None = None
+    """``algorithm.kl_penalty_fn`` (KL subtracted from the token-level rewards)."""
+    entropy: Selected[Any] | None = None
+    """``algorithm.entropy_loss_fn``."""
+    loss_agg_mode: str = "token-mean"
+    """``algorithm.loss_agg_mode``."""
+
+    @property
+    def kl_loss_coef(self) -> float:
+        """``kl_coef`` of the KL loss's args (``0`` when off)."""
+        return kl_coef_of(self.kl_loss)
+
+    @property
+    def uses_kl_loss(self) -> bool:
+        """A KL loss term is selected."""
+        return active(self.kl_loss)
+
+    @property
+    def uses_kl_penalty(self) -> bool:
+        """A KL reward penalty is selected."""
+        return active(self.kl_penalty)
+
+    @property
+    def uses_entropy_loss(self) -> bool:
+        """An entropy term with a non-zero coefficient is selected (it needs gradients)."""
+        if not active(self.entropy):
+            return False
+        return getattr(self.entropy.args, "entropy_coef", None) != 0  # type: ignore[union-attr]
+
+    @property
+    def policy_needs_ref(self) -> bool:
+        """The policy loss declares ``needs_ref_log_prob`` (DPO-like losses)."""
+        return needs_ref_log_prob(self.policy_loss.implementation)
+
+    @property
+    def needs_ref(self) -> bool:
+        """Reference log-probs are needed: KL loss, KL penalty or a policy loss asking."""
+        return self.uses_kl_loss or self.uses_kl_penalty or self.policy_needs_ref
+
+
+def kl_coef_of(selected: Selected[Any] | None) -> float:
+    """``kl_coef`` of a KL function's args (``0`` for ``none`` or no args)."""
+    if not active(selected) or selected.args is None:  # type: ignore[union-attr]
+        return 0.0
+    return float(getattr(selected.args, "kl_coef", 0.0))  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class TrainerPlan:
+    """What a trainer backend (``trainer.trainer_type``) is built from."""
+
+    model: ModelConfig
+    """The ``model`` section (paths, token limits, sampling temperature)."""
+    algorithm: AlgorithmConfig
+    """The ``algorithm`` section with the preset applied (optimizer, repeat_times, …)."""
+    trainer: TrainerConfig
+    """The ``trainer`` section (``trainer_config``, grad clip, checkpoints)."""
+    preset: AlgorithmPreset
+    """The algorithm's flags (critic, reference, experience format, …)."""
+    loss: LossPlan
+    """The loss functions."""
+    train_batch_size: int
+    """Experiences per training step (``buffer.train_batch_size``)."""
+    total_steps: int | None
+    """Training steps of this stage (the LR schedule's length); ``None``: not known
+    (a schedule that needs it, e.g. ``lr_warmup_steps_ratio``, then refuses to start)."""
+
+
+@dataclass(frozen=True)
+class TasksetPlan:
+    """A taskset with its workflow, reward and task selector."""
+
+    key: str
+    """Its dotted key, e.g. ``buffer.explorer_input.tasksets[1]``."""
+    config: TasksetConfig
+    """The taskset section, defaults filled in."""
+    is_eval: bool
+    """An evaluation taskset."""
+    workflow: Selected[Any]
+    """``default_workflow_type``."""
+    reward: Selected[Any] | None
+    """``default_reward_fn_type`` (``None``: the workflow scores itself)."""
+    selector: Selected[Any]
+    """``task_selector.selector_type``."""
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """An inference model (the rollout model or an auxiliary one) and its parsers."""
+
+    key: str
+    """``explorer.rollout_model`` or ``explorer.auxiliary_models[i]``."""
+    engine: Selected[Any]
+    """``engine_type``."""
+    tool_call_parser: Selected[Any] | None = None
+    """The OpenAI endpoint's tool-call parser."""
+    reasoning_parser: Selected[Any] | None = None
+    """The OpenAI endpoint's reasoning parser."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One validated stage: its config and every resolved plugin (see the module doc)."""
+
+    config: RftConfig
+    """The stage's config after derivation (no value left to derive)."""
+    preset: AlgorithmPreset
+    """``algorithm.algorithm_type``'s preset."""
+    loss: LossPlan
+    """The actor loss's functions."""
+    sample_strategy: Selected[Any]
+    """``algorithm.sample_strategy``."""
+    trainer: Selected[Any]
+    """``trainer.trainer_type``."""
+    monitor: Selected[Any]
+    """``monitor.monitor_type``."""
+    console: Selected[Any]
+    """The console monitor, always on beside ``monitor``."""
+    rollout_model: ModelPlan
+    """``explorer.rollout_model``."""
+    auxiliary_models: tuple[ModelPlan, ...]
+    """``explorer.auxiliary_models``, in order."""
+    tasksets: tuple[TasksetPlan, ...]
+    """Training tasksets (``taskset`` first, then ``tasksets``)."""
+    eval_tasksets: tuple[TasksetPlan, ...]
+    """``eval_tasksets``."""
+    operators: tuple[Selected[Any], ...]
+    """``data_processor.experience_pipeline.operators``, in order."""
+    priority_fn: Selected[Any] | None
+    """The replay buffer's priority function (``None``: no replay buffer)."""
+    experience_buffer: ExperienceBufferConfig
+    """``buffer.trainer_input.experience_buffer``, name and path filled in."""
+    job_dir: str
+    """``checkpoint_job_dir``: ``<checkpoint_root_dir>/<project>/<name>[/<stage>]``."""
+
+    @property
+    def train_only(self) -> bool:
+        """The algorithm learns from a fixed dataset (no exploring)."""
+        return self.preset.train_only
+
+    def trainer_plan(self, total_steps: int | None = None) -> TrainerPlan:
+        """The trainer's slice, for a stage of ``total_steps`` steps (default:
+        ``trainer.total_steps``)."""
+        c = self.config
+        assert c.buffer.train_batch_size is not None  # derived by validation
+        return TrainerPlan(model=c.model, algorithm=c.algorithm, trainer=c.trainer,
+                           preset=self.preset, loss=self.loss,
+                           train_batch_size=c.buffer.train_batch_size,
+                           total_steps=c.trainer.total_steps if total_steps is None
+                           else total_steps)
+
+
+__all__ = ["LossPlan", "ModelPlan", "RunPlan", "Selected", "TasksetPlan", "TrainerPlan",
+           "active", "kl_coef_of"]

@@ -1,0 +1,128 @@
+"""What several modes build from a run plan: monitors, the trainer and its sample
+strategy, the offline dataset of a train-only stage, step counts, checkpoints."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from rft.buffer.sampling import SampleStrategy, TrainerBuffers
+from rft.buffer.sft_data import DatasetStorage, row_to_sft_experience
+from rft.buffer.storage import BufferEmpty, ExperienceStorage
+from rft.buffer.taskset import read_rows
+from rft.checkpoint import save_checkpoint
+from rft.config.plan import RunPlan
+from rft.config.schema import RftConfig, TasksetConfig
+from rft.errors import RftError
+from rft.experience import Experience
+from rft.monitor.base import Monitor
+from rft.trainer.base import Trainer
+
+
+def quiet_libraries() -> None:
+    """No per-call progress bars from transformers / datasets in the run's output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def monitor_dir(plan: RunPlan) -> str:
+    """``<job dir>/monitor``: where file-writing monitors put their files."""
+    return os.path.join(plan.job_dir, "monitor")
+
+
+def open_monitors(plan: RunPlan, role: str) -> list[Monitor]:
+    """The configured monitor for ``role`` plus the console (always on)."""
+    config, chosen = plan.config, plan.monitor
+    log_dir = monitor_dir(plan)
+    monitors = [chosen.implementation(config.project, config.name, role, log_dir, chosen.args)]
+    if chosen.name != plan.console.name:
+        monitors.append(plan.console.implementation(config.project, config.name, role, log_dir))
+    return monitors
+
+
+def offline_storage(plan: RunPlan, tokenizer: Any) -> DatasetStorage:
+    """The experience buffer of a train-only stage: the dataset rows as experiences."""
+    config, buffer = plan.config, plan.experience_buffer
+    dataset = TasksetConfig(name=buffer.name, storage_type="sql" if buffer.storage_type == "sql"
+                            else "file", path=buffer.path, split=buffer.split,
+                            subset_name=buffer.subset_name, format=buffer.format)
+    where = f"experience buffer {buffer.name!r} ({buffer.path})"
+    experiences = [row_to_sft_experience(row, i, buffer.format, tokenizer, where)
+                   for i, row in enumerate(read_rows(dataset))]
+    epochs = config.buffer.total_epochs
+    fixed_steps = config.trainer.total_steps or config.buffer.total_steps
+    if fixed_steps:  # total steps win over epochs: pass over the data as often as needed
+        needed = fixed_steps * (config.buffer.train_batch_size or 1)
+        epochs = math.ceil(needed / len(experiences))
+    return DatasetStorage(buffer.name, experiences, epochs)
+
+
+def steps_over_tasks(config: RftConfig, tasks: int) -> int:
+    """``trainer.total_steps``, else ``buffer.total_steps``, else
+    ``total_epochs × ⌈tasks / batch_size⌉`` (explore steps over ``tasks`` training tasks)."""
+    return (config.trainer.total_steps or config.buffer.total_steps
+            or config.buffer.total_epochs * math.ceil(tasks / config.buffer.batch_size))
+
+
+def steps_over_data(config: RftConfig, storage: ExperienceStorage) -> int:
+    """``trainer.total_steps``, else ``buffer.total_steps``, else one pass over what the
+    (offline) experience buffer holds."""
+    return (config.trainer.total_steps or config.buffer.total_steps
+            or storage.available() // (config.buffer.train_batch_size or 1))
+
+
+def build_trainer(plan: RunPlan, storage: ExperienceStorage, steps: int
+                  ) -> tuple[Trainer, SampleStrategy]:
+    """The stage's trainer (for ``steps`` steps) and the sample strategy feeding it from
+    ``storage`` (the experience buffer)."""
+    trainer = plan.trainer.implementation(plan.trainer_plan(steps))
+    chosen = plan.sample_strategy
+    strategy = chosen.implementation(TrainerBuffers(storage),
+                                     batch_size=plan.config.buffer.train_batch_size,
+                                     timeout=plan.experience_buffer.max_read_timeout,
+                                     args=chosen.args)
+    return trainer, strategy
+
+
+def sample_step(strategy: SampleStrategy, step: int, model_version: int,
+                failed_tasks: list[str]) -> tuple[list[Experience], dict[str, float]]:
+    """The step's training batch; when the explorer produced nothing because its tasks
+    failed (``failed_tasks``), a one-line error that says so."""
+    try:
+        return strategy.sample(step, model_version)
+    except BufferEmpty as exc:
+        if failed_tasks:
+            raise RftError(f"step {step}: no experiences to train on; "
+                           f"{len(failed_tasks)} task(s) failed so far, the last: "
+                           f"{failed_tasks[-1]}") from exc
+        raise
+
+
+def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: dict[str, Any], *,
+                          export_hf: bool) -> str:
+    """Write ``global_step_<step>`` of the stage's job dir (``model_version = step``), with
+    the actor exported to ``hf/`` when ``export_hf``; prune to
+    ``trainer.max_checkpoints_to_keep``; return its path."""
+    config = plan.config
+    save_hf = (lambda path: save_hf_model(config, trainer, path)) if export_hf else None
+    return save_checkpoint(plan.job_dir, step, trainer.state_dict(),
+                           {"model_version": step, **state},
+                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf)
+
+
+def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
+    """The Hugging Face model folder *with its tokenizer* (the next stage loads both)."""
+    from transformers import AutoTokenizer
+
+    trainer.save_pretrained(path)
+    AutoTokenizer.from_pretrained(config.model.model_path,
+                                  trust_remote_code=config.model.trust_remote_code
+                                  ).save_pretrained(path)
+
+
+__all__ = ["build_trainer", "monitor_dir", "offline_storage", "open_monitors", "quiet_libraries",
+           "sample_step", "save_hf_model", "save_stage_checkpoint", "steps_over_data",
+           "steps_over_tasks"]

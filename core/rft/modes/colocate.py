@@ -1,0 +1,137 @@
+"""Mode ``colocate``: explorer and trainer in one process, taking turns (and mode ``train``
+for train-only algorithms, which has no explorer but the same loop).
+
+One step::
+
+    explore (batch_size tasks × repeat_times) → experience buffer → sample strategy
+    → trainer.train_step → engine.update_weights (model_version = step) → monitors
+
+around which :class:`~rft.modes.stage.StageLifecycle` evaluates every ``eval_interval``
+and checkpoints every ``save_interval``. A ``train_only`` algorithm (e.g. SFT) skips
+exploring: the experience buffer is the offline dataset. Evaluation still runs (on
+startup, every ``eval_interval``, at the end) when eval tasksets are configured, so every
+stage reports held-out accuracy before and after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+from rft.buffer.factory import open_experience_buffer
+from rft.buffer.sft_data import DatasetStorage
+from rft.buffer.storage import ExperienceStorage
+from rft.checkpoint import check_writable, list_checkpoints, load_checkpoint
+from rft.config import Stage
+from rft.errors import RftError
+from rft.explorer.engine import InferenceEngine
+from rft.explorer.engine_factory import build_engine, default_sampling
+from rft.explorer.explorer import Explorer
+from rft.explorer.model_wrapper import ModelWrapper
+from rft.modes.builders import (build_trainer, offline_storage, quiet_libraries, sample_step,
+                                save_stage_checkpoint, steps_over_data, steps_over_tasks)
+from rft.modes.stage import Resumed, StageLifecycle, StageResult
+from rft.synchronizer import MemorySynchronizer
+
+log = logging.getLogger("rft.modes.colocate")
+
+
+class ColocateStage:
+    """The :class:`~rft.modes.stage.StageBody` of mode ``colocate``."""
+
+    def __init__(self, stage: Stage, lifecycle: StageLifecycle,
+                 cleanup: contextlib.ExitStack) -> None:
+        plan = self.plan = stage.plan
+        config = plan.config
+        self.lifecycle = lifecycle
+        self.explores = config.mode == "colocate" and not plan.train_only
+        self.engine: InferenceEngine = build_engine(config,
+                                                    plan.rollout_model.engine.implementation)
+        model = ModelWrapper(self.engine, default_sampling(config))
+        self.storage: ExperienceStorage = (
+            open_experience_buffer(plan.experience_buffer, plan.priority_fn) if self.explores
+            else offline_storage(plan, self.engine.tokenizer))
+        cleanup.callback(self.storage.close)
+        self.explorer: Explorer | None = None
+        if self.explores or lifecycle.has_eval:
+            self.explorer = Explorer(plan, model, self.storage)
+            cleanup.callback(self.explorer.close)
+        steps = (steps_over_tasks(config, self.explorer.train_size)
+                 if self.explores and self.explorer is not None
+                 else steps_over_data(config, self.storage))
+        if steps <= 0:
+            raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
+        self.trainer, self.strategy = build_trainer(plan, self.storage, steps)
+        cleanup.callback(self.trainer.close)
+        self.synchronizer = MemorySynchronizer(self.trainer, [self.engine])
+        self.steps = steps
+
+    def resume(self) -> Resumed:
+        checkpoints = list_checkpoints(self.plan.job_dir) if self.plan.config.continue_from_checkpoint else []
+        if not checkpoints:
+            return Resumed()
+        trainer_state, state = load_checkpoint(checkpoints[-1])
+        self.trainer.load_state_dict(trainer_state)
+        if self.explorer is not None:
+            for selector, selector_state in zip(self.explorer.selectors,
+                                                state.get("selectors", []), strict=False):
+                selector.load_state_dict(selector_state)
+        if isinstance(self.storage, DatasetStorage) and "dataset" in state:
+            self.storage.load_state_dict(state["dataset"])
+        self.synchronizer.sync(state["step"])
+        log.info("resumed from %s", checkpoints[-1].path)
+        return Resumed(state["step"], state.get("eval_before", {}))
+
+    def step(self, step: int) -> None:
+        if self.explores and self.explorer is not None:
+            self.lifecycle.log("explorer", self.explorer.explore_step(step), step)
+            self.storage.writers_idle()  # one process: nothing more arrives before training
+        failed = self.explorer.failed_tasks if self.explorer is not None else []
+        experiences, sample_metrics = sample_step(self.strategy, step, self.engine.model_version,
+                                                  failed)
+        metrics = {**sample_metrics, **self.trainer.train_step(experiences)}
+        metrics.update(self.synchronizer.sync(step))
+        self.lifecycle.log("trainer", metrics, step)
+
+    def evaluate(self) -> dict[str, float]:
+        assert self.explorer is not None
+        return self.explorer.evaluate()
+
+    def save(self, step: int, *, final: bool) -> None:
+        # the final model is always exported: the next stage and the user start from it
+        always = self.plan.config.trainer.save_hf_checkpoint == "always"
+        state: dict[str, Any] = {
+            "selectors": [s.state_dict() for s in self.explorer.selectors] if self.explorer else [],
+            "eval_before": self.lifecycle.result.eval_before,
+            "experiences_written": self.storage.written,
+            "experiences_read": self.storage.read_count,
+        }
+        if isinstance(self.storage, DatasetStorage):
+            state["dataset"] = self.storage.state_dict()
+        save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=final or always)
+
+    def finish(self, result: StageResult) -> None:
+        result.final_model_path = os.path.join(self.plan.job_dir, f"global_step_{self.steps}", "hf")
+        result.failed_tasks = len(self.explorer.failed_tasks) if self.explorer is not None else 0
+
+
+def run_colocate(stage: Stage) -> StageResult:
+    """Run one stage in this process (see the module docstring)."""
+    quiet_libraries()
+    plan = stage.plan
+    check_writable(plan.job_dir)
+    lifecycle = StageLifecycle(stage, ("explorer", "trainer"),
+                               has_eval=bool(plan.eval_tasksets))
+    try:
+        with contextlib.ExitStack() as cleanup:  # everything opened is closed, however it ends
+            body = ColocateStage(stage, lifecycle, cleanup)
+            lifecycle.start(body.steps)
+            lifecycle.drive(body)
+    finally:
+        result = lifecycle.close()
+    return result
+
+
+__all__ = ["ColocateStage", "run_colocate"]

@@ -1,0 +1,133 @@
+"""The core's import graph: no cycle (function-local imports count, so none can hide one),
+layers in order, and no import of a plugin distribution."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parents[1] / "core"
+
+
+def core_modules() -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module under ``core/rft``."""
+    modules = {}
+    for path in sorted((CORE / "rft").rglob("*.py")):
+        name = ".".join(path.relative_to(CORE).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Core modules ``name`` imports anywhere in its body (``TYPE_CHECKING`` blocks left
+    out; a parent package is not counted)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(sub) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for sub in ast.walk(node)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = core_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_core_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+LOWER_LAYERS: dict[str, tuple[str, ...]] = {
+    "rft.config": ("rft.explorer", "rft.trainer", "rft.modes", "rft.distributed",
+                   "rft.buffer", "rft.monitor", "rft.launcher", "rft.cli"),
+    "rft.trainer": ("rft.explorer", "rft.modes", "rft.distributed", "rft.launcher",
+                    "rft.cli"),
+    "rft.explorer": ("rft.trainer", "rft.modes", "rft.distributed.both",
+                     "rft.distributed.workers", "rft.distributed.engine_pool",
+                     "rft.distributed.buffer_actor", "rft.launcher", "rft.cli"),
+    "rft.modes": ("rft.distributed", "rft.launcher", "rft.cli"),
+    "rft.contracts": ("rft.config", "rft.trainer", "rft.explorer", "rft.modes"),
+}
+"""Packages that must not import the packages listed (the run plan sits below the
+runtime; explorer and trainer do not know each other — the weight-broadcast group is a
+library both use —; modes sit below the launcher)."""
+
+
+def test_layers_import_downwards_only():
+    graph = import_graph()
+    wrong = sorted(f"{module} imports {target}"
+                   for module, targets in graph.items()
+                   for layer, forbidden in LOWER_LAYERS.items()
+                   if module == layer or module.startswith(layer + ".")
+                   for target in targets
+                   if any(target == f or target.startswith(f + ".") for f in forbidden))
+    assert wrong == []
+
+
+def test_core_imports_no_plugin_distribution():
+    for path in (CORE / "rft").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith("rft_plugin_") for n in names), path
