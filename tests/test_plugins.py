@@ -22,9 +22,9 @@ RFT = [sys.executable, "-m", "rft.cli"]
 def test_builtins_are_registered_as_ordinary_plugins():
     registry = PluginRegistry.create(autoload=False)
     registration = registry.registration("monitor", "jsonl")
-    assert registration.distribution == "rft"
+    assert registration.distribution == "rft-framework"
     assert registration.plugin == "rft.builtin.monitors"
-    assert {info.distribution for info in registry.plugins()} == {"rft"}
+    assert {info.distribution for info in registry.plugins()} == {"rft-framework"}
 
 
 def test_entry_point_of_a_separately_installed_distribution_is_found():
@@ -149,7 +149,7 @@ def test_cli_plugins_json_lists_builtins_and_installed_distribution():
     out = subprocess.run([*RFT, "plugins", "--json"], capture_output=True, text=True,
                          check=True).stdout
     listed = {p["name"]: p for p in json.loads(out)}
-    assert listed["rft.builtin.monitors"]["distribution"] == "rft"
+    assert listed["rft.builtin.monitors"]["distribution"] == "rft-framework"
     assert listed["selectors"]["distribution"] == "rft-plugin-selectors"
     assert listed["selectors"]["registers"]["task_selector"] == [
         "difficulty_based", "offline_easy2hard", "random", "sequential", "shuffle"]
@@ -274,3 +274,183 @@ def test_install_hints_match_what_the_plugin_distributions_register():
                   if info.distribution.startswith("rft-plugin-")
                   for kind, names in info.registers.items() for name in names}
     assert KNOWN_PROVIDERS == registered
+
+
+# ---- plugin distributions built for another core ------------------------------------------
+
+FAKE_PLUGIN = """
+from rft import hookimpl
+
+
+def reward(response, truth, args):
+    return {{"accuracy": 0.0}}
+
+
+@hookimpl
+def register_reward_fns():
+    return {{"{module}_reward": reward}}
+"""
+
+
+def fake_distribution(site: Path, dist: str, module: str, requires: list[str]) -> Path:
+    """A plugin distribution as importlib.metadata sees an installed one: ``module``, and a
+    ``*.dist-info`` with METADATA (``Requires-Dist`` lines) and entry_points.txt, written
+    into ``site`` (put it on ``sys.path`` / ``PYTHONPATH``); returns the dist-info folder."""
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text(FAKE_PLUGIN.format(module=module))
+    info = site / f"{dist.replace('-', '_')}-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n"
+        + "".join(f"Requires-Dist: {line}\n" for line in requires))
+    (info / "entry_points.txt").write_text(f"[rft]\n{module} = {module}\n")
+    return info
+
+
+@pytest.mark.parametrize("requires, compatible, requires_core", [
+    (["rft-framework>=0.1,<0.2"], True, "rft-framework>=0.1,<0.2"),
+    (["rft_framework<0.2,>=0.1", "numpy"], True, "rft_framework>=0.1,<0.2"),
+    (["rft-framework<0.1"], False, "rft-framework<0.1"),
+    (["rft-framework>=0.2,<0.3"], False, "rft-framework>=0.2,<0.3"),
+    (["numpy", 'rft-framework<0.1; extra == "old"'], True, None),
+    ([], True, None),
+    (["rft"], False, "rft"),
+    (["rft>=0.1", "rft-framework>=0.1"], False, "rft>=0.1"),
+])
+def test_core_requirement_is_checked_against_the_core_version(tmp_path, requires, compatible,
+                                                              requires_core):
+    from importlib.metadata import PathDistribution
+
+    from rft.plugins import core_requirement
+
+    info = fake_distribution(tmp_path, "rft-plugin-fake", "rft_plugin_fake", requires)
+    found = core_requirement(PathDistribution(info), "0.1.3")
+    assert (found.distribution, found.compatible, found.requires_core) == (
+        "rft-plugin-fake", compatible, requires_core)
+    assert (found.warning is None) == compatible
+
+
+def test_core_requirement_messages(tmp_path):
+    from importlib.metadata import PathDistribution
+
+    from rft.plugins import core_requirement
+
+    old = fake_distribution(tmp_path, "rft-plugin-new", "rft_plugin_new", ["rft-framework<0.1"])
+    found = core_requirement(PathDistribution(old), "0.1.0")
+    assert found.problem == "needs rft-framework<0.1"
+    assert found.warning == ("plugin distribution rft-plugin-new requires rft-framework<0.1 "
+                             "(installed: rft-framework 0.1.0); it was built for another core "
+                             "version and may not work")
+    renamed = fake_distribution(tmp_path, "rft-plugin-old", "rft_plugin_old", ["rft"])
+    found = core_requirement(PathDistribution(renamed), "0.3.1")
+    assert found.warning == (
+        "plugin distribution rft-plugin-old depends on 'rft', the unrelated PyPI project 'rft' "
+        "(not this framework); it should depend on 'rft-framework>=0.3,<0.4' "
+        "(installed: rft-framework 0.3.1)")
+
+
+def test_compatible_core_bound():
+    from rft.plugins import compatible_core_bound
+
+    assert compatible_core_bound("0.1.0") == ">=0.1,<0.2"
+    assert compatible_core_bound("0.12.3.dev1") == ">=0.12,<0.13"
+    assert compatible_core_bound("1.4.0") == ">=1,<2"
+
+
+def test_incompatible_plugin_is_loaded_and_flagged(tmp_path, monkeypatch):
+    fake_distribution(tmp_path, "rft-plugin-stale", "rft_plugin_stale", ["rft-framework<0.1"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rft_plugin_stale", raising=False)
+    registry = PluginRegistry.create()
+    assert registry.has("reward_fn", "rft_plugin_stale_reward")  # a warning, not an error
+    infos = {info.name: info for info in registry.plugins()}
+    stale = infos["rft_plugin_stale"]
+    assert (stale.compatible, stale.requires_core) == (False, "rft-framework<0.1")
+    assert stale.as_dict()["compatible"] is False
+    assert infos["selectors"].compatible and infos["rft.builtin.kl"].compatible
+    sys.modules.pop("rft_plugin_stale", None)
+
+
+def test_every_installed_project_plugin_declares_the_core_bound():
+    """The distributions of plugins/ (installed in this venv) all accept this core."""
+    from rft.plugins import _core_version, compatible_core_bound
+
+    plugins = json.loads(subprocess.run([*RFT, "plugins", "--json"], capture_output=True,
+                                        text=True, check=True).stdout)
+    assert all(p["compatible"] for p in plugins)
+    bound = "rft-framework" + compatible_core_bound(_core_version())
+    assert {p["requires_core"] for p in plugins
+            if p["distribution"].startswith("rft-plugin-")} == {bound}
+    assert {p["requires_core"] for p in plugins if p["distribution"] == "rft-framework"} == {
+        None}
+
+
+def test_plugin_pyprojects_follow_the_core_bound_rule():
+    """Each plugins/**/pyproject.toml depends on ``rft-framework>=0.N,<0.N+1`` for the core
+    version 0.N of the root pyproject.toml, and never on ``rft`` (an unrelated PyPI project)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    from rft.plugins import compatible_core_bound
+
+    core = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert core["name"] == "rft-framework"
+    bound = SpecifierSet(compatible_core_bound(core["version"]))
+    projects = sorted((REPO / "plugins").rglob("pyproject.toml"))
+    assert len(projects) >= 14
+    for path in projects:
+        project = tomllib.loads(path.read_text())["project"]
+        assert project["name"].startswith("rft-plugin-"), path
+        on_core = [(r.name, r.specifier) for r in map(Requirement, project["dependencies"])
+                   if r.name in ("rft", "rft-framework")]
+        assert on_core == [("rft-framework", bound)], path
+
+
+def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path):
+    from config_corpus import BASE_CONFIG
+    from rft.plugins import _core_version
+
+    site = tmp_path / "site"
+    fake_distribution(site, "rft-plugin-stale", "rft_plugin_stale", ["rft-framework<0.1"])
+    fake_distribution(site, "rft-plugin-renamed", "rft_plugin_renamed", ["rft>=0.1"])
+    env = {**os.environ, "PYTHONPATH": str(site),
+           "RFT_TEST_MODEL": str(tmp_path / "model"), "RFT_TEST_DATA": str(tmp_path),
+           "RFT_TEST_CHECKPOINTS": str(tmp_path / "ck")}
+    table = subprocess.run([*RFT, "plugins"], capture_output=True, text=True, env=env,
+                           check=True).stdout.splitlines()
+    flagged = sorted(row.split()[0] for row in table if "incompatible" in row)
+    assert flagged == ["rft_plugin_renamed", "rft_plugin_stale"]
+    assert next(row for row in table if row.startswith("rft_plugin_stale ")).endswith(
+        "reward_fn: rft_plugin_stale_reward  [incompatible: needs rft-framework<0.1]")
+
+    listed = {p["name"]: p for p in json.loads(subprocess.run(
+        [*RFT, "plugins", "--json"], capture_output=True, text=True, env=env,
+        check=True).stdout)}
+    assert (listed["rft_plugin_stale"]["compatible"],
+            listed["rft_plugin_stale"]["requires_core"]) == (False, "rft-framework<0.1")
+    assert (listed["rft_plugin_renamed"]["compatible"],
+            listed["rft_plugin_renamed"]["requires_core"]) == (False, "rft>=0.1")
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "tasks.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    config = tmp_path / "config.yaml"
+    config.write_text(BASE_CONFIG.read_text())
+    validated = subprocess.run([*RFT, "validate", str(config)], capture_output=True,
+                               text=True, env=env)
+    assert validated.returncode == 0, validated.stderr  # a warning, not an error
+    version = _core_version()
+    assert sorted(line for line in validated.stderr.splitlines()
+                  if "plugin distribution" in line) == [
+        "rft: warning: plugin distribution rft-plugin-renamed depends on 'rft>=0.1', the "
+        "unrelated PyPI project 'rft' (not this framework); it should depend on "
+        f"'rft-framework>=0.1,<0.2' (installed: rft-framework {version})",
+        "rft: warning: plugin distribution rft-plugin-stale requires rft-framework<0.1 "
+        f"(installed: rft-framework {version}); it was built for another core version and "
+        "may not work",
+    ]
+    filtered = subprocess.run([*RFT, "validate", str(config)], capture_output=True, text=True,
+                              env={**env, "RFT_PLUGINS": "rft-plugin-stale"})
+    assert [line for line in filtered.stderr.splitlines() if "plugin distribution" in line
+            ] == [line for line in validated.stderr.splitlines() if "rft-plugin-stale" in line]

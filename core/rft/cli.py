@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from rft.commands import Command
 from rft.errors import ConfigError, PluginError, RftError
-from rft.plugins import KNOWN_PROVIDERS, PluginRegistry
+from rft.plugins import KNOWN_PROVIDERS, PluginRegistry, core_compatibility_warnings
 
 EXIT_USAGE = 2
 """Exit status for invalid configs, unknown plugins and other user errors."""
@@ -35,18 +35,27 @@ def _print_problems(error: RftError) -> None:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    """The plugin table (or ``--json``); a plugin whose distribution was built for another
+    core ends its row with ``[incompatible: needs rft-framework…]``."""
     infos = PluginRegistry.create().plugins()
     if args.json:
         print(json.dumps([info.as_dict() for info in infos], indent=2))
         return 0
     header = ("plugin", "distribution", "version", "registers")
     rows = [(i.name, i.distribution, i.version,
-             "; ".join(f"{kind}: {', '.join(names)}" for kind, names in i.registers.items())
-             or "-") for i in infos]
+             ("; ".join(f"{kind}: {', '.join(names)}" for kind, names in i.registers.items())
+              or "-") + ("" if i.compatible else f"  [incompatible: {i.problem}]"))
+            for i in infos]
     widths = [max(len(r[col]) for r in [header, *rows]) for col in range(3)]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(widths[n]) for n, cell in enumerate(row[:3])) + "  " + row[3])
     return 0
+
+
+def _warn_about_plugin_versions() -> None:
+    """One ``rft: warning:`` line per plugin distribution built for another core."""
+    for warning in core_compatibility_warnings():
+        print(f"rft: warning: {warning}", file=sys.stderr)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -56,6 +65,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from rft.config import load_config
 
+    _warn_about_plugin_versions()
     loaded = load_config(args.config, args.overrides)
     for warning in loaded.warnings:
         print(f"rft: warning: {warning}", file=sys.stderr)
@@ -70,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rft.config import load_config
     from rft.launcher import run
 
+    _warn_about_plugin_versions()
     loaded = load_config(args.config, args.overrides)
     for warning in loaded.warnings:
         print(f"rft: warning: {warning}", file=sys.stderr)
@@ -81,6 +92,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
     path = build_tiny_model(args.directory, vocab_size=args.vocab_size,
                             hidden_size=args.hidden_size, num_layers=args.layers,
+                            num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
                             seed=args.seed)
     print(path)
     return 0
@@ -107,6 +119,10 @@ def build_parser(registry: PluginRegistry | None = None) -> argparse.ArgumentPar
     tiny.add_argument("--vocab-size", type=int, default=1024)
     tiny.add_argument("--hidden-size", type=int, default=64)
     tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--num-heads", type=int, default=4,
+                      help="attention heads (vLLM's CPU attention needs a head size of 32 "
+                      "or more: hidden size / heads)")
+    tiny.add_argument("--num-kv-heads", type=int, default=2)
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     tiny.set_defaults(handler=cmd_tiny_model)

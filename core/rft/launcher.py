@@ -20,6 +20,7 @@ from rft.errors import RftError
 from rft.modes.bench import run_bench
 from rft.modes.colocate import run_colocate
 from rft.modes.explore import run_explore
+from rft.modes.preflight import check_model_sources
 from rft.modes.stage import StageResult
 from rft.modes.train import run_train
 
@@ -48,6 +49,7 @@ def run(loaded: LoadedConfig) -> int:
         if previous_model is not None:
             stage.config.model.model_path = previous_model
             stage.config.model.critic_model_path = previous_model
+        check_model_sources(stage.plan)
         result = MODE_RUNNERS[stage.config.mode](stage)
         results.append(result)
         previous_model = result.final_model_path

@@ -11,6 +11,11 @@ Environment variables:
 - ``RFT_PLUGINS=a,b`` — load only the entry points of these distributions (or entry-point
   names); others are skipped.
 - ``RFT_TRACE_PLUGINS=1`` — print every hook call and what it returned to stderr.
+
+Each plugin distribution declares which core it was built for (``rft-framework>=0.N,<0.N+1``);
+:func:`core_requirement` checks that against the installed core, and ``rft plugins`` /
+``rft validate`` / ``rft run`` report a plugin built for another core (a warning: it is
+still loaded).
 """
 
 from __future__ import annotations
@@ -25,12 +30,20 @@ from types import ModuleType
 from typing import Any
 
 import pluggy
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from rft import hookspecs
 from rft.errors import DuplicateNameError, PluginError, UnknownNameError
 
-CORE_DISTRIBUTION = "rft"
-"""Distribution name reported for the core's built-in plugins."""
+CORE_DISTRIBUTION = "rft-framework"
+"""The core's distribution name (the import name and the command stay ``rft``); reported
+for the core's built-in plugins."""
+
+UNRELATED_DISTRIBUTION = "rft"
+"""The core's distribution name before 0.1; on PyPI ``rft`` is an unrelated RobotFramework
+project, so a plugin depending on it is flagged."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +126,105 @@ class PluginInfo:
     version: str
     hooks: list[str]
     registers: dict[str, list[str]] = field(default_factory=dict)
+    compatible: bool = True
+    """Whether the distribution's requirement on the core accepts the installed core."""
+    requires_core: str | None = None
+    """The distribution's requirement on the core as declared (``None``: none declared, or
+    a built-in)."""
+    problem: str | None = None
+    """Why it is not compatible, in a few words (``None`` when it is)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "distribution": self.distribution,
-                "version": self.version, "hooks": self.hooks, "registers": self.registers}
+                "version": self.version, "hooks": self.hooks, "registers": self.registers,
+                "compatible": self.compatible, "requires_core": self.requires_core}
+
+
+@dataclass(frozen=True)
+class CoreRequirement:
+    """What one plugin distribution requires of the core, checked against the installed
+    core (:func:`core_requirement`)."""
+
+    distribution: str
+    requires_core: str | None
+    """The requirement as declared, e.g. ``"rft-framework<0.2,>=0.1"``; ``None`` if none."""
+    compatible: bool
+    problem: str | None = None
+    """Short reason shown by ``rft plugins``, e.g. ``"needs rft-framework<0.1"``."""
+    warning: str | None = None
+    """One line for ``rft validate`` / ``rft run``: the distribution, its requirement and
+    the installed core version."""
+
+
+def compatible_core_bound(core_version: str) -> str:
+    """The bound a plugin built against core ``0.N.x`` declares: ``>=0.N,<0.N+1``
+    (``>=M,<M+1`` from 1.0 on)."""
+    try:
+        release = Version(core_version).release
+    except InvalidVersion:
+        return ""
+    major, minor = (release + (0, 0))[:2]
+    if major == 0:
+        return f">=0.{minor},<0.{minor + 1}"
+    return f">={major},<{major + 1}"
+
+
+def core_requirement(distribution: importlib_metadata.Distribution,
+                     core_version: str | None = None) -> CoreRequirement:
+    """Read ``distribution``'s ``Requires-Dist`` for the core and check it against
+    ``core_version`` (default: the installed core's).
+
+    A requirement on ``rft`` (the unrelated PyPI project) is incompatible; no requirement
+    on the core at all is compatible (nothing to check), and so is any requirement when the
+    core's own version is unknown (running from a source tree that is not installed).
+    """
+    name = distribution.metadata["Name"] or "?"
+    core_version = core_version or _core_version()
+    ours: Requirement | None = None
+    unrelated: Requirement | None = None
+    for line in distribution.requires or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        canonical = canonicalize_name(requirement.name)
+        if canonical == CORE_DISTRIBUTION:
+            ours = requirement
+        elif canonical == UNRELATED_DISTRIBUTION:
+            unrelated = requirement
+    installed = f"installed: {CORE_DISTRIBUTION} {core_version}"
+    if unrelated is not None:
+        declared = _format_requirement(unrelated)
+        bound = compatible_core_bound(core_version)
+        return CoreRequirement(
+            name, declared, False,
+            problem=f"depends on {declared!r}, an unrelated PyPI project; "
+                    f"needs {CORE_DISTRIBUTION}",
+            warning=f"plugin distribution {name} depends on {declared!r}, the unrelated PyPI "
+                    f"project 'rft' (not this framework); it should depend on "
+                    f"'{CORE_DISTRIBUTION}{bound}' ({installed})")
+    if ours is None:
+        return CoreRequirement(name, None, True)
+    declared = _format_requirement(ours)
+    try:
+        compatible = ours.specifier.contains(Version(core_version), prereleases=True)
+    except InvalidVersion:
+        compatible = True
+    if compatible or core_version == _UNKNOWN_VERSION:
+        return CoreRequirement(name, declared, True)
+    return CoreRequirement(
+        name, declared, False, problem=f"needs {declared}",
+        warning=f"plugin distribution {name} requires {declared} ({installed}); it was built "
+                f"for another core version and may not work")
+
+
+def _format_requirement(requirement: Requirement) -> str:
+    """``name`` plus its specifiers, lower bounds first (``rft-framework>=0.1,<0.2``)."""
+    specifiers = sorted(requirement.specifier,
+                        key=lambda s: (s.operator.startswith("<"), s.operator, s.version))
+    return requirement.name + ",".join(str(s) for s in specifiers)
 
 
 @dataclass(frozen=True)
@@ -148,6 +256,8 @@ class RftPluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.distributions: dict[str, tuple[str, str]] = {}
         """``plugin name -> (distribution, version)`` for plugins loaded from entry points."""
+        self.core_requirements: dict[str, CoreRequirement] = {}
+        """``plugin name ->`` what its distribution requires of the core (entry points)."""
 
 
 def create_plugin_manager(
@@ -167,10 +277,8 @@ def create_plugin_manager(
         manager.register(module, name=f"rft.builtin.{module.__name__.rsplit('.', 1)[-1]}")
     if autoload is None:
         autoload = not _env_flag("RFT_DISABLE_PLUGIN_AUTOLOAD")
-    if allow is None and os.environ.get("RFT_PLUGINS", "").strip():
-        allow = [part.strip() for part in os.environ["RFT_PLUGINS"].split(",") if part.strip()]
     if autoload:
-        _load_entry_points(manager, set(allow) if allow is not None else None)
+        _load_entry_points(manager, _allow_list(allow))
     for plugin in extra_plugins:
         name = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__qualname__
         manager.register(plugin, name=None if manager.has_plugin(name) else name)
@@ -180,12 +288,48 @@ def create_plugin_manager(
     return manager
 
 
-def _load_entry_points(manager: RftPluginManager, allow: set[str] | None) -> None:
-    """Load every entry point of group ``rft``, optionally filtered by ``allow``."""
+def _allow_list(allow: Iterable[str] | None) -> set[str] | None:
+    """``allow``, or else ``RFT_PLUGINS`` split on commas; ``None``: everything."""
+    if allow is None and os.environ.get("RFT_PLUGINS", "").strip():
+        allow = [part.strip() for part in os.environ["RFT_PLUGINS"].split(",") if part.strip()]
+    return set(allow) if allow is not None else None
+
+
+def _selected_entry_points(allow: set[str] | None) -> list[importlib_metadata.EntryPoint]:
+    """The entry points of group ``rft`` that ``allow`` lets through (all when ``None``)."""
+    selected = []
     for entry_point in importlib_metadata.entry_points(group=hookspecs.PROJECT_NAME):
         distribution = entry_point.dist.name if entry_point.dist else entry_point.name
         if allow is not None and distribution not in allow and entry_point.name not in allow:
             continue
+        selected.append(entry_point)
+    return selected
+
+
+def core_compatibility_warnings(*, autoload: bool | None = None,
+                                allow: Iterable[str] | None = None) -> list[str]:
+    """One line per plugin distribution (that :func:`create_plugin_manager` with the same
+    arguments would load) whose requirement on the core rejects the installed core, or
+    that depends on the unrelated ``rft``; the plugins are not imported."""
+    if autoload is None:
+        autoload = not _env_flag("RFT_DISABLE_PLUGIN_AUTOLOAD")
+    if not autoload:
+        return []
+    warnings: dict[str, str] = {}
+    for entry_point in _selected_entry_points(_allow_list(allow)):
+        if entry_point.dist is None:
+            continue
+        found = core_requirement(entry_point.dist)
+        if found.warning is not None:
+            warnings.setdefault(found.distribution, found.warning)
+    return list(warnings.values())
+
+
+def _load_entry_points(manager: RftPluginManager, allow: set[str] | None) -> None:
+    """Load every entry point of group ``rft``, optionally filtered by ``allow``."""
+    core_version = _core_version()
+    for entry_point in _selected_entry_points(allow):
+        distribution = entry_point.dist.name if entry_point.dist else entry_point.name
         if manager.get_plugin(entry_point.name) is not None:
             continue
         try:
@@ -205,6 +349,8 @@ def _load_entry_points(manager: RftPluginManager, allow: set[str] | None) -> Non
         if entry_point.dist is not None:
             manager.distributions[entry_point.name] = (entry_point.dist.metadata["name"],
                                                        entry_point.dist.version)
+            manager.core_requirements[entry_point.name] = core_requirement(entry_point.dist,
+                                                                           core_version)
 
 
 class PluginRegistry:
@@ -315,7 +461,13 @@ class PluginRegistry:
             hooks = sorted(
                 caller.name for caller in self.manager.get_hookcallers(plugin) or []
             )
-            infos[plugin_name] = PluginInfo(plugin_name, distribution, version, hooks)
+            info = PluginInfo(plugin_name, distribution, version, hooks)
+            requirement = self.manager.core_requirements.get(plugin_name)
+            if requirement is not None:
+                info.compatible = requirement.compatible
+                info.requires_core = requirement.requires_core
+                info.problem = requirement.problem
+            infos[plugin_name] = info
         for kind, entries in self._entries.items():
             for registration in entries.values():
                 info = infos.get(registration.plugin)
@@ -332,11 +484,14 @@ def _check_kind(kind: str) -> str:
     return kind
 
 
+_UNKNOWN_VERSION = "0+unknown"
+
+
 def _core_version() -> str:
     try:
         return importlib_metadata.version(CORE_DISTRIBUTION)
     except importlib_metadata.PackageNotFoundError:
-        return "0+unknown"
+        return _UNKNOWN_VERSION
 
 
 def args_type_of(implementation: Any) -> type | None:

@@ -32,7 +32,7 @@ from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.modes.builders import (build_trainer, offline_storage, quiet_libraries, sample_step,
                                 save_stage_checkpoint, steps_over_data, steps_over_tasks)
-from rft.modes.stage import Resumed, StageLifecycle, StageResult
+from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.synchronizer import MemorySynchronizer
 
 log = logging.getLogger("rft.modes.colocate")
@@ -122,16 +122,9 @@ def run_colocate(stage: Stage) -> StageResult:
     quiet_libraries()
     plan = stage.plan
     check_writable(plan.job_dir)
-    lifecycle = StageLifecycle(stage, ("explorer", "trainer"),
-                               has_eval=bool(plan.eval_tasksets))
-    try:
-        with contextlib.ExitStack() as cleanup:  # everything opened is closed, however it ends
-            body = ColocateStage(stage, lifecycle, cleanup)
-            lifecycle.start(body.steps)
-            lifecycle.drive(body)
-    finally:
-        result = lifecycle.close()
-    return result
+    return run_stage(stage, ("explorer", "trainer"), has_eval=bool(plan.eval_tasksets),
+                     open_body=lambda lifecycle, cleanup: ColocateStage(stage, lifecycle,
+                                                                        cleanup))
 
 
 __all__ = ["ColocateStage", "run_colocate"]

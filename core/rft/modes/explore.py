@@ -33,7 +33,7 @@ from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.modes.builders import quiet_libraries, steps_over_tasks
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
-from rft.modes.stage import Resumed, StageLifecycle, StageResult
+from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
 log = logging.getLogger("rft.modes.explore")
 
@@ -150,15 +150,9 @@ def run_explore(stage: Stage) -> StageResult:
     """Run the explorer of one stage in this process (see the module docstring)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
-    lifecycle = StageLifecycle(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets))
-    try:
-        with contextlib.ExitStack() as cleanup:  # closed in reverse, however set-up ends
-            body = ExploreStage(stage, lifecycle, cleanup)
-            lifecycle.start(body.steps)
-            lifecycle.drive(body)
-    finally:
-        result = lifecycle.close()
-    return result
+    return run_stage(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets),
+                     open_body=lambda lifecycle, cleanup: ExploreStage(stage, lifecycle,
+                                                                       cleanup))
 
 
 def _model_path(config: RftConfig, sync: CheckpointSynchronizer) -> str | None:

@@ -15,8 +15,9 @@ and trainer run at once, asks the same lifecycle what is due as its calls finish
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,6 +68,9 @@ class Resumed:
 
 class StageBody(Protocol):
     """What a mode with sequential steps plugs into :meth:`StageLifecycle.drive`."""
+
+    steps: int
+    """Steps of the stage (known once the body is built)."""
 
     def resume(self) -> Resumed:
         """Restore the newest checkpoint (when continuing); say where to go on from."""
@@ -172,4 +176,24 @@ class StageLifecycle:
         body.finish(self.result)
 
 
-__all__ = ["CheckpointEval", "Resumed", "StageBody", "StageLifecycle", "StageResult"]
+BodyFactory = Callable[[StageLifecycle, contextlib.ExitStack], StageBody]
+"""Builds a mode's body; what it opens it registers on the exit stack to be closed."""
+
+
+def run_stage(stage: Stage, roles: Sequence[str], *, has_eval: bool,
+              open_body: BodyFactory) -> StageResult:
+    """Run a sequential stage: build its body, start the monitors, drive the steps, and
+    close everything (monitors last), however it ends."""
+    lifecycle = StageLifecycle(stage, roles, has_eval=has_eval)
+    try:
+        with contextlib.ExitStack() as cleanup:
+            body = open_body(lifecycle, cleanup)
+            lifecycle.start(body.steps)
+            lifecycle.drive(body)
+    finally:
+        result = lifecycle.close()
+    return result
+
+
+__all__ = ["BodyFactory", "CheckpointEval", "Resumed", "StageBody", "StageLifecycle",
+           "StageResult", "run_stage"]

@@ -31,7 +31,7 @@ from rft.errors import RftError
 from rft.modes.builders import (build_trainer, quiet_libraries, save_stage_checkpoint,
                                 steps_over_tasks)
 from rft.modes.colocate import run_colocate
-from rft.modes.stage import Resumed, StageLifecycle, StageResult
+from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
 log = logging.getLogger("rft.modes.train")
 
@@ -120,12 +120,6 @@ def run_trainer_alone(stage: Stage) -> StageResult:
     """Train on experiences written by another process (see the module docstring)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
-    lifecycle = StageLifecycle(stage, ("trainer",), has_eval=False)
-    try:
-        with contextlib.ExitStack() as cleanup:  # whatever set-up opened is closed again
-            body = TrainAloneStage(stage, lifecycle, cleanup)
-            lifecycle.start(body.steps)
-            lifecycle.drive(body)
-    finally:
-        result = lifecycle.close()
-    return result
+    return run_stage(stage, ("trainer",), has_eval=False,
+                     open_body=lambda lifecycle, cleanup: TrainAloneStage(stage, lifecycle,
+                                                                          cleanup))

@@ -55,6 +55,18 @@ class Batch:
         """Random (negative) log-probabilities ``(B, T)``."""
         return -self.randn().abs() * scale
 
+    def drifted(self, log_prob: torch.Tensor, drift: float, limit: float = 20.0) -> torch.Tensor:
+        """Log-probabilities ``(B, T)`` of another policy: ``log_prob + δ``, ``δ ~ N(0,
+        drift²)`` clamped to ``±limit`` (so ``|log ratio| ≤ limit``), kept ``≤ 0``."""
+        delta = self.randn(scale=drift).clamp(-limit, limit)  # (B, T)
+        return (log_prob + delta).clamp(max=0.0)
+
+    def last_token_index(self) -> torch.Tensor:
+        """``(B,)`` position of each row's last response token (``T − 1`` for an empty row)."""
+        positions = torch.arange(self.T).expand(self.B, self.T)  # (B, T)
+        last = torch.where(self.mask.bool(), positions, -1).max(dim=-1).values  # (B,)
+        return torch.where(last < 0, self.T - 1, last)
+
 
 def assert_policy_loss_matches(pg_loss: torch.Tensor, metrics: dict[str, torch.Tensor],
                                ref: torch.Tensor, ref_metrics: dict[str, Any],
@@ -105,8 +117,15 @@ def batches(draw: st.DrawFn, max_b: int = 12, max_t: int = 16, min_tokens: int =
 
 
 def rewards_for(batch: Batch, kind: str) -> torch.Tensor:
-    """Token-level rewards ``(B, T)``: outcome 0/1 on the last token (constant groups are
-    common), continuous dense rewards, or one constant everywhere."""
+    """Token-level rewards ``(B, T)``: ``binary`` 0/1 on the last column (constant groups
+    are common), ``outcome`` a random score on each row's last response token (as the
+    trainer places an outcome reward), ``continuous`` dense rewards, or ``constant``
+    everywhere."""
+    if kind == "outcome":
+        rewards = torch.zeros(batch.B, batch.T, dtype=torch.float64)
+        scores = torch.randn(batch.B, generator=batch.gen, dtype=torch.float64)  # (B,)
+        rewards[torch.arange(batch.B), batch.last_token_index()] = scores
+        return rewards
     if kind == "binary":
         rewards = torch.zeros(batch.B, batch.T, dtype=torch.float64)
         rewards[:, -1] = (torch.rand(batch.B, generator=batch.gen) < 0.5).to(torch.float64)
