@@ -98,6 +98,16 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    import rft
+    from rft.scaffold import scaffold
+
+    root = scaffold(args.kind, args.name, args.dir, rft.__version__)
+    print(root)
+    print(f"next: cd {root} && pip install -e '.[test]' && pytest", file=sys.stderr)
+    return 0
+
+
 def build_parser(registry: PluginRegistry | None = None) -> argparse.ArgumentParser:
     """The ``rft`` parser: the built-in commands, then the commands of ``registry``'s
     plugins (none when ``registry`` is ``None``).
@@ -126,6 +136,16 @@ def build_parser(registry: PluginRegistry | None = None) -> argparse.ArgumentPar
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     tiny.set_defaults(handler=cmd_tiny_model)
+
+    new = commands.add_parser("new-plugin", help="write a plugin distribution that passes "
+                              "its own tests (KIND: policy_loss, advantage, reward, workflow)")
+    new.add_argument("kind", metavar="KIND", help="policy_loss, advantage, reward or workflow")
+    new.add_argument("name", metavar="NAME", help="the name a config selects it by, e.g. "
+                     "my_loss")
+    new.add_argument("--dir", default=".", help="where to create rft-plugin-NAME/ "
+                     "(default: here)")
+    new.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    new.set_defaults(handler=cmd_new_plugin)
 
     for name, handler, text in (
         ("validate", cmd_validate, "check a config; print it resolved, or its problems"),

@@ -92,11 +92,12 @@ def assert_policy_loss_matches(pg_loss: torch.Tensor, metrics: dict[str, torch.T
 @st.composite
 def batches(draw: st.DrawFn, max_b: int = 12, max_t: int = 16, min_tokens: int = 0,
             even_b: bool = False) -> Batch:
-    """A :class:`Batch`; ``even_b`` draws an even ``B`` (preference pairs)."""
+    """A :class:`Batch` with at least ``min_tokens`` masked tokens; ``even_b`` draws an
+    even ``B`` (preference pairs)."""
     B = draw(st.integers(1, max_b))
     if even_b:
         B = 2 * ((B + 1) // 2)
-    T = draw(st.integers(1, max_t))
+    T = max(draw(st.integers(1, max_t)), -(-min_tokens // B))  # room for min_tokens
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     kind = draw(st.sampled_from(["prefix", "random", "full"]))
     if kind == "full":

@@ -258,7 +258,8 @@ def _check_parts_add_up(check: _Check, fn: Callable[..., Any], args: Any,
     summed = losses[0] + losses[1]
     scale = sum(abs(x.item()) for x in losses)
     same, detail = _gap(summed, total, scale)
-    check.ensure(same, f"micro-batch losses do not add up to the mini-batch loss "
+    one, many = ("loss", "losses") if leaf_name == "log_prob" else ("term", "terms")
+    check.ensure(same, f"micro-batch {many} do not add up to the mini-batch {one} "
                        f"(rows [:{cut}] + [{cut}:] with the whole batch's counts, "
                        f"{agg.mode})", detail)
     same, detail = _gap(torch.cat(grads), total_grad)

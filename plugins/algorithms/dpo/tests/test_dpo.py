@@ -15,9 +15,24 @@ from rft.contracts import AggContext, PolicyLossInputs, needs_ref_log_prob
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
+from rft.testing.checks import check_policy_loss
+from rft.testing.strategies import policy_loss_inputs
 from rft_plugin_dpo import DPOArgs, dpo_loss
 
 torch.set_num_threads(1)
+
+
+@SETTINGS
+@given(policy_loss_inputs(pairs=True, ref_log_prob=True), st.sampled_from([0.0, 0.1, 0.3]),
+       st.sampled_from([0.01, 0.1, 2.0]))
+def test_dpo_keeps_the_policy_loss_contract(inputs: PolicyLossInputs, smoothing: float,
+                                            beta: float) -> None:
+    """A sequence-level 0-dim loss: masking, finite gradients at log-ratios up to ±20, and
+    micro-batches of whole pairs (``unit_size=2``) add up with the mini-batch's
+    ``global_batch_size``. ``zero_advantage_zero_loss=False``: DPO does not use the
+    advantages (its signal is the preference between the rows of a pair)."""
+    check_policy_loss(dpo_loss, DPOArgs(beta=beta, label_smoothing=smoothing), inputs,
+                      zero_advantage_zero_loss=False, unit_size=2)
 
 
 def _inputs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, mask: torch.Tensor,

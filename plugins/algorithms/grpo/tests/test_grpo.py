@@ -9,40 +9,51 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rft.contracts import AdvantageInputs
-from rft.group_ops import group_ids
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.checks import assert_equals_verl, check_advantage
+from rft.testing.strategies import advantage_inputs
 from rft_plugin_grpo import (GRPOArgs, GRPONoStdArgs, grpo_advantages, grpo_no_std_advantages,
                              opo_advantages)
 
 torch.set_num_threads(1)
 
 
-def _pair(ours, ref) -> None:
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
+# ---- the advantage contract (rft.testing.checks) ---------------------------------------
+
+
+@SETTINGS
+@given(advantage_inputs(), st.sampled_from([1e-6, 1e-2]))
+def test_every_registered_fn_keeps_the_contract(inputs: AdvantageInputs, epsilon: float) -> None:
+    """Finite (B, T) outputs, zero on padding, no gradient, and invariant to a constant
+    added to a group's rewards (singletons use a fixed baseline, ``μ = 0``, and are left
+    out by the check). GRPO with the std is also scale invariant, up to ``ε / σ`` (checked
+    with the default ``ε``)."""
+    check_advantage(grpo_advantages, GRPOArgs(), inputs, shift_invariant=True,
+                    scale_invariant=True)
+    check_advantage(grpo_advantages, GRPOArgs(epsilon=epsilon), inputs, shift_invariant=True)
+    check_advantage(grpo_advantages, GRPOArgs(epsilon, norm_adv_by_std_in_grpo=False), inputs,
+                    shift_invariant=True)
+    check_advantage(grpo_no_std_advantages, GRPONoStdArgs(epsilon=epsilon), inputs,
+                    shift_invariant=True)
+    check_advantage(opo_advantages, None, inputs, shift_invariant=True)
 
 
 # ---- veRL equivalence ----------------------------------------------------------------
 
 
 @SETTINGS
-@given(batches(max_b=24), REWARD_KINDS, st.booleans(), st.sampled_from([1e-6, 1e-2]))
-def test_grpo_equals_verl(batch: Batch, kind: str, norm_by_std: bool, epsilon: float) -> None:
+@given(advantage_inputs(), st.booleans(), st.sampled_from([1e-6, 1e-2]))
+def test_grpo_equals_verl(inputs: AdvantageInputs, norm_by_std: bool, epsilon: float) -> None:
     """GRPO and Dr.GRPO (``norm_adv_by_std_in_grpo=False``), singletons (``μ=0, σ=1``)
-    and constant-reward groups included; labels as strings (veRL's uids) and as a tensor."""
-    from verl.trainer.ppo import core_algos
-    rewards = rewards_for(batch, kind)
-    ref = core_algos.compute_grpo_outcome_advantage(
-        rewards.clone(), batch.mask, batch.groups, epsilon=epsilon,
-        norm_adv_by_std_in_grpo=norm_by_std)
+    and constant-reward groups included; group ids as strings (veRL's uids), lists and
+    non-contiguous integer tensors (the strategy draws the form)."""
+    verl = {"epsilon": epsilon, "norm_adv_by_std_in_grpo": norm_by_std}
     args = GRPOArgs(epsilon=epsilon, norm_adv_by_std_in_grpo=norm_by_std)
-    _pair(grpo_advantages(AdvantageInputs(rewards, batch.mask, batch.groups), args), ref)
-    tensor_ids = group_ids(batch.groups) * 3 + 5  # non-contiguous integer ids
-    _pair(grpo_advantages(AdvantageInputs(rewards, batch.mask, tensor_ids), args), ref)
+    assert_equals_verl(grpo_advantages, args, "compute_grpo_outcome_advantage", inputs, **verl)
     if not norm_by_std:
-        _pair(grpo_no_std_advantages(AdvantageInputs(rewards, batch.mask, batch.groups),
-                                     GRPONoStdArgs(epsilon=epsilon)), ref)
+        assert_equals_verl(grpo_no_std_advantages, GRPONoStdArgs(epsilon=epsilon),
+                           "compute_grpo_outcome_advantage", inputs, **verl)
 
 
 @SETTINGS

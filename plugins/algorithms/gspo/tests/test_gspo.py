@@ -8,44 +8,41 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import ops
 from rft.contracts import AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import (SETTINGS, Batch, assert_policy_loss_matches, batches,
-                                    validated)
+from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.checks import assert_equals_verl, check_policy_loss
+from rft.testing.strategies import policy_loss_inputs
 from rft_plugin_gspo import GSPOArgs, gspo_policy_loss
 
 torch.set_num_threads(1)
 
+CLIPS = st.sampled_from([(0.2, None, None), (0.2, 3e-4, 4e-4), (0.1, 0.3, 0.05)])
+
 
 @SETTINGS
-@given(batches(), st.sampled_from(list(ops.LOSS_AGG_MODES)),
-       st.sampled_from([0.001, 0.05, 0.5, 30.0]),
-       st.sampled_from([(0.2, None, None), (0.2, 3e-4, 4e-4), (0.1, 0.3, 0.05)]),
-       st.booleans())
-def test_gspo_equals_verl(batch: Batch, mode: str, drift: float, clips: tuple,
-                          global_counts: bool) -> None:
-    """Large drifts reach the log-ratio clamp at 10. Empty masks: veRL's NaN for an
-    all-empty batch without global counts becomes 0 in rft (see the core's agg_loss)."""
-    from verl.trainer.ppo import core_algos
-    from verl.workers.config import ActorConfig
-
+@given(policy_loss_inputs(), CLIPS)
+def test_gspo_keeps_the_policy_loss_contract(inputs: PolicyLossInputs, clips: tuple) -> None:
+    """Masking (the sequence ratio averages masked tokens only), finite gradients at
+    log-ratios up to ±20 (the sequence log-ratio is clamped at 10), zero loss for zero
+    advantages, micro-batches add up in every agg mode."""
     clip, low, high = clips
-    old = batch.logps()
-    new = (old + batch.randn(scale=drift)).requires_grad_()
-    advantages = batch.randn(scale=2.0)
-    info = ({"batch_num_tokens": batch.mask.sum().item() + 1, "global_batch_size": batch.B + 2,
-             "dp_size": 1} if global_counts else {})
-    config = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-                         clip_ratio=clip, clip_ratio_low=low, clip_ratio_high=high,
-                         global_batch_info=info)
-    ref, ref_metrics = core_algos.compute_policy_loss_gspo(
-        old_log_prob=old, log_prob=new, advantages=advantages, response_mask=batch.mask,
-        loss_agg_mode=mode, config=config)
-    pg_loss, metrics = gspo_policy_loss(
-        PolicyLossInputs(new, old, advantages, batch.mask, AggContext(mode, **info)),
-        GSPOArgs(clip_range=clip, clip_range_low=low, clip_range_high=high))
-    assert_policy_loss_matches(pg_loss, metrics, ref, ref_metrics, batch.mask, mode, info, new)
+    check_policy_loss(gspo_policy_loss,
+                      GSPOArgs(clip_range=clip, clip_range_low=low, clip_range_high=high), inputs)
+
+
+@SETTINGS
+@given(policy_loss_inputs(), CLIPS)
+def test_gspo_equals_verl(inputs: PolicyLossInputs, clips: tuple) -> None:
+    """Values, gradients and metrics, every agg mode, with and without a mini-batch's
+    global counts. Large drifts reach the log-ratio clamp at 10. Empty masks: veRL's NaN
+    for an all-empty batch without global counts becomes 0 in rft (see the core's
+    agg_loss)."""
+    clip, low, high = clips
+    assert_equals_verl(gspo_policy_loss,
+                       GSPOArgs(clip_range=clip, clip_range_low=low, clip_range_high=high),
+                       "gspo", inputs,
+                       config={"clip_ratio": clip, "clip_ratio_low": low, "clip_ratio_high": high})
 
 
 def test_ratio_is_per_sequence() -> None:

@@ -17,6 +17,8 @@ from rft.experience import EID, Experience
 from rft.ops import agg_loss
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
+from rft.testing.checks import check_policy_loss
+from rft.testing.strategies import policy_loss_inputs
 from rft_plugin_mix import MixArgs, MixSampleArgs, MixSampleStrategy, mix_policy_loss
 
 torch.set_num_threads(1)
@@ -30,6 +32,17 @@ def _inputs(batch: Batch):
 
 def _loss_inputs(new, old, advantages, mask, expert=None) -> PolicyLossInputs:
     return PolicyLossInputs(new, old, advantages, mask, AggContext(), is_expert_mask=expert)
+
+
+@SETTINGS
+@given(policy_loss_inputs(expert_rows=True), st.sampled_from([0.0, 0.1, 1.0]))
+def test_mix_keeps_the_policy_loss_contract(inputs: PolicyLossInputs, mu: float) -> None:
+    """Masking, finite gradients, micro-batches (expert rows split with their mask) add
+    up. Zero advantages give a zero loss only without expert rows: the SFT part
+    ``μ·(−log π)`` on expert rows does not use the advantages."""
+    expert = inputs.is_expert_mask
+    check_policy_loss(mix_policy_loss, MixArgs(mu=mu), inputs,
+                      zero_advantage_zero_loss=expert is None or not bool(expert.any()))
 
 
 @SETTINGS

@@ -14,6 +14,8 @@ from rft.contracts import AdvantageInputs, AggContext, PolicyLossInputs
 from rft.ops import agg_loss
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.checks import check_advantage, check_policy_loss
+from rft.testing.strategies import advantage_inputs, policy_loss_inputs
 from rft_plugin_opmd import OPMDAdvantageArgs, OPMDLossArgs, opmd_advantages, opmd_policy_loss
 
 torch.set_num_threads(1)
@@ -47,6 +49,23 @@ def test_advantage_equals_the_loop(batch: Batch, kind: str, baseline: str, tau: 
                                     OPMDAdvantageArgs(baseline, tau))
     close(ours, _loop_reference(rewards, batch.mask, batch.groups, baseline, tau))
     assert returns is ours
+
+
+@SETTINGS
+@given(advantage_inputs(), st.sampled_from([0.1, 1.0, 10.0]))
+def test_advantage_keeps_the_contract(inputs: AdvantageInputs, tau: float) -> None:
+    """Finite, zero on padding, no gradient; both baselines move with a constant added to
+    a group's rewards (``τ·logavgexp((r + c)/τ) = b + c``), so the advantages do not."""
+    for baseline in ("mean", "logavgexp"):
+        check_advantage(opmd_advantages, OPMDAdvantageArgs(baseline, tau), inputs,
+                        shift_invariant=True)
+
+
+@SETTINGS
+@given(policy_loss_inputs(), st.sampled_from([0.0, 1.0, 4.0]))
+def test_loss_keeps_the_contract(inputs: PolicyLossInputs, tau: float) -> None:
+    """Masking, finite gradients, zero loss for zero advantages, micro-batches add up."""
+    check_policy_loss(opmd_policy_loss, OPMDLossArgs(tau=tau), inputs)
 
 
 def test_baselines_by_hand() -> None:

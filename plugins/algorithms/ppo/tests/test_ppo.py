@@ -5,37 +5,42 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from rft.contracts import AdvantageInputs
 from rft.errors import RftError
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.checks import assert_equals_verl, check_advantage
+from rft.testing.strategies import advantage_inputs
 from rft_plugin_ppo import GAEArgs, gae_advantages
 
 torch.set_num_threads(1)
 
+GAMMAS = st.sampled_from([1.0, 0.99])
+LAMBDAS = st.sampled_from([1.0, 0.95, 0.0])
+
 
 @SETTINGS
-@given(batches(), REWARD_KINDS, st.sampled_from([1.0, 0.99]), st.sampled_from([1.0, 0.95, 0.0]))
-def test_gae_equals_verl(batch: Batch, kind: str, gamma: float, lam: float) -> None:
+@given(advantage_inputs(max_b=12, values=True), GAMMAS, LAMBDAS)
+def test_gae_keeps_the_advantage_contract(inputs: AdvantageInputs, gamma: float,
+                                          lam: float) -> None:
+    """Finite (B, T), no gradient, inputs untouched. ``zero_at_masked=False``: as veRL,
+    the advantages are whitened on every position, padding included, and the returns are
+    ``Â + V`` everywhere; no loss reads a masked position. Whitening needs two masked
+    tokens (it raises ValueError otherwise, like veRL)."""
+    assume(inputs.response_mask.sum() >= 2)
+    check_advantage(gae_advantages, GAEArgs(gamma=gamma, lam=lam), inputs, zero_at_masked=False)
+
+
+@SETTINGS
+@given(advantage_inputs(max_b=12, values=True), GAMMAS, LAMBDAS)
+def test_gae_equals_verl(inputs: AdvantageInputs, gamma: float, lam: float) -> None:
     """GAE skipping unmasked tokens; whitening (padding included, as veRL). Fewer than two
     masked tokens: both raise ValueError."""
-    from verl.trainer.ppo import core_algos
-    rewards = rewards_for(batch, kind)
-    values = batch.randn()
-    inputs = AdvantageInputs(rewards, batch.mask, list(range(batch.B)), values=values)
-    args = GAEArgs(gamma=gamma, lam=lam)
-    try:
-        ref = core_algos.compute_gae_advantage_return(rewards, values, batch.mask, gamma, lam)
-    except ValueError:
-        with pytest.raises(ValueError):
-            gae_advantages(inputs, args)
-        return
-    ours = gae_advantages(inputs, args)
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
+    assert_equals_verl(gae_advantages, GAEArgs(gamma=gamma, lam=lam),
+                       "compute_gae_advantage_return", inputs, gamma=gamma, lam=lam)
 
 
 def test_gae_returns_by_hand() -> None:

@@ -9,57 +9,52 @@ from hypothesis import strategies as st
 
 from rft.contracts import AdvantageInputs
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.checks import assert_equals_verl, check_advantage
+from rft.testing.strategies import advantage_inputs
 from rft_plugin_reinforceplusplus import (ReinforcePlusPlusArgs, ReinforcePlusPlusBaselineArgs,
                                           reinforce_plus_plus_advantages,
                                           reinforce_plus_plus_baseline_advantages)
 
 torch.set_num_threads(1)
 
+GAMMAS = st.sampled_from([1.0, 0.99, 0.5])
+
 
 @SETTINGS
-@given(batches(max_b=24), REWARD_KINDS)
-def test_baseline_equals_verl(batch: Batch, kind: str) -> None:
+@given(advantage_inputs(min_tokens=2), GAMMAS)
+def test_both_keep_the_advantage_contract(inputs: AdvantageInputs, gamma: float) -> None:
+    """Finite, zero on padding, no gradient. Whitening over the batch makes both scale
+    invariant (up to whitening's ``1e-8``); the baseline version also ignores a constant
+    added to a group's rewards. The return-to-go version is not shift invariant per group
+    (the whitening mean is the batch's). Whitening needs two masked tokens."""
+    check_advantage(reinforce_plus_plus_advantages, ReinforcePlusPlusArgs(gamma=gamma), inputs,
+                    scale_invariant=True)
+    check_advantage(reinforce_plus_plus_baseline_advantages, ReinforcePlusPlusBaselineArgs(),
+                    inputs, shift_invariant=True, scale_invariant=True)
+
+
+@SETTINGS
+@given(advantage_inputs())
+def test_baseline_equals_verl(inputs: AdvantageInputs) -> None:
     """REINFORCE++-baseline. veRL raises ValueError when the batch has fewer than two
-    masked tokens (unbiased variance); rft raises the same."""
-    from verl.trainer.ppo import core_algos
-    rewards = rewards_for(batch, kind)
-    inputs = AdvantageInputs(rewards, batch.mask, batch.groups)
-    args = ReinforcePlusPlusBaselineArgs()
-    try:
-        ref = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
-            rewards.clone(), batch.mask, batch.groups)
-    except ValueError:
+    masked tokens (unbiased variance); rft must raise the same (assert_equals_verl checks)."""
+    if inputs.response_mask.sum() < 2:
         event("veRL raises: < 2 masked tokens")
-        with pytest.raises(ValueError):
-            reinforce_plus_plus_baseline_advantages(inputs, args)
-        return
-    ours = reinforce_plus_plus_baseline_advantages(inputs, args)
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
+    assert_equals_verl(reinforce_plus_plus_baseline_advantages, ReinforcePlusPlusBaselineArgs(),
+                       "compute_reinforce_plus_plus_baseline_outcome_advantage", inputs)
 
 
 @SETTINGS
-@given(batches(), REWARD_KINDS, st.sampled_from([1.0, 0.99, 0.5]))
-def test_reinforce_plus_plus_equals_verl(batch: Batch, kind: str, gamma: float) -> None:
+@given(advantage_inputs(max_b=12), GAMMAS)
+def test_reinforce_plus_plus_equals_verl(inputs: AdvantageInputs, gamma: float) -> None:
     """Discounted returns carried across observation tokens, whitened. Fewer than two
     masked tokens: both raise ValueError."""
-    from verl.trainer.ppo import core_algos
     from omegaconf import OmegaConf
 
-    rewards = rewards_for(batch, kind)
-    inputs = AdvantageInputs(rewards, batch.mask, batch.groups)
-    args = ReinforcePlusPlusArgs(gamma=gamma)
-    try:
-        ref = core_algos.compute_reinforce_plus_plus_outcome_advantage(
-            rewards.clone(), batch.mask, config=OmegaConf.create({"gamma": gamma}))
-    except ValueError:
-        with pytest.raises(ValueError):
-            reinforce_plus_plus_advantages(inputs, args)
-        return
-    ours = reinforce_plus_plus_advantages(inputs, args)
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
+    assert_equals_verl(reinforce_plus_plus_advantages, ReinforcePlusPlusArgs(gamma=gamma),
+                       "compute_reinforce_plus_plus_outcome_advantage", inputs,
+                       config=OmegaConf.create({"gamma": gamma}))
 
 
 def test_returns_by_hand() -> None:

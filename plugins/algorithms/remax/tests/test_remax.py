@@ -9,23 +9,29 @@ from hypothesis import given
 
 from rft.contracts import AdvantageInputs
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.checks import assert_equals_verl, check_advantage
+from rft.testing.strategies import advantage_inputs
 from rft_plugin_remax import ReMaxArgs, remax_advantages
 
 torch.set_num_threads(1)
 
 
 @SETTINGS
-@given(batches(), REWARD_KINDS)
-def test_remax_equals_verl(batch: Batch, kind: str) -> None:
-    from verl.trainer.ppo import core_algos
-    rewards = rewards_for(batch, kind)
-    baselines = batch.randn(batch.B)
-    ref = core_algos.compute_remax_outcome_advantage(rewards, baselines, batch.mask)
-    ours = remax_advantages(AdvantageInputs(rewards, batch.mask, batch.groups,
-                                            reward_baselines=baselines), ReMaxArgs())
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
+@given(advantage_inputs(max_b=12, reward_baselines=True))
+def test_remax_keeps_the_advantage_contract(inputs: AdvantageInputs) -> None:
+    """Finite (B, T), no gradient. ``zero_at_masked=False``: veRL's formula
+    (``returns = reverse cumsum of rewards·mask``, ``A = returns − b·mask``) leaves the
+    return-to-go of the later response tokens on a hole of the mask (a multi-turn
+    observation token); no loss reads a masked advantage, and matching veRL keeps it.
+    Neither invariance holds: the greedy baseline does not move with the rewards."""
+    check_advantage(remax_advantages, ReMaxArgs(), inputs, zero_at_masked=False)
+
+
+@SETTINGS
+@given(advantage_inputs(max_b=12, reward_baselines=True))
+def test_remax_equals_verl(inputs: AdvantageInputs) -> None:
+    assert_equals_verl(remax_advantages, ReMaxArgs(), "compute_remax_outcome_advantage", inputs)
 
 
 def test_remax_by_hand() -> None:

@@ -8,22 +8,27 @@ from hypothesis import given
 
 from rft.contracts import AdvantageInputs
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.checks import assert_equals_verl, check_advantage
+from rft.testing.strategies import advantage_inputs
 from rft_plugin_rloo import RLOOArgs, rloo_advantages
 
 torch.set_num_threads(1)
 
 
 @SETTINGS
-@given(batches(max_b=24), REWARD_KINDS)
-def test_rloo_equals_verl(batch: Batch, kind: str) -> None:
+@given(advantage_inputs())
+def test_rloo_keeps_the_advantage_contract(inputs: AdvantageInputs) -> None:
+    """Finite, zero on padding, no gradient; ``A_i = n/(n−1)·(r_i − μ_g)`` is invariant to a
+    constant added to a group's rewards (not to scaling: it is linear in ``r``)."""
+    check_advantage(rloo_advantages, RLOOArgs(), inputs, shift_invariant=True)
+
+
+@SETTINGS
+@given(advantage_inputs())
+def test_rloo_equals_verl(inputs: AdvantageInputs) -> None:
     """RLOO (veRL's loop version ``rloo``: a singleton keeps its raw score)."""
-    from verl.trainer.ppo import core_algos
-    rewards = rewards_for(batch, kind)
-    ref = core_algos.compute_rloo_outcome_advantage(rewards.clone(), batch.mask, batch.groups)
-    ours = rloo_advantages(AdvantageInputs(rewards, batch.mask, batch.groups), RLOOArgs())
-    close(ours[0], ref[0])
-    close(ours[1], ref[1])
+    assert_equals_verl(rloo_advantages, RLOOArgs(), "compute_rloo_outcome_advantage", inputs)
 
 
 def test_rloo_by_hand() -> None:

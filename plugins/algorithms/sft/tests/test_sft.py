@@ -13,9 +13,20 @@ from rft import ops
 from rft.contracts import AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
+from rft.testing.checks import check_policy_loss
+from rft.testing.strategies import policy_loss_inputs
 from rft_plugin_sft import sft_loss
 
 torch.set_num_threads(1)
+
+
+@SETTINGS
+@given(policy_loss_inputs())
+def test_sft_keeps_the_policy_loss_contract(inputs: PolicyLossInputs) -> None:
+    """Masking, finite gradients, micro-batches add up in every agg mode.
+    ``zero_advantage_zero_loss=False``: the NLL does not use the advantages (the trainer
+    passes zeros for SFT batches), so zero advantages leave it as it is."""
+    check_policy_loss(sft_loss, None, inputs, zero_advantage_zero_loss=False)
 
 
 @SETTINGS
