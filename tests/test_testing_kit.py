@@ -107,10 +107,10 @@ def test_checks_pass_the_correct_loss_and_name_what_the_broken_ones_break(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1, failed=3)
     result.stdout.fnmatch_lines([
-        "*AssertionError: check_policy_loss(unmasked_pg): gradient w.r.t. log_prob is "
-        "non-zero at masked positions*",
-        "*AssertionError: check_policy_loss(own_count_pg): micro-batch losses do not add up "
-        "to the mini-batch loss*",
+        ("*AssertionError: check_policy_loss(unmasked_pg): gradient w.r.t. log_prob is "
+         "non-zero at masked positions*"),
+        ("*AssertionError: check_policy_loss(own_count_pg): micro-batch losses do not add up "
+         "to the mini-batch loss*"),
         "*AssertionError: check_policy_loss(nan_on_policy_pg): pg_loss is not finite*",
     ], consecutive=False)
 
@@ -249,7 +249,7 @@ def _batch(rows: int = 4, width: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_check_advantage_names_a_leak_a_gradient_and_a_broken_invariance() -> None:
     rewards, mask = _batch()
-    inputs = AdvantageInputs(rewards, mask, ["a", "a", "b", "b"])
+    inputs = AdvantageInputs(rewards, mask, ["a", "a", "b", "b"], values=rewards * mask)
 
     def unmasked(inputs: AdvantageInputs, args: None):
         with torch.no_grad():
@@ -257,9 +257,10 @@ def test_check_advantage_names_a_leak_a_gradient_and_a_broken_invariance() -> No
             return scores.expand_as(inputs.response_mask).clone(), scores.expand_as(
                 inputs.response_mask).clone()
 
-    def with_grad(inputs: AdvantageInputs, args: None):
-        advantages = inputs.token_level_rewards * inputs.response_mask
-        return advantages, advantages
+    def with_grad(inputs: AdvantageInputs, args: None):  # returns flow from the critic
+        returns = inputs.token_level_rewards.flip(-1).cumsum(-1).flip(-1)  # (B, T)
+        advantages = (returns - inputs.values) * inputs.response_mask  # (B, T)
+        return advantages, returns * inputs.response_mask
 
     def raw_scores(inputs: AdvantageInputs, args: None):
         with torch.no_grad():
@@ -281,7 +282,7 @@ def test_check_advantage_names_a_leak_a_gradient_and_a_broken_invariance() -> No
 def test_check_kl_and_check_entropy_name_the_property() -> None:
     log_prob, mask = _batch()
     log_prob = -log_prob.abs()
-    inputs = KLInputs(log_prob, torch.where(mask.bool(), log_prob, log_prob - 1))
+    inputs = KLInputs(log_prob, torch.where(mask.bool(), log_prob, log_prob + 0.5))
     with pytest.raises(AssertionError, match=r"^check_kl\(.*\): kl must be 0 where log_prob "
                                              r"== ref_log_prob"):
         check_kl(lambda i, a: i.log_prob - i.ref_log_prob + 1e-3, None, inputs)

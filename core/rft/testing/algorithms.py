@@ -4,7 +4,9 @@ veRL, a tolerance check, and the validated ``algorithm`` section of a minimal co
     from rft.testing.algorithms import SETTINGS, Batch, batches, close, rewards_for
 
 Hypothesis draws shapes, masks (right padding, holes, all-zero rows) and groups
-(singletons included); tensors come from a seeded generator in float64.
+(singletons included); tensors come from a seeded generator in float64. The typed
+inputs of each plugin kind are drawn from these batches by :mod:`rft.testing.strategies`
+and checked by :mod:`rft.testing.checks`.
 """
 
 from __future__ import annotations

@@ -320,8 +320,8 @@ def check_advantage(fn: Callable[..., Any], args: Any, inputs: AdvantageInputs, 
     """Check an advantage function ``fn(inputs, args) -> (advantages, returns)``.
 
     1. both are tensors of shape ``(B, T)``, finite;
-    2. without gradient: even when ``token_level_rewards`` (and ``values``) require grad,
-       neither output does;
+    2. without gradient: even when ``values`` (a critic's output) require grad, neither
+       output does;
     3. ``zero_at_masked``: both are ``0`` where ``response_mask == 0`` (pass ``False`` for
        estimators that, like veRL's GAE or ReMax, leave values on padding or holes);
     4. ``shift_invariant``: adding a constant ``c_g`` to the reward ``r_i`` of every row of
@@ -337,9 +337,8 @@ def check_advantage(fn: Callable[..., Any], args: Any, inputs: AdvantageInputs, 
     :return: ``(advantages, returns)`` of the call on ``inputs``.
     """
     check = _Check("check_advantage", fn)
-    graded = dataclasses.replace(
-        inputs, token_level_rewards=_leaf(inputs.token_level_rewards),
-        values=None if inputs.values is None else _leaf(inputs.values))
+    graded = dataclasses.replace(inputs, token_level_rewards=inputs.token_level_rewards.detach(),
+                                 values=None if inputs.values is None else _leaf(inputs.values))
     before = _snapshot(graded)
     advantages, returns = _advantages(check, fn, args, graded)
     _ensure_unchanged(check, graded, before)
