@@ -59,7 +59,8 @@ class _Check:
 
 
 def _tol(tensor: torch.Tensor) -> float:
-    return 1e-9 if tensor.dtype == torch.float64 else 1e-4 if tensor.dtype == torch.float32 else 1e-2
+    """Relative tolerance of a comparison in ``tensor``'s dtype."""
+    return {torch.float64: 1e-9, torch.float32: 1e-4}.get(tensor.dtype, 1e-2)
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor, scale: float = 0.0) -> tuple[bool, str]:
@@ -92,8 +93,9 @@ def _snapshot(obj: Any) -> dict[str, torch.Tensor]:
 def _ensure_unchanged(check: _Check, obj: Any, before: dict[str, torch.Tensor]) -> None:
     for name, value in before.items():
         now = getattr(obj, name).detach()
-        check.ensure(now.shape == value.shape and bool(torch.equal(now.nan_to_num(), value.nan_to_num())),
-                     f"modifies inputs.{name} in place")
+        same = now.shape == value.shape and bool(torch.equal(now.nan_to_num(),
+                                                             value.nan_to_num()))
+        check.ensure(same, f"modifies inputs.{name} in place")
 
 
 def _masked_out(mask: torch.Tensor) -> torch.Tensor:
@@ -163,10 +165,11 @@ def _aggregated(check: _Check, fn: Callable[..., Any], args: Any, inputs: Policy
         check.ensure(isinstance(key, str), "metric names must be strings", repr(key))
         scalar = (isinstance(value, torch.Tensor) and value.dim() == 0) or (
             isinstance(value, (int, float)) and not isinstance(value, bool))
+        dims = f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""
         check.ensure(scalar, f"metric {key!r} must be a 0-dim tensor or a number",
-                     f"got {type(value).__name__}"
-                     + (f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""))
-        check.ensure(math.isfinite(float(value)), f"metric {key!r} is not finite", str(float(value)))
+                     f"got {type(value).__name__}{dims}")
+        check.ensure(math.isfinite(float(value)), f"metric {key!r} is not finite",
+                     str(float(value)))
     loss = pg_loss if pg_loss.dim() == 0 else inputs.agg(pg_loss, inputs.response_mask)
     return loss, dict(metrics), pg_loss
 
@@ -218,7 +221,8 @@ def check_policy_loss(fn: Callable[..., Any], args: Any, inputs: PolicyLossInput
             changed = _perturb(getattr(base, field), masked, log_prob=is_log_prob, seed=seed)
             if field == "log_prob":
                 changed.requires_grad_()
-            other, _, _ = _aggregated(check, fn, args, dataclasses.replace(base, **{field: changed}))
+            other, _, _ = _aggregated(check, fn, args,
+                                      dataclasses.replace(base, **{field: changed}))
             same, detail = _gap(other, loss)
             check.ensure(same, f"changing {field} at masked positions changes the loss", detail)
 

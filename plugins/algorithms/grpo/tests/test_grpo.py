@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from rft.contracts import AdvantageInputs
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.algorithms import (REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for,
+                                    validated)
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
 from rft_plugin_grpo import (GRPOArgs, GRPONoStdArgs, grpo_advantages, grpo_no_std_advantages,

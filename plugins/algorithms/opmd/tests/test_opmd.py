@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from rft.contracts import AdvantageInputs, AggContext, PolicyLossInputs
 from rft.ops import agg_loss
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for, validated
+from rft.testing.algorithms import (REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for,
+                                    validated)
 from rft.testing.checks import check_advantage, check_policy_loss
 from rft.testing.strategies import advantage_inputs, policy_loss_inputs
 from rft_plugin_opmd import OPMDAdvantageArgs, OPMDLossArgs, opmd_advantages, opmd_policy_loss
