@@ -254,6 +254,31 @@ def test_stages_inherit_and_override(base, registry):
     assert rl.config.buffer.batch_size == 8
 
 
+def test_sync_method_defaults_fit_each_stage_mode(base, registry):
+    """The guide's stages flow (a `train` warm-up, then RFT) with no synchronizer written:
+    each stage gets its mode's default; a stage may set its own synchronizer."""
+    base["synchronizer"] = {"sync_interval": 1}
+    base["stages"] = [{"stage_name": "warmup", "mode": "train",
+                       "algorithm": {"algorithm_type": "test_pairs"}},
+                      {"stage_name": "rl", "mode": "both"},
+                      {"stage_name": "rl_memory", "mode": "both",
+                       "synchronizer": {"sync_method": "memory", "sync_interval": 2}}]
+    warmup, rl, rl_memory = build_stages(base, registry).stages
+    assert warmup.config.synchronizer.sync_method == "checkpoint"
+    assert rl.config.synchronizer.sync_method == "nccl"
+    assert (rl_memory.config.synchronizer.sync_method,
+            rl_memory.config.synchronizer.sync_interval) == ("memory", 2)
+
+
+def test_a_sync_method_the_user_wrote_is_checked_against_the_mode(base, registry):
+    base["mode"] = "train"
+    base["synchronizer"] = {"sync_method": "nccl"}
+    with pytest.raises(ConfigError) as caught:
+        build_stages(base, registry)
+    assert "synchronizer.sync_method: 'nccl' does not work in mode 'train'; use 'checkpoint'" \
+        in caught.value.problems
+
+
 def test_stage_problems_carry_the_stage_key(base, registry):
     base["stages"] = [{"stage_name": "a", "buffer": {"batch_size": -2}}]
     with pytest.raises(ConfigError) as caught:

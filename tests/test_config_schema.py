@@ -169,7 +169,7 @@ GUIDE_DEFAULTS = [
     ("explorer.dynamic_timeout.ratio", 3.0),
     ("explorer.runner_state_report_interval", 0),
     # synchronizer
-    ("synchronizer.sync_method", "nccl"),
+    ("synchronizer.sync_method", None),  # the mode's default: nccl in `both` (the guide's), see test_config
     ("synchronizer.sync_offset", 0),
     ("synchronizer.sync_timeout", 1200),
     ("synchronizer.sync_style", "fixed"),

@@ -28,7 +28,8 @@ from rft.config.validate import validate
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 
-STAGE_SECTIONS = ("mode", "algorithm", "buffer", "data_processor", "explorer", "trainer")
+STAGE_SECTIONS = ("mode", "algorithm", "buffer", "data_processor", "explorer", "trainer",
+                  "synchronizer")
 """Global sections a stage may override; the rest is shared by every stage."""
 
 

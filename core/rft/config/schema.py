@@ -670,12 +670,14 @@ class ExplorerConfig:
 class SynchronizerConfig:
     """Weight sync between trainer and explorer (``synchronizer``)."""
 
-    sync_method: Literal["nccl", "checkpoint", "memory"] = "nccl"
+    sync_method: Literal["nccl", "checkpoint", "memory"] | None = None
     """``nccl``: the trainer broadcasts over a process group of its own with the engines
     (``both``; NCCL on CUDA, gloo on CPU; in ``colocate`` the same as ``memory``);
     ``checkpoint``: the explorer loads saved checkpoints (``train`` / ``explore`` /
     ``bench``, and ``both``); ``memory``: tensors handed over in process (``colocate``) or
-    through the Ray object store (``both``)."""
+    through the Ray object store (``both``). Unset: the mode's default — ``nccl`` in
+    ``both``, ``memory`` in ``colocate``, ``checkpoint`` in ``train`` / ``explore`` /
+    ``bench``."""
     sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = "fixed"
     """``fixed``: sync every ``sync_interval`` steps on both sides; ``explorer_driven`` /
     ``trainer_driven``: that side triggers a sync after ``sync_interval`` of its steps."""
@@ -869,6 +871,9 @@ class StageConfig:
     """Overrides of the ``explorer`` section."""
     trainer: dict[str, Any] | None = None
     """Overrides of the ``trainer`` section."""
+    synchronizer: dict[str, Any] | None = None
+    """Overrides of the ``synchronizer`` section (e.g. ``checkpoint`` for an SFT stage in
+    mode ``train`` and ``nccl`` for the ``both`` stage after it)."""
 
 
 @dataclass

@@ -32,7 +32,8 @@ SYNC_METHODS_BY_MODE: dict[str, tuple[str, ...]] = {
     "explore": ("checkpoint",),
     "bench": ("checkpoint",),
 }
-"""Weight synchronisation methods that can work in each mode."""
+"""Weight synchronisation methods that can work in each mode; the first is the mode's
+default when ``synchronizer.sync_method`` is unset."""
 
 
 @dataclass
@@ -500,6 +501,8 @@ def check_synchronizer(c: RftConfig, v: Validation) -> None:
     """Sync method against mode; positive intervals and timeout."""
     s = c.synchronizer
     allowed = SYNC_METHODS_BY_MODE.get(c.mode, ())
+    if s.sync_method is None and allowed:
+        s.sync_method = allowed[0]
     if s.sync_method not in allowed:
         v.problem("synchronizer.sync_method",
                   f"{s.sync_method!r} does not work in mode {c.mode!r}; use "
