@@ -380,3 +380,78 @@ def test_openai_endpoint_parsers_are_plugins(base, registry):
     assert build_stages(base, registry).warnings == [
         "explorer.rollout_model.reasoning_parser: has no effect without enable_openai_api "
         "(the parsers serve the OpenAI endpoint)"]
+
+
+# ---- Trinity-RFT's config forms ------------------------------------------------------
+
+
+def test_env_defaults_arrive_as_strings_and_are_read_as_the_field_type(base, registry,
+                                                                     tmp_path, monkeypatch):
+    """``${oc.env:NODE_NUM,2}`` resolves to the string '2' (and an env var is a string)."""
+    base["cluster"] = {"node_num": "${oc.env:RFT_TEST_NODES,1}",
+                       "gpu_per_node": "${oc.env:RFT_TEST_GPUS,8}"}
+    base["explorer"]["rollout_model"]["enable_history"] = "${oc.env:RFT_TEST_HISTORY,false}"
+    monkeypatch.delenv("RFT_TEST_NODES", raising=False)
+    monkeypatch.setenv("RFT_TEST_GPUS", "8")
+    path = tmp_path / "env.yaml"
+    path.write_text(yaml.safe_dump(base))
+    config = load_config(path, registry=registry).stages[0].config
+    assert (config.cluster.node_num, config.cluster.gpu_per_node) == (1, 8)
+    assert config.explorer.rollout_model.enable_history is False
+    base["cluster"]["node_num"] = "two"
+    with pytest.raises(ConfigError) as caught:
+        build_stages(base, registry)
+    assert "cluster.node_num: expected an integer, got 'two'" in caught.value.problems
+
+
+def test_data_selector_is_the_current_name_of_task_selector(base, registry):
+    taskset = base["buffer"]["explorer_input"]["taskset"]
+    taskset["data_selector"] = {"selector_type": "shuffle", "seed": 7}
+    _, plan = single(base, registry)
+    assert plan.tasksets[0].config.task_selector.seed == 7
+    taskset["task_selector"] = {"selector_type": "shuffle", "seed": 8}
+    with pytest.raises(ConfigError) as caught:
+        single(base, registry)
+    assert caught.value.problems == [
+        "buffer.explorer_input.taskset.data_selector: set either data_selector or "
+        "task_selector (its older name), not both"]
+
+
+def test_an_eval_taskset_may_share_the_training_taskset_name(base, registry):
+    base["buffer"]["explorer_input"]["eval_tasksets"][0]["name"] = "train"
+    _, plan = single(base, registry)
+    assert [t.config.name for t in plan.tasksets + plan.eval_tasksets] == ["train", "train"]
+    base["buffer"]["explorer_input"]["tasksets"] = [{"name": "train", "path": "x"}]
+    with pytest.raises(ConfigError) as caught:
+        single(base, registry)
+    assert "buffer.explorer_input.tasksets[0].name: 'train' is already used by " \
+           "buffer.explorer_input.taskset" in caught.value.problems
+
+
+def test_workflows_and_rewards_by_import_path(base, registry, tmp_path, monkeypatch):
+    package = tmp_path / "my_examples"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "flows.py").write_text(
+        "from rft.workflow import Workflow\n\n"
+        "class EchoWorkflow(Workflow):\n    def run(self):\n        return []\n\n"
+        "def exact(response, truth, args=None):\n    return {'accuracy': float(response == truth)}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    explorer_input = base["buffer"]["explorer_input"]
+    explorer_input["taskset"]["default_workflow_type"] = "my_examples.flows.EchoWorkflow"
+    explorer_input["taskset"]["default_reward_fn_type"] = "my_examples.flows.exact"
+    _, plan = single(base, registry)
+    assert plan.tasksets[0].workflow.implementation.__name__ == "EchoWorkflow"
+    assert plan.tasksets[0].reward.implementation.__name__ == "exact"
+    explorer_input["taskset"]["default_workflow_type"] = "my_examples.flows.Missing"
+    explorer_input["taskset"]["default_reward_fn_type"] = "my_examples.nope.exact"
+    with pytest.raises(ConfigError) as caught:
+        single(base, registry)
+    assert caught.value.problems == [
+        "buffer.explorer_input.taskset.default_workflow_type: cannot use "
+        "'my_examples.flows.Missing' as a workflow: module 'my_examples.flows' has no "
+        "attribute 'Missing'",
+        "buffer.explorer_input.taskset.default_reward_fn_type: cannot use "
+        "'my_examples.nope.exact' as a reward function: importing 'my_examples.nope' failed: "
+        "ModuleNotFoundError: No module named 'my_examples.nope'"]

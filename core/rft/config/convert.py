@@ -7,13 +7,16 @@ line starts with the dotted key of the culprit, e.g.
 ``algorithm.optimizer.lr: expected a number, got 'fast'``.
 
 Supported field types: ``int``, ``float``, ``bool``, ``str``, ``Any``, ``X | None``,
-``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested dataclasses.
+``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested dataclasses. As in OmegaConf's
+typed configs, a string is taken for a number or a boolean when it spells one
+(``${oc.env:NODE_NUM,2}`` resolves to the string ``'2'``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -31,6 +34,12 @@ class _Invalid:
 
 INVALID: Any = _Invalid()
 """Returned by :func:`convert_value` on failure; callers fall back to the default."""
+
+_INTEGER = re.compile(r"[+-]?\d+")
+"""A string that is an integer (environment variables and their defaults are strings)."""
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True,
+               "off": False}
+"""Strings read as booleans, as OmegaConf's typed configs read them."""
 
 
 def join_key(parent: str, child: str | int) -> str:
@@ -134,11 +143,15 @@ def convert_value(tp: Any, value: Any, key: str, problems: list[str]) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]  # e.g. ${oc.env:X,true}: a string
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
+        if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+            return int(value.strip())  # e.g. ${oc.env:NODE_NUM,2}: the default is a string
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

@@ -404,6 +404,9 @@ class TasksetConfig:
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     """Extra arguments handed to the reward function."""
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
+    data_selector: TaskSelectorConfig | None = None
+    """Trinity-RFT's current name of ``task_selector`` (which it keeps as a deprecated
+    alias); either may be written, not both."""
     """Order in which tasks are drawn."""
     max_retry_times: int = 3
     """``sql``: retries of a failed database read."""

@@ -17,10 +17,11 @@ from typing import Any, NamedTuple
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.convert import INVALID, to_dataclass
+from rft.config.dotted import import_dotted, looks_dotted
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
 from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
-                               TasksetConfig)
-from rft.plugins import PluginRegistry, args_type_of
+                               TaskSelectorConfig, TasksetConfig)
+from rft.plugins import KINDS, PluginRegistry, args_type_of
 
 GPU_MODES = ("both", "train", "explore", "bench")
 """Modes whose processes are placed on GPUs through the cluster section."""
@@ -68,10 +69,17 @@ class Validation:
         """Resolve ``name`` of ``kind`` found at ``key``; build its args from ``args``."""
         if name is None:
             return None
-        if not self.registry.has(kind, name):
+        if self.registry.has(kind, name):
+            implementation = self.registry.get(kind, name)
+        elif looks_dotted(name):  # Trinity-RFT's form: an import path
+            try:
+                implementation = import_dotted(name)
+            except ImportError as exc:
+                self.problem(key, f"cannot use {name!r} as a {KINDS[kind].label}: {exc}")
+                return None
+        else:
             self.problems.append(self.registry.unknown_name_message(kind, name, key=key))
             return None
-        implementation = self.registry.get(kind, name)
         built = build_args(implementation, name, args or {}, args_key or f"{key}_args",
                            self.problems)
         return Selected(key, name, implementation, built)
@@ -282,13 +290,14 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
     if not tasksets and c.mode in ("both", "explore", "colocate") and not train_only:
         v.problem("buffer.explorer_input.taskset",
                   f"mode {c.mode!r} explores tasks: set a taskset")
-    seen: dict[str, str] = {}
+    seen: dict[tuple[bool, str], str] = {}  # a training and an eval taskset may share a name
     evals = [(f"buffer.explorer_input.eval_tasksets[{i}]", t, True)
              for i, t in enumerate(ei.eval_tasksets)]
     for key, taskset, is_eval in [(k, t, False) for k, t in tasksets] + evals:
-        if taskset.name in seen:
-            v.problem(f"{key}.name", f"{taskset.name!r} is already used by {seen[taskset.name]}")
-        seen[taskset.name] = key
+        if (is_eval, taskset.name) in seen:
+            v.problem(f"{key}.name", f"{taskset.name!r} is already used by "
+                      f"{seen[is_eval, taskset.name]}")
+        seen[is_eval, taskset.name] = key
         if taskset.repeat_times is None:
             taskset.repeat_times = 1 if is_eval else repeat_times
         elif taskset.repeat_times <= 0:
@@ -328,6 +337,11 @@ def check_replay_buffer(key: str, priority_fn: str, args: dict[str, Any],
 
 def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation) -> None:
     """One taskset: storage, path, workflow, reward and selector plugins."""
+    if taskset.data_selector is not None:
+        if taskset.task_selector != TaskSelectorConfig():
+            v.problem(f"{key}.data_selector", "set either data_selector or task_selector "
+                      "(its older name), not both")
+        taskset.task_selector = taskset.data_selector
     if taskset.storage_type in ("file", "sql"):
         if not taskset.path:
             v.problem(f"{key}.path", f"must be set for storage_type {taskset.storage_type!r}")

@@ -127,7 +127,8 @@ class Explorer:
         return sum(len(t.tasks) for t in self.train_sets)
 
     def _make_workflow(self, task: Task) -> Workflow:
-        taskset = next(t for t in self.train_sets + self.eval_sets if t.config.name == task.taskset)
+        sets = self.eval_sets if task.is_eval else self.train_sets  # names are unique per kind
+        taskset = next(t for t in sets if t.config.name == task.taskset)
         model = self.model.for_workflow(enable_history=self.enable_history)
         if not self.auxiliary_models:
             return taskset.workflow_cls(task, model)

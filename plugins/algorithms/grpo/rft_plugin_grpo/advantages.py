@@ -27,6 +27,9 @@ class GRPOArgs:
     norm_adv_by_std_in_grpo: bool = True
     """Divide by the group std (GRPO); ``False``: only subtract the mean (Dr.GRPO,
     https://arxiv.org/abs/2503.20783)."""
+    std_threshold: float | None = None
+    """Trinity-RFT's ``std_threshold``: a group (of two or more) whose reward std is at
+    most this gets zero advantage (it carries no signal); ``None``: off."""
 
 
 @dataclass
@@ -49,7 +52,7 @@ def grpo_advantages(inputs: AdvantageInputs, args: GRPOArgs
 
     broadcast over the response, ``A_it = A_i · mask_it``; ``returns`` is the same tensor.
     A singleton group uses ``μ = 0, σ = 1`` (veRL), so its advantage is ``r_i / (1 + ε)``
-    (or ``r_i``).
+    (or ``r_i``). With ``std_threshold = τ``: ``A_i = 0`` where ``n_g > 1`` and ``σ_g ≤ τ``.
     """
     with torch.no_grad():
         scores = outcome_scores(inputs.token_level_rewards)  # (B,)
@@ -60,6 +63,9 @@ def grpo_advantages(inputs: AdvantageInputs, args: GRPOArgs
         centred = scores - mean
         scalars = (centred / (std + args.epsilon) if args.norm_adv_by_std_in_grpo
                    else centred)  # (B,)
+        if args.std_threshold is not None:
+            flat = ~single & (std <= args.std_threshold)  # (B,)
+            scalars = torch.where(flat, torch.zeros_like(scalars), scalars)
         advantages = scalars.unsqueeze(-1) * inputs.response_mask  # (B, T)
     return advantages, advantages
 

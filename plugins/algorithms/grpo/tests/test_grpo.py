@@ -140,3 +140,17 @@ def test_user_values_win_and_repeat_times_is_checked(tmp_path) -> None:
 
     with pytest.raises(ConfigError, match="repeat_times >= 2"):
         validated({"algorithm_type": "grpo", "repeat_times": 1}, str(tmp_path))
+
+
+def test_std_threshold_zeroes_groups_without_signal():
+    """Trinity-RFT's ``std_threshold``: a group whose reward std is at most τ gets zero
+    advantage; other groups and singletons are unchanged."""
+    rewards = torch.tensor([[1.0], [1.0], [0.0], [1.0], [0.5]], dtype=torch.float64)  # (B, 1)
+    mask = torch.ones_like(rewards)
+    index = ["a", "a", "b", "b", "c"]
+    plain, _ = grpo_advantages(AdvantageInputs(rewards, mask, index), GRPOArgs())
+    gated, _ = grpo_advantages(AdvantageInputs(rewards, mask, index),
+                               GRPOArgs(std_threshold=0.1))
+    assert torch.equal(gated[:2], torch.zeros(2, 1, dtype=torch.float64))  # std 0 ≤ 0.1
+    assert torch.equal(gated[2:], plain[2:])  # std 0.707 > 0.1, and the singleton
+    assert gated[2:4].abs().sum() > 0
