@@ -79,6 +79,7 @@ def test_grpo_steps_write_metrics_checkpoints_and_summary(tmp_path, tiny_model_d
     assert (job / "global_step_2" / "hf" / "config.json").exists()
     summary = json.loads((job / "summary.json").read_text())
     assert summary["stages"][0]["steps"] == 2
+    assert (job / "log" / "launcher.log").is_file()  # the `log` section's file
 
 
 def test_resume_repeats_and_skips_no_step(tmp_path, tiny_model_dir, tasks):

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
+from rft.checkpoint import check_writable
 from rft.config import LoadedConfig, Stage
 from rft.distributed.both import run_both
 from rft.errors import RftError
+from rft.logs import configure_logging, reset_logging
 from rft.modes.bench import run_bench
 from rft.modes.colocate import run_colocate
 from rft.modes.explore import run_explore
@@ -43,6 +46,15 @@ def run(loaded: LoadedConfig) -> int:
         raise RftError(
             f"mode: {', '.join(repr(m) for m in missing)} cannot run yet: this version of rft "
             f"runs {', '.join(sorted(MODE_RUNNERS))}")
+    try:
+        return _run_stages(loaded)
+    finally:
+        reset_logging()  # the log file is closed; a later run in this process starts anew
+
+
+def _run_stages(loaded: LoadedConfig) -> int:
+    """The stages in order, each from the previous stage's final model (the log of each
+    in its job dir); the summary after each."""
     results: list[StageResult] = []
     previous_model: str | None = None
     for stage in loaded.stages:
@@ -50,12 +62,36 @@ def run(loaded: LoadedConfig) -> int:
             stage.config.model.model_path = previous_model
             stage.config.model.critic_model_path = previous_model
         check_model_sources(stage.plan)
-        result = MODE_RUNNERS[stage.config.mode](stage)
+        check_writable(stage.plan.job_dir)  # one line before anything is written there
+        configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
+        with explorer_environment(stage):
+            result = MODE_RUNNERS[stage.config.mode](stage)
         results.append(result)
         previous_model = result.final_model_path
         write_summary(loaded, results)
     print_summary(results)
     return 0
+
+
+@contextmanager
+def explorer_environment(stage: Stage) -> Iterator[None]:
+    """``explorer.env_vars`` set in this process while a stage whose explorer runs here
+    (every mode but ``both``, whose explorer actor gets them as its runtime environment)
+    runs; the environment is restored afterwards."""
+    env_vars = stage.config.explorer.env_vars
+    if stage.config.mode == "both" or not env_vars:
+        yield
+        return
+    saved = {key: os.environ.get(key) for key in env_vars}
+    os.environ.update({key: str(value) for key, value in env_vars.items()})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def summary_path(loaded: LoadedConfig) -> str:

@@ -11,10 +11,24 @@
 All three count what was written and read, so a run can prove that nothing was lost or
 read twice. ``read`` waits up to ``timeout`` seconds for enough experiences and then
 raises :class:`BufferTimeout` naming the buffer.
+
+Crashes (see ``docs/faults.md``):
+
+- **Leases.** After :meth:`ExperienceStorage.lease_reads` ``(step)`` a read is a *lease*
+  of training step ``step``: the rows are taken, but the read becomes final only with
+  :meth:`~ExperienceStorage.commit_leases` once the checkpoint covering ``step`` is saved.
+  A restarted trainer calls :meth:`~ExperienceStorage.recover_leases` with the step of
+  the checkpoint it resumed from: the leases it covers become final, the others go back to
+  the buffer and are read again, in the same order (``sql``; in-memory storages are
+  restored from the checkpoint instead, :meth:`~ExperienceStorage.state_dict`).
+- **Idempotent writes.** Inside :meth:`~ExperienceStorage.idempotent_writes` ``(key)`` a
+  storage that outlives the process (``sql``, a ``queue``'s SQLite mirror) skips a write
+  whose key it already holds, so a step redone after a crash writes its experiences once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -22,7 +36,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -99,14 +113,70 @@ class ExperienceStorage(ABC):
         self.read_count = 0
         self._lock = threading.Condition()
         self._writers_idle = False
+        self._write_key: str | None = None
+        self._write_index = 0
+        self._lease: int | None = None
 
     def write(self, experiences: Sequence[Experience]) -> None:
-        """Append experiences (all or none)."""
+        """Append experiences (all or none); inside :meth:`idempotent_writes` a storage
+        that already holds the write's key skips it (and still counts it as written)."""
         with self._lock:
-            self._append(list(experiences))
+            key = None
+            if self._write_key is not None:
+                key = (self._write_key if self._write_index == 0
+                       else f"{self._write_key}#{self._write_index}")
+                self._write_index += 1
+            self._append_keyed(list(experiences), key)
             self.written += len(experiences)
             self._writers_idle = False
             self._lock.notify_all()
+
+    @contextlib.contextmanager
+    def idempotent_writes(self, key: str) -> Iterator[None]:
+        """Writes inside are keyed ``key``, ``key#1``, … (e.g. ``explore step 7``): a
+        storage that outlives the process skips a key it already holds."""
+        with self._lock:
+            self._write_key, self._write_index = key, 0
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._write_key = None
+
+    def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
+        """:meth:`_append` under an idempotency key (only durable storages use it)."""
+        self._append(experiences)
+
+    # ---- leases (see the module docstring) ---------------------------------------------
+
+    def lease_reads(self, step: int | None) -> None:
+        """Reads from now on are leases of training step ``step`` (``None``: final at once)."""
+        with self._lock:
+            self._lease = step
+
+    def commit_leases(self, step: int) -> int:
+        """The checkpoint of ``step`` is saved: leases of steps ``<= step`` become final.
+        Returns how many rows that made final (0 for storages without leases)."""
+        return 0
+
+    def recover_leases(self, step: int) -> tuple[int, int]:
+        """A trainer resumed from the checkpoint of ``step`` (0: none): leases of steps
+        ``<= step`` become final, later ones go back to the buffer. Returns ``(made final,
+        returned)``."""
+        return 0, 0
+
+    # ---- state in checkpoints ------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this storage: the counters (and, for storages that do
+        not outlive the process, their contents)."""
+        return {"written": self.written, "read": self.read_count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (a checkpoint's) into a freshly opened storage."""
+        with self._lock:
+            self.written = int(state.get("written", self.written))
+            self.read_count = int(state.get("read", self.read_count))
 
     def writers_idle(self) -> None:
         """Declare that no writer adds experiences before the next read (colocate mode: the
@@ -173,8 +243,15 @@ class QueueStorage(ExperienceStorage):
         self._mirror = SQLStorage(name, path) if path else None
 
     def _append(self, experiences: list[Experience]) -> None:
+        self._append_keyed(experiences, None)
+
+    def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
         if self._mirror is not None:
-            self._mirror.write(experiences)
+            if key is None:
+                self._mirror.write(experiences)
+            else:
+                with self._mirror.idempotent_writes(key):
+                    self._mirror.write(experiences)
         self._queue.extend(experiences)
 
     def _available(self) -> int:
@@ -182,6 +259,15 @@ class QueueStorage(ExperienceStorage):
 
     def _take(self, count: int) -> list[Experience]:
         return [self._queue.popleft() for _ in range(count)]
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {**super().state_dict(), "items": list(self._queue)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        with self._lock:
+            self._queue = deque(state.get("items", []))
 
     def close(self) -> None:
         if self._mirror is not None:

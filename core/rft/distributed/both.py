@@ -131,9 +131,10 @@ class Coordinator:
                              self.plan.experience_buffer, self.plan.priority_fn,
                              max_concurrency=BUFFER_CONCURRENCY)
         single = c.explorer.rollout_model.engine_num == 1  # else the replicas hold the GPUs
+        env = {"runtime_env": {"env_vars": dict(c.explorer.env_vars)}} if c.explorer.env_vars else {}
         explorer = self._actor("explorer", c.explorer.name, ExplorerService, self.plan, buffer,
                                num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus and single
-                               else 0)
+                               else 0, **env)
         train_size = self._get(explorer.train_size.remote(), Call("explorer", "start-up", 0))
         steps = steps_over_tasks(c, train_size)
         if steps <= 0:

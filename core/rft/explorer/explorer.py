@@ -3,8 +3,9 @@
 One explore step takes ``buffer.batch_size`` tasks from the training taskset's selector,
 runs each ``repeat_times`` times through its workflow, gives every experience its id
 (step / task / run), applies the experience pipeline's operators and writes the result to
-the experience buffer. Failed tasks are counted
-(``rollout/failed_tasks``) and logged, never fatal. Evaluation runs every task of every
+the experience buffer. Failed tasks are counted (``rollout/failed_tasks``; those that
+timed out also in ``rollout/timed_out_tasks``, and the threads of abandoned attempts still
+running in ``rollout/abandoned_threads``) and logged, never fatal. Evaluation runs every task of every
 eval taskset and reports accuracy and pass@k per taskset.
 """
 
@@ -197,6 +198,7 @@ class Explorer:
         metrics.update(pipeline_metrics)
         self.storage.write(experiences)
         metrics["timing_s/explore"] = time.monotonic() - started
+        metrics["rollout/abandoned_threads"] = float(self.runner.abandoned_alive())
         metrics["explorer/model_version"] = float(self.model.model_version)
         return metrics
 
@@ -226,6 +228,7 @@ def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) ->
     metrics: dict[str, float] = {
         "rollout/tasks": float(len(results)),
         "rollout/failed_tasks": float(sum(not r.ok for r in results)),
+        "rollout/timed_out_tasks": float(sum(r.timed_out for r in results)),
         "rollout/experiences": float(len(experiences)),
     }
     if experiences:

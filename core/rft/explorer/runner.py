@@ -3,12 +3,28 @@
 :class:`WorkflowRunner` runs one workflow per task and never lets a bad task stop the
 run: a workflow that raises is retried ``max_retry_times`` times and then recorded as
 failed; one that runs longer than ``max_timeout`` seconds is abandoned and recorded as
-timed out (its thread cannot be killed; it finishes in the background and its result is
-dropped). As in Trinity-RFT, the tasks of a step are spread over ``runner_per_model``
+timed out. As in Trinity-RFT, the tasks of a step are spread over ``runner_per_model``
 runners; ``concurrent_mode`` says how they run: ``sequential`` (each runner one task at a
 time), ``multi-threading`` (every task of the step in its own thread) or ``asynchronous``
 (an event loop; workflows with an ``async def run_async()`` are awaited, others run in
 threads).
+
+**What can hang runs where it can be abandoned.** Every attempt of a workflow (its model
+calls, its reward) runs in a daemon thread of its own, so one that hangs holds no runner
+slot: when ``max_timeout`` passes the runner records the task as timed out and goes on
+with the others, and the thread is left to finish (a Python thread cannot be killed). It
+is counted (:attr:`WorkflowRunner.abandoned`, ``rollout/timed_out_tasks``,
+``rollout/abandoned_threads``), its result is dropped, and, being a daemon thread, it
+never keeps the process alive once the run ends. A timed-out task is not retried: it
+would hang again.
+
+**Deterministic failures are not retried.** A retry helps with what may go differently
+the next time (a sampled response, a network call); it does not help with an error that
+the task's own inputs cause. An exception is retried unless it says otherwise with a
+``retryable = False`` attribute (on the exception or its class); rft's own errors
+(:class:`~rft.errors.RftError`: a prompt longer than the limit with truncation off, a
+reward that is not a number, a missing auxiliary model, …) and a workflow returning the
+wrong type are such errors and fail the task at the first attempt.
 
 The model calls of the workflows running at the same time are merged into one engine
 call (:class:`~rft.explorer.model_wrapper.CallBatcher`), in task order, so a step makes
@@ -21,12 +37,15 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import inspect
+import itertools
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rft.errors import RftError
 from rft.experience import Experience
 from rft.explorer.call_batching import CallBatcher
 from rft.workflow import Task, Workflow
@@ -45,6 +64,8 @@ class TaskResult:
     """One line: ``ExceptionType: message`` of the last attempt, or the timeout."""
     attempts: int = 0
     seconds: float = 0.0
+    timed_out: bool = False
+    """The last attempt ran past ``max_timeout`` and was abandoned."""
 
 
 def split_repeats(task: Task, limit: int | None) -> list[tuple[Task, int]]:
@@ -58,12 +79,50 @@ def split_repeats(task: Task, limit: int | None) -> list[tuple[Task, int]]:
     return parts
 
 
+def is_retryable(exc: BaseException) -> bool:
+    """Whether another attempt may end differently (see the module docstring): an explicit
+    ``retryable`` attribute wins; else every exception but rft's own errors (and what is not
+    an :class:`Exception` at all, such as ``SystemExit``)."""
+    flag = getattr(exc, "retryable", None)
+    if flag is not None:
+        return bool(flag)
+    return isinstance(exc, Exception) and not isinstance(exc, RftError)
+
+
+class _Attempt:
+    """One call of ``target`` in a daemon thread of its own (abandoned when it hangs)."""
+
+    _numbers = itertools.count(1)
+
+    def __init__(self, target: Callable[[], list[Experience]], name: str) -> None:
+        self._target = target
+        self.done = threading.Event()
+        self.result: list[Experience] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"rft-workflow-{name}-{next(self._numbers)}")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self._target()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting runner
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the attempt ended within ``timeout`` seconds."""
+        return self.done.wait(timeout)
+
+
 class WorkflowRunner:
     """Runs tasks through their workflows with the explorer's limits.
 
     :param make_workflow: builds the workflow of a task (class from the task's taskset).
     :param max_timeout: seconds one attempt may take.
-    :param max_retry_times: extra attempts after a failure (not after a timeout).
+    :param max_retry_times: extra attempts after a retryable failure (not after a timeout,
+        not after a deterministic error; see the module docstring).
     :param concurrent_mode: ``sequential`` | ``multi-threading`` | ``asynchronous``.
     :param workers: threads for the concurrent modes (``runner_per_model``).
     """
@@ -76,10 +135,18 @@ class WorkflowRunner:
         self.max_retry_times = max_retry_times
         self.concurrent_mode = concurrent_mode
         self.workers = max(1, workers)
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.workers + 1, thread_name_prefix="rft-workflow")
         self._participants: concurrent.futures.ThreadPoolExecutor | None = None
         self._participant_count = 0
+        self._abandoned_lock = threading.Lock()
+        self._abandoned: list[threading.Thread] = []
+        self.abandoned = 0
+        """Attempts abandoned after ``max_timeout`` so far (their threads may still run)."""
+
+    def abandoned_alive(self) -> int:
+        """Threads of abandoned attempts that are still running."""
+        with self._abandoned_lock:
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            return len(self._abandoned)
 
     def run_tasks(self, tasks: Sequence[Task]) -> list[TaskResult]:
         """Results in task order, whatever the concurrency."""
@@ -99,7 +166,8 @@ class WorkflowRunner:
         return [self.run_task(task) for task in tasks]
 
     def _participant_pool(self, workers: int) -> concurrent.futures.ThreadPoolExecutor:
-        """Threads that run the workflows of one batch (kept between batches)."""
+        """Threads that wait for the attempts of one batch (kept between batches; they never
+        hang: each waits at most ``max_timeout`` per attempt)."""
         if self._participants is None or self._participant_count < workers:
             if self._participants is not None:
                 self._participants.shutdown(wait=False)
@@ -113,23 +181,32 @@ class WorkflowRunner:
         """One task with retries and the timeout (model calls merged by ``batcher``)."""
         result = TaskResult(task)
         started = time.monotonic()
-        for attempt in range(1, self.max_retry_times + 2):
-            result.attempts = attempt
-            future = self._pool.submit(self._attempt, task, batcher, order)
-            try:
-                result.experiences = future.result(timeout=self.max_timeout)
-                result.ok, result.error = True, None
-                break
-            except concurrent.futures.TimeoutError:
-                result.ok = False
+        for attempt_number in range(1, self.max_retry_times + 2):
+            result.attempts = attempt_number
+            attempt = _Attempt(lambda: self._attempt(task, batcher, order),
+                               f"{task.taskset}[{task.index}]")
+            if not attempt.wait(self.max_timeout):
+                self._abandon(attempt)
+                result.ok, result.timed_out = False, True
                 result.error = (f"workflow timed out after {self.max_timeout:g} s "
                                 f"(explorer.max_timeout)")
                 break  # a hung workflow is not retried: it would hang again
-            except Exception as exc:  # noqa: BLE001 - any workflow error is recorded
-                result.ok = False
-                result.error = _one_line(exc)
+            if attempt.error is None:
+                assert attempt.result is not None
+                result.experiences = attempt.result
+                result.ok, result.error = True, None
+                break
+            result.ok = False
+            result.error = _one_line(attempt.error)
+            if not is_retryable(attempt.error):
+                break
         result.seconds = time.monotonic() - started
         return result
+
+    def _abandon(self, attempt: _Attempt) -> None:
+        with self._abandoned_lock:
+            self.abandoned += 1
+            self._abandoned.append(attempt.thread)
 
     async def _run_async(self, tasks: Sequence[Task]) -> list[TaskResult]:
         limit = asyncio.Semaphore(self.workers)
@@ -140,6 +217,8 @@ class WorkflowRunner:
                 run_async = getattr(workflow, "run_async", None)
                 if run_async is not None and inspect.iscoroutinefunction(run_async):
                     return await self._await_with_retries(task, run_async)
+                # run_task returns within max_timeout per attempt (a hung attempt is left
+                # in its daemon thread), so the loop's executor thread is never held
                 return await asyncio.get_running_loop().run_in_executor(None, self.run_task, task)
 
         return list(await asyncio.gather(*(one(task) for task in tasks)))
@@ -155,11 +234,15 @@ class WorkflowRunner:
                 result.ok, result.error = True, None
                 break
             except asyncio.TimeoutError:
-                result.ok = False
+                result.ok, result.timed_out = False, True
                 result.error = f"workflow timed out after {self.max_timeout:g} s (explorer.max_timeout)"
+                with self._abandoned_lock:
+                    self.abandoned += 1
                 break
             except Exception as exc:  # noqa: BLE001
                 result.ok, result.error = False, _one_line(exc)
+                if not is_retryable(exc):
+                    break
                 call = self.make_workflow(task).run_async
         result.seconds = time.monotonic() - started
         return result
@@ -172,15 +255,17 @@ class WorkflowRunner:
             return _checked(self.make_workflow(task).run())
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the waiting threads; abandoned attempts are left to their daemon threads."""
         if self._participants is not None:
             self._participants.shutdown(wait=False, cancel_futures=True)
 
 
 def _checked(experiences: Any) -> list[Experience]:
     if not isinstance(experiences, list) or not all(isinstance(e, Experience) for e in experiences):
-        raise TypeError(f"workflow run() must return a list of Experience, got "
-                        f"{type(experiences).__name__}")
+        error = TypeError(f"workflow run() must return a list of Experience, got "
+                          f"{type(experiences).__name__}")
+        error.retryable = False  # type: ignore[attr-defined]  # the same code returns it again
+        raise error
     return experiences
 
 
@@ -189,4 +274,3 @@ def _one_line(exc: BaseException) -> str:
     where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     location = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
     return f"{type(exc).__name__}: {message[0] if message else ''}{location}"
-

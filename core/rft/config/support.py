@@ -1,0 +1,707 @@
+"""Which config fields rft honours: a registry entry for every field of every schema class.
+
+The configuration guide documents more fields than rft implements. Silence is the worst
+answer, so every field of every dataclass in :mod:`rft.config.schema` has exactly one
+entry in :data:`SUPPORT` (``tests/test_config_support.py`` fails, naming the field, when
+one is missing), keyed ``"ClassName.field"`` (a subclass inherits its base class's
+entries unless it has its own):
+
+- :class:`Consumed`: the field has its documented effect; ``modules`` are the modules that
+  read it (the test checks that each of them really reads an attribute of that name).
+- :class:`Unsupported`: rft accepts the field but does not implement it. Validation
+  (:func:`check_support`, the last of :data:`rft.config.validate.CHECKS`) reports a user
+  who sets it (to anything but its default, or to what ``when`` matches) in one line
+  ``dotted.key: <reason>``: a warning, or a problem where running without it would
+  mislead (``severity="error"``, e.g. LoRA).
+- :class:`Derived`: validation fills it in (``cluster.trainer_gpu_num``, ...).
+- :class:`Structural`: a section or container whose own fields have their entries.
+
+``trainer.trainer_config`` is a free-form veRL tree. The native ``torch`` trainer reads
+the key paths in :data:`TRAINER_CONFIG_HONOURED` (see :mod:`rft.trainer.options`); with
+``trainer_type: torch`` every other key path set there is a warning naming it.
+
+``scripts/config_support_table.py`` renders the registry as the "support" tables of
+``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from rft.config import schema
+
+# --------------------------------------------------------------------------------------
+# Entry types
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """The field has its documented effect."""
+
+    modules: tuple[str, ...]
+    """Modules that read the field (``rft.explorer.explorer``, ``rft_plugin_workflows...``)."""
+    note: str = ""
+    """Where / how it acts, when that is worth saying."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Accepted, but rft does not implement the field."""
+
+    reason: str
+    """The message after ``dotted.key: ``; one line."""
+    severity: Literal["warning", "error"] = "warning"
+    """``error``: running without the field would mislead (validation fails)."""
+    when: Callable[[Any], bool] | None = None
+    """Which values are reported; ``None``: any value but the default (an empty list /
+    mapping, or a section equal to its defaults, counts as unset where the default is
+    ``None``)."""
+    example: Any = None
+    """A value that is reported (tests); ``None``: one derived from the field's type."""
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Validation fills the value in; users leave it unset."""
+
+    note: str
+
+
+@dataclass(frozen=True)
+class Structural:
+    """A section or a container of sections; its own fields have their entries."""
+
+    note: str = ""
+
+
+Support = Consumed | Unsupported | Derived | Structural
+
+# --------------------------------------------------------------------------------------
+# Consumers (modules), named once
+# --------------------------------------------------------------------------------------
+
+VALIDATE = "rft.config.validate"
+BUILD_STAGES = "rft.config"
+OPTIM = "rft.trainer.optim"
+OPTIONS = "rft.trainer.options"
+TORCH_TRAINER = "rft.trainer.torch_trainer"
+ENGINE = "rft.explorer.engine"
+ENGINE_FACTORY = "rft.explorer.engine_factory"
+VLLM = "rft.explorer.vllm_engine"
+EXPLORER = "rft.explorer.explorer"
+AUXILIARY = "rft.explorer.auxiliary"
+REPLY_PARSING = "rft.explorer.reply_parsing"
+TASKSET = "rft.buffer.taskset"
+SFT_DATA = "rft.buffer.sft_data"
+BUFFER_FACTORY = "rft.buffer.factory"
+BUILDERS = "rft.modes.builders"
+STAGE = "rft.modes.stage"
+BENCH = "rft.modes.bench"
+EXPLORE = "rft.modes.explore"
+TRAIN = "rft.modes.train"
+COLOCATE = "rft.modes.colocate"
+BOTH = "rft.distributed.both"
+WORKERS = "rft.distributed.workers"
+CLUSTER = "rft.distributed.cluster"
+PLAN = "rft.config.plan"
+
+
+def _c(*modules: str, note: str = "") -> Consumed:
+    return Consumed(tuple(modules), note)
+
+
+_RESOLVED = "resolved through the plugin registry into the run plan"
+_NO_EFFECT = "not implemented by rft; it has no effect"
+_LORA = ("LoRA is not implemented yet: rft would silently run full fine-tuning; remove it "
+         "to train all weights")
+_TINKER = "the Tinker training service is not supported by rft; it has no effect"
+_EXTERNAL = "external API models are not supported by rft; it has no effect"
+_DATA_JUICER = "the Data-Juicer service is not supported by rft; it has no effect"
+_TASK_PIPELINE = "task pipelines are not implemented by rft; tasks are used as read"
+_EXPERIMENTAL = "not implemented by rft (experimental in the guide); it has no effect"
+
+
+def _positive(value: Any) -> bool:
+    return value is not None and value > 0
+
+
+# --------------------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------------------
+
+SUPPORT: dict[str, Support] = {
+    # ---- algorithm.optimizer ------------------------------------------------------------
+    "OptimizerConfig.lr": _c(OPTIM, OPTIONS),
+    "OptimizerConfig.lr_warmup_steps": _c(OPTIM),
+    "OptimizerConfig.lr_warmup_steps_ratio": _c(OPTIM),
+    "OptimizerConfig.min_lr_ratio": _c(OPTIM),
+    "OptimizerConfig.warmup_style": _c(OPTIM),
+    "OptimizerConfig.lr_scheduler_type": _c(OPTIM),
+    "OptimizerConfig.optimizer_type": _c(OPTIM, note="adam / adamw only"),
+    "OptimizerConfig.betas": _c(OPTIM),
+    "OptimizerConfig.weight_decay": _c(OPTIM),
+    "OptimizerConfig.clip_grad": Unsupported(
+        "not applied: the trainer clips gradients with trainer.grad_clip; set that instead"),
+    # ---- algorithm ----------------------------------------------------------------------
+    "AlgorithmConfig.algorithm_type": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.repeat_times": _c(VALIDATE, TASKSET),
+    "AlgorithmConfig.optimizer": Structural(),
+    "AlgorithmConfig.sample_strategy": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.sample_strategy_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.advantage_fn": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.advantage_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.policy_loss_fn": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.policy_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.kl_penalty_fn": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.kl_penalty_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.kl_loss_fn": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.kl_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.entropy_loss_fn": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.entropy_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.loss_agg_mode": _c(VALIDATE, TORCH_TRAINER),
+    # ---- model.lora_configs[i] (reported through model.lora_configs) ------------------
+    "LoRAConfig.name": Unsupported(_LORA, "error"),
+    "LoRAConfig.path": Unsupported(_LORA, "error"),
+    "LoRAConfig.base_model_name": Unsupported(_LORA, "error"),
+    "LoRAConfig.lora_rank": Unsupported(_LORA, "error"),
+    "LoRAConfig.lora_alpha": Unsupported(_LORA, "error"),
+    "LoRAConfig.lora_dtype": Unsupported(_LORA, "error"),
+    "LoRAConfig.target_modules": Unsupported(_LORA, "error"),
+    "LoRAConfig.exclude_modules": Unsupported(_LORA, "error"),
+    # ---- model.tinker -------------------------------------------------------------------
+    "TinkerConfig.enable": Unsupported(
+        "the Tinker training service is not supported by rft (a remote service it cannot "
+        "reach); rft would train model.model_path locally instead", "error"),
+    "TinkerConfig.rank": Unsupported(_TINKER),
+    "TinkerConfig.seed": Unsupported(_TINKER),
+    "TinkerConfig.train_mlp": Unsupported(_TINKER),
+    "TinkerConfig.train_attn": Unsupported(_TINKER),
+    "TinkerConfig.train_unembed": Unsupported(_TINKER),
+    "TinkerConfig.base_url": Unsupported(_TINKER),
+    # ---- model.external_model -----------------------------------------------------------
+    "ExternalModelConfig.enable": Unsupported(
+        "external API models are not supported by rft (no engine talks to the API); the "
+        "rollouts would come from model.model_path instead", "error"),
+    "ExternalModelConfig.base_url_env": Unsupported(_EXTERNAL),
+    "ExternalModelConfig.api_key_env": Unsupported(_EXTERNAL),
+    "ExternalModelConfig.model_name": Unsupported(_EXTERNAL),
+    # ---- model --------------------------------------------------------------------------
+    "ModelConfig.model_path": _c(ENGINE_FACTORY, TORCH_TRAINER, BUILDERS),
+    "ModelConfig.trust_remote_code": _c(ENGINE_FACTORY, VLLM, TORCH_TRAINER),
+    "ModelConfig.critic_model_path": _c(TORCH_TRAINER, note="unset: model.model_path"),
+    "ModelConfig.custom_chat_template": _c(ENGINE_FACTORY, VLLM),
+    "ModelConfig.chat_template_path": _c(ENGINE_FACTORY, VLLM),
+    "ModelConfig.temperature": _c(ENGINE_FACTORY, OPTIONS),
+    "ModelConfig.top_p": _c(ENGINE_FACTORY),
+    "ModelConfig.top_k": _c(ENGINE_FACTORY),
+    "ModelConfig.logprobs": Unsupported(
+        "rft returns the sampled token's log-probability only, no top log-probabilities; "
+        "it has no effect", when=_positive),
+    "ModelConfig.max_model_len": _c(ENGINE_FACTORY, VALIDATE),
+    "ModelConfig.max_prompt_tokens": _c(ENGINE_FACTORY, TORCH_TRAINER),
+    "ModelConfig.max_response_tokens": _c(ENGINE_FACTORY, OPTIONS),
+    "ModelConfig.min_response_tokens": _c(ENGINE_FACTORY),
+    "ModelConfig.enable_prompt_truncation": _c(ENGINE_FACTORY),
+    "ModelConfig.repetition_penalty": _c(ENGINE_FACTORY),
+    "ModelConfig.enable_thinking": _c(ENGINE_FACTORY, VLLM),
+    "ModelConfig.lora_configs": Unsupported(_LORA, "error"),
+    "ModelConfig.fully_sharded_loras": Unsupported(
+        "LoRA is not implemented yet; it has no effect"),
+    "ModelConfig.max_cpu_loras": Unsupported("LoRA is not implemented yet; it has no effect"),
+    "ModelConfig.rope_scaling": Unsupported(
+        "not applied: rft loads the checkpoint's RoPE settings unchanged; it has no effect"),
+    "ModelConfig.rope_theta": Unsupported(
+        "not applied: rft loads the checkpoint's RoPE settings unchanged; it has no effect"),
+    "ModelConfig.tinker": Structural(),
+    "ModelConfig.external_model": Structural(),
+    # ---- cluster ------------------------------------------------------------------------
+    "ClusterConfig.ray_address": _c(CLUSTER),
+    "ClusterConfig.node_num": _c(VALIDATE, note="GPU split check"),
+    "ClusterConfig.gpu_per_node": _c(VALIDATE, BOTH, WORKERS),
+    "ClusterConfig.explorer_gpu_num": Derived("engine_num × tensor_parallel_size"),
+    "ClusterConfig.auxiliary_gpu_num": Derived("sum over the auxiliary models"),
+    "ClusterConfig.trainer_gpu_num": Derived("the GPUs left for the trainer"),
+    # ---- format (tasksets and buffers) --------------------------------------------------
+    "FormatConfig.prompt_type": _c(TASKSET, SFT_DATA),
+    "FormatConfig.prompt_key": _c(TASKSET, SFT_DATA),
+    "FormatConfig.response_key": _c(TASKSET, SFT_DATA),
+    "FormatConfig.system_prompt_key": _c(TASKSET, SFT_DATA),
+    "FormatConfig.system_prompt": _c(TASKSET, SFT_DATA),
+    "FormatConfig.messages_key": _c(TASKSET, SFT_DATA),
+    "FormatConfig.tools_key": Unsupported(
+        "not read: rft takes no tool definitions from the dataset; it has no effect"),
+    "FormatConfig.image_key": Unsupported(
+        "multi-modal data is not supported by rft: the images would be dropped and the "
+        "model trained on the text alone", "error"),
+    "FormatConfig.video_key": Unsupported(
+        "multi-modal data is not supported by rft: the videos would be dropped and the "
+        "model trained on the text alone", "error"),
+    "FormatConfig.reply_prefix": Unsupported(
+        "not read by rft's workflows (the math workflows take workflow_args.reply_prefix); "
+        "it has no effect"),
+    "FormatConfig.workflow_key": Unsupported(
+        "per-sample workflows are not implemented: every task runs the taskset's workflow"),
+    "FormatConfig.reward_fn_key": Unsupported(
+        "per-sample reward functions are not implemented: every task uses the taskset's "
+        "reward function"),
+    "FormatConfig.chosen_key": Unsupported(
+        "preference datasets are not read by rft (rows are read as prompt / response); it "
+        "has no effect"),
+    "FormatConfig.rejected_key": Unsupported(
+        "preference datasets are not read by rft (rows are read as prompt / response); it "
+        "has no effect"),
+    "FormatConfig.enable_concatenated_multi_turn": Unsupported(
+        "not implemented: SFT trains on the last assistant turn only; it has no effect"),
+    "FormatConfig.chat_template": Unsupported(
+        "not read: datasets use the model's chat template (model.custom_chat_template); it "
+        "has no effect"),
+    # ---- rollout_args -------------------------------------------------------------------
+    "RolloutArgsConfig.temperature": _c(ENGINE, note="the task's sampling overrides"),
+    "RolloutArgsConfig.top_p": _c(ENGINE, note="the task's sampling overrides"),
+    "RolloutArgsConfig.top_k": _c(ENGINE, note="the task's sampling overrides"),
+    "RolloutArgsConfig.logprobs": Unsupported(
+        "rft returns the sampled token's log-probability only, no top log-probabilities; "
+        "it has no effect", when=_positive),
+    "RolloutArgsConfig.max_tokens": _c(ENGINE, note="the task's sampling overrides"),
+    "RolloutArgsConfig.n": Unsupported(
+        "do not set: the samples per task are the taskset's repeat_times (workflows pass "
+        "n themselves)", "error", when=lambda value: value is not None),
+    # ---- task_selector ------------------------------------------------------------------
+    "TaskSelectorConfig.selector_type": _c(VALIDATE, note=_RESOLVED),
+    "TaskSelectorConfig.seed": _c(EXPLORER),
+    "TaskSelectorConfig.feature_keys": _c(EXPLORER),
+    "TaskSelectorConfig.kwargs": _c(VALIDATE, note=_RESOLVED),
+    # ---- tasksets -----------------------------------------------------------------------
+    "TasksetConfig.name": _c(TASKSET, EXPLORER),
+    "TasksetConfig.storage_type": _c(TASKSET),
+    "TasksetConfig.path": _c(TASKSET),
+    "TasksetConfig.subset_name": _c(TASKSET),
+    "TasksetConfig.split": _c(TASKSET),
+    "TasksetConfig.repeat_times": _c(TASKSET, note="unset: algorithm.repeat_times / 1 (eval)"),
+    "TasksetConfig.format": Structural(),
+    "TasksetConfig.rollout_args": Structural(),
+    "TasksetConfig.default_workflow_type": _c(VALIDATE, note=_RESOLVED),
+    "TasksetConfig.default_reward_fn_type": _c(VALIDATE, note=_RESOLVED),
+    "TasksetConfig.workflow_args": _c(VALIDATE, note=_RESOLVED),
+    "TasksetConfig.reward_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "TasksetConfig.task_selector": Structural(),
+    "TasksetConfig.max_retry_times": Unsupported(
+        "not implemented: a failed taskset read is not retried; it has no effect"),
+    "TasksetConfig.max_retry_interval": Unsupported(
+        "not implemented: a failed taskset read is not retried; it has no effect"),
+    "TasksetConfig.enable_progress_bar": Unsupported(
+        "not implemented: datasets load without a progress bar; it has no effect"),
+    # ---- buffer.explorer_input ----------------------------------------------------------
+    "ExplorerInputConfig.taskset": Structural(),
+    "ExplorerInputConfig.tasksets": Structural(),
+    "ExplorerInputConfig.eval_tasksets": Structural(),
+    "ExplorerInputConfig.default_workflow_type": _c(VALIDATE, note="fills the tasksets'"),
+    "ExplorerInputConfig.default_eval_workflow_type": _c(VALIDATE,
+                                                         note="fills the eval tasksets'"),
+    "ExplorerInputConfig.default_reward_fn_type": _c(VALIDATE, note="fills the tasksets'"),
+    # ---- replay_buffer ------------------------------------------------------------------
+    "ReplayBufferConfig.enable": _c(BUFFER_FACTORY, VALIDATE),
+    "ReplayBufferConfig.priority_fn": _c(VALIDATE, note=_RESOLVED),
+    "ReplayBufferConfig.reuse_cooldown_time": _c(BUFFER_FACTORY),
+    "ReplayBufferConfig.priority_fn_args": _c(VALIDATE, note=_RESOLVED),
+    # ---- experience buffers -------------------------------------------------------------
+    "ExperienceBufferConfig.name": _c(BUFFER_FACTORY, BUILDERS),
+    "ExperienceBufferConfig.storage_type": _c(BUFFER_FACTORY, BUILDERS),
+    "ExperienceBufferConfig.path": _c(BUFFER_FACTORY, BUILDERS),
+    "ExperienceBufferConfig.capacity": _c(
+        BUFFER_FACTORY, note="bounds a replay buffer; a plain queue is unbounded"),
+    "ExperienceBufferConfig.max_read_timeout": _c(BUILDERS),
+    "ExperienceBufferConfig.replay_buffer": Structural(),
+    "ExperienceBufferConfig.max_retry_times": Unsupported(
+        "not implemented: a failed database operation is not retried; it has no effect"),
+    "ExperienceBufferConfig.max_retry_interval": Unsupported(
+        "not implemented: a failed database operation is not retried; it has no effect"),
+    "ExperienceBufferConfig.split": _c(BUILDERS, note="file datasets (SFT / DPO)"),
+    "ExperienceBufferConfig.subset_name": _c(BUILDERS, note="file datasets (SFT / DPO)"),
+    "ExperienceBufferConfig.format": Structural("file datasets (SFT / DPO)"),
+    "ExperienceBufferConfig.enable_progress_bar": Unsupported(
+        "not implemented: datasets load without a progress bar; it has no effect"),
+    # ---- buffer.trainer_input -----------------------------------------------------------
+    "TrainerInputConfig.experience_buffer": Structural("unset: a queue named experience_buffer"),
+    "TrainerInputConfig.auxiliary_buffers": Unsupported(
+        "not implemented: the trainer opens no auxiliary buffers (the mix algorithm finds "
+        "no expert data); it has no effect"),
+    # ---- buffer -------------------------------------------------------------------------
+    "BufferConfig.batch_size": _c(EXPLORER, BUILDERS),
+    "BufferConfig.train_batch_size": _c(BUILDERS, PLAN,
+                                        note="unset: batch_size × repeat_times"),
+    "BufferConfig.total_epochs": _c(BUILDERS),
+    "BufferConfig.total_steps": _c(BUILDERS),
+    "BufferConfig.explorer_input": Structural(),
+    "BufferConfig.trainer_input": Structural(),
+    # ---- explorer.rollout_model / auxiliary_models[i] (shared fields) ------------------
+    "InferenceModelConfig.model_path": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
+    "InferenceModelConfig.engine_type": _c(VALIDATE, note=_RESOLVED),
+    "InferenceModelConfig.engine_num": _c(BOTH, WORKERS, VALIDATE),
+    "InferenceModelConfig.tensor_parallel_size": _c(VLLM, WORKERS, VALIDATE),
+    "InferenceModelConfig.use_v1": Unsupported(
+        "not applied: rft's vllm engine always runs vLLM's V1 engine; it has no effect"),
+    "InferenceModelConfig.enforce_eager": _c(VLLM, note="vllm engine"),
+    "InferenceModelConfig.enable_prefix_caching": _c(VLLM, note="vllm engine"),
+    "InferenceModelConfig.enable_chunked_prefill": _c(VLLM, note="vllm engine"),
+    "InferenceModelConfig.gpu_memory_utilization": _c(VLLM, note="vllm engine, CUDA"),
+    "InferenceModelConfig.dtype": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.seed": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.extra_engine_args": _c(VLLM, note="vllm engine"),
+    "InferenceModelConfig.max_model_len": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.max_prompt_tokens": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.max_response_tokens": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
+    "InferenceModelConfig.min_response_tokens": _c(ENGINE_FACTORY, AUXILIARY),
+    "InferenceModelConfig.enable_prompt_truncation": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.repetition_penalty": _c(ENGINE_FACTORY, AUXILIARY),
+    "InferenceModelConfig.ignore_eos": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
+    "InferenceModelConfig.chat_template": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.enable_thinking": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.enable_history": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.enable_openai_api": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.openai_api_host": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.openai_api_port": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.enable_log_requests": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.enable_auto_tool_choice": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.tool_call_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
+    "InferenceModelConfig.reasoning_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
+    # ---- explorer.auxiliary_models[i] (own entries) -------------------------------------
+    "AuxiliaryModelConfig.name": _c(AUXILIARY),
+    "AuxiliaryModelConfig.engine_num": Unsupported(
+        "an auxiliary model runs one engine; more only reserve GPUs in the split",
+        when=lambda value: value > 1),
+    # ---- explorer.over_rollout / dynamic_timeout ----------------------------------------
+    "OverRolloutConfig.ratio": Unsupported(_EXPERIMENTAL),
+    "OverRolloutConfig.wait_after_min": Unsupported(_EXPERIMENTAL),
+    "DynamicTimeoutConfig.enable": Unsupported(_EXPERIMENTAL),
+    "DynamicTimeoutConfig.ratio": Unsupported(_EXPERIMENTAL),
+    # ---- explorer -----------------------------------------------------------------------
+    "ExplorerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
+    "ExplorerConfig.runner_per_model": _c(EXPLORER),
+    "ExplorerConfig.concurrent_mode": _c(EXPLORER),
+    "ExplorerConfig.max_repeat_times_per_runner": _c(EXPLORER),
+    "ExplorerConfig.max_timeout": _c(EXPLORER),
+    "ExplorerConfig.max_retry_times": _c(EXPLORER),
+    "ExplorerConfig.env_vars": Unsupported(
+        "not implemented: workflow runners get no extra environment variables; it has no "
+        "effect"),
+    "ExplorerConfig.rollout_model": Structural(),
+    "ExplorerConfig.auxiliary_models": Structural(),
+    "ExplorerConfig.eval_interval": _c(STAGE),
+    "ExplorerConfig.eval_on_startup": _c(STAGE),
+    "ExplorerConfig.bench_on_latest_checkpoint": _c(BENCH),
+    "ExplorerConfig.over_rollout": Structural(),
+    "ExplorerConfig.dynamic_timeout": Structural(),
+    "ExplorerConfig.runner_state_report_interval": Unsupported(
+        "not implemented: runners report no status; it has no effect"),
+    # ---- synchronizer -------------------------------------------------------------------
+    "SynchronizerConfig.sync_method": _c(BOTH, VALIDATE, note="unset: the mode's default"),
+    "SynchronizerConfig.sync_style": _c(BOTH, note="mode both"),
+    "SynchronizerConfig.sync_interval": _c(BOTH, EXPLORE, TRAIN),
+    "SynchronizerConfig.sync_offset": _c(BOTH, EXPLORE),
+    "SynchronizerConfig.sync_timeout": _c(BOTH, EXPLORE),
+    "SynchronizerConfig.wait_for_checkpoint": _c(EXPLORE),
+    # ---- trainer ------------------------------------------------------------------------
+    "TrainerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
+    "TrainerConfig.trainer_type": _c(VALIDATE, note=_RESOLVED),
+    "TrainerConfig.trainer_strategy": Unsupported(
+        "not applied: the torch trainer trains on one device without FSDP / Megatron; it "
+        "has no effect"),
+    "TrainerConfig.total_steps": _c(BUILDERS, TRAIN),
+    "TrainerConfig.save_interval": _c(STAGE),
+    "TrainerConfig.save_strategy": Unsupported(
+        "not implemented: checkpoints are written by one process; it has no effect"),
+    "TrainerConfig.save_hf_checkpoint": _c(COLOCATE, TRAIN, BOTH),
+    "TrainerConfig.max_checkpoints_to_keep": _c(BUILDERS, BOTH),
+    "TrainerConfig.enable_preview": Unsupported(
+        "not implemented: no rollout previews are logged; it has no effect"),
+    "TrainerConfig.grad_clip": _c(OPTIONS, TORCH_TRAINER),
+    "TrainerConfig.use_dynamic_bsz": _c(OPTIONS),
+    "TrainerConfig.max_token_len_per_gpu": _c(OPTIONS),
+    "TrainerConfig.ulysses_sequence_parallel_size": Unsupported(
+        "not implemented: the torch trainer has no sequence parallelism; it has no effect"),
+    "TrainerConfig.trainer_config": _c(
+        OPTIONS, note="torch: the key paths listed below; any other key is a warning"),
+    # ---- monitor ------------------------------------------------------------------------
+    "MonitorConfig.monitor_type": _c(VALIDATE, note=_RESOLVED),
+    "MonitorConfig.monitor_args": _c(VALIDATE, note=_RESOLVED),
+    "MonitorConfig.detailed_stats": Unsupported(
+        "not implemented: evaluation logs the mean only; it has no effect"),
+    "MonitorConfig.enable_ray_timeline": Unsupported(
+        "not implemented: no Ray timeline is exported; it has no effect"),
+    # ---- service ------------------------------------------------------------------------
+    "DataJuicerServiceConfig.server_url": Unsupported(_DATA_JUICER),
+    "DataJuicerServiceConfig.auto_start": Unsupported(_DATA_JUICER),
+    "DataJuicerServiceConfig.port": Unsupported(_DATA_JUICER),
+    "ServiceConfig.data_juicer": Unsupported(
+        _DATA_JUICER, example=schema.DataJuicerServiceConfig(auto_start=True)),
+    # ---- data_processor -----------------------------------------------------------------
+    "OperatorConfig.name": _c(VALIDATE, note=_RESOLVED),
+    "OperatorConfig.args": _c(VALIDATE, note=_RESOLVED),
+    "TaskPipelineConfig.operators": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.num_process": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.config_path": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.inputs": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.output": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.target_fields": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.priority_weights": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.top_k": Unsupported(_TASK_PIPELINE),
+    "ExperiencePipelineConfig.operators": Structural("each operator resolved by validation"),
+    "ExperiencePipelineConfig.save_input": Unsupported(
+        "not implemented: the experiences before the operators are not saved; it has no "
+        "effect"),
+    "ExperiencePipelineConfig.input_save_path": Unsupported(
+        "not implemented: the experiences before the operators are not saved; it has no "
+        "effect"),
+    "ExperiencePipelineConfig.inputs": Unsupported(
+        "not implemented: the pipeline reads the explorer's experiences only; it has no "
+        "effect"),
+    "ExperiencePipelineConfig.output": Unsupported(
+        "not implemented: the pipeline writes to buffer.trainer_input.experience_buffer; "
+        "it has no effect", example=schema.ExperienceBufferConfig(name="out")),
+    "DataProcessorConfig.task_pipeline": Unsupported(
+        _TASK_PIPELINE, example=schema.TaskPipelineConfig(num_process=2)),
+    "DataProcessorConfig.experience_pipeline": Structural(),
+    # ---- log ----------------------------------------------------------------------------
+    "LogConfig.level": Unsupported(
+        "not implemented: rft writes no per-actor log files; it has no effect"),
+    "LogConfig.group_by_node": Unsupported(
+        "not implemented: rft writes no per-actor log files; it has no effect"),
+    # ---- stages[i] ----------------------------------------------------------------------
+    "StageConfig.stage_name": _c(BUILD_STAGES),
+    "StageConfig.mode": Structural("override of mode (merged by rft.config.build_stages)"),
+    "StageConfig.algorithm": Structural("overrides merged onto algorithm, then checked"),
+    "StageConfig.buffer": Structural("overrides merged onto buffer, then checked"),
+    "StageConfig.data_processor": Structural("overrides merged onto data_processor"),
+    "StageConfig.explorer": Structural("overrides merged onto explorer, then checked"),
+    "StageConfig.trainer": Structural("overrides merged onto trainer, then checked"),
+    "StageConfig.synchronizer": Structural("overrides merged onto synchronizer, then checked"),
+    # ---- top level ----------------------------------------------------------------------
+    "RftConfig.project": _c(VALIDATE, BUILDERS),
+    "RftConfig.group": Unsupported(
+        "not implemented: the job dir is <checkpoint_root_dir>/<project>/<name> and "
+        "monitors get no group; it has no effect"),
+    "RftConfig.name": _c(VALIDATE, BUILDERS),
+    "RftConfig.mode": _c("rft.launcher", VALIDATE),
+    "RftConfig.checkpoint_root_dir": _c(VALIDATE, BUILD_STAGES),
+    "RftConfig.continue_from_checkpoint": _c(COLOCATE, EXPLORE, TRAIN, BOTH),
+    "RftConfig.ray_namespace": _c(CLUSTER, BOTH, note="unset: <project>/<name>"),
+    "RftConfig.ignore_validator_suggestions": Unsupported(
+        "not implemented: the validator makes no accelerator-memory suggestions; it has no "
+        "effect"),
+    "RftConfig.checkpoint_job_dir": Derived("<checkpoint_root_dir>/<project>/<name>"),
+    "RftConfig.algorithm": Structural(),
+    "RftConfig.model": Structural(),
+    "RftConfig.cluster": Structural(),
+    "RftConfig.buffer": Structural(),
+    "RftConfig.explorer": Structural(),
+    "RftConfig.synchronizer": Structural(),
+    "RftConfig.trainer": Structural(),
+    "RftConfig.monitor": Structural(),
+    "RftConfig.service": Structural(),
+    "RftConfig.data_processor": Structural(),
+    "RftConfig.log": Structural(),
+    "RftConfig.stages": Structural("each stage expanded by rft.config.build_stages"),
+}
+"""Support of every schema field, keyed ``"ClassName.field"``."""
+
+# --------------------------------------------------------------------------------------
+# trainer.trainer_config (veRL tree) keys the torch trainer honours
+# --------------------------------------------------------------------------------------
+
+TRAINER_CONFIG_HONOURED: dict[str, str] = {
+    "actor_rollout_ref.actor.ppo_mini_batch_size":
+        "prompts per optimizer step (× repeat_times rows); default: the whole batch",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu":
+        "rows per forward/backward when trainer.use_dynamic_bsz is false",
+    "actor_rollout_ref.actor.ppo_epochs": "passes over the batch per step; default 1",
+    "critic.cliprange_value": "clip range of the value loss; default 0.5",
+    "critic.optim.lr": "critic learning rate; default algorithm.optimizer.lr",
+    "torch.device": "auto (CUDA when available), cpu, cuda, cuda:1, ...",
+    "torch.dtype": "autocast dtype of forward passes: float32 / bfloat16 / float16",
+    "torch.use_rollout_logprobs": "take old_log_prob from the rollout's log-probs",
+}
+"""Key paths of ``trainer.trainer_config`` the ``torch`` trainer reads
+(:mod:`rft.trainer.options`), with what they do; extend it when the trainer reads more."""
+
+TRAINER_CONFIG_TRAINERS = ("torch",)
+"""``trainer.trainer_type`` values whose ``trainer_config`` keys are checked against
+:data:`TRAINER_CONFIG_HONOURED`."""
+
+TRAINER_CONFIG_REASON = "not honoured by the torch trainer; it has no effect"
+"""The warning after ``trainer.trainer_config.<key path>: ``."""
+
+# --------------------------------------------------------------------------------------
+# Lookup and the validation check
+# --------------------------------------------------------------------------------------
+
+
+def schema_classes() -> list[type]:
+    """Every dataclass defined in :mod:`rft.config.schema`, in definition order."""
+    return [obj for obj in vars(schema).values()
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj)
+            and obj.__module__ == schema.__name__]
+
+
+def support_of(cls: type, name: str) -> Support | None:
+    """The entry of field ``name`` of ``cls`` (its own, else its nearest base class's)."""
+    for klass in cls.__mro__:
+        entry = SUPPORT.get(f"{klass.__name__}.{name}")
+        if entry is not None:
+            return entry
+    return None
+
+
+def field_default(f: dataclasses.Field[Any]) -> Any:
+    """The default value of a dataclass field (``default_factory`` called)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def is_set(value: Any, default: Any) -> bool:
+    """Whether ``value`` differs from ``default``; where the default is ``None``, an empty
+    list / mapping or a section equal to its own defaults counts as unset."""
+    if value == default:
+        return False
+    if default is None:
+        if isinstance(value, (list, dict)) and not value:
+            return False
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return value != type(value)()
+    return True
+
+
+def reported(entry: Unsupported, value: Any, default: Any) -> bool:
+    """Whether an unsupported field's ``value`` is reported."""
+    if entry.when is not None:
+        return bool(entry.when(value))
+    return is_set(value, default)
+
+
+def unsupported_settings(obj: Any, prefix: str = "") -> Iterator[tuple[str, Unsupported]]:
+    """``(dotted key, entry)`` of every unsupported field set in the dataclass ``obj`` and
+    the sections below it; nothing below a reported field (its message covers them)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        entry = support_of(type(obj), f.name)
+        if isinstance(entry, Unsupported):
+            if reported(entry, value, field_default(f)):
+                yield key, entry
+            continue
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from unsupported_settings(value, key + ".")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                    yield from unsupported_settings(item, f"{key}[{i}].")
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                    yield from unsupported_settings(item, f"{key}.{name}.")
+
+
+def leaf_paths(tree: Any, prefix: str = "") -> Iterator[str]:
+    """Dotted paths of the leaves of a nested mapping (``None`` leaves count as unset)."""
+    if not isinstance(tree, dict):
+        return
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, dict) and value:
+            yield from leaf_paths(value, path + ".")
+        elif value is not None:
+            yield path
+
+
+def unhonoured_trainer_config_keys(trainer: schema.TrainerConfig) -> list[str]:
+    """Key paths set in ``trainer.trainer_config`` that the trainer does not read."""
+    if trainer.trainer_type not in TRAINER_CONFIG_TRAINERS:
+        return []
+    return [path for path in leaf_paths(trainer.trainer_config or {})
+            if path not in TRAINER_CONFIG_HONOURED]
+
+
+def support_messages(config: schema.RftConfig) -> tuple[list[str], list[str]]:
+    """``(problems, warnings)`` about fields of ``config`` that rft does not honour, one
+    line each starting with the dotted key."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    for key, entry in unsupported_settings(config):
+        (problems if entry.severity == "error" else warnings).append(f"{key}: {entry.reason}")
+    for path in unhonoured_trainer_config_keys(config.trainer):
+        warnings.append(f"trainer.trainer_config.{path}: {TRAINER_CONFIG_REASON}")
+    return problems, warnings
+
+
+# --------------------------------------------------------------------------------------
+# Where each class sits in a config (docs and tests)
+# --------------------------------------------------------------------------------------
+
+
+def _unwrap(tp: Any) -> tuple[str, Any]:
+    """``("one" | "list" | "dict", inner type)`` of a field annotation."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(rest) == 1:
+            tp = rest[0]
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return "list", typing.get_args(tp)[0]
+    if origin is dict:
+        return "dict", typing.get_args(tp)[1]
+    return "one", tp
+
+
+def class_sites(root: type = schema.RftConfig) -> list[tuple[str, type]]:
+    """``(dotted path, class)`` of every place a schema class sits under ``root``, in
+    field order (``[0]`` for list items, ``.<name>`` for mapping values)."""
+    sites: list[tuple[str, type]] = [("", root)]
+
+    def walk(cls: type, prefix: str, stack: tuple[type, ...]) -> None:
+        for f in dataclasses.fields(cls):
+            kind, inner = _unwrap(f.type)
+            if not (isinstance(inner, type) and dataclasses.is_dataclass(inner)):
+                continue
+            if inner in stack:
+                continue
+            path = f"{prefix}{f.name}" + {"one": "", "list": "[0]", "dict": ".<name>"}[kind]
+            sites.append((path, inner))
+            walk(inner, path + ".", stack + (inner,))
+
+    walk(root, "", (root,))
+    return sites
+
+
+def support_label(entry: Support) -> str:
+    """The docs' "support" column: ``yes`` / ``no (warning)`` / ``no (error)`` /
+    ``derived``."""
+    if isinstance(entry, Unsupported):
+        return f"no ({entry.severity})"
+    if isinstance(entry, Derived):
+        return "derived"
+    return "yes"
+
+
+def support_note(entry: Support) -> str:
+    """The docs' note for an entry."""
+    if isinstance(entry, Unsupported):
+        return entry.reason
+    if isinstance(entry, Structural):
+        return entry.note or "section: see its fields"
+    return entry.note
+
+
+__all__ = ["Consumed", "Derived", "SUPPORT", "Structural", "Support",
+           "TRAINER_CONFIG_HONOURED", "TRAINER_CONFIG_REASON", "TRAINER_CONFIG_TRAINERS",
+           "Unsupported", "class_sites", "field_default", "is_set", "leaf_paths",
+           "schema_classes", "support_label", "support_messages", "support_note", "support_of",
+           "unhonoured_trainer_config_keys", "unsupported_settings"]
