@@ -7,7 +7,6 @@ import time
 
 import pytest
 import torch
-
 from rft.buffer.sampling import TrainerBuffers
 from rft.buffer.storage import BufferEmpty, BufferTimeout, open_storage
 from rft.errors import RftError
@@ -174,7 +173,6 @@ def test_experiences_pickle_their_tensors_as_raw_buffers() -> None:
     import pickle
 
     import numpy as np
-
     from rft.tensor_wire import Bits
 
     exp = _every_field_experience()
@@ -195,3 +193,122 @@ def test_experiences_pickle_their_tensors_as_raw_buffers() -> None:
     _assert_same_experience(got, exp)
     got.logprobs += 1  # writable: not a view of the (read-only) buffer
     assert torch.equal(got.logprobs, exp.logprobs + 1)
+
+
+# ---- crashes: leases, idempotent writes, state in checkpoints --------------------------
+
+
+def _rows(path) -> list[tuple[int, int | None, int]]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT consumed, read_step, leased FROM experiences ORDER BY id"
+                          ).fetchall()
+
+
+def test_sql_leases_become_final_with_the_checkpoint_and_return_after_a_crash(tmp_path):
+    """Reads of steps after the last checkpoint go back to the buffer when the trainer
+    restarts from it, and are read again in the same order; covered ones stay read."""
+    path = str(tmp_path / "exp.db")
+    first = open_storage("sql", "buf", path)
+    first.write([make(i) for i in range(8)])
+    for step in (1, 2, 3):
+        first.lease_reads(step)
+        first.read(2, timeout=1)
+        if step == 2:
+            assert first.commit_leases(2) == 4  # checkpoint 2 saved: steps 1-2 final
+    assert first.leased() == 2 and first.totals() == (8, 6)
+    first.close()  # killed: step 3 was read, never checkpointed
+
+    again = open_storage("sql", "buf", path)
+    assert again.recover_leases(2) == (0, 2)
+    assert again.available() == 4 and again.totals() == (8, 4)
+    again.lease_reads(3)
+    assert [e.info["i"] for e in again.read(2, timeout=1)] == [4, 5]  # the same rows
+    again.close()
+
+    restarted = open_storage("sql", "buf", path)  # killed after saving 3, before commit
+    assert restarted.recover_leases(3) == (2, 0)
+    assert _rows(path) == [(1, 1, 0)] * 2 + [(1, 2, 0)] * 2 + [(1, 3, 0)] * 2 + [(0, None, 0)] * 2
+    restarted.close()
+
+
+def test_reads_without_a_lease_are_final_at_once(tmp_path):
+    store = open_storage("sql", "buf", str(tmp_path / "exp.db"))
+    store.write([make(0), make(1)])
+    store.read(1, timeout=1)
+    assert store.recover_leases(0) == (0, 0) and store.available() == 1
+    store.close()
+
+
+def test_keyed_writes_are_idempotent_across_processes(tmp_path):
+    """A step redone after a crash writes its experiences once (still counted as written)."""
+    path = str(tmp_path / "exp.db")
+    for attempt in range(2):
+        store = open_storage("sql", "buf", path)
+        with store.idempotent_writes("explore step 1"):
+            store.write([make(0), make(1)])
+            store.write([make(2)])  # a second write in one step: key "explore step 1#1"
+        assert store.written == 3
+        assert store.totals() == (3, 0)
+        store.close()
+    mirror = str(tmp_path / "mirror.db")
+    for attempt in range(2):
+        queue = open_storage("queue", "buf", mirror)
+        with queue.idempotent_writes("explore step 1"):
+            queue.write([make(0)])
+        assert queue.available() == 1  # the in-memory queue always takes the write
+        queue.close()
+    assert open_storage("sql", "copy", mirror).totals() == (1, 0)
+
+
+def test_a_buffer_file_of_an_older_rft_gains_the_lease_columns(tmp_path):
+    import json
+    import sqlite3
+
+    from rft.buffer.storage import experience_to_dict
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE experiences (id INTEGER PRIMARY KEY AUTOINCREMENT, consumed "
+                   "INTEGER NOT NULL DEFAULT 0, payload TEXT)")
+        db.executemany("INSERT INTO experiences (consumed, payload) VALUES (?, ?)",
+                       [(c, json.dumps(experience_to_dict(make(i)))) for i, c in ((0, 1), (1, 0))])
+    store = open_storage("sql", "buf", str(path))
+    store.lease_reads(1)
+    assert [e.info["i"] for e in store.read(1, timeout=1)] == [1]
+    assert store.recover_leases(0) == (0, 1) and store.available() == 1
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ["queue", "file"])
+def test_in_memory_positions_and_counters_survive_through_state_dict(kind, tmp_path):
+    path = None if kind == "queue" else str(tmp_path / "exp.jsonl")
+    store = open_storage(kind, "buf", path)
+    store.write([make(0), make(1), make(2)])
+    store.read(1, timeout=1)
+    state = store.state_dict()
+    store.close()
+    restored = open_storage(kind, "buf", path)
+    if kind == "queue":
+        assert restored.available() == 0
+    restored.load_state_dict(state)
+    assert (restored.written, restored.read_count, restored.available()) == (3, 1, 2)
+    assert [e.info["i"] for e in restored.read(2, timeout=1)] == [1, 2]
+    restored.close()
+
+
+def test_replay_buffer_state_restores_items_uses_and_its_random_generator():
+    registry = PluginRegistry.create()
+    priority = registry.get("priority_fn", "linear_decay_use_count_control_randomization")
+    from rft.buffer.replay import ReplayStorage
+
+    def fresh() -> ReplayStorage:
+        return ReplayStorage("r", priority, priority.Args(), reuse_cooldown_time=0.0, seed=3)
+
+    one, two = fresh(), fresh()
+    one.write([make(i) for i in range(6)])
+    one.read(2, timeout=1)
+    two.load_state_dict(one.state_dict())
+    assert [e.info["i"] for e in one.read(3, timeout=1)] == \
+        [e.info["i"] for e in two.read(3, timeout=1)]

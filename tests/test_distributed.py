@@ -23,6 +23,7 @@ from rft.config.schema import RolloutModelConfig
 from rft.distributed.engine_pool import EnginePool, chunks, first_ranks
 from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
                                          TrainerDrivenSync)
+from rft.distributed.cluster import loopback_only
 from rft.explorer.engine_factory import build_engine
 from rft.plugins import PluginRegistry
 from rft.errors import RftError
@@ -81,12 +82,14 @@ def ray_local(tmp_path_factory):
 
     global WORKER_LOG
     WORKER_LOG = tmp_path_factory.mktemp("workers") / "calls.log"
+    restore = loopback_only()  # every port of the private cluster on 127.0.0.1
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              namespace="rft-tests", runtime_env={
                  "env_vars": {"OMP_NUM_THREADS": "1"},
                  "worker_process_setup_hook": record_validations(WORKER_LOG)})
     yield
     ray.shutdown()
+    restore()
 
 
 WORKER_LOG: Path | None = None
@@ -454,3 +457,95 @@ def test_nccl_sync_broadcasts_the_weights(ray_local, tmp_path, model_hd32, tasks
     assert 1 in on_policy and all(diffs[s] <= 1e-4 for s in on_policy), (versions, diffs)
     assert sorted(by_step(explorer, "eval/held/accuracy")) == [0, 3]
     assert by_step(trainer, "buffer/read")[3] == 12
+
+
+# ---- faults: a dead buffer is named; the private cluster stays on loopback ----------------
+
+
+@pytest.mark.slow
+def test_killed_buffer_actor_is_named(ray_local, tmp_path, tiny_model_dir, tasks):
+    """Killing the experience buffer's actor mid-run: the explorer's (or the trainer's)
+    call to it fails, and the one-line error names the buffer actor, not its caller."""
+    import ray
+
+    config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=30,
+                         explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
+    trainer_log = tmp_path / "ck" / "e2e" / "run" / "monitor" / "trainer.jsonl"
+    killed: list[float] = []
+
+    def kill_after_first_step() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if trainer_log.is_file() and trainer_log.read_text().strip():
+                ray.kill(ray.get_actor("exp"))
+                killed.append(time.monotonic())
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_after_first_step)
+    killer.start()
+    with pytest.raises(RftError) as caught:
+        run(load_config(config))
+    ended = time.monotonic()
+    killer.join()
+    message = str(caught.value)
+    assert killed and ended - killed[0] < 60
+    assert message.startswith("buffer actor 'exp' died"), message
+    assert "explorer actor" not in message and "trainer actor" not in message
+    assert "\n" not in message
+    saved = list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))  # the trainer's last step
+    assert saved and len(logged(tmp_path, "trainer")) <= saved[-1].step < 30
+
+
+LISTENERS = """
+import json, os
+import psutil, ray
+from rft.config.schema import RftConfig
+from rft.distributed.cluster import ray_cluster
+
+config = RftConfig()
+config.cluster.ray_address = "local"
+config.ray_namespace = "loopback-test"
+with ray_cluster(config):
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def pid(self):
+            return os.getpid()
+
+    ray.get(Probe.remote().pid.remote())  # a worker process too
+    me = psutil.Process()
+    found = []
+    for proc in [me] + me.children(recursive=True):
+        try:
+            found += [[proc.pid, proc.name(), c.laddr.ip, c.laddr.port]
+                      for c in proc.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN]
+        except psutil.Error:
+            pass
+print("LISTENERS " + json.dumps(found))
+print("CLUSTER_MODE_ENV " + json.dumps(os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")))
+"""
+
+
+@pytest.mark.slow
+def test_private_cluster_listens_on_loopback_only():
+    """``rft run``'s private Ray cluster (``cluster.ray_address: local``, or ``auto`` with
+    none running): every socket its processes listen on — GCS, raylet, object manager,
+    agents, driver and worker gRPC — is bound to loopback, none to 0.0.0.0 / ::."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        env.pop(name, None)
+    done = subprocess.run([str(RFT.parent / "python"), "-c", LISTENERS], capture_output=True,
+                          text=True, env=env, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines()
+                 if line.startswith(("LISTENERS ", "CLUSTER_MODE_ENV ")))
+    listeners = json.loads(lines["LISTENERS"])
+    names = {name for _, name, _, _ in listeners}
+    assert {"gcs_server", "raylet"} <= names, listeners
+    assert len(listeners) >= 4, listeners
+    wide = [entry for entry in listeners
+            if entry[2] not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")]
+    assert not wide, f"listening beyond loopback: {wide}"
+    assert json.loads(lines["CLUSTER_MODE_ENV"]) is None  # restored after the cluster stopped
+    assert "rft: started a local Ray cluster at 127.0.0.1:" in done.stderr

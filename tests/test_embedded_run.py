@@ -93,7 +93,10 @@ def test_resume_repeats_and_skips_no_step(tmp_path, tiny_model_dir, tasks):
     assert state["selectors"] == [{"consumed": 8}]
 
 
-def test_corrupt_checkpoint_on_resume_is_named(tmp_path, tiny_model_dir, tasks):
+def test_corrupt_newest_checkpoint_is_skipped_with_a_warning(tmp_path, tiny_model_dir, tasks,
+                                                             caplog):
+    """The newest checkpoint is corrupt: the run resumes from the newest readable one, with a
+    warning naming the one skipped (moved aside), and ends as the run uninterrupted."""
     run(load_config(write_config(tmp_path, tiny_model_dir, tasks)))
     job = tmp_path / "ck" / "e2e" / "run"
     trainer_file = job / "global_step_2" / "trainer.pt"
@@ -102,12 +105,27 @@ def test_corrupt_checkpoint_on_resume_is_named(tmp_path, tiny_model_dir, tasks):
         tmp_path, tiny_model_dir, tasks, buffer__total_steps=3,
         explorer__rollout_model={"engine_type": "hf", "dtype": "float32",
                                  "enable_openai_api": True}))
-    with pytest.raises(CheckpointError, match=f"checkpoint {trainer_file} is corrupt"):
-        run(loaded)
-    assert (job / "global_step_1" / "trainer.pt").exists()  # older checkpoints are kept
-    assert trainer_steps(job) == [1, 2]  # logged metrics are not lost
-    # what the stage had started before resuming failed is stopped again
+    with caplog.at_level("WARNING", logger="rft.checkpoint"):
+        assert run(loaded) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"checkpoint {trainer_file} is corrupt" in w and "skipped (moved to "
+               f"{job}/global_step_2.corrupt)" in w for w in warnings), warnings
+    assert (job / "global_step_2.corrupt").is_dir()  # kept for a post-mortem, never listed
+    assert [c.step for c in list_checkpoints(str(job))] == [1, 2, 3]
+    assert trainer_steps(job) == [1, 2, 3]  # step 2 redone and recorded once
     assert not [t for t in threading.enumerate() if t.name == "rft-openai-api"]
+
+
+def test_no_readable_checkpoint_is_a_one_line_error(tmp_path, tiny_model_dir, tasks):
+    run(load_config(write_config(tmp_path, tiny_model_dir, tasks, trainer__save_interval=0,
+                                 buffer__total_steps=1)))
+    job = tmp_path / "ck" / "e2e" / "run"
+    trainer_file = job / "global_step_1" / "trainer.pt"
+    trainer_file.write_bytes(b"truncated")
+    with pytest.raises(CheckpointError, match=f"checkpoint {trainer_file} is corrupt"):
+        run(load_config(write_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=2)))
+    assert trainer_steps(job) == [1]  # logged metrics are not lost
+    assert trainer_file.exists()  # nothing moved: a second try fails the same way
 
 
 def test_unwritable_checkpoint_directory(tmp_path, tiny_model_dir, tasks):

@@ -216,8 +216,9 @@ def test_merge_turns_keeps_unrelated_calls_and_branches():
         {"function": {"name": "f", "arguments": "{oops"}}]}]},
      "messages[0].tool_calls[0]", "tool call 'f': arguments are not JSON"),
     ({"messages": QUESTION, "top_logprobs": 3}, "top_logprobs", "top_logprobs is not supported"),
-    ({"messages": QUESTION, "temperature": -1}, None, "temperature must be >= 0, got -1"),
-    ({"messages": QUESTION, "max_tokens": 0}, None, "max_tokens must be >= 1, got 0"),
+    ({"messages": QUESTION, "temperature": -1}, "temperature",
+     "temperature must be >= 0, got -1"),
+    ({"messages": QUESTION, "max_tokens": 0}, "max_tokens", "max_tokens must be >= 1, got 0"),
 ])
 def test_bad_requests_get_400_naming_the_field(served, body, param, message):
     status, answer = post(f"{served.api_address}/v1/chat/completions", json.dumps(body))

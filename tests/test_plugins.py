@@ -454,3 +454,15 @@ def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path):
                               env={**env, "RFT_PLUGINS": "rft-plugin-stale"})
     assert [line for line in filtered.stderr.splitlines() if "plugin distribution" in line
             ] == [line for line in validated.stderr.splitlines() if "rft-plugin-stale" in line]
+
+
+def test_trinity_names_that_need_a_third_party_package_say_which():
+    registry = PluginRegistry.create()
+    message = registry.unknown_name_message("workflow", "agentscope_react_math_workflow",
+                                            key="buffer.explorer_input.taskset."
+                                                "default_workflow_type")
+    assert message.startswith("buffer.explorer_input.taskset.default_workflow_type: unknown "
+                              "workflow 'agentscope_react_math_workflow' (Trinity-RFT's "
+                              "AgentScope agent workflow: it needs the agentscope package")
+    assert "did you mean" not in message
+    assert "alfworld" in registry.unknown_name_message("workflow", "alfworld_workflow")

@@ -14,7 +14,9 @@ from rft.plugins import PluginRegistry
 from rft.trainer.torch_trainer import TorchTrainer
 
 PRESETS = ["grpo", "ppo", "opmd", "rloo", "reinforceplusplus", "reinforceplusplus_baseline",
-           "remax", "gspo", "dpo", "sft", "mix"]
+           "remax", "gspo", "dpo", "sft", "mix", "cispo", "sapo", "topr", "asymre", "raft",
+           "dapo", "grpo_verl", "rec", "m2po", "sppo", "on_policy_distill", "jsd",
+           "multi_step_grpo", "gigpo", "mix_chord"]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,9 @@ def experiences(preset, vocab: int) -> list[Experience]:
         exp.info["reward_baseline"] = 0.5
         if preset.sample_strategy == "mix":
             exp.info["is_expert"] = i >= 6
+        if preset.advantage_in_explorer:  # on_policy_distill, jsd: the explorer's operator
+            exp.advantages = torch.randn(response, generator=g)
+            exp.returns = exp.advantages.clone()
         out.append(exp)
     return out
 

@@ -397,3 +397,34 @@ def test_ppo_with_critic(registry, model_dir, tmp_path) -> None:
     assert metrics["critic/lr"] == 1e-2
     changed = [k for k, v in trainer.critic.state_dict().items() if not torch.equal(v, critic_before[k])]
     assert "score.weight" in changed
+
+
+def test_memory_controls_in_one_process_give_the_same_step(registry, model_dir, tmp_path) -> None:
+    """Gradient checkpointing and chunked entropies change memory, not the step (exactly)."""
+    plain = make_trainer(registry, model_dir, tmp_path)
+    controlled = make_trainer(registry, model_dir, tmp_path, trainer={"trainer_config": {
+        "torch": {"entropy_chunk_size": 3},
+        "actor_rollout_ref": {"model": {"enable_gradient_checkpointing": True},
+                              "actor": {"entropy_from_logits_with_chunking": True}}}})
+    assert controlled.actor.is_gradient_checkpointing and controlled.options.entropy_chunk_size == 3
+    first, second = plain.train_step(rollouts()), controlled.train_step(rollouts())
+    assert first["actor/entropy_loss"] == second["actor/entropy_loss"]
+    before, after = params(plain), params(controlled)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_token_budget_is_derived_from_the_model_length(registry, model_dir, tmp_path) -> None:
+    trainer = make_trainer(registry, model_dir, tmp_path, trainer={"use_dynamic_bsz": True})
+    assert trainer.plan.trainer.max_token_len_per_gpu == 32  # ⌈2 · (8 + 8) / 1⌉
+    assert trainer.options.max_token_len == 32 and trainer.plan.trainer.ranks == 1
+
+
+def test_the_critic_head_is_the_same_in_every_build(registry, model_dir, tmp_path) -> None:
+    """The value head is initialised from a fixed seed (every rank of a sharded trainer
+    builds the same one), whatever the global random state."""
+    ppo = {"algorithm": {"algorithm_type": "test_ppo"}}
+    torch.manual_seed(1)
+    first = make_trainer(registry, model_dir, tmp_path, **ppo)
+    torch.manual_seed(2)
+    second = make_trainer(registry, model_dir, tmp_path, **ppo)
+    assert torch.equal(first.critic.score.weight, second.critic.score.weight)

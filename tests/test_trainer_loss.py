@@ -303,20 +303,16 @@ def test_kl_penalty_in_reward() -> None:
 
 
 def test_advantage_fn_gets_typed_inputs() -> None:
-    from rft_plugin_grpo import grpo_advantages
+    from rft_plugin_grpo import GRPOArgs, grpo_advantages
     from rft_plugin_ppo import gae_advantages
-
-    @dataclass
-    class GrpoArgs:
-        epsilon: float = 1e-6
-        norm_adv_by_std_in_grpo: bool = False
 
     t = tensors(7)
     rewards = torch.zeros(B, R, dtype=torch.float64)
     rewards[:, 0] = torch.arange(B, dtype=torch.float64)
     index = ["a", "a", "b", "b", "c", "c"]
     inputs = AdvantageInputs(token_level_rewards=rewards, response_mask=t.mask, index=index)
-    adv, ret = compute_advantages(sel("advantage_fn", "grpo", grpo_advantages, GrpoArgs()),
+    adv, ret = compute_advantages(sel("advantage_fn", "grpo", grpo_advantages,
+                                      GRPOArgs(norm_adv_by_std_in_grpo=False)),
                                   inputs)
     expected = torch.tensor([-0.5, 0.5] * 3, dtype=torch.float64)[:, None] * t.mask
     torch.testing.assert_close(adv, expected.float())

@@ -1,11 +1,22 @@
 """Checkpoints of a run: ``<job dir>/global_step_<N>/`` written atomically.
 
 A checkpoint folder holds ``trainer.pt`` (the trainer's state), ``state.json`` (step,
-model version, task-selector states, counters) and optionally ``hf/`` (the actor in
-Hugging Face format). It is written under a temporary name and renamed when complete,
-so a crash never leaves a half-written ``global_step_N`` and another process (an
-``explore`` or ``bench`` run) never sees one; resuming picks the newest complete one.
-``max_checkpoints_to_keep`` prunes the oldest.
+model version, task-selector states, counters, random-generator states), optionally
+``<name>.pt`` files for what the mode keeps besides (e.g. ``buffer.pt``: the experience
+buffer's contents) and optionally ``hf/`` (the actor in Hugging Face format). It is
+written under a temporary name, every file synced to disk, and renamed when complete, so
+a crash (``kill -9``, a full disk) never leaves a half-written ``global_step_N`` and
+another process (an ``explore`` or ``bench`` run) never sees one; a failed save removes
+its temporary folder and raises one :class:`CheckpointError` line naming the folder and
+the cause ("No space left on device"). ``max_checkpoints_to_keep`` prunes the oldest.
+
+Resuming takes the newest checkpoint that is complete *and readable*
+(:func:`newest_readable_checkpoint`): one that cannot be read is moved aside to
+``global_step_<N>.corrupt`` with a warning naming it, and the next older one is used.
+
+:func:`rng_state` / :func:`set_rng_state` capture and restore every process-wide random
+generator (Python's ``random``, NumPy's, torch's CPU and CUDA ones) as JSON, so a resumed
+run draws the same numbers as an uninterrupted one.
 
 :func:`load_actor_weights` reads the actor's weights of a checkpoint for an inference
 engine: from ``hf/`` when it is there (safetensors, sharded or not), else from the
@@ -14,8 +25,11 @@ engine: from ``hf/`` when it is there (safetensors, sharded or not), else from t
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import os
+import random
 import re
 import shutil
 from collections.abc import Callable
@@ -27,6 +41,8 @@ import torch
 from rft.errors import RftError
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+log = logging.getLogger("rft.checkpoint")
 
 
 class CheckpointError(RftError):
@@ -61,29 +77,87 @@ def newest_checkpoint(job_dir: str) -> Checkpoint | None:
 
 def save_checkpoint(job_dir: str, step: int, trainer_state: dict[str, Any],
                     state: dict[str, Any], *, max_to_keep: int | None = None,
-                    save_hf: Callable[[str], None] | None = None) -> str:
-    """Write ``global_step_<step>`` atomically; prune to ``max_to_keep``; return its path."""
+                    save_hf: Callable[[str], None] | None = None,
+                    extra: dict[str, Any] | None = None) -> str:
+    """Write ``global_step_<step>`` atomically; prune to ``max_to_keep``; return its path.
+
+    ``extra``: more objects to keep, each saved as ``<name>.pt`` (read back with
+    :func:`load_extra`).
+
+    :raises CheckpointError: the folder cannot be written (one line: the folder and the
+        cause); nothing of the new checkpoint is left behind.
+    """
     final = os.path.join(job_dir, f"global_step_{step}")
     partial = final + ".partial"
     try:
         shutil.rmtree(partial, ignore_errors=True)
         os.makedirs(partial)
         torch.save(trainer_state, os.path.join(partial, "trainer.pt"))
+        for name, value in (extra or {}).items():
+            torch.save(value, os.path.join(partial, f"{name}.pt"))
         if save_hf is not None:
             save_hf(os.path.join(partial, "hf"))
         with open(os.path.join(partial, "state.json"), "w", encoding="utf-8") as handle:
             json.dump({**state, "step": step}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _sync_tree(partial)
         if os.path.exists(final):
-            shutil.rmtree(final)
+            _remove(final)
         os.replace(partial, final)
-    except OSError as exc:
-        raise CheckpointError(f"checkpoint {final}: cannot write: {exc.strerror or exc}") from exc
+        _sync_dir(job_dir)
+    except Exception as exc:  # OSError, torch's RuntimeError, safetensors' errors, …
+        shutil.rmtree(partial, ignore_errors=True)
+        raise CheckpointError(f"checkpoint {final}: cannot write: {_cause(exc)}") from exc
     if max_to_keep is not None:
         for old in list_checkpoints(job_dir)[:-max_to_keep]:
-            shutil.rmtree(old.path, ignore_errors=True)
+            _remove(old.path)
     return final
+
+
+def _remove(path: str) -> None:
+    """Delete a checkpoint folder so that a crash midway never leaves a listed one: renamed
+    out of the ``global_step_N`` namespace first."""
+    doomed = path + ".deleting"
+    try:
+        os.replace(path, doomed)
+    except OSError:
+        doomed = path
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _sync_tree(root: str) -> None:
+    """fsync every file under ``root`` and the folders (the rename publishes whole files)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _sync_dir(folder)
+
+
+def _sync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a folder
+    finally:
+        os.close(fd)
+
+
+def _cause(exc: BaseException) -> str:
+    """One line for a failed write: the OS's words for an ``OSError`` anywhere in the chain
+    ("No space left on device"), else the exception's first line."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen.strerror or os.strerror(seen.errno)
+        seen = seen.__cause__ or seen.__context__
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def load_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -96,14 +170,132 @@ def load_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], dict[str, A
     try:
         with open(state_path, encoding="utf-8") as handle:
             state = json.load(handle)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {state_path} is corrupt: {exc}") from exc
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise CheckpointError(f"checkpoint {state_path} is corrupt: no step")
     try:
         trainer_state = torch.load(trainer_path, weights_only=False, map_location="cpu")
     except Exception as exc:  # torch raises several types for truncated files
         raise CheckpointError(f"checkpoint {trainer_path} is corrupt or unreadable: "
-                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
     return trainer_state, state
+
+
+def load_extra(checkpoint: Checkpoint, name: str) -> Any:
+    """The object saved as ``extra[name]`` (``None`` when the checkpoint has none).
+
+    :raises CheckpointError: the file is corrupt (one line naming it).
+    """
+    path = os.path.join(checkpoint.path, f"{name}.pt")
+    if not os.path.exists(path):
+        return None
+    try:
+        return torch.load(path, weights_only=False, map_location="cpu")
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
+                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint read whole: what :func:`newest_readable_checkpoint` returns."""
+
+    checkpoint: Checkpoint
+    trainer_state: dict[str, Any]
+    state: dict[str, Any]
+    extra: dict[str, Any]
+    skipped: list[str]
+    """Newer checkpoints that could not be read (moved aside), one line each."""
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step
+
+
+def newest_readable_checkpoint(job_dir: str, extra: tuple[str, ...] = ()
+                               ) -> LoadedCheckpoint | None:
+    """The newest checkpoint whose files all read (``trainer.pt``, ``state.json`` and the
+    ``extra`` names), read; ``None`` when the job has no checkpoint.
+
+    A newer one that cannot be read is renamed ``global_step_<N>.corrupt`` (so that no
+    explorer or bench run takes it, and a resumed run can write ``global_step_<N>`` again)
+    and named in a warning.
+
+    :raises CheckpointError: no checkpoint of the job can be read (the newest one's error).
+    """
+    failed: list[tuple[Checkpoint, CheckpointError]] = []
+    for checkpoint in reversed(list_checkpoints(job_dir)):
+        try:
+            trainer_state, state = load_checkpoint(checkpoint)
+            extras = {name: load_extra(checkpoint, name) for name in extra}
+        except CheckpointError as exc:
+            failed.append((checkpoint, exc))
+            continue
+        skipped = []
+        for bad, exc in failed:
+            aside = _move_aside(bad.path)
+            line = f"{exc}; skipped{f' (moved to {aside})' if aside else ''}"
+            skipped.append(line)
+            log.warning("resume: %s", line)
+        if skipped:
+            log.warning("resume: taking %s, the newest readable checkpoint", checkpoint.path)
+        return LoadedCheckpoint(checkpoint, trainer_state, state, extras, skipped)
+    if failed:  # none is readable: left as they are, for the user to look at
+        raise failed[0][1]
+    return None
+
+
+def _move_aside(path: str) -> str | None:
+    target, n = path + ".corrupt", 1
+    while os.path.exists(target):
+        n += 1
+        target = f"{path}.corrupt{n}"
+    try:
+        os.replace(path, target)
+    except OSError:
+        return None
+    return target
+
+
+def rng_state() -> dict[str, Any]:
+    """Every process-wide random generator's state, JSON-able (see the module docstring)."""
+    import numpy as np
+
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": _b64(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state`'s result (parts it lacks are left as they are)."""
+    import numpy as np
+
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in state:
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    if "torch" in state:
+        torch.set_rng_state(_unb64(state["torch"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([_unb64(s) for s in state["cuda"]])
+
+
+def _b64(tensor: torch.Tensor) -> str:
+    return base64.b64encode(tensor.numpy().tobytes()).decode("ascii")
+
+
+def _unb64(text: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
 
 
 def check_writable(job_dir: str) -> None:

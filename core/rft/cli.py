@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 from rft.commands import Command
 from rft.errors import ConfigError, PluginError, RftError
@@ -64,11 +67,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import yaml
 
     from rft.config import load_config
+    from rft.modes.preflight import data_problems
 
     _warn_about_plugin_versions()
     loaded = load_config(args.config, args.overrides)
     for warning in loaded.warnings:
         print(f"rft: warning: {warning}", file=sys.stderr)
+    # the first rows of every data file: a bad byte, malformed JSON or an empty file is
+    # reported now, with its file and line, not when the run reaches it
+    problems = list(dict.fromkeys(problem for stage in loaded.stages
+                                  for problem in data_problems(stage.plan)))
+    if problems:
+        _print_problems(ConfigError(problems))
+        return EXIT_USAGE
     for stage in loaded.stages:
         if stage.name is not None:
             print(f"# stage: {stage.name}")
@@ -205,6 +216,25 @@ def _unknown_command_hint(argv: Sequence[str], registry: PluginRegistry) -> str 
     return registry.unknown_name_message("command", name)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the run unwinds (monitors closed, endpoint and
+    Ray cluster stopped) and ends with one line."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    raise Terminated
+
+
+def terminate_like_interrupt() -> Any:
+    """Turn SIGTERM into :class:`Terminated` in the main thread (unless a caller installed
+    its own handler); return the handler it replaced (``None``: none replaced)."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    return None
+
+
 def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None
          ) -> int:
     """Run ``rft`` with ``argv`` (default: the process's arguments); the exit status.
@@ -227,6 +257,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         print(f"rft: {hint}", file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
+    previous = terminate_like_interrupt()
     try:
         return args.handler(args)
     except RftError as error:
@@ -234,9 +265,13 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
             raise
         _print_problems(error)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("rft: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        terminated = isinstance(interrupt, Terminated)
+        print(f"rft: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+    finally:
+        if previous is not None:  # main() called in a process that goes on (tests)
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

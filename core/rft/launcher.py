@@ -95,9 +95,9 @@ def explorer_environment(stage: Stage) -> Iterator[None]:
 
 
 def summary_path(loaded: LoadedConfig) -> str:
-    """``<checkpoint_root_dir>/<project>/<name>/summary.json`` of the whole run."""
+    """``<checkpoint_root_dir>/<project>[/<group>]/<name>/summary.json`` of the whole run."""
     c = loaded.config
-    return os.path.join(c.checkpoint_root_dir, c.project, c.name, "summary.json")
+    return os.path.join(c.checkpoint_root_dir, c.project, c.group, c.name, "summary.json")
 
 
 def write_summary(loaded: LoadedConfig, results: list[StageResult]) -> None:

@@ -96,6 +96,30 @@ _ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "rft-plugin-sft": {"algorithm": ("sft",), "policy_loss_fn": ("sft",)},
     "rft-plugin-mix": {"algorithm": ("mix",), "policy_loss_fn": ("mix",),
                        "sample_strategy": ("mix",)},
+    "rft-plugin-cispo": {"algorithm": ("cispo",), "policy_loss_fn": ("cispo",)},
+    "rft-plugin-sapo": {"algorithm": ("sapo",), "policy_loss_fn": ("sapo",)},
+    "rft-plugin-topr": {"algorithm": ("topr",), "advantage_fn": ("reinforce",),
+                        "policy_loss_fn": ("topr",)},
+    "rft-plugin-asymre": {"algorithm": ("asymre",), "advantage_fn": ("asymre",)},
+    "rft-plugin-raft": {"algorithm": ("raft",), "advantage_fn": ("raft",),
+                        "policy_loss_fn": ("raft",)},
+    "rft-plugin-dapo": {"algorithm": ("dapo",), "experience_operator": ("overlong_penalty",)},
+    "rft-plugin-grpo-verl": {"algorithm": ("grpo_verl",), "advantage_fn": ("grpo_verl",)},
+    "rft-plugin-rec": {"algorithm": ("rec",), "advantage_fn": ("rec",),
+                       "policy_loss_fn": ("rec",)},
+    "rft-plugin-m2po": {"algorithm": ("m2po",), "policy_loss_fn": ("m2po",)},
+    "rft-plugin-sppo": {"algorithm": ("sppo",), "policy_loss_fn": ("sppo",)},
+    "rft-plugin-on-policy-distill": {
+        "algorithm": ("on_policy_distill",), "experience_operator": ("on_policy_distill",),
+        "workflow": ("on_policy_distill_workflow",)},
+    "rft-plugin-jsd": {"algorithm": ("jsd",), "experience_operator": ("jsd",)},
+    "rft-plugin-multi-step-grpo": {
+        "algorithm": ("multi_step_grpo",), "advantage_fn": ("step_wise_grpo",),
+        "experience_operator": ("step_wise_grpo",)},
+    "rft-plugin-gigpo": {"algorithm": ("gigpo",), "advantage_fn": ("gigpo",),
+                         "experience_operator": ("gigpo",)},
+    "rft-plugin-mix-chord": {"algorithm": ("mix_chord",),
+                             "policy_loss_fn": ("mix_chord", "sft_phi", "sft_is")},
 }
 """What each algorithm distribution (``plugins/algorithms/<name>``) registers, by kind."""
 
@@ -105,16 +129,57 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
        for kind, names in kinds.items() for name in names},
     **{("workflow", name): "rft-plugin-workflows" for name in (
         "simple_workflow", "math_workflow", "math_boxed_workflow", "verl_gsm8k_workflow",
-        "agent_openai_workflow", "llm_judge_workflow", "tool_agent_workflow")},
+        "agent_openai_workflow", "llm_judge_workflow", "tool_agent_workflow",
+        "async_math_workflow", "async_math_boxed_workflow",
+        "toolcall_workflow", "tool_call_workflow", "math_rm_workflow",
+        "async_math_rm_workflow", "math_ruler_workflow", "async_math_ruler_workflow",
+        "math_trainable_ruler_workflow", "rubric_judge_workflow",
+        "step_wise_math_workflow")},
+    ("workflow", "frozen_lake_workflow"): "rft-plugin-frozen-lake",
     **{("reward_fn", name): "rft-plugin-rewards" for name in (
         "math_reward", "math_boxed_reward", "gsm8k_reward", "countdown_reward",
-        "format_reward", "accuracy_reward")},
+        "format_reward", "accuracy_reward", "math_dapo_reward")},
     **{("task_selector", name): "rft-plugin-selectors" for name in (
         "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")},
     ("command", "convert-verl"): "rft-plugin-convert-verl",
+    ("workflow", "verl_workflow"): "rft-plugin-convert-verl",
 }
 """Names provided by the project's official plugin distributions, for install hints
 (``tests/test_plugins.py`` checks it against what those distributions register)."""
+
+_AGENTSCOPE = ("Trinity-RFT's AgentScope agent workflow: it needs the agentscope package "
+               "(pip install agentscope) and a workflow plugin that wraps it, which rft does "
+               "not ship")
+_ALFWORLD = ("Trinity-RFT's ALFWorld environment: it needs the alfworld package (pip install "
+             "alfworld, then alfworld-download) and a workflow plugin that wraps it, which rft "
+             "does not ship")
+EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
+    **{("workflow", name): _AGENTSCOPE for name in (
+        "agentscope*", "as_react_workflow", "email_search_workflow")},
+    **{("workflow", name): _ALFWORLD for name in (
+        "alfworld_workflow", "alfworld_workflow_v2", "step_wise_alfworld_workflow",
+        "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow")},
+    ("workflow", "sciworld_workflow"): (
+        "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
+        "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
+    ("workflow", "webshop_workflow"): (
+        "Trinity-RFT's WebShop environment: it needs the web_agent_site package of "
+        "github.com/princeton-nlp/WebShop (installed from source, about 15 GB of memory) and a "
+        "workflow plugin that wraps it, which rft does not ship"),
+}
+"""Names of Trinity-RFT that need a third-party package and are not provided by any of the
+project's distributions: what the unknown-name message says instead of an install hint. A
+key whose name ends with ``*`` matches every name with that prefix."""
+
+
+def external_provider(kind: str, name: str) -> str | None:
+    """What :data:`EXTERNAL_PROVIDERS` says about ``name`` (exact names first, then the
+    longest matching ``prefix*``), or ``None``."""
+    if (kind, name) in EXTERNAL_PROVIDERS:
+        return EXTERNAL_PROVIDERS[(kind, name)]
+    prefixes = [(k, v) for (kk, k), v in EXTERNAL_PROVIDERS.items()
+                if kk == kind and k.endswith("*") and name.startswith(k[:-1])]
+    return max(prefixes, key=lambda kv: len(kv[0]))[1] if prefixes else None
 
 
 @dataclass
@@ -439,6 +504,9 @@ class PluginRegistry:
         known = self.names(kind)
         prefix = f"{key}: " if key else ""
         message = f"{prefix}unknown {label} {name!r}"
+        external = external_provider(kind, str(name))
+        if external:  # a name of Trinity-RFT's, not a typo
+            return f"{message} ({external})"
         close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.75)
         if close:
             message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"

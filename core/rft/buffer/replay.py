@@ -71,6 +71,25 @@ class ReplayStorage(ExperienceStorage):
     def _available(self) -> int:
         return len(self._ready())
 
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, items (with their use counts and how long ago they were used) and the
+        random generator's state: a resumed run reads what it would have read."""
+        now = self._clock()
+        with self._lock:
+            return {**super().state_dict(), "rng": self._rng.getstate(),
+                    "items": [(i.experience, i.use_count, now - i.last_used)
+                              for i in self._items]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        now = self._clock()
+        with self._lock:
+            if "rng" in state:
+                self._rng.setstate(state["rng"])
+            if "items" in state:
+                self._items = [ReplayItem(exp, int(uses), now - age)
+                               for exp, uses, age in state["items"]]
+
     def _take(self, count: int) -> list[Experience]:
         ready = sorted(self._ready(), key=self._score, reverse=True)[:count]
         now = self._clock()

@@ -83,7 +83,8 @@ class DatasetStorage(ExperienceStorage):
         return taken
 
     def state_dict(self) -> dict[str, int]:
-        return {"position": self._position}
+        return {"position": self._position, "read": self.read_count}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._position = int(state["position"])
+        self.read_count = int(state.get("read", self._position))

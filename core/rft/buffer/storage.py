@@ -275,7 +275,8 @@ class QueueStorage(ExperienceStorage):
 
 
 class SQLStorage(ExperienceStorage):
-    """SQLite table ``experiences(id, consumed, payload)``; committed on every write/read.
+    """SQLite table ``experiences(id, consumed, payload, read_step, leased)``; committed on
+    every write/read.
 
     Safe for a writer process and a reader process on one file (``explore`` + ``train``):
 
@@ -285,7 +286,12 @@ class SQLStorage(ExperienceStorage):
       readers can never take the same row;
     - ``consumed`` counts the reads of a row (a row read twice would show 2);
     - :meth:`available` asks the database, and a waiting read polls it every
-      :attr:`poll_interval` seconds, so rows written by another process are seen.
+      :attr:`poll_interval` seconds, so rows written by another process are seen;
+    - a leased read (:meth:`lease_reads`) records the training step in ``read_step`` and
+      sets ``leased`` until :meth:`commit_leases`; :meth:`recover_leases` returns the
+      uncovered ones (``consumed`` back to 0);
+    - keyed writes (:meth:`idempotent_writes`) record their key in table ``writes`` in the
+      same transaction as their rows.
     """
 
     BUSY_TIMEOUT_S = 60.0
@@ -304,9 +310,10 @@ class SQLStorage(ExperienceStorage):
         self.path = path
 
     def _connect(self, path: str) -> sqlite3.Connection:
-        """Open, switch to WAL, create the table. Switching the journal mode may fail
-        with "database is locked" without waiting while another process opens the same
-        new file, so the set-up is retried until the busy timeout."""
+        """Open, switch to WAL, create the tables (adding the lease columns to a file of an
+        older rft). Switching the journal mode may fail with "database is locked" without
+        waiting while another process opens the same new file, so the set-up is retried
+        until the busy timeout."""
         deadline = time.monotonic() + self.BUSY_TIMEOUT_S
         while True:
             # isolation_level=None: no implicit transactions; ours are explicit
@@ -315,7 +322,19 @@ class SQLStorage(ExperienceStorage):
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("CREATE TABLE IF NOT EXISTS experiences (id INTEGER PRIMARY KEY "
-                           "AUTOINCREMENT, consumed INTEGER NOT NULL DEFAULT 0, payload TEXT)")
+                           "AUTOINCREMENT, consumed INTEGER NOT NULL DEFAULT 0, payload TEXT, "
+                           "read_step INTEGER, leased INTEGER NOT NULL DEFAULT 0)")
+                db.execute("CREATE TABLE IF NOT EXISTS writes (key TEXT PRIMARY KEY, "
+                           "rows INTEGER NOT NULL)")
+                columns = {row[1] for row in db.execute("PRAGMA table_info(experiences)")}
+                for column, kind in (("read_step", "INTEGER"),
+                                     ("leased", "INTEGER NOT NULL DEFAULT 0")):
+                    if column not in columns:
+                        try:
+                            db.execute(f"ALTER TABLE experiences ADD COLUMN {column} {kind}")
+                        except sqlite3.OperationalError as exc:  # another process added it
+                            if "duplicate column" not in str(exc):
+                                raise
                 return db
             except sqlite3.OperationalError as exc:
                 db.close()
@@ -328,8 +347,16 @@ class SQLStorage(ExperienceStorage):
         return _Transaction(self._db, f"experience buffer {self.name!r} ({self.path})")
 
     def _append(self, experiences: list[Experience]) -> None:
+        self._append_keyed(experiences, None)
+
+    def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
         payloads = [(json.dumps(experience_to_dict(e)),) for e in experiences]
         with self._immediate():
+            if key is not None:
+                if self._db.execute("SELECT 1 FROM writes WHERE key = ?", (key,)).fetchone():
+                    return  # written before a crash: the redone step's rows are there
+                self._db.execute("INSERT INTO writes (key, rows) VALUES (?, ?)",
+                                 (key, len(payloads)))
             self._db.executemany("INSERT INTO experiences (payload) VALUES (?)", payloads)
 
     def _available(self) -> int:
@@ -339,9 +366,34 @@ class SQLStorage(ExperienceStorage):
         with self._immediate():
             rows = self._db.execute("SELECT id, payload FROM experiences WHERE consumed = 0 "
                                     "ORDER BY id LIMIT ?", (count,)).fetchall()
-            self._db.executemany("UPDATE experiences SET consumed = consumed + 1 WHERE id = ?",
-                                 [(row[0],) for row in rows])
+            if self._lease is None:
+                self._db.executemany("UPDATE experiences SET consumed = consumed + 1 "
+                                     "WHERE id = ?", [(row[0],) for row in rows])
+            else:
+                self._db.executemany("UPDATE experiences SET consumed = consumed + 1, "
+                                     "read_step = ?, leased = 1 WHERE id = ?",
+                                     [(self._lease, row[0]) for row in rows])
         return [experience_from_dict(json.loads(row[1])) for row in rows]
+
+    def commit_leases(self, step: int) -> int:
+        with self._lock, self._immediate():
+            return self._db.execute("UPDATE experiences SET leased = 0 WHERE leased = 1 AND "
+                                    "read_step <= ?", (step,)).rowcount
+
+    def recover_leases(self, step: int) -> tuple[int, int]:
+        with self._lock, self._immediate():
+            final = self._db.execute("UPDATE experiences SET leased = 0 WHERE leased = 1 AND "
+                                     "read_step <= ?", (step,)).rowcount
+            returned = self._db.execute(
+                "UPDATE experiences SET consumed = consumed - 1, leased = 0, read_step = NULL "
+                "WHERE leased = 1 AND read_step > ?", (step,)).rowcount
+            self._lock.notify_all()
+        return final, returned
+
+    def leased(self) -> int:
+        """Rows read under a lease that is not final yet."""
+        return int(self._db.execute("SELECT COUNT(*) FROM experiences WHERE leased = 1"
+                                    ).fetchone()[0])
 
     def totals(self) -> tuple[int, int]:
         """``(rows written, rows read)`` by every process, from the database."""
@@ -397,10 +449,14 @@ class FileStorage(ExperienceStorage):
         self._offset = 0
 
     def _append(self, experiences: list[Experience]) -> None:
-        for exp in experiences:
-            self._file.write(json.dumps(experience_to_dict(exp)) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        text = "".join(json.dumps(experience_to_dict(exp)) + "\n" for exp in experiences)
+        try:
+            self._file.write(text)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise RftError(f"experience buffer {self.name!r}: cannot write to {self.path}: "
+                           f"{exc.strerror or exc}") from exc
         self._lines += len(experiences)
 
     def _available(self) -> int:
@@ -412,6 +468,15 @@ class FileStorage(ExperienceStorage):
         self._file.seek(0, os.SEEK_END)
         self._offset += len(lines)
         return [experience_from_dict(json.loads(line)) for line in lines]
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {**super().state_dict(), "offset": self._offset}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        with self._lock:
+            self._offset = min(int(state.get("offset", self._offset)), self._lines)
 
     def close(self) -> None:
         self._file.close()

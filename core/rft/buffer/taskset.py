@@ -4,14 +4,22 @@ into :class:`~rft.workflow.Task` objects.
 ``path`` may be a data file (``.jsonl``/``.json``/``.parquet``/``.csv``), a folder in the
 layout ``datasets.load_dataset`` accepts (``split``, ``subset_name``), or — with
 ``storage_type: sql`` — a SQLite file whose table ``tasks`` (or ``split``) holds the rows.
-Every problem is one line naming the taskset, the file, and where relevant the row and key.
+Every problem is one line naming the taskset, the file, and where relevant the row and key;
+a file that ``datasets`` cannot read is looked at line by line to say where it goes wrong
+(``line 7, column 12: malformed JSON: …``, ``line 3: byte 0xff at column 9 is not UTF-8``,
+``the file is empty``). :func:`preview_rows` reads the first rows alone, without
+``datasets`` (``rft validate`` checks every data file with it before a run).
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import itertools
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +29,9 @@ from rft.workflow import Task
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 """``datasets`` builder for each data-file extension."""
+
+TEXT_EXTENSIONS = (".jsonl", ".json", ".csv")
+"""Data files read as UTF-8 text (diagnosed line by line)."""
 
 
 class TasksetError(RftError):
@@ -59,21 +70,190 @@ def _read_with_datasets(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
             if extension not in FILE_BUILDERS:
                 raise TasksetError(f"{_where(cfg)}: unsupported file type {extension!r}; use "
                                    + ", ".join(FILE_BUILDERS))
+            if extension in TEXT_EXTENSIONS and os.path.getsize(path) == 0:
+                raise TasksetError(f"{_where(cfg)}: the taskset is empty (the file is empty)")
             dataset = datasets.load_dataset(FILE_BUILDERS[extension], data_files=path,
                                             split="train")
         elif os.path.isdir(path):
             dataset = datasets.load_dataset(path, name=cfg.subset_name, split=cfg.split)
         else:
             raise TasksetError(f"{_where(cfg)}: no such file or folder")
+        return [dict(row) for row in dataset]  # inside: arrow decodes text lazily
     except TasksetError:
         raise
     except Exception as exc:  # datasets raises many types; name the file and the cause
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TasksetError(f"{_where(cfg)}: cannot load: {first_line}") from exc
-    return [dict(row) for row in dataset]
+        problem = diagnose_path(path)
+        if problem is not None:
+            raise TasksetError(f"{_where(cfg)}: {problem}") from exc
+        raise TasksetError(f"{_where(cfg)}: cannot load: {_cause(exc)}") from exc
 
 
-def _read_sqlite(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
+def _cause(exc: BaseException) -> str:
+    """The first line of the innermost cause ``datasets`` wrapped ("an error occurred while
+    generating the dataset" says nothing)."""
+    inner = exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    text = str(inner).strip()
+    return f"{type(inner).__name__}: {text.splitlines()[0]}" if text else type(inner).__name__
+
+
+def _data_files(folder: str) -> list[str]:
+    """The text data files under a dataset folder, in name order."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [os.path.join(root, f) for f in sorted(files)
+                  if f.lower().endswith(TEXT_EXTENSIONS) and not f.startswith(".")]
+    return found
+
+
+def diagnose_path(path: str, max_lines: int | None = None) -> str | None:
+    """Where a data file (or the first bad data file of a folder) goes wrong, in one line;
+    ``None`` when nothing is found. ``max_lines``: look at the first lines only."""
+    if os.path.isdir(path):
+        for name in _data_files(path):
+            problem = diagnose_file(name, max_lines)
+            if problem is not None:
+                return f"{os.path.relpath(name, path)}: {problem}"
+        return None
+    return diagnose_file(path, max_lines)
+
+
+def diagnose_file(path: str, max_lines: int | None = None) -> str | None:
+    """The first problem of a JSON, JSON-lines or CSV file: ``the file is empty``, a byte
+    that is not UTF-8, malformed JSON, a JSON line that is not an object — with its 1-based
+    line and column; ``None`` when there is none (or for other file types)."""
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in TEXT_EXTENSIONS:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            raw_lines = list(itertools.islice(handle, max_lines))
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if not any(line.strip() for line in raw_lines):
+        return "the file is empty" if not raw_lines or max_lines is None or \
+            len(raw_lines) < max_lines else None
+    lines = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return (f"line {number}: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is "
+                    "not UTF-8 (data files must be UTF-8)")
+    if extension == ".csv":
+        return None
+    first = next(line for line in lines if line.strip()).lstrip()
+    if extension == ".json" and first.startswith("[") and max_lines is None:
+        try:
+            rows = json.loads("".join(lines))
+        except json.JSONDecodeError as exc:
+            return f"line {exc.lineno}, column {exc.colno}: malformed JSON: {exc.msg}"
+        bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
+        return None if bad is None else f"item {bad} of the JSON list is not an object"
+    if extension == ".json" and first.startswith("["):
+        return None  # a JSON list is checked whole, not by its first lines
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as exc:
+            if extension == ".json" and number == 1 and max_lines is None:
+                try:  # one JSON document over several lines
+                    json.loads("".join(lines))
+                    return None
+                except json.JSONDecodeError as whole:
+                    return (f"line {whole.lineno}, column {whole.colno}: malformed JSON: "
+                            f"{whole.msg}")
+            return f"line {number}, column {exc.colno}: malformed JSON: {exc.msg}"
+        if not isinstance(row, dict):
+            return (f"line {number}: a JSON object (one row) expected, got "
+                    f"{type(row).__name__}")
+    return None
+
+
+PREVIEW_ROWS = 100
+"""Rows :func:`preview_rows` reads of each file."""
+
+
+def preview_rows(cfg: TasksetConfig, limit: int = PREVIEW_ROWS) -> list[dict[str, Any]]:
+    """The first ``limit`` rows of a taskset, read without ``datasets`` (fast: for checks
+    before a run).
+
+    :raises TasksetError: the same one-line problems as :func:`read_rows` for those rows
+        (with file and line), an empty taskset included.
+    """
+    if not cfg.path:
+        raise TasksetError(f"taskset {cfg.name!r}: no path")
+    path = os.path.expanduser(cfg.path)
+    if cfg.storage_type == "sql":
+        rows = _read_sqlite(cfg, path, limit)
+    elif os.path.isfile(path):
+        rows = _preview_file(cfg, path, limit)
+    elif os.path.isdir(path):
+        rows = []
+        for name in _data_files(path):
+            split = os.path.basename(name).split(".")[0].split("-")[0]
+            if split != cfg.split and os.path.basename(os.path.dirname(name)) != cfg.split:
+                continue
+            rows += _preview_file(cfg, name, limit - len(rows), where=name)
+            if len(rows) >= limit:
+                break
+        else:
+            if not rows:  # a layout this reader does not know: datasets will tell
+                return []
+    else:
+        raise TasksetError(f"{_where(cfg)}: no such file or folder")
+    if not rows:
+        raise TasksetError(f"{_where(cfg)}: the taskset is empty (split {cfg.split!r})")
+    return rows
+
+
+def _preview_file(cfg: TasksetConfig, path: str, limit: int,
+                  where: str | None = None) -> list[dict[str, Any]]:
+    prefix = _where(cfg) + (f": {where}" if where else "")
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FILE_BUILDERS:
+        raise TasksetError(f"{prefix}: unsupported file type {extension!r}; use "
+                           + ", ".join(FILE_BUILDERS))
+    if extension == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            table = pq.ParquetFile(path)
+            batch = next(table.iter_batches(batch_size=max(1, limit)), None)
+        except Exception as exc:
+            raise TasksetError(f"{prefix}: cannot read Parquet: {_cause(exc)}") from exc
+        return batch.to_pylist() if batch is not None else []
+    problem = diagnose_file(path, max_lines=None if extension == ".json" else limit)
+    if problem is not None:
+        raise TasksetError(f"{prefix}: {problem}")
+    with open(path, encoding="utf-8") as handle:
+        if extension == ".csv":
+            return list(itertools.islice(csv.DictReader(handle), limit))
+        if extension == ".json":
+            text = handle.read()
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                data = None
+            if isinstance(data, list):
+                return [row for row in data[:limit] if isinstance(row, dict)]
+            if isinstance(data, dict):
+                return [data]
+            return [json.loads(line) for line in itertools.islice(_non_blank(io.StringIO(text)),
+                                                                    limit)]
+        return [json.loads(line) for line in itertools.islice(_non_blank(handle), limit)]
+
+
+def _non_blank(lines: Any) -> Iterator[str]:
+    return (line for line in lines if line.strip())
+
+
+def _read_sqlite(cfg: TasksetConfig, path: str, limit: int | None = None
+                 ) -> list[dict[str, Any]]:
     if not os.path.isfile(path):
         raise TasksetError(f"{_where(cfg)}: no such SQLite file")
     try:
@@ -84,7 +264,10 @@ def _read_sqlite(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
             if table not in tables:
                 raise TasksetError(f"{_where(cfg)}: no table {cfg.split!r} or 'tasks' "
                                    f"(tables: {', '.join(sorted(tables)) or 'none'})")
-            return [dict(row) for row in db.execute(f'SELECT * FROM "{table}" ORDER BY rowid')]
+            query = f'SELECT * FROM "{table}" ORDER BY rowid'
+            if limit is not None:
+                query += f" LIMIT {int(limit)}"
+            return [dict(row) for row in db.execute(query)]
     except sqlite3.Error as exc:
         raise TasksetError(f"{_where(cfg)}: cannot read SQLite file: {exc}") from exc
 

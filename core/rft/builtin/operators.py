@@ -1,5 +1,5 @@
 """Built-in experience operators: ``reward_filter``, ``reward_std_filter``,
-``reward_shaping_mapper``."""
+``reward_shaping_mapper``, ``pass_rate_calculator``."""
 
 from __future__ import annotations
 
@@ -100,7 +100,48 @@ class RewardShapingMapper(ExperienceOperator):
         return experiences, {"missing_stats": float(missing)}
 
 
+@dataclass
+class PassRateArgs:
+    """Arguments of ``pass_rate_calculator``."""
+
+    reward_shaping_configs: list[dict[str, Any]] | None = None
+    """Accepted for Trinity-RFT configs, whose operator takes this argument and ignores it;
+    ignored here too."""
+
+
+class PassRateCalculator(ExperienceOperator):
+    """Per task: the mean reward of its rollouts in this step (Trinity-RFT's "pass rate"),
+    stored as ``info["pass_rate"]`` on each of its experiences.
+
+    Rollouts belong to one task when they share taskset, explore step and task index.
+    Metrics: ``mean`` (over tasks), ``tasks``, ``all_solved`` (tasks whose pass rate is
+    at least 1) and ``none_solved`` (at most 0). Trinity-RFT's operator hands the pass
+    rates to the task selectors; in rft the explorer gives every selector the same mean
+    rewards itself (``TaskSelector.update``) whether or not this operator runs.
+    """
+
+    Args = PassRateArgs
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        tasks: dict[tuple[Any, Any, Any], list[Experience]] = {}
+        for exp in experiences:
+            key = (exp.info.get("taskset"), exp.eid.batch, exp.eid.task)
+            tasks.setdefault(key, []).append(exp)
+        rates: list[float] = []
+        for members in tasks.values():
+            rate = statistics.fmean(m.reward or 0.0 for m in members)
+            rates.append(rate)
+            for member in members:
+                member.info["pass_rate"] = rate
+        if not rates:
+            return experiences, {"tasks": 0.0}
+        return experiences, {"tasks": float(len(rates)), "mean": statistics.fmean(rates),
+                             "all_solved": float(sum(r >= 1.0 for r in rates)),
+                             "none_solved": float(sum(r <= 0.0 for r in rates))}
+
+
 @hookimpl
 def register_experience_operators() -> dict[str, Any]:
     return {"reward_filter": RewardFilter, "reward_std_filter": RewardStdFilter,
-            "reward_shaping_mapper": RewardShapingMapper}
+            "reward_shaping_mapper": RewardShapingMapper,
+            "pass_rate_calculator": PassRateCalculator}

@@ -119,6 +119,7 @@ def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfi
             merged["checkpoint_job_dir"] = os.path.join(
                 str(plain.get("checkpoint_root_dir", RftConfig.checkpoint_root_dir)),
                 str(plain.get("project", RftConfig.project)),
+                str(plain.get("group", RftConfig.group) or ""),
                 str(plain.get("name", RftConfig.name)), stage.stage_name)
         stage_plains.append((f"{key}.", stage.stage_name, merged))
     if not raw_stages:

@@ -40,6 +40,11 @@ def read_yaml(path: str | os.PathLike[str]) -> DictConfig:
         raise ConfigError([f"{path}: YAML error: {str(exc).splitlines()[0]}"]) from exc
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read config file: {exc.strerror}"]) from exc
+    except OmegaConfBaseException as exc:  # e.g. a ${...} with an unbalanced quote or brace
+        key = getattr(exc, "full_key", None)
+        message = str(exc).splitlines()[0]
+        raise ConfigError([f"{path}: {key + ': ' if key else ''}invalid interpolation: "
+                           f"{message}"]) from exc
     if loaded is None:
         loaded = OmegaConf.create({})
     if not isinstance(loaded, DictConfig):

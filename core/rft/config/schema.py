@@ -404,10 +404,10 @@ class TasksetConfig:
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     """Extra arguments handed to the reward function."""
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
+    """Order in which tasks are drawn."""
     data_selector: TaskSelectorConfig | None = None
     """Trinity-RFT's current name of ``task_selector`` (which it keeps as a deprecated
     alias); either may be written, not both."""
-    """Order in which tasks are drawn."""
     max_retry_times: int = 3
     """``sql``: retries of a failed database read."""
     max_retry_interval: int = 1
@@ -580,6 +580,14 @@ class InferenceModelConfig:
     """Address the OpenAI-compatible server binds to (loopback: this machine only)."""
     openai_api_port: int = 0
     """Port of the OpenAI-compatible server; ``0``: a free port chosen at start."""
+    openai_api_key_env: str | None = None
+    """Name of the environment variable holding the OpenAI API's key: requests must send
+    ``Authorization: Bearer <key>`` (else ``401``; ``get_openai_client()`` sends it).
+    ``None``: no key, allowed only when ``openai_api_host`` is loopback."""
+    openai_api_max_n: int = 64
+    """OpenAI API: most choices one request may ask for (``n``; more is a ``400``)."""
+    openai_api_max_request_bytes: int = 32 * 1024 * 1024
+    """OpenAI API: largest request body in bytes (more is a ``413``)."""
     enable_log_requests: bool = False
     """Log every request of the OpenAI API server."""
     enable_auto_tool_choice: bool = False
@@ -703,7 +711,19 @@ class TrainerConfig:
     trainer_type: str = "torch"
     """Trainer backend (plugin): ``torch`` (rft's native trainer) or ``verl`` (adapter)."""
     trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
-    """Parallel strategy of multi-device training; single-device runs ignore it."""
+    """Parallel strategy of multi-device training. The ``torch`` trainer runs ``fsdp2``
+    (PyTorch FSDP2, ``fully_shard``) over ``ranks`` processes; ``fsdp`` is mapped to
+    ``fsdp2``; ``megatron`` is not supported by the ``torch`` trainer."""
+    cpu_ranks: int = 1
+    """Trainer ranks on a CPU-only cluster (``cluster.gpu_per_node: 0``): Ray actors of one
+    CPU each, joined over gloo (for tests and laptops). On GPUs the number of ranks is the
+    trainer's GPU count from the cluster split."""
+    ranks: int | None = None
+    """Derived: trainer processes (``fsdp`` / ``fsdp2``): ``cluster.trainer_gpu_num`` on
+    GPUs, ``cpu_ranks`` on CPU, ``1`` in mode ``colocate``."""
+    rank_timeout: float | None = None
+    """Derived: ``synchronizer.sync_timeout``; seconds a trainer rank waits for the others
+    (joining, collectives) before the run fails with an error naming the rank."""
     total_steps: int | None = None
     """Stop after this many training steps; ``None``: ``buffer.total_steps`` / epochs."""
     save_interval: int = 0
@@ -724,8 +744,8 @@ class TrainerConfig:
     use_dynamic_bsz: bool = True
     """Pack micro-batches by token count (``max_token_len_per_gpu``) instead of by samples."""
     max_token_len_per_gpu: int | None = None
-    """Tokens per micro-batch with ``use_dynamic_bsz``; ``None``: derived from
-    ``model.max_model_len``."""
+    """Tokens per micro-batch and rank with ``use_dynamic_bsz``; ``None``: derived,
+    ``⌈2 · model.max_model_len / ulysses_sequence_parallel_size⌉`` (Trinity-RFT's rule)."""
     ulysses_sequence_parallel_size: int = 1
     """Ulysses sequence-parallel degree."""
     trainer_config: dict[str, Any] | None = None

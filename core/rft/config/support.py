@@ -8,6 +8,8 @@ entries unless it has its own):
 
 - :class:`Consumed`: the field has its documented effect; ``modules`` are the modules that
   read it (the test checks that each of them really reads an attribute of that name).
+  Values it accepts without implementing them (``trainer_strategy: megatron``) are its
+  ``unsupported`` part, reported like an unsupported field.
 - :class:`Unsupported`: rft accepts the field but does not implement it. Validation
   (:func:`check_support`, the last of :data:`rft.config.validate.CHECKS`) reports a user
   who sets it (to anything but its default, or to what ``when`` matches) in one line
@@ -48,6 +50,9 @@ class Consumed:
     """Modules that read the field (``rft.explorer.explorer``, ``rft_plugin_workflows...``)."""
     note: str = ""
     """Where / how it acts, when that is worth saying."""
+    unsupported: Unsupported | None = None
+    """Values the field accepts but rft does not implement (its ``when``), reported like
+    an unsupported field; ``None``: every value works."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ VLLM = "rft.explorer.vllm_engine"
 EXPLORER = "rft.explorer.explorer"
 AUXILIARY = "rft.explorer.auxiliary"
 REPLY_PARSING = "rft.explorer.reply_parsing"
+OPENAI_SERVER = "rft.explorer.openai_server"
 TASKSET = "rft.buffer.taskset"
 SFT_DATA = "rft.buffer.sft_data"
 BUFFER_FACTORY = "rft.buffer.factory"
@@ -110,10 +116,11 @@ BOTH = "rft.distributed.both"
 WORKERS = "rft.distributed.workers"
 CLUSTER = "rft.distributed.cluster"
 PLAN = "rft.config.plan"
+LOGS = "rft.logs"
 
 
-def _c(*modules: str, note: str = "") -> Consumed:
-    return Consumed(tuple(modules), note)
+def _c(*modules: str, note: str = "", unsupported: Unsupported | None = None) -> Consumed:
+    return Consumed(tuple(modules), note, unsupported)
 
 
 _RESOLVED = "resolved through the plugin registry into the run plan"
@@ -201,8 +208,8 @@ SUPPORT: dict[str, Support] = {
     "ModelConfig.top_p": _c(ENGINE_FACTORY),
     "ModelConfig.top_k": _c(ENGINE_FACTORY),
     "ModelConfig.logprobs": Unsupported(
-        "rft returns the sampled token's log-probability only, no top log-probabilities; "
-        "it has no effect", when=_positive),
+        "top log-probabilities are not returned (rft returns the sampled token's "
+        "log-probability only, as with 0); it has no effect", when=_positive),
     "ModelConfig.max_model_len": _c(ENGINE_FACTORY, VALIDATE),
     "ModelConfig.max_prompt_tokens": _c(ENGINE_FACTORY, TORCH_TRAINER),
     "ModelConfig.max_response_tokens": _c(ENGINE_FACTORY, OPTIONS),
@@ -265,9 +272,11 @@ SUPPORT: dict[str, Support] = {
     "RolloutArgsConfig.temperature": _c(ENGINE, note="the task's sampling overrides"),
     "RolloutArgsConfig.top_p": _c(ENGINE, note="the task's sampling overrides"),
     "RolloutArgsConfig.top_k": _c(ENGINE, note="the task's sampling overrides"),
-    "RolloutArgsConfig.logprobs": Unsupported(
-        "rft returns the sampled token's log-probability only, no top log-probabilities; "
-        "it has no effect", when=_positive),
+    "RolloutArgsConfig.logprobs": _c(
+        "rft.explorer.call_batching", note="any number: the sampled token's log-prob",
+        unsupported=Unsupported(
+            "top log-probabilities are not returned (rft returns the sampled token's "
+            "log-probability only, as with 0); it has no effect", when=_positive, example=5)),
     "RolloutArgsConfig.max_tokens": _c(ENGINE, note="the task's sampling overrides"),
     "RolloutArgsConfig.n": Unsupported(
         "do not set: the samples per task are the taskset's repeat_times (workflows pass "
@@ -291,6 +300,7 @@ SUPPORT: dict[str, Support] = {
     "TasksetConfig.workflow_args": _c(VALIDATE, note=_RESOLVED),
     "TasksetConfig.reward_fn_args": _c(VALIDATE, note=_RESOLVED),
     "TasksetConfig.task_selector": Structural(),
+    "TasksetConfig.data_selector": _c(VALIDATE, note="Trinity's newer name of task_selector"),
     "TasksetConfig.max_retry_times": Unsupported(
         "not implemented: a failed taskset read is not retried; it has no effect"),
     "TasksetConfig.max_retry_interval": Unsupported(
@@ -369,6 +379,9 @@ SUPPORT: dict[str, Support] = {
     "InferenceModelConfig.openai_api_port": _c(EXPLORER, AUXILIARY),
     "InferenceModelConfig.enable_log_requests": _c(EXPLORER, AUXILIARY),
     "InferenceModelConfig.enable_auto_tool_choice": _c(EXPLORER, AUXILIARY),
+    "InferenceModelConfig.openai_api_key_env": _c(OPENAI_SERVER),
+    "InferenceModelConfig.openai_api_max_n": _c(OPENAI_SERVER),
+    "InferenceModelConfig.openai_api_max_request_bytes": _c(OPENAI_SERVER),
     "InferenceModelConfig.tool_call_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
     "InferenceModelConfig.reasoning_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
     # ---- explorer.auxiliary_models[i] (own entries) -------------------------------------
@@ -388,9 +401,7 @@ SUPPORT: dict[str, Support] = {
     "ExplorerConfig.max_repeat_times_per_runner": _c(EXPLORER),
     "ExplorerConfig.max_timeout": _c(EXPLORER),
     "ExplorerConfig.max_retry_times": _c(EXPLORER),
-    "ExplorerConfig.env_vars": Unsupported(
-        "not implemented: workflow runners get no extra environment variables; it has no "
-        "effect"),
+    "ExplorerConfig.env_vars": _c("rft.launcher", BOTH),
     "ExplorerConfig.rollout_model": Structural(),
     "ExplorerConfig.auxiliary_models": Structural(),
     "ExplorerConfig.eval_interval": _c(STAGE),
@@ -410,13 +421,20 @@ SUPPORT: dict[str, Support] = {
     # ---- trainer ------------------------------------------------------------------------
     "TrainerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
     "TrainerConfig.trainer_type": _c(VALIDATE, note=_RESOLVED),
-    "TrainerConfig.trainer_strategy": Unsupported(
-        "not applied: the torch trainer trains on one device without FSDP / Megatron; it "
-        "has no effect"),
+    "TrainerConfig.trainer_strategy": _c(
+        "rft.trainer.ranks", note="fsdp and fsdp2 run as FSDP2 (sharded trainers)",
+        unsupported=Unsupported(
+            "megatron is not supported by the torch trainer; it shards with FSDP2 instead",
+            when=lambda value: value == "megatron", example="megatron")),
+    "TrainerConfig.cpu_ranks": _c(VALIDATE, note="trainer ranks on a CPU-only cluster"),
+    "TrainerConfig.ranks": Derived("cluster.trainer_gpu_num on GPUs, cpu_ranks on CPU, 1 in "
+                                   "mode colocate"),
+    "TrainerConfig.rank_timeout": Derived("synchronizer.sync_timeout"),
     "TrainerConfig.total_steps": _c(BUILDERS, TRAIN),
     "TrainerConfig.save_interval": _c(STAGE),
     "TrainerConfig.save_strategy": Unsupported(
-        "not implemented: checkpoints are written by one process; it has no effect"),
+        "not implemented: checkpoint saving is not serialised across threads / processes / "
+        "nodes; it has no effect"),
     "TrainerConfig.save_hf_checkpoint": _c(COLOCATE, TRAIN, BOTH),
     "TrainerConfig.max_checkpoints_to_keep": _c(BUILDERS, BOTH),
     "TrainerConfig.enable_preview": Unsupported(
@@ -424,8 +442,12 @@ SUPPORT: dict[str, Support] = {
     "TrainerConfig.grad_clip": _c(OPTIONS, TORCH_TRAINER),
     "TrainerConfig.use_dynamic_bsz": _c(OPTIONS),
     "TrainerConfig.max_token_len_per_gpu": _c(OPTIONS),
-    "TrainerConfig.ulysses_sequence_parallel_size": Unsupported(
-        "not implemented: the torch trainer has no sequence parallelism; it has no effect"),
+    "TrainerConfig.ulysses_sequence_parallel_size": _c(
+        OPTIONS, note="divides the derived max_token_len_per_gpu",
+        unsupported=Unsupported(
+            "not implemented: the torch trainer has no sequence parallelism (the value only "
+            "divides the derived max_token_len_per_gpu)", when=lambda value: value > 1,
+            example=2)),
     "TrainerConfig.trainer_config": _c(
         OPTIONS, note="torch: the key paths listed below; any other key is a warning"),
     # ---- monitor ------------------------------------------------------------------------
@@ -469,10 +491,8 @@ SUPPORT: dict[str, Support] = {
         _TASK_PIPELINE, example=schema.TaskPipelineConfig(num_process=2)),
     "DataProcessorConfig.experience_pipeline": Structural(),
     # ---- log ----------------------------------------------------------------------------
-    "LogConfig.level": Unsupported(
-        "not implemented: rft writes no per-actor log files; it has no effect"),
-    "LogConfig.group_by_node": Unsupported(
-        "not implemented: rft writes no per-actor log files; it has no effect"),
+    "LogConfig.level": _c(LOGS),
+    "LogConfig.group_by_node": _c(LOGS),
     # ---- stages[i] ----------------------------------------------------------------------
     "StageConfig.stage_name": _c(BUILD_STAGES),
     "StageConfig.mode": Structural("override of mode (merged by rft.config.build_stages)"),
@@ -484,13 +504,12 @@ SUPPORT: dict[str, Support] = {
     "StageConfig.synchronizer": Structural("overrides merged onto synchronizer, then checked"),
     # ---- top level ----------------------------------------------------------------------
     "RftConfig.project": _c(VALIDATE, BUILDERS),
-    "RftConfig.group": Unsupported(
-        "not implemented: the job dir is <checkpoint_root_dir>/<project>/<name> and "
-        "monitors get no group; it has no effect"),
+    "RftConfig.group": _c(VALIDATE, BUILD_STAGES,
+                          note="job dir <checkpoint_root_dir>/<project>/<group>/<name>"),
     "RftConfig.name": _c(VALIDATE, BUILDERS),
     "RftConfig.mode": _c("rft.launcher", VALIDATE),
     "RftConfig.checkpoint_root_dir": _c(VALIDATE, BUILD_STAGES),
-    "RftConfig.continue_from_checkpoint": _c(COLOCATE, EXPLORE, TRAIN, BOTH),
+    "RftConfig.continue_from_checkpoint": _c(BUILDERS, EXPLORE),
     "RftConfig.ray_namespace": _c(CLUSTER, BOTH, note="unset: <project>/<name>"),
     "RftConfig.ignore_validator_suggestions": Unsupported(
         "not implemented: the validator makes no accelerator-memory suggestions; it has no "
@@ -521,11 +540,27 @@ TRAINER_CONFIG_HONOURED: dict[str, str] = {
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu":
         "rows per forward/backward when trainer.use_dynamic_bsz is false",
     "actor_rollout_ref.actor.ppo_epochs": "passes over the batch per step; default 1",
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking":
+        "per-token entropies over chunks of torch.entropy_chunk_size positions",
+    "actor_rollout_ref.actor.fsdp_config.param_offload":
+        "actor parameters in host memory (sharded trainers)",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload":
+        "actor optimizer state in host memory between steps",
+    "actor_rollout_ref.ref.fsdp_config.param_offload":
+        "reference-model parameters in host memory (sharded trainers)",
+    "actor_rollout_ref.model.enable_gradient_checkpointing":
+        "recompute the actor's activations in the backward pass",
     "critic.cliprange_value": "clip range of the value loss; default 0.5",
     "critic.optim.lr": "critic learning rate; default algorithm.optimizer.lr",
+    "critic.model.enable_gradient_checkpointing":
+        "recompute the critic's activations in the backward pass",
+    "critic.model.fsdp_config.param_offload": "critic parameters in host memory (sharded trainers)",
+    "critic.model.fsdp_config.optimizer_offload":
+        "critic optimizer state in host memory between steps",
     "torch.device": "auto (CUDA when available), cpu, cuda, cuda:1, ...",
     "torch.dtype": "autocast dtype of forward passes: float32 / bfloat16 / float16",
     "torch.use_rollout_logprobs": "take old_log_prob from the rollout's log-probs",
+    "torch.entropy_chunk_size": "positions per entropy chunk; default 2048",
 }
 """Key paths of ``trainer.trainer_config`` the ``torch`` trainer reads
 (:mod:`rft.trainer.options`), with what they do; extend it when the trainer reads more."""
@@ -598,6 +633,9 @@ def unsupported_settings(obj: Any, prefix: str = "") -> Iterator[tuple[str, Unsu
             if reported(entry, value, field_default(f)):
                 yield key, entry
             continue
+        if (isinstance(entry, Consumed) and entry.unsupported is not None
+                and reported(entry.unsupported, value, field_default(f))):
+            yield key, entry.unsupported
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             yield from unsupported_settings(value, key + ".")
         elif isinstance(value, list):
@@ -611,13 +649,14 @@ def unsupported_settings(obj: Any, prefix: str = "") -> Iterator[tuple[str, Unsu
 
 
 def leaf_paths(tree: Any, prefix: str = "") -> Iterator[str]:
-    """Dotted paths of the leaves of a nested mapping (``None`` leaves count as unset)."""
+    """Dotted paths of the leaves of a nested mapping (``None`` leaves and empty mappings
+    count as unset)."""
     if not isinstance(tree, dict):
         return
     for name, value in tree.items():
         path = f"{prefix}{name}"
-        if isinstance(value, dict) and value:
-            yield from leaf_paths(value, path + ".")
+        if isinstance(value, dict):
+            yield from leaf_paths(value, path + ".")  # an empty mapping sets nothing
         elif value is not None:
             yield path
 
@@ -647,7 +686,7 @@ def support_messages(config: schema.RftConfig) -> tuple[list[str], list[str]]:
 # --------------------------------------------------------------------------------------
 
 
-def _unwrap(tp: Any) -> tuple[str, Any]:
+def field_kind(tp: Any) -> tuple[str, Any]:
     """``("one" | "list" | "dict", inner type)`` of a field annotation."""
     if typing.get_origin(tp) in (Union, types.UnionType):
         rest = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -668,7 +707,7 @@ def class_sites(root: type = schema.RftConfig) -> list[tuple[str, type]]:
 
     def walk(cls: type, prefix: str, stack: tuple[type, ...]) -> None:
         for f in dataclasses.fields(cls):
-            kind, inner = _unwrap(f.type)
+            kind, inner = field_kind(f.type)
             if not (isinstance(inner, type) and dataclasses.is_dataclass(inner)):
                 continue
             if inner in stack:
@@ -681,11 +720,27 @@ def class_sites(root: type = schema.RftConfig) -> list[tuple[str, type]]:
     return sites
 
 
+def below_unsupported(path: str, root: type = schema.RftConfig) -> bool:
+    """Whether a :func:`class_sites` path passes through a field marked unsupported (its
+    message then covers everything below it)."""
+    cls = root
+    for segment in path.split(".") if path else ():
+        if segment == "<name>":
+            continue
+        name = segment.removesuffix("[0]")
+        if isinstance(support_of(cls, name), Unsupported):
+            return True
+        cls = field_kind({f.name: f for f in dataclasses.fields(cls)}[name].type)[1]
+    return False
+
+
 def support_label(entry: Support) -> str:
-    """The docs' "support" column: ``yes`` / ``no (warning)`` / ``no (error)`` /
-    ``derived``."""
+    """The docs' "support" column: ``yes`` / ``partly (warning|error)`` / ``no (warning)`` /
+    ``no (error)`` / ``derived``."""
     if isinstance(entry, Unsupported):
         return f"no ({entry.severity})"
+    if isinstance(entry, Consumed) and entry.unsupported is not None:
+        return f"partly ({entry.unsupported.severity})"
     if isinstance(entry, Derived):
         return "derived"
     return "yes"
@@ -695,13 +750,34 @@ def support_note(entry: Support) -> str:
     """The docs' note for an entry."""
     if isinstance(entry, Unsupported):
         return entry.reason
+    if isinstance(entry, Consumed) and entry.unsupported is not None:
+        return "; ".join(filter(None, [entry.note, "but " + entry.unsupported.reason]))
     if isinstance(entry, Structural):
         return entry.note or "section: see its fields"
     return entry.note
 
 
-__all__ = ["Consumed", "Derived", "SUPPORT", "Structural", "Support",
-           "TRAINER_CONFIG_HONOURED", "TRAINER_CONFIG_REASON", "TRAINER_CONFIG_TRAINERS",
-           "Unsupported", "class_sites", "field_default", "is_set", "leaf_paths",
-           "schema_classes", "support_label", "support_messages", "support_note", "support_of",
-           "unhonoured_trainer_config_keys", "unsupported_settings"]
+__all__ = [
+    "SUPPORT",
+    "TRAINER_CONFIG_HONOURED",
+    "TRAINER_CONFIG_REASON",
+    "TRAINER_CONFIG_TRAINERS",
+    "Consumed",
+    "Derived",
+    "Structural",
+    "Support",
+    "Unsupported",
+    "below_unsupported",
+    "class_sites",
+    "field_default",
+    "field_kind",
+    "is_set",
+    "leaf_paths",
+    "schema_classes",
+    "support_label",
+    "support_messages",
+    "support_note",
+    "support_of",
+    "unhonoured_trainer_config_keys",
+    "unsupported_settings",
+]

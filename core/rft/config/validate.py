@@ -164,8 +164,8 @@ def check_global(c: RftConfig, v: Validation) -> None:
     if not c.checkpoint_root_dir:
         v.problem("checkpoint_root_dir", "must be set")
         return
-    if c.checkpoint_job_dir is None:  # stages come with <root>/<project>/<name>/<stage>
-        c.checkpoint_job_dir = os.path.join(c.checkpoint_root_dir, c.project, c.name)
+    if c.checkpoint_job_dir is None:  # stages come with <root>/<project>[/<group>]/<name>/<stage>
+        c.checkpoint_job_dir = os.path.join(c.checkpoint_root_dir, c.project, c.group, c.name)
     if c.ray_namespace is None:
         c.ray_namespace = f"{c.project}/{c.name}"
 
@@ -415,6 +415,21 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
         if not 0 <= model.openai_api_port <= 65535:
             v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
                       f"number, got {model.openai_api_port}")
+        host = model.openai_api_host
+        loopback = host == "localhost" or host == "::1" or host.startswith("127.")
+        if model.enable_openai_api and not loopback and not model.openai_api_key_env:
+            v.problem(f"{key}.openai_api_key_env", f"must name the environment variable "
+                      f"holding an API key: openai_api_host {host!r} serves the model beyond "
+                      f"this machine (or use openai_api_host: 127.0.0.1)")
+        if model.enable_openai_api and model.openai_api_key_env \
+                and not os.environ.get(model.openai_api_key_env):
+            v.warnings.append(f"{key}.openai_api_key_env: environment variable "
+                              f"{model.openai_api_key_env} is not set here; the process "
+                              f"serving the OpenAI API needs it")
+        for field_name in ("openai_api_max_n", "openai_api_max_request_bytes"):
+            if getattr(model, field_name) < 1:
+                v.problem(f"{key}.{field_name}", f"must be >= 1, got "
+                          f"{getattr(model, field_name)}")
         tool_calls, reasoning = check_reply_parsers(key, model, v)
         if engine is None:
             continue
@@ -463,6 +478,11 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                       f"{rm.tensor_parallel_size}")
         check_colocated_auxiliary_models(c, v)
         return
+    if (cl.gpu_per_node or 0) > 0 and rm.tensor_parallel_size > cl.gpu_per_node:
+        v.problem("explorer.rollout_model.tensor_parallel_size",
+                  f"{rm.tensor_parallel_size} is larger than a node "
+                  f"(cluster.gpu_per_node = {cl.gpu_per_node}): a tensor-parallel group runs "
+                  "on one node")
     if c.mode in ("explore", "bench") and rm.engine_num > 1:
         v.problem("explorer.rollout_model.engine_num",
                   f"mode {c.mode!r} runs one engine in its process; {rm.engine_num} engines "
@@ -532,12 +552,57 @@ def check_synchronizer(c: RftConfig, v: Validation) -> None:
                   f"mode 'colocate' alternates explore and train: must be 0, got {s.sync_offset}")
 
 
+def unhonoured_trainer_keys(tree: dict[str, Any] | None) -> list[str]:
+    """Dotted keys set in ``trainer_config`` that the ``torch`` trainer does not read (the
+    ones it reads: :data:`rft.config.support.TRAINER_CONFIG_HONOURED`)."""
+    from rft.config.support import TRAINER_CONFIG_HONOURED
+
+    found: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+        elif prefix and prefix not in TRAINER_CONFIG_HONOURED:
+            found.append(prefix)
+
+    walk(tree or {}, "")
+    return found
+
+
+def trainer_ranks(c: RftConfig) -> int:
+    """Processes of the trainer (see ``TrainerConfig.ranks``)."""
+    t, cl = c.trainer, c.cluster
+    if c.mode not in ("both", "train") or t.trainer_strategy == "megatron":
+        return 1
+    gpus = cl.gpu_per_node
+    if gpus is None:  # not given: this machine decides CPU or GPU
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus:
+            return 1  # the GPU split is unknown without cluster.node_num / gpu_per_node
+    if gpus == 0:
+        return max(1, t.cpu_ranks)
+    return max(1, cl.trainer_gpu_num or 1)
+
+
 def check_trainer(c: RftConfig, v: Validation) -> None:
-    """Trainer plugin, total steps, checkpoint settings."""
+    """Trainer plugin, total steps, checkpoint settings; the trainer's ranks (FSDP2) and,
+    for the ``torch`` trainer, the ``trainer_config`` keys it does not honour."""
     t = c.trainer
     v.trainer = v.select("trainer", "trainer.trainer_type", t.trainer_type)
     if t.total_steps is None:
         t.total_steps = c.buffer.total_steps
+    if t.rank_timeout is None:
+        t.rank_timeout = float(c.synchronizer.sync_timeout)
+    if t.max_token_len_per_gpu is None and c.model.max_model_len:
+        t.max_token_len_per_gpu = -(-2 * c.model.max_model_len
+                                    // max(1, t.ulysses_sequence_parallel_size))
+    if t.cpu_ranks <= 0:
+        v.problem("trainer.cpu_ranks", f"must be > 0, got {t.cpu_ranks}")
+    else:
+        check_trainer_ranks(c, v)
     if t.save_interval < 0:
         v.problem("trainer.save_interval", f"must be >= 0, got {t.save_interval}")
     if t.max_checkpoints_to_keep is not None and t.max_checkpoints_to_keep <= 0:
@@ -545,6 +610,57 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
                   f"must be > 0 (or null to keep all), got {t.max_checkpoints_to_keep}")
     if t.grad_clip is not None and t.grad_clip <= 0:
         v.problem("trainer.grad_clip", f"must be > 0, got {t.grad_clip}")
+
+
+def check_trainer_ranks(c: RftConfig, v: Validation) -> None:
+    """``trainer.ranks`` and what the ``torch`` trainer needs of it."""
+    t, cl = c.trainer, c.cluster
+    torch_trainer = t.trainer_type == "torch"
+    if torch_trainer and t.trainer_strategy == "megatron":
+        if c.mode in ("both", "train") and (cl.trainer_gpu_num or 0) > 1:
+            v.problem("trainer.trainer_strategy", "'megatron' is not supported by the torch "
+                      "trainer: use fsdp2 (or trainer_type verl)")
+        else:
+            v.warnings.append("trainer.trainer_strategy: 'megatron' is not supported by the "
+                              "torch trainer; it runs as one process")
+    if t.ranks is None:
+        t.ranks = trainer_ranks(c)
+    if c.mode == "colocate" and t.cpu_ranks > 1:
+        v.warnings.append(f"trainer.cpu_ranks: mode 'colocate' runs the trainer in its own "
+                          f"process (one rank); {t.cpu_ranks} ranks need mode 'both' or "
+                          "'train'")
+    if cl.gpu_per_node == 0 and t.ranks > 1:
+        import os
+
+        cpus = (os.cpu_count() or 1) * (cl.node_num or 1)
+        if t.ranks > cpus:
+            v.problem("trainer.cpu_ranks", f"{t.ranks} trainer ranks need one CPU each but "
+                      f"the cluster has {cpus} ({cl.node_num or 1} node(s) of "
+                      f"{os.cpu_count()} CPUs)")
+    if not torch_trainer:
+        return
+    if t.ulysses_sequence_parallel_size != 1:
+        v.warnings.append(f"trainer.ulysses_sequence_parallel_size: "
+                          f"{t.ulysses_sequence_parallel_size} is not honoured by the torch "
+                          "trainer (no sequence parallelism); it runs with 1")
+    from rft.config.support import TRAINER_CONFIG_REASON
+
+    for key in unhonoured_trainer_keys(t.trainer_config):
+        v.warnings.append(f"trainer.trainer_config.{key}: {TRAINER_CONFIG_REASON}")
+    if t.ranks > 1 and v.preset is not None and c.buffer.train_batch_size:
+        unit = v.preset.batch_layout.unit_size
+        tree = t.trainer_config or {}
+        mini = (tree.get("actor_rollout_ref") or {}).get("actor", {}) or {}
+        mini_size = mini.get("ppo_mini_batch_size") if isinstance(mini, dict) else None
+        rows = (int(mini_size) * (c.algorithm.repeat_times or 1) if mini_size
+                else c.buffer.train_batch_size)
+        rows = min(rows, c.buffer.train_batch_size)
+        if rows // unit < t.ranks:
+            v.problem("trainer.ranks", f"{t.ranks} trainer ranks need at least {t.ranks} "
+                      f"{'rows' if unit == 1 else 'units of ' + str(unit) + ' rows'} per "
+                      f"mini-batch (optimizer step), got {rows} rows "
+                      "(buffer.train_batch_size, or actor_rollout_ref.actor."
+                      "ppo_mini_batch_size × repeat_times)")
 
 
 SPLIT_MODES = ("explore", "train", "bench")
@@ -607,10 +723,23 @@ def check_data_processor(c: RftConfig, v: Validation) -> None:
             v.operators.append(chosen)
 
 
+def check_support(c: RftConfig, v: Validation) -> None:
+    """Fields rft accepts but does not implement (:mod:`rft.config.support`): one line each
+    naming the key, a warning (a problem where running without it would mislead); and the
+    ``trainer.trainer_config`` key paths the torch trainer does not read. A key an earlier
+    check already reported is not reported again."""
+    from rft.config.support import support_messages
+
+    problems, warnings = support_messages(c)
+    said = {line.split(": ", 1)[0] for line in v.problems + v.warnings}
+    v.problems.extend(p for p in problems if p.split(": ", 1)[0] not in said)
+    v.warnings.extend(w for w in warnings if w.split(": ", 1)[0] not in said)
+
+
 CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_global, check_algorithm, check_model, check_buffer, check_explorer,
     check_cluster, check_synchronizer, check_trainer, check_split_modes, check_monitor,
-    check_data_processor,
+    check_data_processor, check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,9 +145,13 @@ class Coordinator:
         extra: dict[str, Any] = {}
         if self.broadcasting:  # broadcasts run beside train steps, in a thread of their own
             extra["concurrency_groups"] = {BROADCAST_GROUP: 1}
+        sharded = (c.trainer.ranks or 1) > 1  # the ranks hold the GPUs, this actor none
         trainer = self._actor("trainer", c.trainer.name, TrainerService, self.plan, buffer, steps,
-                              num_gpus=min(c.cluster.trainer_gpu_num or 0, 1) if gpus else 0,
-                              **extra)
+                              num_gpus=min(c.cluster.trainer_gpu_num or 0, 1)
+                              if gpus and not sharded else 0, **extra)
+        placement = self._get(trainer.placement.remote(), Call("trainer", "start-up", 0))
+        if placement is not None:
+            print(f"rft: {placement}", file=sys.stderr, flush=True)
         ray.get(buffer.counts.remote())
         if self.broadcasting:
             self._join_weight_group(trainer, explorer)
@@ -394,16 +399,33 @@ class Coordinator:
         except GetTimeoutError:
             raise RftError(f"{call.role} {self._actor_name(call.role)!r}: {call.what} "
                            f"{call.step} did not finish within {timeout:g} s") from None
-        except RayActorError as exc:
-            self.actors.pop(call.role, None)
-            name = self._actor_name(call.role)
-            raise RftError(f"{call.role} actor {name!r} died during {call.what} "
-                           f"{call.step}: {_first_line(exc)}") from None
-        except RayTaskError as exc:
+        except RayTaskError as exc:  # before RayActorError: a task that failed because an
+            # actor it called died raises an error of both classes (Ray's error class takes
+            # its cause's); the caller is alive, the actor it called is not
             cause = exc.cause if exc.cause is not None else exc
             name = self._actor_name(call.role)
+            if isinstance(cause, RayActorError):
+                raise self._died(cause, call, seen_by=f"{call.role} {name!r}") from None
             raise RftError(f"{call.role} {name!r}, {call.what} {call.step}: "
                            f"{_first_line(cause)}") from None
+        except RayActorError as exc:
+            raise self._died(exc, call) from None
+
+    def _died(self, exc: Exception, call: Call, seen_by: str | None = None) -> RftError:
+        """The one-line error of a dead actor, naming the actor that died: the one
+        ``exc`` says (by its id), else the one called."""
+        dead_id = getattr(exc, "actor_id", None)
+        role = next((r for r, actor in self.actors.items()
+                     if dead_id and _actor_id(actor) == dead_id), None)
+        if role is None and seen_by is not None:  # an actor of its own (an engine replica)
+            return RftError(f"{seen_by}, {call.what} {call.step}: a Ray actor it called "
+                            f"died: {_first_line(exc)}")
+        role = role or call.role
+        self.actors.pop(role, None)
+        where = (f"(found by {seen_by}, {call.what} {call.step})" if seen_by is not None
+                 and role != call.role else f"during {call.what} {call.step}")
+        return RftError(f"{role} actor {self._actor_name(role)!r} died {where}: "
+                        f"{_first_line(exc)}")
 
     def _actor_name(self, role: str) -> str:
         c = self.config
@@ -434,6 +456,12 @@ class Coordinator:
         for actor in self.actors.values():
             ray.kill(actor)
         self.actors.clear()
+
+
+def _actor_id(actor: Any) -> str | None:
+    """The hex id of an actor handle (what Ray's actor errors carry)."""
+    actor_id = getattr(actor, "_actor_id", None)
+    return actor_id.hex() if actor_id is not None else None
 
 
 def _first_line(exc: BaseException) -> str:

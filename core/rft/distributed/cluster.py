@@ -5,19 +5,31 @@ default ``auto`` it joins the one running on this machine (left by ``ray start -
 started by another process's ``ray.init``), and with none — or with ``local`` — it starts a
 private local cluster bound to 127.0.0.1 and stops it when the run ends. The run's actors
 live in ``ray_namespace``.
+
+Loopback only: Ray replaces a node address of ``127.0.0.1`` by the machine's network
+address when it runs in cluster mode (the default on Linux), and its gRPC servers (GCS,
+raylet, object manager, every worker) then listen on all interfaces (``0.0.0.0`` /
+``::``). A private cluster is therefore started with cluster mode off
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, Ray's own default on macOS and Windows), for
+this process and the processes Ray starts: node address ``127.0.0.1``, every port it opens
+bound to loopback, no dashboard (``tests/test_distributed.py`` lists the listening
+sockets of its processes).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
 from rft.errors import RftError
 
 LOOPBACK = "127.0.0.1"
+
+CLUSTER_MODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch of cluster mode (``0``: the node address stays loopback)."""
 
 
 @contextmanager
@@ -30,6 +42,7 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
         return
     address = os.environ.get("RAY_ADDRESS") or config.cluster.ray_address
     started_here = False
+    restore: Callable[[], None] = lambda: None
     try:
         if address not in ("auto", "local"):
             ray.init(address=address, namespace=config.ray_namespace)
@@ -39,8 +52,13 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
                     raise ConnectionError("a private cluster was asked for")
                 ray.init(address="auto", namespace=config.ray_namespace)
             except ConnectionError:
-                ray.init(namespace=config.ray_namespace, include_dashboard=False,
-                         _node_ip_address=LOOPBACK)
+                restore = loopback_only()
+                try:
+                    ray.init(namespace=config.ray_namespace, include_dashboard=False,
+                             _node_ip_address=LOOPBACK)
+                except BaseException:
+                    restore()
+                    raise
                 started_here = True
     except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
         where = "a local cluster" if address == "auto" else f"address {address!r}"
@@ -53,3 +71,24 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
     finally:
         if started_here:
             ray.shutdown()
+            restore()
+
+
+def loopback_only() -> Callable[[], None]:
+    """Turn Ray's cluster mode off (see the module docstring) for a private cluster started
+    now; returns what restores the previous setting once it has stopped."""
+    from ray._private import ray_constants
+
+    previous_env = os.environ.get(CLUSTER_MODE_ENV)
+    previous_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[CLUSTER_MODE_ENV] = "0"  # the processes Ray starts read it
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at each use; Ray read the env already
+
+    def restore() -> None:
+        ray_constants.ENABLE_RAY_CLUSTER = previous_flag
+        if previous_env is None:
+            os.environ.pop(CLUSTER_MODE_ENV, None)
+        else:
+            os.environ[CLUSTER_MODE_ENV] = previous_env
+
+    return restore

@@ -3,6 +3,20 @@
 Each actor gets the stage's :class:`~rft.config.plan.RunPlan` (it pickles: plugin
 implementations travel by reference and are imported in the actor's process); nothing is
 validated again there.
+
+A sharded trainer (``trainer.ranks > 1``): the trainer actor holds a
+:class:`~rft.trainer.ranks.RankedTrainer` (no model; its ranks are Ray actors of their
+own) and
+
+- ``sync_method: nccl``: trainer *rank 0* is rank 0 of the weight-broadcast group (its
+  node's address hosts the rendezvous). A hand-out keeps each rank's shards in host
+  memory (:mod:`rft.trainer.weight_gather`); the broadcast then assembles one bucket at a
+  time on rank 0 — each tensor's rows received straight into the bucket — and sends it,
+  so rank 0 holds one bucket beyond its shards;
+- ``memory``: the whole weights gathered tensor by tensor on rank 0;
+- ``checkpoint`` and every save: sharded checkpoints (``torch.distributed.checkpoint``,
+  :mod:`rft.trainer.sharded_checkpoint`) inside the usual atomic checkpoint folder, the
+  ``hf/`` export gathered on rank 0.
 """
 
 from __future__ import annotations
@@ -16,8 +30,9 @@ from rft.checkpoint import Checkpoint, load_actor_weights, load_checkpoint
 from rft.config.plan import RunPlan
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool
-from rft.distributed.weight_broadcast import (Broadcast, BroadcastGroup, EngineEnd, GroupAddress,
-                                              host_rendezvous, pack, spec_of)
+from rft.distributed.weight_broadcast import (BUCKET_BYTES, Broadcast, BroadcastGroup, EngineEnd,
+                                              GroupAddress, TensorSpec, buckets,
+                                              host_rendezvous, layout, pack, spec_of)
 from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine
 from rft.explorer.engine_factory import build_engine, default_sampling
@@ -25,6 +40,7 @@ from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.modes.builders import build_trainer, quiet_libraries, save_stage_checkpoint
 from rft.tensor_wire import NamedTensors
+from rft.trainer.ranks import RankedTrainer, TrainerRank
 
 Weights = list[tuple[str, torch.Tensor]] | str | Broadcast
 """What the trainer hands to the explorer: its weights (HF names, CPU; ``sync_method:
@@ -124,6 +140,19 @@ class TrainerService:
         self._rendezvous: tuple[Any, GroupAddress] | None = None
         self._snapshots: dict[int, list[torch.Tensor]] = {}  # version → byte buckets
         self._snapshot_ready = threading.Condition()
+        self.ranked: RankedTrainer | None = (self.trainer if isinstance(self.trainer,
+                                                                        RankedTrainer) else None)
+        self._shard_specs: dict[int, tuple[Any, ...]] = {}  # ranked: version → spec
+
+    def placement(self) -> str | None:
+        """Where a sharded trainer's ranks run (one line); ``None``: this actor trains."""
+        return self.ranked.placement() if self.ranked is not None else None
+
+    def rank_pids(self) -> list[int]:
+        """Process ids of the trainer's ranks (this actor's when it trains itself)."""
+        import os
+
+        return self.ranked.rank_pids() if self.ranked is not None else [os.getpid()]
 
     def train_step(self, step: int) -> dict[str, float]:
         """Sample one batch (waiting for the explorer) and learn from it."""
@@ -139,7 +168,11 @@ class TrainerService:
     # ---- sync_method nccl (rft.distributed.weight_broadcast) ----------------------------
 
     def host_weight_group(self, world_size: int, timeout_s: float) -> GroupAddress:
-        """Open the rendezvous of the broadcast group (this actor is rank 0)."""
+        """Open the rendezvous of the broadcast group (this actor is rank 0; for a sharded
+        trainer, its rank 0 on that rank's node)."""
+        if self.ranked is not None:
+            return self.ranked.call_rank0(_host_group, world_size, timeout_s,
+                                          what="weight-group set-up")
         device = next(iter(self.trainer.named_weights()))[1].device
         store, address = host_rendezvous(world_size, device, timeout_s)
         self._rendezvous = (store, address)
@@ -147,6 +180,9 @@ class TrainerService:
 
     def join_weight_group(self) -> None:
         """Join as rank 0 (returns once every rank has joined)."""
+        if self.ranked is not None:
+            self.ranked.call_rank0(_join_group, what="weight-group set-up")
+            return
         assert self._rendezvous is not None, "host_weight_group first"
         store, address = self._rendezvous
         self.group = BroadcastGroup(address, rank=0, store=store)
@@ -154,6 +190,12 @@ class TrainerService:
     def snapshot_weights(self, version: int) -> Broadcast:
         """Keep a CPU copy of the weights as ``version`` (training goes on meanwhile);
         return what the explorer is handed."""
+        if self.ranked is not None:  # each rank keeps its shards
+            spec = self.ranked.call_all(_snapshot, version, what="weight snapshot")[0]
+            with self._snapshot_ready:
+                self._shard_specs[version] = spec
+                self._snapshot_ready.notify_all()
+            return Broadcast(spec)
         named = list(self.trainer.named_weights())
         packed = pack([tensor for _, tensor in named])  # CPU byte buckets, ready to send
         with self._snapshot_ready:
@@ -164,6 +206,15 @@ class TrainerService:
     def broadcast_weights(self, version: int, timeout_s: float) -> None:
         """Send snapshot ``version`` to the group (the explorer receives it at once). Runs
         in a thread of its own; the snapshot may still be queued behind a train step."""
+        if self.ranked is not None:
+            with self._snapshot_ready:
+                if not self._snapshot_ready.wait_for(lambda: version in self._shard_specs,
+                                                     timeout_s):
+                    raise RftError(f"synchronizer (nccl): the trainer has no snapshot of "
+                                   f"weights version {version} after {timeout_s:g} s")
+            self.ranked.call_all(_send_snapshot, version, beside=True,
+                                 what=f"weight broadcast {version}")
+            return
         assert self.group is not None, "join_weight_group first"
         with self._snapshot_ready:
             if not self._snapshot_ready.wait_for(lambda: version in self._snapshots, timeout_s):
@@ -176,18 +227,140 @@ class TrainerService:
         with self._snapshot_ready:
             for version in [v for v in self._snapshots if v < below]:
                 del self._snapshots[version]
+            old = [v for v in self._shard_specs if v < below]
+            for version in old:
+                del self._shard_specs[version]
+        if self.ranked is not None and old:
+            self.ranked.call_all(_drop_snapshots, below, what="weight snapshot")
 
     def resume(self, path: str) -> dict[str, Any]:
-        """Load the checkpoint at ``path``; return its run state (step, selectors, …)."""
+        """Load the checkpoint at ``path``; return its run state (step, selectors, …). A
+        sharded trainer's ranks read the folder themselves (sharded, or the one-process
+        ``trainer.pt`` on rank 0) in any number of ranks."""
+        if self.ranked is not None:
+            import json
+            import os
+
+            self.ranked.load_checkpoint(path)
+            with open(os.path.join(path, "state.json"), encoding="utf-8") as handle:
+                return json.load(handle)
         trainer_state, state = load_checkpoint(Checkpoint(0, path))
         self.trainer.load_state_dict(trainer_state)
         return state
 
     def save(self, step: int, state: dict[str, Any], export_hf: bool) -> str:
-        """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``)."""
+        """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``); a
+        sharded trainer writes ``trainer_sharded/`` (every rank its shards)."""
+        if self.ranked is not None:
+            return save_sharded_stage_checkpoint(self.plan, self.ranked, step, state,
+                                                 export_hf=export_hf)
         return save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=export_hf)
 
     def close(self) -> None:
         if self.group is not None:
             self.group.close()
+        if self.ranked is not None:
+            try:
+                self.ranked.call_rank0(_close_group, what="close")
+            except RftError:
+                pass  # the ranks are gone already
         self.trainer.close()
+
+
+def save_sharded_stage_checkpoint(plan: RunPlan, trainer: RankedTrainer, step: int,
+                                  state: dict[str, Any], *, export_hf: bool) -> str:
+    """``global_step_<step>`` of a sharded trainer, through :func:`rft.checkpoint.
+    save_checkpoint` (atomic: written as ``….partial`` and renamed when complete):
+    ``trainer.pt`` holds a marker, the ranks write ``trainer_sharded/`` (DCP) into the
+    temporary folder, and the Hugging Face export goes to ``hf/`` when asked."""
+    import os
+
+    from rft.checkpoint import save_checkpoint
+    from rft.modes.builders import save_hf_model
+    from rft.trainer.sharded_checkpoint import SHARDED_DIR, sharded_marker
+
+    config = plan.config
+    final = os.path.join(plan.job_dir, f"global_step_{step}")
+
+    def write(hf_path: str) -> None:  # called with <partial folder>/hf
+        trainer.save_sharded(os.path.join(os.path.dirname(hf_path), SHARDED_DIR))
+        if export_hf:
+            save_hf_model(config, trainer, hf_path)
+
+    marker = sharded_marker(final, trainer.world_size, trainer.global_steps)
+    return save_checkpoint(plan.job_dir, step, marker, {"model_version": step, **state},
+                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=write)
+
+
+# ---- run on the sharded trainer's ranks (RankedTrainer.call_all / call_rank0) ----------
+
+
+def _host_group(rank: TrainerRank, world_size: int, timeout_s: float) -> GroupAddress:
+    store, address = host_rendezvous(world_size, rank.trainer.options.device, timeout_s)
+    rank.scratch["rendezvous"] = (store, address)
+    return address
+
+
+def _join_group(rank: TrainerRank) -> None:
+    store, address = rank.scratch.pop("rendezvous")
+    rank.scratch["broadcast_group"] = BroadcastGroup(address, rank=0, store=store)
+
+
+def _close_group(rank: TrainerRank) -> None:
+    group = rank.scratch.pop("broadcast_group", None)
+    if group is not None:
+        group.close()
+
+
+def _snapshot(rank: TrainerRank, version: int) -> tuple[Any, ...]:
+    """Keep this rank's shards as ``version``; the broadcast spec (the same on all ranks)."""
+    from rft.trainer.weight_gather import take_snapshot
+
+    snapshot = take_snapshot(rank.trainer.actor, rank.rank, rank.world_size)
+    with _scratch_lock(rank):
+        rank.scratch.setdefault("snapshots", {})[version] = snapshot
+    return tuple(TensorSpec(m.name, m.shape, m.dtype) for m in snapshot.meta)
+
+
+def _drop_snapshots(rank: TrainerRank, below: int) -> None:
+    with _scratch_lock(rank):
+        snapshots = rank.scratch.get("snapshots", {})
+        for version in [v for v in snapshots if v < below]:
+            del snapshots[version]
+
+
+def _scratch_lock(rank: TrainerRank) -> threading.Lock:
+    return rank.scratch.setdefault("lock", threading.Lock())
+
+
+def _send_snapshot(rank: TrainerRank, version: int, limit: int | None = None) -> int:
+    """Broadcast snapshot ``version``: bucket by bucket (the broadcast group's layout),
+    each tensor assembled on rank 0 inside the bucket (:func:`~rft.trainer.weight_gather.
+    gather_into`), then sent to the engines. Every rank runs it (beside a train step);
+    returns the largest bucket rank 0 held, in bytes."""
+    from rft.trainer.weight_gather import gather_into
+
+    with _scratch_lock(rank):
+        snapshot = rank.scratch.get("snapshots", {}).get(version)
+    if snapshot is None:
+        raise RftError(f"synchronizer (nccl): trainer rank {rank.rank} has no snapshot of "
+                       f"weights version {version}")
+    spec = [TensorSpec(m.name, m.shape, m.dtype) for m in snapshot.meta]
+    group = rank.scratch.get("broadcast_group")
+    if rank.rank == 0 and group is None:
+        raise RftError("synchronizer (nccl): trainer rank 0 has not joined the weight group")
+    assert rank.group is not None
+    largest = 0
+    for indices in buckets(spec, limit or BUCKET_BYTES):
+        offsets, size = layout(spec, indices)
+        bucket = torch.zeros(size, dtype=torch.uint8) if rank.rank == 0 else None
+        for index, offset in zip(indices, offsets, strict=True):
+            target = (bucket[offset: offset + snapshot.meta[index].nbytes]
+                      if bucket is not None else None)
+            gather_into(snapshot, index, target, rank.group.sync_group)
+        if bucket is not None:
+            largest = max(largest, bucket.numel())
+            group.send_packed([bucket])
+            del bucket
+    return largest
+

@@ -30,6 +30,7 @@ from rft.config.plan import ModelPlan
 from rft.explorer.engine import InferenceEngine, SamplingArgs
 from rft.explorer.engine_factory import build_engine
 from rft.explorer.model_wrapper import ModelWrapper
+from rft.explorer.openai_server import EndpointSettings
 from rft.explorer.reply_parsing import reply_parser_of
 
 
@@ -79,7 +80,7 @@ def build_auxiliary_models(config: RftConfig, plans: Sequence[ModelPlan]) -> lis
                 parser = reply_parser_of(plan, aux.enable_auto_tool_choice)
                 model.serve_openai_api(aux.openai_api_host, aux.openai_api_port,
                                        log_requests=aux.enable_log_requests,
-                                       reply_parser=parser)
+                                       reply_parser=parser, settings=EndpointSettings.of(aux))
     except BaseException:
         close_models(models)
         raise

@@ -30,6 +30,7 @@ from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.explorer.auxiliary import build_auxiliary_models, close_models
 from rft.explorer.model_wrapper import ModelWrapper
+from rft.explorer.openai_server import EndpointSettings
 from rft.explorer.reply_parsing import reply_parser_of
 from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.workflow import Task, Workflow
@@ -116,7 +117,8 @@ class Explorer:
             model.serve_openai_api(rm.openai_api_host, rm.openai_api_port,
                                    log_requests=rm.enable_log_requests,
                                    reply_parser=reply_parser_of(plan.rollout_model,
-                                                                rm.enable_auto_tool_choice))
+                                                                rm.enable_auto_tool_choice),
+                                   settings=EndpointSettings.of(rm))
         try:
             self.auxiliary_models = build_auxiliary_models(config, plan.auxiliary_models)
         except BaseException:

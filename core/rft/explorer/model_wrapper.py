@@ -32,7 +32,7 @@ from rft.explorer.history import History
 from rft.explorer.history import merge_turns as merge_history
 from rft.explorer.call_batching import (ChatResults, engine_call,
                                         experience_from_completion, sampling_args)
-from rft.explorer.openai_server import OpenAIServer
+from rft.explorer.openai_server import EndpointSettings, OpenAIServer
 from rft.explorer.reply_parsing import AssistantReply, ReplyParser
 
 class ModelWrapper:
@@ -78,16 +78,19 @@ class ModelWrapper:
 
     def serve_openai_api(self, host: str = "127.0.0.1", port: int = 0, *,
                          log_requests: bool = False,
-                         reply_parser: ReplyParser | None = None) -> OpenAIServer:
+                         reply_parser: ReplyParser | None = None,
+                         settings: EndpointSettings | None = None) -> OpenAIServer:
         """Start this model's OpenAI-compatible server (``port=0``: a free port;
-        ``reply_parser``: its tool-call and reasoning parsers)."""
+        ``reply_parser``: its tool-call and reasoning parsers; ``settings``: its API key and
+        request limits)."""
         if self.server is not None:
             raise RftError(f"model {self.name!r}: the OpenAI API is already served at "
                            f"{self.server.address}")
-        self.server = OpenAIServer(self, host=host, port=port, log_requests=log_requests,
-                                   reply_parser=reply_parser)
-        self.server.start()
-        return self.server
+        server = OpenAIServer(self, host=host, port=port, log_requests=log_requests,
+                              reply_parser=reply_parser, settings=settings)
+        server.start()
+        self.server = server
+        return server
 
     def close(self) -> None:
         """Stop the OpenAI server this wrapper started (views leave it running)."""
@@ -112,7 +115,8 @@ class ModelWrapper:
         return self.name
 
     def get_openai_client(self) -> Any:
-        """An ``openai.OpenAI`` client of this view (calls recorded in its history)."""
+        """An ``openai.OpenAI`` client of this view (calls recorded in its history; it
+        sends the endpoint's API key, if it has one)."""
         return self._client("sync")
 
     def get_openai_async_client(self) -> Any:
@@ -127,8 +131,9 @@ class ModelWrapper:
                 raise RftError("get_openai_client needs the openai package: pip install "
                                f"openai ({exc})") from exc
             cls = openai.OpenAI if kind == "sync" else openai.AsyncOpenAI
-            client = cls(base_url=f"{self.api_address}/v1", api_key="EMPTY", max_retries=0,
-                         timeout=None)
+            key = self.server.api_key if self.server is not None else None
+            client = cls(base_url=f"{self.api_address}/v1", api_key=key or "EMPTY",
+                         max_retries=0, timeout=None)
             client.model_path = self.name  # type: ignore[attr-defined]
             self._clients[kind] = client
         return self._clients[kind]

@@ -20,7 +20,7 @@ Agent workflows written against the OpenAI API talk to the rollout model through
                                                ``ignore_eos``, ``skip_special_tokens``,
                                                ``return_token_ids``
 ``GET /v1/models``                             the served model
-``GET /health``                                ``200`` while serving
+``GET /health``                                ``200`` while serving (no key needed)
 =============================================  ==========================================
 
 Each workflow's view of the model (:meth:`ModelWrapper.for_workflow
@@ -34,345 +34,119 @@ Replies become messages through the model's :class:`~rft.explorer.reply_parsing.
 ``message.reasoning_content``. A streamed request gets the finished reply as
 ``chat.completion.chunk`` server-sent events (:func:`stream_chunks`).
 
-The server is the standard library's threading HTTP server (one thread per connection)
-on ``127.0.0.1`` and a free port by default. Requests the endpoint cannot honour are
-answered in the OpenAI error format: ``400`` for a bad or unsupported field (naming it),
-``404`` for an unknown path, model or session; engine failures are ``500``.
+The server is uvicorn (the ASGI server vLLM's own endpoint runs on; Starlette's request
+and response handling) in a thread of its own with its own event loop, on ``127.0.0.1``
+and a free port by default, with a listen backlog of :data:`BACKLOG`. Engine calls block:
+each runs in a thread of its own (at most :data:`ENGINE_THREADS` at once), so the event
+loop keeps accepting and answering while the engine works. uvicorn installs no signal
+handler: SIGINT / SIGTERM stay the process's.
+
+With an API key (:class:`EndpointSettings`, ``openai_api_key_env``) every request but
+``/health`` needs ``Authorization: Bearer <key>``, else ``401``; serving beyond loopback
+without a key is refused. Requests the endpoint cannot honour are answered in the OpenAI
+error format (:mod:`rft.explorer.openai_protocol`): ``400`` for a bad or unsupported field
+or a prompt over the model's prompt limit (naming it; the endpoint never truncates),
+``404`` for an unknown path, model or session, ``405`` for a wrong method, ``413`` for a
+body over ``max_request_bytes``, ``503`` while the server stops; engine failures are
+``500``. A client that disconnects before its answer is ready costs one debug line (the
+engine call it started finishes; its answer is dropped).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import errno
+import hmac
+import ipaddress
 import json
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rft.errors import RftError
-from rft.explorer.engine import Completion
 from rft.explorer.call_batching import CallBatcher, ChatResults, sampling_args
-from rft.explorer.reply_parsing import AssistantReply, ReplyParser, call_of
+from rft.explorer.engine import Completion
+from rft.explorer.openai_protocol import (
+    BadRequest,
+    ChatRequest,
+    RequestLimits,
+    completion_response,
+    error_body,
+    parse_chat_request,
+    stream_chunks,
+)
+from rft.explorer.reply_parsing import AssistantReply, ReplyParser
 
 if TYPE_CHECKING:
+    from rft.config.schema import InferenceModelConfig
     from rft.explorer.model_wrapper import ModelWrapper
 
 log = logging.getLogger("rft.openai")
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
-"""Largest request body accepted."""
+"""Largest request body accepted by default (``openai_api_max_request_bytes``)."""
 
-_IGNORED_FIELDS = frozenset({"user", "metadata", "store"})
-"""OpenAI fields that do not change the answer: accepted and ignored."""
+BACKLOG = 2048
+"""Listen backlog: connections the kernel queues before the server accepts them."""
 
-_SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "temperature": ((int, float), "temperature"),
-    "top_p": ((int, float), "top_p"),
-    "top_k": (int, "top_k"),
-    "max_tokens": (int, "max_tokens"),
-    "max_completion_tokens": (int, "max_tokens"),
-    "min_tokens": (int, "min_tokens"),
-    "seed": (int, "seed"),
-    "repetition_penalty": ((int, float), "repetition_penalty"),
-    "ignore_eos": (bool, "ignore_eos"),
-    "skip_special_tokens": (bool, "skip_special_tokens"),
-}
-"""Request field → (JSON type, :class:`SamplingArgs` field)."""
+ENGINE_THREADS = 256
+"""Most engine calls the endpoint runs at once (each in a thread; the engine serialises
+its own work, the :class:`CallBatcher` merges the calls of concurrent workflows)."""
 
-_KNOWN_FIELDS = frozenset({"model", "messages", "n", "stream", "stream_options", "logprobs",
-                           "top_logprobs", "stop", "stop_token_ids", "presence_penalty",
-                           "frequency_penalty", "return_token_ids", "tools", "tool_choice",
-                           "parallel_tool_calls"}) | _IGNORED_FIELDS | set(_SAMPLING_FIELDS)
+STOP_GRACE_S = 3.0
+"""Seconds :meth:`OpenAIServer.stop` waits for open connections before closing them."""
 
-_MESSAGE_FIELDS: dict[str, frozenset[str]] = {
-    "assistant": frozenset({"role", "content", "name", "tool_calls", "reasoning_content"}),
-    "tool": frozenset({"role", "content", "name", "tool_call_id"}),
-}
-"""Fields a message of a role may have (other roles: ``role``, ``content``, ``name``)."""
+_CHAT = "/v1/chat/completions"
+_ROUTES = ("/health", "/v1/models", _CHAT)
 
 
-class BadRequest(RftError):
-    """A request the endpoint refuses; ``status`` is its HTTP status."""
-
-    def __init__(self, message: str, param: str | None = None,
-                 status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.param = param
-        self.status = status
-
-
-@dataclass
-class ChatRequest:
-    """A checked ``/v1/chat/completions`` request."""
-
-    messages: list[dict[str, Any]]
-    n: int = 1
-    sampling: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the model's default :class:`SamplingArgs`."""
-    logprobs: bool = False
-    return_token_ids: bool = False
-    tools: list[dict[str, Any]] | None = None
-    """OpenAI function specs the chat template offers the model."""
-    call_tools: bool = False
-    """Parse tool calls out of the replies (``tool_choice: auto`` with tools)."""
-    parallel_tool_calls: bool = True
-    stream: bool = False
-    include_usage: bool = False
-    """``stream_options.include_usage``: a last chunk with the token counts."""
-
-
-def _typed(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """``body[key]`` when it has JSON type ``kind`` (``true`` is no number here)."""
-    value = body[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        expected = "a number" if float in kinds else " or ".join(k.__name__ for k in kinds)
-        raise BadRequest(f"{key} must be {expected}, got {value!r}", key)
-    return value
-
-
-def _message(index: int, message: Any) -> dict[str, Any]:
-    """One message as the chat template takes it: text content (text parts joined; an
-    assistant message that calls tools may have none), tool calls with their arguments as
-    objects."""
-    where = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise BadRequest(f"{where} must be an object with role and content, got {message!r}",
-                         where)
-    role = message.get("role")
-    if not isinstance(role, str) or not role:
-        raise BadRequest(f"{where}.role must be a non-empty string, got {role!r}", f"{where}.role")
-    unsupported = sorted(set(message) - _MESSAGE_FIELDS.get(role, {"role", "content", "name"}))
-    if unsupported:
-        raise BadRequest(f"{where}: unsupported field(s) for role {role!r}: "
-                         f"{', '.join(unsupported)}", where)
-    out: dict[str, Any] = {k: v for k, v in message.items() if k != "tool_calls"}
-    if message.get("tool_calls"):
-        calls = message["tool_calls"]
-        if not isinstance(calls, list):
-            raise BadRequest(f"{where}.tool_calls must be a list, got {calls!r}",
-                             f"{where}.tool_calls")
-        out["tool_calls"] = [_tool_call(f"{where}.tool_calls[{j}]", item)
-                             for j, item in enumerate(calls)]
-    content = message.get("content")
-    if content is None and out.get("tool_calls"):
-        content = ""
-    if isinstance(content, list):
-        texts = []
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" \
-                    or not isinstance(part.get("text"), str):
-                raise BadRequest(f"{where}.content[{j}]: only text parts "
-                                 "({'type': 'text', 'text': ...}) are supported",
-                                 f"{where}.content")
-            texts.append(part["text"])
-        content = "".join(texts)
-    if not isinstance(content, str):
-        raise BadRequest(f"{where}.content must be a string or a list of text parts, got "
-                         f"{content!r}", f"{where}.content")
-    out["content"] = content
-    return out
-
-
-def _tool_call(where: str, item: Any) -> dict[str, Any]:
-    """An assistant message's tool call with its arguments as an object (what chat
-    templates render)."""
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
     try:
-        call = call_of(item)
-    except RftError as exc:
-        raise BadRequest(f"{where}: {exc}", where) from exc
-    out = {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-    if isinstance(item.get("id"), str):
-        out["id"] = item["id"]
-    return out
-
-
-def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The request's ``tools``: function specs with a name."""
-    tools = body["tools"]
-    if not isinstance(tools, list):
-        raise BadRequest(f"tools must be a list of function specs, got {tools!r}", "tools")
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if (not isinstance(tool, dict) or tool.get("type") != "function"
-                or not isinstance(function, dict)
-                or not isinstance(function.get("name"), str) or not function["name"]
-                or not isinstance(function.get("parameters", {}), dict)):
-            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': "
-                             f"..., 'parameters': {{...}}}}}}, got {tool!r}", f"tools[{i}]")
-    return tools
-
-
-def _tool_choice(body: dict[str, Any], has_tools: bool, parser: ReplyParser) -> bool:
-    """Whether the replies are searched for tool calls (``tool_choice``: ``auto`` — the
-    default with tools — or ``none``)."""
-    choice = body.get("tool_choice")
-    if choice is None:
-        choice = "auto" if has_tools else "none"
-    if choice == "none":
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
         return False
-    if choice != "auto":
-        raise BadRequest(f"tool_choice {choice!r} is not supported: rft does not constrain "
-                         "decoding to a tool call (use 'auto' or 'none')", "tool_choice")
-    if has_tools and not (parser.auto_tool_choice and parser.tool_calls is not None):
-        raise BadRequest("tool_choice 'auto' (the default with tools) needs "
-                         "enable_auto_tool_choice: true and a tool_call_parser on this "
-                         "model's config", "tool_choice")
-    return has_tools
 
 
-def parse_chat_request(body: Any, served_names: tuple[str, ...],
-                       parser: ReplyParser | None = None) -> ChatRequest:
-    """Check a chat-completions body against what this model's endpoint can do (``parser``:
-    its reply parsers); raise :class:`BadRequest` naming the bad field."""
-    if not isinstance(body, dict):
-        raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
-    unknown = sorted(set(body) - _KNOWN_FIELDS)
-    if unknown:
-        raise BadRequest(f"unsupported field(s): {', '.join(unknown)}", unknown[0])
-    model = body.get("model")
-    if model is not None and model not in served_names:
-        raise BadRequest(f"model {model!r} is not served here; use {served_names[0]!r}",
-                         "model", HTTPStatus.NOT_FOUND)
-    if "messages" not in body:
-        raise BadRequest("messages is required", "messages")
-    messages = body["messages"]
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest(f"messages must be a non-empty list, got {messages!r}", "messages")
-    request = ChatRequest([_message(i, m) for i, m in enumerate(messages)])
-    if body.get("tools") is not None:
-        request.tools = _tools(body) or None
-    request.call_tools = _tool_choice(body, bool(request.tools), parser or ReplyParser())
-    for key in ("parallel_tool_calls", "stream"):
-        if body.get(key) is not None:
-            setattr(request, key, _typed(body, key, bool))
-    options = body.get("stream_options")
-    if options is not None:
-        if not isinstance(options, dict) or set(options) - {"include_usage"}:
-            raise BadRequest(f"stream_options may only hold include_usage, got {options!r}",
-                             "stream_options")
-        request.include_usage = bool(options.get("include_usage", False))
-    if body.get("n") is not None:
-        request.n = _typed(body, "n", int)
-        if request.n < 1:
-            raise BadRequest(f"n must be >= 1, got {request.n}", "n")
-    for key in ("presence_penalty", "frequency_penalty"):
-        if body.get(key) not in (None, 0, 0.0):
-            raise BadRequest(f"{key} is not supported (use repetition_penalty)", key)
-    if body.get("top_logprobs") not in (None, 0):
-        raise BadRequest("top_logprobs is not supported: the engine reports the log-prob of "
-                         "the sampled token only", "top_logprobs")
-    for key in ("logprobs", "return_token_ids"):
-        if body.get(key) is not None:
-            setattr(request, key, _typed(body, key, bool))
-    if "max_tokens" in body and "max_completion_tokens" in body:
-        raise BadRequest("give max_tokens or max_completion_tokens, not both", "max_tokens")
-    for key, (kind, target) in _SAMPLING_FIELDS.items():
-        if body.get(key) is not None:
-            request.sampling[target] = _typed(body, key, kind)
-    stop = body.get("stop")
-    if stop is not None:
-        stops = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-            raise BadRequest(f"stop must be a string or a list of non-empty strings, got "
-                             f"{stop!r}", "stop")
-        request.sampling["stop"] = stops
-    ids = body.get("stop_token_ids")
-    if ids is not None:
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
-                                                for t in ids):
-            raise BadRequest(f"stop_token_ids must be a list of integers, got {ids!r}",
-                             "stop_token_ids")
-        request.sampling["stop_token_ids"] = ids
-    return request
+@dataclass(frozen=True)
+class EndpointSettings:
+    """Access and size limits of an endpoint."""
 
+    api_key: str | None = None
+    """Key clients send as ``Authorization: Bearer <key>``; ``None``: no authentication
+    (allowed on loopback only)."""
+    max_n: int = 64
+    """Most choices per request (``n``)."""
+    max_request_bytes: int = MAX_BODY_BYTES
+    """Largest request body (``413`` beyond)."""
 
-def completion_response(model: ModelWrapper, request: ChatRequest,
-                        completions: list[Completion], replies: list[AssistantReply],
-                        *, with_reasoning: bool = False) -> dict[str, Any]:
-    """The OpenAI ``chat.completion`` object of one request's completions and their
-    parsed replies (``reasoning_content`` in each message when ``with_reasoning``)."""
-    choices = []
-    for index, (c, reply) in enumerate(zip(completions, replies, strict=True)):
-        choice: dict[str, Any] = {
-            "index": index,
-            "message": reply.to_openai(with_reasoning=with_reasoning),
-            "logprobs": _logprobs(model, c) if request.logprobs else None,
-            "finish_reason": ("tool_calls" if reply.tool_calls and c.finish_reason == "stop"
-                              else c.finish_reason),
-        }
-        if request.return_token_ids:
-            choice["token_ids"] = list(c.token_ids)
-        choices.append(choice)
-    response: dict[str, Any] = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model.name,
-        "choices": choices,
-        "usage": _usage(completions),
-    }
-    if request.return_token_ids and completions:
-        response["prompt_token_ids"] = list(completions[0].prompt_token_ids)
-    return response
-
-
-def stream_chunks(response: dict[str, Any], request: ChatRequest) -> list[dict[str, Any]]:
-    """A ``chat.completion`` as the ``chat.completion.chunk`` objects of a stream: per
-    choice the role, its content (with its log-probs), reasoning and tool calls, then its
-    finish reason; the token counts last when ``include_usage``. The reply is complete
-    before the first chunk is sent: the chunks carry whole parts, not single tokens."""
-    head = {k: response[k] for k in ("id", "created", "model")}
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
-
-    chunks = []
-    for choice in response["choices"]:
-        message, index = choice["message"], choice["index"]
-        delta: dict[str, Any] = {"role": "assistant", "content": message["content"] or ""}
-        if "reasoning_content" in message:
-            delta["reasoning_content"] = message["reasoning_content"]
-        if "token_ids" in choice:
-            delta["token_ids"] = choice["token_ids"]
-        chunks.append(chunk([{"index": index, "delta": delta, "logprobs": choice["logprobs"],
-                              "finish_reason": None}]))
-        if message.get("tool_calls"):
-            calls = [{"index": j, **call} for j, call in enumerate(message["tool_calls"])]
-            chunks.append(chunk([{"index": index, "delta": {"tool_calls": calls},
-                                  "logprobs": None, "finish_reason": None}]))
-        chunks.append(chunk([{"index": index, "delta": {}, "logprobs": None,
-                              "finish_reason": choice["finish_reason"]}]))
-    if request.include_usage:
-        chunks.append(chunk([], usage=response["usage"]))
-    return chunks
-
-
-def _logprobs(model: ModelWrapper, completion: Completion) -> dict[str, Any]:
-    """``choice.logprobs``: each sampled token with its log-probability."""
-    assert completion.logprobs is not None
-    content = []
-    for token_id, logprob in zip(completion.token_ids, completion.logprobs.tolist(),
-                                 strict=True):
-        token = model.tokenizer.decode([token_id], skip_special_tokens=False)
-        content.append({"token": token, "logprob": float(logprob),
-                        "bytes": list(token.encode("utf-8")), "top_logprobs": []})
-    return {"content": content}
-
-
-def _usage(completions: list[Completion]) -> dict[str, int]:
-    prompt_tokens = len(completions[0].prompt_token_ids) if completions else 0
-    completion_tokens = sum(len(c.token_ids) for c in completions)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    @classmethod
+    def of(cls, model: InferenceModelConfig) -> EndpointSettings:
+        """The settings of an inference-model config (``openai_api_key_env``,
+        ``openai_api_max_n``, ``openai_api_max_request_bytes``); the key is read from the
+        environment variable now. Raises :class:`RftError` when it names an unset one."""
+        name = model.openai_api_key_env
+        key = None
+        if name:
+            key = os.environ.get(name)
+            if not key:
+                raise RftError(f"openai_api_key_env: environment variable {name} is not set "
+                               "(or empty) in this process; the OpenAI API needs its key")
+        return cls(api_key=key, max_n=model.openai_api_max_n,
+                   max_request_bytes=model.openai_api_max_request_bytes)
 
 
 @dataclass
@@ -383,38 +157,59 @@ class _Session:
     """The workflow thread's :class:`CallBatcher` participation, if any."""
 
 
+class _Disconnected(Exception):
+    """The client went away before its answer was ready."""
+
+
 class OpenAIServer:
     """The endpoint of one model (see the module docstring).
 
     :param model: the model it serves (its root view answers ``/v1``).
-    :param host: address to bind; ``127.0.0.1`` keeps it on this machine.
+    :param host: address to bind; ``127.0.0.1`` keeps it on this machine. Any other needs
+        an API key.
     :param port: port to bind; ``0`` picks a free one.
     :param log_requests: log every request (method, path, status, seconds).
     :param reply_parser: how replies become messages (tool calls, reasoning); default:
         the text is the content.
+    :param settings: API key and request limits; default: no key, default limits.
     """
 
     def __init__(self, model: ModelWrapper, *, host: str = "127.0.0.1", port: int = 0,
-                 log_requests: bool = False, reply_parser: ReplyParser | None = None) -> None:
+                 log_requests: bool = False, reply_parser: ReplyParser | None = None,
+                 settings: EndpointSettings | None = None) -> None:
         self.model = model
         self.reply_parser = reply_parser or ReplyParser()
         self.host = host
         self.port = port
         self.log_requests = log_requests
+        self.settings = settings or EndpointSettings()
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._server: Any = None  # uvicorn.Server while serving
+        self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     @property
+    def api_key(self) -> str | None:
+        """The key clients must send (``None``: none needed)."""
+        return self.settings.api_key
+
+    @property
     def address(self) -> str:
         """``http://host:port`` a client on this machine uses."""
-        if self._httpd is None:
+        if self._server is None:
             raise RftError(f"OpenAI API server of model {self.model.name!r} is not running")
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"http://{host}:{self.port}"
+        host = self.host
+        if host in ("", "0.0.0.0"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     @property
     def served_names(self) -> tuple[str, ...]:
@@ -424,34 +219,93 @@ class OpenAIServer:
         return (name, short) if short != name else (name,)
 
     def start(self) -> None:
-        """Bind and serve in a background thread; a port in use is a one-line error."""
-        if self._httpd is not None:
+        """Bind and serve in a background thread; a port in use is a one-line error, and so
+        is a host beyond loopback without an API key."""
+        if self._server is not None:
             return
+        if not self.settings.api_key and not is_loopback(self.host):
+            raise RftError(f"OpenAI API of model {self.model.name!r}: refusing to serve on "
+                           f"{self.host or 'every interface'} without an API key (set "
+                           "openai_api_key_env, or openai_api_host: 127.0.0.1)")
+        sock = self._bind()
+        import uvicorn
+
+        config = uvicorn.Config(self._asgi, interface="asgi3", log_config=None,
+                                access_log=False, proxy_headers=False, lifespan="off",
+                                ws="none", loop="asyncio",
+                                backlog=BACKLOG, timeout_graceful_shutdown=int(STOP_GRACE_S),
+                                timeout_keep_alive=30)
+        _quiet_uvicorn()
+        server = _server_class()(config)
+        self._socket, self._server = sock, server
+        self.port = sock.getsockname()[1]
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(server, sock, ready),
+                                        name="rft-openai-api", daemon=True)
+        self._thread.start()
+        ready.wait(timeout=30)
+        if not server.started:
+            self._server = None
+            sock.close()
+            raise RftError(f"OpenAI API of model {self.model.name!r}: the server did not "
+                           f"start on {self.host}:{self.port}")
+        log.info("OpenAI API of %s at %s/v1%s", self.model.name, self.address,
+                 " (API key required)" if self.settings.api_key else "")
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            httpd = ThreadingHTTPServer((self.host, self.port), _handler_class(self))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(BACKLOG)
         except OSError as exc:
+            sock.close()
             reason = ("address already in use" if exc.errno == errno.EADDRINUSE
                       else exc.strerror or str(exc))
             raise RftError(f"OpenAI API of model {self.model.name!r}: cannot listen on "
                            f"{self.host}:{self.port}: {reason} (set openai_api_port to a free "
                            "port, or 0 for any)") from exc
-        httpd.daemon_threads = True
-        self._httpd = httpd
-        self.port = httpd.server_address[1]
-        self._thread = threading.Thread(target=httpd.serve_forever, name="rft-openai-api",
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-        log.info("OpenAI API of %s at %s/v1", self.model.name, self.address)
+        return sock
+
+    def _serve(self, server: Any, sock: socket.socket, ready: threading.Event) -> None:
+        """The server thread: an event loop of its own running uvicorn on ``sock``."""
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._stopping = asyncio.Event()
+        self._slots = asyncio.Semaphore(ENGINE_THREADS)
+        server.on_started = ready.set
+        try:
+            loop.run_until_complete(server.serve(sockets=[sock]))
+        except BaseException as exc:  # noqa: BLE001 - SystemExit on a failed start, too
+            log.error("OpenAI API of %s stopped: %s: %s", self.model.name,
+                      type(exc).__name__, exc)
+        finally:
+            ready.set()
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     def stop(self) -> None:
-        """Stop serving and release the port (idempotent)."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
+        """Stop serving and release the port (idempotent). Requests still waiting on the
+        engine are answered ``503``; the engine calls themselves finish in their threads."""
+        server, self._server = self._server, None
+        if server is None:
             return
-        httpd.shutdown()
-        httpd.server_close()
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already ended
+                loop.call_soon_threadsafe(stopping.set)
+        server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=STOP_GRACE_S + 2)
+            if self._thread.is_alive():
+                server.force_exit = True
+                self._thread.join(timeout=2)
+        if self._socket is not None:
+            self._socket.close()
+        log.debug("OpenAI API of %s stopped", self.model.name)
 
     def __enter__(self) -> OpenAIServer:
         self.start()
@@ -498,30 +352,29 @@ class OpenAIServer:
     def handle(self, method: str, path: str, body: bytes | None
                ) -> tuple[int, dict[str, Any] | list[dict[str, Any]]]:
         """Answer one request: ``(HTTP status, JSON object)``, or the chunks of a stream
-        (a list, sent as server-sent events)."""
+        (a list, sent as server-sent events). Blocks while the engine works."""
         try:
             view, slot, api_path = self._resolve(urlsplit(path).path)
             if api_path == "/health" and method == "GET":
                 return HTTPStatus.OK, {"status": "ok"}
             if api_path == "/v1/models" and method == "GET":
                 return HTTPStatus.OK, self._models(view)
-            if api_path == "/v1/chat/completions" and method == "POST":
+            if api_path == _CHAT and method == "POST":
                 return HTTPStatus.OK, self._chat(view, slot, body or b"")
-            if api_path in ("/health", "/v1/models", "/v1/chat/completions"):
+            if api_path in _ROUTES:
                 raise BadRequest(f"method {method} is not allowed on {api_path}",
                                  status=HTTPStatus.METHOD_NOT_ALLOWED)
             raise BadRequest(f"no such endpoint: {method} {api_path} (served: POST "
-                             "/v1/chat/completions, GET /v1/models)",
-                             status=HTTPStatus.NOT_FOUND)
+                             f"{_CHAT}, GET /v1/models)", status=HTTPStatus.NOT_FOUND)
         except BadRequest as exc:
-            return exc.status, _error(str(exc), exc.param, exc.status)
+            return exc.status, error_body(str(exc), exc.param, exc.status)
         except RftError as exc:  # engine refused the call (prompt too long, bad sampling)
-            return HTTPStatus.BAD_REQUEST, _error(str(exc), None, HTTPStatus.BAD_REQUEST)
+            return HTTPStatus.BAD_REQUEST, error_body(str(exc), None, HTTPStatus.BAD_REQUEST)
         except Exception as exc:  # noqa: BLE001 - reported to the client, logged here
             log.exception("OpenAI API: %s %s failed", method, path)
             return (HTTPStatus.INTERNAL_SERVER_ERROR,
-                    _error(f"internal error: {type(exc).__name__}: {exc}", None,
-                           HTTPStatus.INTERNAL_SERVER_ERROR))
+                    error_body(f"internal error: {type(exc).__name__}: {exc}", None,
+                               HTTPStatus.INTERNAL_SERVER_ERROR))
 
     def _models(self, view: ModelWrapper) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": view.name, "object": "model",
@@ -534,10 +387,16 @@ class OpenAIServer:
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-        request = parse_chat_request(body, self.served_names, self.reply_parser)
+        except RecursionError as exc:
+            raise BadRequest("request body is not valid JSON: nested too deeply") from exc
+        engine = view.engine
+        limits = RequestLimits(max_n=self.settings.max_n,
+                               max_tokens=getattr(engine, "max_response_tokens", None))
+        request = parse_chat_request(body, self.served_names, self.reply_parser, limits)
         sampling = dataclasses.replace(sampling_args(view.defaults, request.sampling),
                                        logprobs=True)  # the history needs them
         sampling.check()
+        self._check_prompt(view, request)
 
         def parse(completion: Completion) -> AssistantReply:
             return self.reply_parser.parse(completion.text, call_tools=request.call_tools,
@@ -548,11 +407,225 @@ class OpenAIServer:
                                          tools=request.tools, parse=parse)
 
         results = _in_slot(slot, call)
+        completions = results.completions[0]
+        truncated = next((c for c in completions if c.prompt_truncated), None)
+        if truncated is not None:  # a continuation longer than its canonical rendering
+            raise _prompt_too_long(None, view)
         replies = results.replies[0]
         assert replies is not None
-        response = completion_response(view, request, results.completions[0], replies,
-                                        with_reasoning=self.reply_parser.reasoning is not None)
+        response = completion_response(view, request, completions, replies,
+                                       with_reasoning=self.reply_parser.reasoning is not None)
         return stream_chunks(response, request) if request.stream else response
+
+    @staticmethod
+    def _check_prompt(view: ModelWrapper, request: ChatRequest) -> None:
+        """A prompt over the model's limit is refused, never truncated."""
+        limit_of = getattr(view.engine, "prompt_limit", None)
+        limit = limit_of() if limit_of is not None else None
+        if limit is None:
+            return
+        ids = view.engine.apply_chat_template(request.messages, tools=request.tools)
+        if len(ids) > limit:
+            raise _prompt_too_long(len(ids), view)
+
+    # ---- HTTP (uvicorn, in the server thread) --------------------------------------------
+
+    async def _asgi(self, scope: dict[str, Any], receive: Callable[..., Any],
+                    send: Callable[..., Any]) -> None:
+        """The ASGI application: authentication, bounded body, the answer; a client that
+        went away costs one debug line."""
+        if scope["type"] != "http":
+            return
+        from starlette.requests import ClientDisconnect, Request
+
+        request = Request(scope, receive)
+        method, path = request.method, request.url.path
+        started = time.monotonic()
+        try:
+            status, payload, headers = await self._answer(request, receive)
+        except (_Disconnected, ClientDisconnect):
+            log.debug("OpenAI API: client of %s %s disconnected before the answer", method, path)
+            return
+        except asyncio.CancelledError:  # the server is stopping
+            log.debug("OpenAI API: %s %s cancelled by the server's stop", method, path)
+            return
+        except Exception as exc:  # noqa: BLE001 - never a traceback per request in the log
+            log.error("OpenAI API: %s %s failed: %s: %s", method, path, type(exc).__name__, exc)
+            status, headers = HTTPStatus.INTERNAL_SERVER_ERROR, {}
+            payload = error_body(f"internal error: {type(exc).__name__}: {exc}", None, 500)
+        try:
+            await _response(status, payload, headers)(scope, receive, send)
+        except (OSError, ClientDisconnect):
+            log.debug("OpenAI API: client of %s %s disconnected during the answer", method, path)
+            return
+        if self.log_requests:
+            log.info("%s %s -> %d (%.3f s)", method, path, status, time.monotonic() - started)
+
+    async def _answer(self, request: Any, receive: Callable[..., Any]
+                      ) -> tuple[int, Any, dict[str, str]]:
+        method, path = request.method, request.url.path
+        key = self.settings.api_key
+        if key is not None and path != "/health":
+            sent = request.headers.get("authorization", "")
+            if not hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
+                message = ("missing API key: send 'Authorization: Bearer <key>'" if not sent
+                           else "wrong API key")
+                return (HTTPStatus.UNAUTHORIZED,
+                        error_body(message, None, HTTPStatus.UNAUTHORIZED, "invalid_api_key"),
+                        {"www-authenticate": "Bearer"})
+        body: bytes | None = None
+        if method == "POST":
+            body = await self._read_body(request)
+            if isinstance(body, tuple):
+                return body
+        if method == "POST" and path.endswith(_CHAT):
+            status, payload = await self._in_thread(
+                lambda: self.handle(method, path, body), receive)
+        else:
+            status, payload = self.handle(method, path, body)
+        return status, payload, {}
+
+    async def _read_body(self, request: Any) -> Any:
+        """The body, or a ``413`` answer when it is over ``max_request_bytes``."""
+        limit = self.settings.max_request_bytes
+        too_large = (HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                     error_body(f"request body over {limit} bytes "
+                                "(openai_api_max_request_bytes)", None, 413),
+                     {"connection": "close"})
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _in_thread(self, work: Callable[[], Any], receive: Callable[..., Any]) -> Any:
+        """``work()`` in a thread of its own; returns early (raising :class:`_Disconnected`,
+        or answering ``503``) when the client goes away or the server stops meanwhile."""
+        loop = asyncio.get_running_loop()
+        assert self._slots is not None and self._stopping is not None
+        await self._slots.acquire()
+        future: asyncio.Future[Any] = loop.create_future()
+        slots = self._slots
+
+        def settle(outcome: tuple[bool, Any]) -> None:
+            slots.release()
+            if not future.done():
+                if outcome[0]:
+                    future.set_result(outcome[1])
+                else:
+                    future.set_exception(outcome[1])
+
+        def run() -> None:
+            try:
+                outcome: tuple[bool, Any] = (True, work())
+            except BaseException as exc:  # noqa: BLE001 - handed to the event loop
+                outcome = (False, exc)
+            with contextlib.suppress(RuntimeError):  # the loop has ended: nobody waits
+                loop.call_soon_threadsafe(settle, outcome)
+
+        try:
+            threading.Thread(target=run, name="rft-openai-call", daemon=True).start()
+        except BaseException:
+            slots.release()
+            raise
+        gone = asyncio.ensure_future(_disconnect(receive))
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({future, gone, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        finally:
+            gone.cancel()
+            stopping.cancel()
+        if future.done():
+            return future.result()
+        future.cancel()  # nobody waits for the answer any more: the thread's is dropped
+        if gone.done() and not gone.cancelled():
+            raise _Disconnected
+        return (HTTPStatus.SERVICE_UNAVAILABLE,
+                error_body("the OpenAI API server is stopping", None, 503))
+
+
+@contextlib.contextmanager
+def _no_signals() -> Iterator[None]:
+    yield
+
+
+_SERVER_CLASS: type | None = None
+
+
+def _server_class() -> type:
+    """uvicorn's ``Server`` without signal handling (the process keeps its own SIGINT /
+    SIGTERM handlers), telling when it has started."""
+    global _SERVER_CLASS
+    if _SERVER_CLASS is None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            on_started: Callable[[], None] | None = None
+
+            def capture_signals(self) -> Any:  # uvicorn >= 0.29
+                return _no_signals()
+
+            def install_signal_handlers(self) -> None:  # older uvicorn
+                return None
+
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets=sockets)
+                if self.on_started is not None:
+                    self.on_started()
+
+        _SERVER_CLASS = Server
+    return _SERVER_CLASS
+
+
+def _quiet_uvicorn() -> None:
+    """uvicorn's start / stop lines ("Started server process", "Shutting down", …) are
+    debug detail here; warnings (malformed requests) and errors stay."""
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
+async def _disconnect(receive: Callable[..., Any]) -> None:
+    """Return when the client has gone (the request body has been read already)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _response(status: int, payload: Any, headers: dict[str, str]) -> Any:
+    """A Starlette response: JSON, or server-sent events for a stream's chunks."""
+    from starlette.responses import Response
+
+    if isinstance(payload, list):  # a stream: server-sent events, then [DONE]
+        events = [f"data: {json.dumps(chunk)}\n\n" for chunk in payload]
+        data = "".join(events + ["data: [DONE]\n\n"]).encode("utf-8")
+        return Response(data, status_code=status, headers={**headers,
+                                                           "cache-control": "no-cache"},
+                        media_type="text/event-stream")
+    return Response(json.dumps(payload).encode("utf-8"), status_code=status, headers=headers,
+                    media_type="application/json")
+
+
+def _prompt_too_long(tokens: int | None, view: ModelWrapper) -> BadRequest:
+    """The ``400`` of a prompt over the model's limit (``tokens``: its length, when known
+    before the engine call)."""
+    engine = view.engine
+    limit = engine.prompt_limit()
+    size = f"is {tokens} tokens" if tokens is not None else "(continuing recorded turns) is"
+    return BadRequest(f"messages: the prompt {size}, over this model's prompt "
+                      f"limit of {limit} (max_prompt_tokens={engine.max_prompt_tokens}, "
+                      f"max_model_len={engine.effective_max_model_len()}); the OpenAI API "
+                      "does not truncate prompts", "messages")
 
 
 def _in_slot(slot: tuple[CallBatcher, int] | None, call: Callable[[], ChatResults]
@@ -565,61 +638,6 @@ def _in_slot(slot: tuple[CallBatcher, int] | None, call: Callable[[], ChatResult
         return call()
 
 
-def _error(message: str, param: str | None, status: int) -> dict[str, Any]:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
-def _handler_class(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
-    """A request handler bound to ``server``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "rft-openai"
-        timeout = 600  # seconds an idle keep-alive connection is kept
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            self._answer("GET", None)
-
-        def do_POST(self) -> None:  # noqa: N802
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self._send(HTTPStatus.LENGTH_REQUIRED,
-                           _error("Content-Length header required", None, 411))
-                return
-            if int(length) > MAX_BODY_BYTES:
-                self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                           _error(f"request body over {MAX_BODY_BYTES} bytes", None, 413))
-                self.close_connection = True
-                return
-            self._answer("POST", self.rfile.read(int(length)))
-
-        def _answer(self, method: str, body: bytes | None) -> None:
-            started = time.monotonic()
-            status, payload = server.handle(method, self.path, body)
-            self._send(status, payload)
-            if server.log_requests:
-                log.info("%s %s -> %d (%.3f s)", method, self.path, status,
-                         time.monotonic() - started)
-
-        def _send(self, status: int, payload: dict[str, Any] | list[dict[str, Any]]) -> None:
-            if isinstance(payload, list):  # a stream: server-sent events, then [DONE]
-                events = [f"data: {json.dumps(chunk)}\n\n" for chunk in payload]
-                data = "".join(events + ["data: [DONE]\n\n"]).encode("utf-8")
-                kind = "text/event-stream"
-            else:
-                data, kind = json.dumps(payload).encode("utf-8"), "application/json"
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            """Silenced: requests are logged by :meth:`_answer` when asked."""
-
-    return Handler
-
-
-__all__ = ["BadRequest", "ChatRequest", "OpenAIServer", "completion_response",
-           "parse_chat_request", "stream_chunks"]
+__all__ = ["BACKLOG", "BadRequest", "ChatRequest", "EndpointSettings", "OpenAIServer",
+           "RequestLimits", "completion_response", "is_loopback", "parse_chat_request",
+           "stream_chunks"]

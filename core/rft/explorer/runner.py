@@ -111,9 +111,16 @@ class _Attempt:
         finally:
             self.done.set()
 
-    def wait(self, timeout: float) -> bool:
-        """Whether the attempt ended within ``timeout`` seconds."""
-        return self.done.wait(timeout)
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Whether the attempt ended within ``timeout`` seconds (``False`` at once when
+        ``stop`` is set: the runner is closing, e.g. on a fatal error or Ctrl-C)."""
+        deadline = time.monotonic() + timeout
+        while not self.done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or stop.is_set():
+                return False
+            self.done.wait(min(remaining, 0.25))
+        return True
 
 
 class WorkflowRunner:
@@ -137,6 +144,7 @@ class WorkflowRunner:
         self.workers = max(1, workers)
         self._participants: concurrent.futures.ThreadPoolExecutor | None = None
         self._participant_count = 0
+        self._closing = threading.Event()
         self._abandoned_lock = threading.Lock()
         self._abandoned: list[threading.Thread] = []
         self.abandoned = 0
@@ -185,7 +193,7 @@ class WorkflowRunner:
             result.attempts = attempt_number
             attempt = _Attempt(lambda: self._attempt(task, batcher, order),
                                f"{task.taskset}[{task.index}]")
-            if not attempt.wait(self.max_timeout):
+            if not attempt.wait(self.max_timeout, self._closing):
                 self._abandon(attempt)
                 result.ok, result.timed_out = False, True
                 result.error = (f"workflow timed out after {self.max_timeout:g} s "
@@ -233,7 +241,7 @@ class WorkflowRunner:
                 result.experiences = _checked(await asyncio.wait_for(call(), self.max_timeout))
                 result.ok, result.error = True, None
                 break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 result.ok, result.timed_out = False, True
                 result.error = f"workflow timed out after {self.max_timeout:g} s (explorer.max_timeout)"
                 with self._abandoned_lock:
@@ -255,7 +263,9 @@ class WorkflowRunner:
             return _checked(self.make_workflow(task).run())
 
     def close(self) -> None:
-        """Stop the waiting threads; abandoned attempts are left to their daemon threads."""
+        """Stop the waiting threads at once (they give up the attempts they wait for);
+        abandoned attempts are left to their daemon threads."""
+        self._closing.set()
         if self._participants is not None:
             self._participants.shutdown(wait=False, cancel_futures=True)
 

@@ -3,6 +3,7 @@ strategy, the offline dataset of a train-only stage, step counts, checkpoints.""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from typing import Any
@@ -11,7 +12,12 @@ from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage, row_to_sft_experience
 from rft.buffer.storage import BufferEmpty, ExperienceStorage
 from rft.buffer.taskset import read_rows
-from rft.checkpoint import save_checkpoint
+from rft.checkpoint import (
+    LoadedCheckpoint,
+    newest_readable_checkpoint,
+    rng_state,
+    save_checkpoint,
+)
 from rft.config.plan import RunPlan
 from rft.config.schema import RftConfig, TasksetConfig
 from rft.errors import RftError
@@ -102,15 +108,48 @@ def sample_step(strategy: SampleStrategy, step: int, model_version: int,
 
 
 def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: dict[str, Any], *,
-                          export_hf: bool) -> str:
+                          export_hf: bool, extra: dict[str, Any] | None = None) -> str:
     """Write ``global_step_<step>`` of the stage's job dir (``model_version = step``), with
-    the actor exported to ``hf/`` when ``export_hf``; prune to
-    ``trainer.max_checkpoints_to_keep``; return its path."""
+    the actor exported to ``hf/`` when ``export_hf`` and the process's random generators
+    (``rng``, unless ``state`` has its own); prune to ``trainer.max_checkpoints_to_keep``;
+    return its path. ``extra``: more objects saved as ``<name>.pt``."""
     config = plan.config
     save_hf = (lambda path: save_hf_model(config, trainer, path)) if export_hf else None
     return save_checkpoint(plan.job_dir, step, trainer.state_dict(),
-                           {"model_version": step, **state},
-                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf)
+                           {"model_version": step, "rng": rng_state(), **state},
+                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf,
+                           extra=extra)
+
+
+def resume_checkpoint(plan: RunPlan, extra: tuple[str, ...] = ()) -> LoadedCheckpoint | None:
+    """The checkpoint a stage resumes from: the newest readable one of its job dir when
+    ``continue_from_checkpoint`` (newer unreadable ones are skipped with a warning), else
+    ``None``."""
+    if not plan.config.continue_from_checkpoint:
+        return None
+    return newest_readable_checkpoint(plan.job_dir, extra)
+
+
+def engine_seed(engine: Any) -> int | None:
+    """The seed the engine's next sampling call without an explicit seed will use
+    (``None``: an engine without the base class's seed sequence)."""
+    seeds, lock = getattr(engine, "_seeds", None), getattr(engine, "_seed_lock", None)
+    if seeds is None or lock is None:
+        return None
+    with lock:
+        following = next(seeds)
+        engine._seeds = itertools.count(following)
+    return int(following)
+
+
+def restore_engine_seed(engine: Any, seed: int | None) -> None:
+    """Make :func:`engine_seed`'s value the engine's next seed (a resumed run samples with
+    the seeds the uninterrupted one would have used)."""
+    lock = getattr(engine, "_seed_lock", None)
+    if seed is None or lock is None or not hasattr(engine, "_seeds"):
+        return
+    with lock:
+        engine._seeds = itertools.count(int(seed))
 
 
 def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
@@ -123,6 +162,6 @@ def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
                                   ).save_pretrained(path)
 
 
-__all__ = ["build_trainer", "monitor_dir", "offline_storage", "open_monitors", "quiet_libraries",
-           "sample_step", "save_hf_model", "save_stage_checkpoint", "steps_over_data",
-           "steps_over_tasks"]
+__all__ = ["build_trainer", "engine_seed", "monitor_dir", "offline_storage", "open_monitors",
+           "quiet_libraries", "restore_engine_seed", "resume_checkpoint", "sample_step",
+           "save_hf_model", "save_stage_checkpoint", "steps_over_data", "steps_over_tasks"]

@@ -3,9 +3,10 @@
 The trainer (another process) writes ``<job dir>/global_step_N/`` atomically every
 ``sync_interval`` steps; :class:`CheckpointSynchronizer` loads the newest complete one
 into the explorer's engines as model version ``N``. With ``wait_for_checkpoint`` the
-explorer blocks until one newer than the version it holds appears, for at most
-``sync_timeout`` seconds, then fails with a one-line error naming the job dir and the
-version it waited for.
+explorer blocks until the checkpoint of its sync point appears (:meth:`~CheckpointSynchronizer.
+wait_for`), for at most ``sync_timeout`` seconds, then fails with a one-line error naming
+the job dir and the version it waited for; it loads that checkpoint itself, not a newer
+one, so the weights of a step do not depend on timing or on a restart of either side.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from rft.checkpoint import Checkpoint, CheckpointError, load_actor_weights, newest_checkpoint
+from rft.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    list_checkpoints,
+    load_actor_weights,
+    newest_checkpoint,
+)
 from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine
 
@@ -77,6 +84,43 @@ class CheckpointSynchronizer:
                     f"in {self.job_dir}; is the train run alive and saving every "
                     "sync_interval steps?")
             self._sleep(self.poll_interval)
+
+    def wait_for(self, target: int) -> dict[str, float]:
+        """Wait until a checkpoint of step ``>= target`` exists, then load ``global_step_
+        <target>`` itself (the newest when that one is gone): the version a step gets does
+        not depend on how far ahead the trainer is — after a restart of either process the
+        explorer samples with the weights it would have had.
+
+        :raises SyncTimeout: none appeared within :attr:`timeout` seconds.
+        """
+        if self.version >= target:
+            return {}
+        started = self._clock()
+        deadline = started + self.timeout
+        while True:
+            newest = newest_checkpoint(self.job_dir)
+            if newest is not None and newest.step >= target:
+                exact = next((c for c in list_checkpoints(self.job_dir) if c.step == target),
+                             newest)
+                metrics = self._load(exact)
+                metrics["timing_s/wait_for_checkpoint"] = self._clock() - started
+                return metrics
+            if self._clock() >= deadline:
+                raise SyncTimeout(
+                    f"synchronizer.sync_timeout: waited {self.timeout:g} s for a checkpoint "
+                    f"newer than global_step_{self.version} (model version > {self.version}) "
+                    f"in {self.job_dir}; is the train run alive and saving every "
+                    "sync_interval steps?")
+            self._sleep(self.poll_interval)
+
+    def load_step(self, step: int) -> dict[str, float]:
+        """Load ``global_step_<step>`` (a resumed explorer's version), else the newest."""
+        if step <= 0:
+            return {}
+        exact = next((c for c in list_checkpoints(self.job_dir) if c.step == step), None)
+        if exact is None:
+            return self.load_newest()
+        return self._load(exact)
 
     def _load(self, checkpoint: Checkpoint) -> dict[str, float]:
         started = self._clock()

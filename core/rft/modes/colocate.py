@@ -7,10 +7,14 @@ One step::
     → trainer.train_step → engine.update_weights (model_version = step) → monitors
 
 around which :class:`~rft.modes.stage.StageLifecycle` evaluates every ``eval_interval``
-and checkpoints every ``save_interval``. A ``train_only`` algorithm (e.g. SFT) skips
-exploring: the experience buffer is the offline dataset. Evaluation still runs (on
-startup, every ``eval_interval``, at the end) when eval tasksets are configured, so every
-stage reports held-out accuracy before and after it.
+and checkpoints every ``save_interval``. A checkpoint holds all a step depends on — the
+trainer, the task selectors, the experience buffer's contents and counters, the engine's
+seed sequence and the random generators — so on CPU a run killed anywhere and resumed
+ends with the same weights, bit for bit, as the run uninterrupted (``docs/faults.md``).
+A ``train_only`` algorithm (e.g. SFT) skips exploring: the experience buffer is the
+offline dataset. Evaluation still runs (on startup, every ``eval_interval``, at the end)
+when eval tasksets are configured, so every stage reports held-out accuracy before and
+after it.
 """
 
 from __future__ import annotations
@@ -23,15 +27,25 @@ from typing import Any
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.sft_data import DatasetStorage
 from rft.buffer.storage import ExperienceStorage
-from rft.checkpoint import check_writable, list_checkpoints, load_checkpoint
+from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
 from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine
 from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
-from rft.modes.builders import (build_trainer, offline_storage, quiet_libraries, sample_step,
-                                save_stage_checkpoint, steps_over_data, steps_over_tasks)
+from rft.modes.builders import (
+    build_trainer,
+    engine_seed,
+    offline_storage,
+    quiet_libraries,
+    restore_engine_seed,
+    resume_checkpoint,
+    sample_step,
+    save_stage_checkpoint,
+    steps_over_data,
+    steps_over_tasks,
+)
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.synchronizer import MemorySynchronizer
 
@@ -67,27 +81,50 @@ class ColocateStage:
         cleanup.callback(self.trainer.close)
         self.synchronizer = MemorySynchronizer(self.trainer, [self.engine])
         self.steps = steps
+        self.saved_step = -1
+        self.saved_eval_after: dict[str, float] | None = None
 
     def resume(self) -> Resumed:
-        checkpoints = list_checkpoints(self.plan.job_dir) if self.plan.config.continue_from_checkpoint else []
-        if not checkpoints:
+        """Restore everything a step depends on from the newest readable checkpoint: the
+        trainer, the task selectors, the experience buffer (contents and counters), the
+        engine's weights and seed sequence, and the random generators (restored last, so
+        that nothing done here draws from them)."""
+        loaded = resume_checkpoint(self.plan, extra=("buffer",))
+        # a durable buffer (sql) hands out again what was read after the checkpoint
+        self.storage.recover_leases(loaded.step if loaded is not None else 0)
+        if loaded is None:
             return Resumed()
-        trainer_state, state = load_checkpoint(checkpoints[-1])
-        self.trainer.load_state_dict(trainer_state)
+        state = loaded.state
+        self.trainer.load_state_dict(loaded.trainer_state)
         if self.explorer is not None:
             for selector, selector_state in zip(self.explorer.selectors,
                                                 state.get("selectors", []), strict=False):
                 selector.load_state_dict(selector_state)
         if isinstance(self.storage, DatasetStorage) and "dataset" in state:
             self.storage.load_state_dict(state["dataset"])
+        elif loaded.extra.get("buffer") is not None:
+            self.storage.load_state_dict(loaded.extra["buffer"])
+        else:  # a checkpoint of an older rft: the counters only
+            self.storage.load_state_dict({"written": state.get("experiences_written", 0),
+                                          "read": state.get("experiences_read", 0)})
         self.synchronizer.sync(state["step"])
-        log.info("resumed from %s", checkpoints[-1].path)
-        return Resumed(state["step"], state.get("eval_before", {}))
+        restore_engine_seed(self.engine, state.get("engine_seed"))
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        self.saved_step = state["step"]
+        self.saved_eval_after = state.get("eval_after")
+        log.info("resumed from %s", loaded.checkpoint.path)
+        return Resumed(state["step"], state.get("eval_before", {}),
+                       eval_after=self.saved_eval_after)
 
     def step(self, step: int) -> None:
         if self.explores and self.explorer is not None:
-            self.lifecycle.log("explorer", self.explorer.explore_step(step), step)
+            # a step redone after a crash does not write twice to a durable buffer or mirror
+            with self.storage.idempotent_writes(f"explore step {step}"):
+                metrics = self.explorer.explore_step(step)
+            self.lifecycle.log("explorer", metrics, step)
             self.storage.writers_idle()  # one process: nothing more arrives before training
+        self.storage.lease_reads(step)  # final once the checkpoint covering it is saved
         failed = self.explorer.failed_tasks if self.explorer is not None else []
         experiences, sample_metrics = sample_step(self.strategy, step, self.engine.model_version,
                                                   failed)
@@ -100,6 +137,9 @@ class ColocateStage:
         return self.explorer.evaluate()
 
     def save(self, step: int, *, final: bool) -> None:
+        if final and step == self.saved_step and (
+                self.saved_eval_after is not None or not self.lifecycle.has_eval):
+            return  # a finished stage run again: its final checkpoint is there
         # the final model is always exported: the next stage and the user start from it
         always = self.plan.config.trainer.save_hf_checkpoint == "always"
         state: dict[str, Any] = {
@@ -107,10 +147,19 @@ class ColocateStage:
             "eval_before": self.lifecycle.result.eval_before,
             "experiences_written": self.storage.written,
             "experiences_read": self.storage.read_count,
+            "engine_seed": engine_seed(self.engine),
         }
+        if final and self.lifecycle.has_eval:
+            state["eval_after"] = self.lifecycle.result.eval_after
+        extra: dict[str, Any] = {}
         if isinstance(self.storage, DatasetStorage):
             state["dataset"] = self.storage.state_dict()
-        save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=final or always)
+        else:
+            extra["buffer"] = self.storage.state_dict()
+        save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=final or always,
+                              extra=extra)
+        self.storage.commit_leases(step)
+        self.saved_step = step
 
     def finish(self, result: StageResult) -> None:
         result.final_model_path = os.path.join(self.plan.job_dir, f"global_step_{self.steps}", "hf")

@@ -7,10 +7,14 @@ One step::
     → experience buffer (sql / file) → monitors (role "explorer") → eval every eval_interval
 
 Sync points are the steps ``s`` with ``s − 1 − sync_offset`` a positive multiple of
-``sync_interval``: the explorer runs ``sync_offset`` steps ahead of the trainer. Each
+``sync_interval``: the explorer runs ``sync_offset`` steps ahead of the trainer; with
+``wait_for_checkpoint`` it loads exactly ``global_step_<s − 1 − sync_offset>``. Each
 experience carries the model version (checkpoint step) that sampled it. After every
-step ``<job dir>/explorer_state.json`` records the step, the task selectors and the
-counts, so a restarted explorer (``continue_from_checkpoint``) goes on where it stopped.
+step ``<job dir>/explorer_state.json`` records the step, the task selectors, the model
+version, the engine's seed, the random generators and the counts, so a restarted
+explorer (``continue_from_checkpoint``) goes on where it stopped; a step redone after a
+crash that had already written its experiences does not write them again (keyed writes,
+:meth:`~rft.buffer.storage.ExperienceStorage.idempotent_writes`).
 """
 
 from __future__ import annotations
@@ -24,14 +28,19 @@ from typing import Any
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.storage import ExperienceStorage
-from rft.checkpoint import check_writable
+from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
-from rft.modes.builders import quiet_libraries, steps_over_tasks
+from rft.modes.builders import (
+    engine_seed,
+    quiet_libraries,
+    restore_engine_seed,
+    steps_over_tasks,
+)
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
@@ -55,6 +64,12 @@ class ExplorerProgress:
     """Experiences written to the buffer by every explore run of this job."""
     eval_before: dict[str, float] = field(default_factory=dict)
     """Evaluation of the initial model (kept for the summary)."""
+    engine_seed: int | None = None
+    """The engine's next sampling seed (a restarted explorer samples as it would have)."""
+    rng: dict[str, Any] | None = None
+    """The process's random generators (:func:`rft.checkpoint.rng_state`)."""
+    eval_after: dict[str, float] | None = None
+    """Evaluation after the last step, once the stage is done."""
 
     @staticmethod
     def read(job_dir: str) -> ExplorerProgress | None:
@@ -72,11 +87,20 @@ class ExplorerProgress:
             raise RftError(f"explorer state {path} is corrupt: {exc}") from exc
 
     def write(self, job_dir: str) -> None:
-        """Replace the file atomically."""
+        """Replace the file atomically (synced to disk first).
+
+        :raises RftError: it cannot be written (one line: the file and the cause).
+        """
         path = os.path.join(job_dir, STATE_FILE)
-        with open(path + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(asdict(self), handle)
-        os.replace(path + ".tmp", path)
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                json.dump(asdict(self), handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            raise RftError(f"explorer state {path}: cannot write: {exc.strerror or exc}"
+                           ) from exc
 
 
 def is_sync_step(step: int, config: RftConfig) -> bool:
@@ -108,38 +132,63 @@ class ExploreStage:
         self.progress = ExplorerProgress()
 
     def resume(self) -> Resumed:
+        """Go on after the last step recorded in ``explorer_state.json``: its selectors, its
+        engine seed and random generators, and the very checkpoint it sampled with (the
+        newest one when starting afresh, as a trainer may be ahead)."""
         if self.plan.config.continue_from_checkpoint:
             self.progress = ExplorerProgress.read(self.plan.job_dir) or self.progress
-        for selector, state in zip(self.explorer.selectors, self.progress.selectors,
+        progress = self.progress
+        for selector, state in zip(self.explorer.selectors, progress.selectors,
                                    strict=False):
             selector.load_state_dict(state)
-        self.sync.load_newest()  # a resumed run, or a trainer that is ahead
+        if progress.step > 0:
+            self.sync.load_step(progress.model_version)
+        else:
+            self.sync.load_newest()  # a trainer that is ahead
         if self.sync.loaded is not None:
             log.info("explorer starts from %s", self.sync.loaded.path)
-        return Resumed(self.progress.step, self.progress.eval_before,
-                       initial_weights=self.sync.version == 0)
+        restore_engine_seed(self.engine, progress.engine_seed)
+        if progress.rng is not None:
+            set_rng_state(progress.rng)
+        return Resumed(progress.step, progress.eval_before,
+                       initial_weights=self.sync.version == 0, eval_after=progress.eval_after)
 
     def step(self, step: int) -> None:
         config, progress = self.plan.config, self.progress
         metrics: dict[str, float] = {}
         if is_sync_step(step, config):
-            wait = config.synchronizer.wait_for_checkpoint
-            metrics.update(self.sync.wait_newer() if wait else self.sync.load_newest())
+            if config.synchronizer.wait_for_checkpoint:
+                metrics.update(self.sync.wait_for(step - 1 - config.synchronizer.sync_offset))
+            else:
+                metrics.update(self.sync.load_newest())
         written_before = self.storage.written
-        metrics.update(self.explorer.explore_step(step))
+        # a step redone after a crash finds its experiences already written: not twice
+        with self.storage.idempotent_writes(f"explore step {step}"):
+            metrics.update(self.explorer.explore_step(step))
         metrics["sync/model_version"] = float(self.sync.version)
-        self.lifecycle.log("explorer", metrics, step)
         progress.step, progress.model_version = step, self.sync.version
         progress.selectors = [s.state_dict() for s in self.explorer.selectors]
         progress.experiences_written += self.storage.written - written_before
         progress.eval_before = self.lifecycle.result.eval_before
-        progress.write(self.plan.job_dir)
+        # logged before the progress is recorded: a crash in between leaves a line that the
+        # resumed run drops (monitors rewind) and logs again
+        self.lifecycle.log("explorer", metrics, step)
+        self._write_progress()
+
+    def _write_progress(self) -> None:
+        self.progress.engine_seed = engine_seed(self.engine)
+        self.progress.rng = rng_state()
+        self.progress.write(self.plan.job_dir)
 
     def evaluate(self) -> dict[str, float]:
         return self.explorer.evaluate()
 
     def save(self, step: int, *, final: bool) -> None:
-        """Nothing: the explorer's progress is written after every step."""
+        """Nothing but the evaluation after the last step: the explorer's progress is
+        written after every step."""
+        if final and self.lifecycle.has_eval and self.progress.eval_after is None:
+            self.progress.eval_after = self.lifecycle.result.eval_after
+            self._write_progress()
 
     def finish(self, result: StageResult) -> None:
         result.failed_tasks = len(self.explorer.failed_tasks)

@@ -4,6 +4,11 @@ A model path that is neither a local folder nor in the Hugging Face cache would 
 from the Hub; on a machine that cannot reach it, transformers retries for about a minute
 and ends in a traceback. :func:`check_model_sources` says it in one line within seconds
 instead (a local-looking path that does not exist is already a validation problem).
+
+:func:`data_problems` (``rft validate``) reads the first rows of every data file a stage
+reads — its tasksets, and the dataset of a train-only stage — and returns one line per
+problem: a byte that is not UTF-8, malformed JSON, an empty file (each with file and
+line), a row without the keys its format names.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+from rft.buffer.taskset import TaskPlugins, TasksetError, preview_rows, row_to_task
 from rft.config.plan import RunPlan
+from rft.config.schema import TasksetConfig
 from rft.config.validate import local_looking
 from rft.errors import RftError
 
@@ -80,3 +87,46 @@ def check_model_sources(plan: RunPlan) -> None:
                 if (p := model_source_problem(key, path)) is not None]
     if problems:
         raise RftError("\n".join(dict.fromkeys(problems)))
+
+
+def _readable_here(path: str | None) -> bool:
+    """A local data path (a Hub dataset id is left to ``datasets``)."""
+    if not path:
+        return False
+    return os.path.exists(os.path.expanduser(path)) or local_looking(path)
+
+
+def data_problems(plan: RunPlan) -> list[str]:
+    """One line per problem in the first rows of the stage's data files (see the module
+    docstring); ``[]`` when they read."""
+    problems: list[str] = []
+    for taskset in (*plan.tasksets, *plan.eval_tasksets):
+        if not _readable_here(taskset.config.path):
+            continue
+        reward = taskset.reward
+        plugins = TaskPlugins(taskset.workflow.implementation, taskset.workflow.args,
+                              reward.implementation if reward else None,
+                              reward.args if reward else None)
+        try:
+            for index, row in enumerate(preview_rows(taskset.config)):
+                row_to_task(taskset.config, row, index, plugins, is_eval=taskset.is_eval)
+        except TasksetError as exc:
+            problems.append(str(exc))
+    buffer = plan.experience_buffer
+    if plan.train_only and buffer.storage_type != "queue" and _readable_here(buffer.path):
+        dataset = TasksetConfig(name=buffer.name, storage_type="sql" if buffer.storage_type ==
+                                "sql" else "file", path=buffer.path, split=buffer.split,
+                                subset_name=buffer.subset_name, format=buffer.format)
+        fmt, where = buffer.format, f"experience buffer {buffer.name!r} ({buffer.path})"
+        try:
+            for index, row in enumerate(preview_rows(dataset)):
+                row = {key: value for key, value in row.items() if value is not None}
+                if fmt.prompt_type == "messages" and fmt.messages_key in row:
+                    continue
+                missing = [k for k in (fmt.prompt_key, fmt.response_key) if k not in row]
+                if missing:
+                    raise TasksetError(f"{where}: row {index} has no key {missing[0]!r}; "
+                                       f"keys: {', '.join(row)}")
+        except TasksetError as exc:
+            problems.append(str(exc).replace(f"taskset {buffer.name!r} ({buffer.path})", where))
+    return list(dict.fromkeys(problems))

@@ -2,8 +2,9 @@
 
 Every mode runs a stage through the same steps::
 
-    open monitors (per role) → resume from the newest checkpoint → evaluate before (first
-    step, ``explorer.eval_on_startup``) → steps, with an evaluation every
+    open monitors (per role) → resume from the newest readable checkpoint (the monitors
+    forget what an interrupted run logged after it) → evaluate before (first step,
+    ``explorer.eval_on_startup``) → steps, with an evaluation every
     ``explorer.eval_interval`` and a checkpoint every ``trainer.save_interval`` (neither at
     the last step) → evaluate after → final checkpoint → close
 
@@ -64,6 +65,9 @@ class Resumed:
     initial_weights: bool = True
     """The engine holds the stage's initial model (``False``: it loaded a trainer's newer
     weights, so there is no "before" to evaluate)."""
+    eval_after: dict[str, float] | None = None
+    """The evaluation after the last step, when the interrupted run got that far (its
+    final checkpoint holds it): a finished stage run again is not evaluated again."""
 
 
 class StageBody(Protocol):
@@ -121,6 +125,16 @@ class StageLifecycle:
         for monitor in self.monitors.get(role, []):
             monitor.log(metrics, step)
 
+    def rewind(self, step: int) -> None:
+        """The stage goes on after ``step`` (0: from the start): every monitor forgets what
+        an interrupted run logged after it (at step 0 too: the evaluation before the first
+        step is redone), so each step is recorded once. Only a continued run rewinds."""
+        if not self.plan.config.continue_from_checkpoint:
+            return
+        for monitors in self.monitors.values():
+            for monitor in monitors:
+                monitor.rewind(step if step > 0 else -1)
+
     def close(self) -> StageResult:
         """Close every monitor; return the result with its duration."""
         for monitors in self.monitors.values():
@@ -159,6 +173,7 @@ class StageLifecycle:
     def drive(self, body: StageBody, explorer_role: str = "explorer") -> None:
         """Run the stage's steps through ``body`` (monitors already started)."""
         resumed = body.resume()
+        self.rewind(resumed.step)
         self.result.eval_before = dict(resumed.eval_before)
         if self.evaluates_before(resumed):
             self.result.eval_before = body.evaluate()
@@ -170,8 +185,11 @@ class StageLifecycle:
             if self.save_due(step):
                 body.save(step, final=False)
         if self.has_eval:
-            self.result.eval_after = body.evaluate()
-            self.log(explorer_role, self.result.eval_after, self.steps)
+            if resumed.step >= self.steps and resumed.eval_after is not None:
+                self.result.eval_after = dict(resumed.eval_after)  # logged by the first run
+            else:
+                self.result.eval_after = body.evaluate()
+                self.log(explorer_role, self.result.eval_after, self.steps)
         body.save(self.steps, final=True)
         body.finish(self.result)
 

@@ -12,7 +12,15 @@ step::
 
 The checkpoint folder is written under a temporary name and renamed when complete, so
 the explorer never reads a partial one. A restarted trainer (``continue_from_checkpoint``)
-resumes from the newest checkpoint; the buffer remembers which experiences were read.
+resumes from the newest readable checkpoint.
+
+**Reads are leases.** The experiences of step ``s`` are read as leases of ``s``
+(:meth:`~rft.buffer.storage.ExperienceStorage.lease_reads`); they become final when the
+checkpoint covering ``s`` is saved. A trainer killed between a read and its next
+checkpoint loses nothing: restarted, it resumes from its newest checkpoint ``N`` and the
+buffer hands out the experiences of steps after ``N`` again, in the same order, so the
+restarted trainer redoes exactly those steps and saves ``N + 1`` … — the checkpoints an
+explorer waiting with ``wait_for_checkpoint`` expects.
 """
 
 from __future__ import annotations
@@ -20,16 +28,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.taskset import read_rows
-from rft.checkpoint import check_writable, list_checkpoints, load_checkpoint
+from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.errors import RftError
-from rft.modes.builders import (build_trainer, quiet_libraries, save_stage_checkpoint,
-                                steps_over_tasks)
+from rft.modes.builders import (
+    build_trainer,
+    quiet_libraries,
+    resume_checkpoint,
+    save_stage_checkpoint,
+    steps_over_tasks,
+)
 from rft.modes.colocate import run_colocate
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
@@ -74,35 +86,47 @@ class TrainAloneStage:
         self.version = self.read_before = self.last_saved = 0
 
     def resume(self) -> Resumed:
-        config = self.plan.config
-        checkpoints = list_checkpoints(self.plan.job_dir) if config.continue_from_checkpoint else []
-        if not checkpoints:
-            return Resumed()
-        trainer_state, state = load_checkpoint(checkpoints[-1])
-        self.trainer.load_state_dict(trainer_state)
-        self.version = self.last_saved = state["step"]
-        self.read_before = int(state.get("experiences_read", 0))
-        log.info("resumed from %s", checkpoints[-1].path)
-        return Resumed(state["step"])
+        """Resume from the newest readable checkpoint (step 0: none) and settle the buffer's
+        leases with it: reads it covers become final, later ones go back to the buffer and
+        are read again, in the same order (see the module docstring)."""
+        loaded = resume_checkpoint(self.plan)
+        step = 0
+        if loaded is not None:
+            state = loaded.state
+            self.trainer.load_state_dict(loaded.trainer_state)
+            step = self.version = self.last_saved = state["step"]
+            self.read_before = int(state.get("experiences_read", 0))
+            if "rng" in state:
+                set_rng_state(state["rng"])
+            log.info("resumed from %s", loaded.checkpoint.path)
+        _, returned = self.storage.recover_leases(step)
+        if returned:
+            log.warning("experience buffer %r: %d experience(s) read after global_step_%d "
+                        "by a trainer that stopped are read again", self.storage.name,
+                        returned, step)
+        return Resumed(step)
 
     def step(self, step: int) -> None:
+        self.storage.lease_reads(step)
         experiences, metrics = self.strategy.sample(step, self.version)
         metrics = {**metrics, **self.trainer.train_step(experiences)}
         sync_due = step % self.plan.config.synchronizer.sync_interval == 0 or step == self.steps
+        if sync_due:
+            metrics["sync/model_version"] = float(step)
+        # logged before the checkpoint: a crash in between leaves a line that the resumed
+        # run drops (monitors rewind) and logs again, so each step is recorded once
+        self.lifecycle.log("trainer", metrics, step)
         if sync_due or self.lifecycle.save_due(step):
-            saving = time.monotonic()
             self._save(step, export_hf=sync_due)
-            metrics["timing_s/save_checkpoint"] = time.monotonic() - saving
             if sync_due:
                 self.version = step
-                metrics["sync/model_version"] = float(step)
-        self.lifecycle.log("trainer", metrics, step)
 
     def _save(self, step: int, *, export_hf: bool) -> None:
         always_hf = self.plan.config.trainer.save_hf_checkpoint == "always"
         save_stage_checkpoint(self.plan, self.trainer, step,
                               {"experiences_read": self.read_before + self.storage.read_count},
                               export_hf=export_hf or always_hf)
+        self.storage.commit_leases(step)  # the checkpoint covers the reads of steps <= step
         self.last_saved = step
 
     def evaluate(self) -> dict[str, float]:

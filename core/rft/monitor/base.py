@@ -43,5 +43,12 @@ class Monitor(ABC):
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Record the metrics of one step."""
 
+    def rewind(self, step: int) -> None:
+        """A resumed run goes on after ``step`` (``-1``: from the very start): forget what
+        an interrupted run recorded for later steps, which are logged again, so that each
+        step is recorded once. Called after :meth:`start`, before the first :meth:`log`.
+        Monitors that cannot forget (a service whose resumed run is a new run) keep this
+        no-op."""
+
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""

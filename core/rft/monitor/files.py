@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from rft.errors import RftError
 from rft.monitor.base import Monitor
-
 
 HEADLINE_METRICS = (
     "rollout/reward/mean", "rollout/accuracy", "rollout/failed_tasks", "actor/pg_loss",
@@ -88,7 +88,8 @@ class JsonlMonitor(Monitor):
     ``<log_dir>/<role>.jsonl`` (``time``: Unix seconds when it was logged).
 
     Each line is flushed and fsync-ed, so a crash loses no logged step; a resumed run
-    appends to the same file. Non-finite values are written as strings (``"nan"``).
+    first drops the lines of the steps it redoes (:meth:`rewind`), then appends to the same
+    file, so each step is in it once. Non-finite values are written as strings (``"nan"``).
     """
 
     Args = JsonlArgs
@@ -103,9 +104,42 @@ class JsonlMonitor(Monitor):
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v))
                  for k, v in metrics.items()}
-        self._file.write(json.dumps({"step": step, "time": time.time(), "metrics": clean}) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(json.dumps({"step": step, "time": time.time(), "metrics": clean})
+                             + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise RftError(f"monitor jsonl: cannot write {self.path}: "
+                           f"{exc.strerror or exc}") from exc
+
+    def rewind(self, step: int) -> None:
+        """Keep the lines of steps ``<= step`` (and drop a last line a crash cut short);
+        the file is replaced atomically."""
+        self._file.close()
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+        kept = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            if isinstance(record, dict) and isinstance(record.get("step"), int) \
+                    and record["step"] <= step:
+                kept.append(line + "\n")
+        if len(kept) != len(lines):
+            partial = f"{self.path}.{os.getpid()}.tmp"
+            try:
+                with open(partial, "w", encoding="utf-8") as handle:
+                    handle.writelines(kept)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(partial, self.path)
+            except OSError as exc:
+                raise RftError(f"monitor jsonl: cannot rewrite {self.path}: "
+                               f"{exc.strerror or exc}") from exc
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
         if not self._file.closed:

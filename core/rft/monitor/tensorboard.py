@@ -55,7 +55,8 @@ class TensorboardMonitor(Monitor):
 
     Values that are not numbers are skipped; NaN and inf are written as given (TensorBoard
     draws them as gaps / markers). The writer is flushed after every step, so a crash loses
-    no logged step; a resumed run adds a new event file to the same directory.
+    no logged step; a resumed run adds a new event file to the same directory, purging the
+    steps it redoes (:meth:`rewind`).
     """
 
     Args = TensorboardArgs
@@ -66,8 +67,15 @@ class TensorboardMonitor(Monitor):
         writer_class = _summary_writer_class()
         self.path = os.path.join(self.args.log_dir or os.path.join(log_dir, "tensorboard"), role)
         os.makedirs(self.path, exist_ok=True)
+        self._writer_class = writer_class
         self._writer = writer_class(log_dir=self.path)
         self._closed = False
+
+    def rewind(self, step: int) -> None:
+        """Reopen the writer with ``purge_step = step + 1``: TensorBoard drops the events of
+        later steps that earlier event files of this directory hold."""
+        self._writer.close()
+        self._writer = self._writer_class(log_dir=self.path, purge_step=step + 1)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for key, value in metrics.items():

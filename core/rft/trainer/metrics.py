@@ -86,12 +86,17 @@ def rollout_probs_diff(rollout_logprobs: torch.Tensor, trainer_logprobs: torch.T
 class LossMetrics:
     """Accumulates loss metrics: *summed* ones add up over the micro-batches of a
     mini-batch (they are normalised by mini-batch counts) and are then averaged over
-    mini-batches and epochs; *averaged* ones are averaged over all micro-batches."""
+    mini-batches and epochs; *averaged* ones are averaged over all micro-batches.
+
+    The ranks of a sharded trainer each record their own micro-batches;
+    :meth:`merged` adds their summed metrics per mini-batch and pools their averaged ones.
+    """
 
     def __init__(self) -> None:
         self._open: dict[str, float] = defaultdict(float)
-        self._summed: dict[str, list[float]] = defaultdict(list)
+        self._summed: dict[str, dict[int, float]] = defaultdict(dict)
         self._averaged: dict[str, list[float]] = defaultdict(list)
+        self._mini_batches = 0
 
     def add_micro(self, summed: dict[str, float], averaged: dict[str, float]) -> None:
         for key, value in summed.items():
@@ -105,13 +110,34 @@ class LossMetrics:
 
     def close_mini_batch(self) -> None:
         for key, value in self._open.items():
-            self._summed[key].append(value)
+            self._summed[key][self._mini_batches] = value
         self._open.clear()
+        self._mini_batches += 1
 
     def result(self) -> dict[str, float]:
-        out = {k: sum(v) / len(v) for k, v in self._summed.items() if v}
+        out = {k: sum(v.values()) / len(v) for k, v in self._summed.items() if v}
         out.update({k: sum(v) / len(v) for k, v in self._averaged.items() if v})
         return out
+
+    @classmethod
+    def merged(cls, records: list[LossMetrics]) -> LossMetrics:
+        """The metrics of all ranks' records as one record. Per-mini-batch values the
+        ranks share (grad norms) are taken from the first record."""
+        out = cls()
+        for record in records:
+            for key, by_index in record._summed.items():
+                for index, value in by_index.items():
+                    out._summed[key][index] = out._summed[key].get(index, 0.0) + value
+            for key, values in record._averaged.items():
+                if key in SHARED_PER_MINI_BATCH and record is not records[0]:
+                    continue
+                out._averaged[key].extend(values)
+        out._mini_batches = max(r._mini_batches for r in records)
+        return out
+
+
+SHARED_PER_MINI_BATCH = frozenset({"actor/grad_norm", "critic/grad_norm"})
+"""Per-mini-batch values every rank computes identically (taken once when merging)."""
 
 
 @contextmanager

@@ -78,10 +78,12 @@ def _model_inputs(batch: TensorBatch, device: torch.device) -> dict[str, torch.T
 
 def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.device,
                       temperature: float = 1.0, with_entropy: bool = False,
-                      entropy_grad: bool = True, dtype: torch.dtype | None = None
+                      entropy_grad: bool = True, dtype: torch.dtype | None = None,
+                      entropy_chunk: int | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs ``(B, R)`` of the response tokens and, optionally, entropies
-    (computed without autograd when ``entropy_grad`` is false: metric only).
+    (computed without autograd when ``entropy_grad`` is false: metric only; over chunks
+    of ``entropy_chunk`` positions when set, see :func:`chunked_entropy`).
 
     ``logits / temperature`` (the sampling temperature, as veRL) in float32.
     """
@@ -100,8 +102,21 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits)  # (B, R)
+            entropy = (entropy_from_logits(logits) if entropy_chunk is None
+                       else chunked_entropy(logits, entropy_chunk))  # (B, R)
     return logps, entropy
+
+
+def chunked_entropy(logits: torch.Tensor, chunk: int) -> torch.Tensor:
+    """:func:`rft.ops.entropy_from_logits` over ``chunk`` positions at a time (veRL's
+    ``entropy_from_logits_with_chunking``): the ``(chunk, V)`` softmax temporaries
+    instead of ``(B·R, V)`` ones; the same values (the entropy is per position).
+    ``logits``: ``(B, R, V)`` → ``(B, R)``."""
+    flat = logits.reshape(-1, logits.shape[-1])  # (B·R, V)
+    parts = [entropy_from_logits(flat[start: start + chunk])
+             for start in range(0, flat.shape[0], max(1, chunk))]
+    out = torch.cat(parts) if parts else flat.new_zeros(0)
+    return out.reshape(logits.shape[:-1])
 
 
 def response_values(critic: nn.Module, batch: TensorBatch, *, device: torch.device,

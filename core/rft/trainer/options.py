@@ -18,10 +18,35 @@ Besides the ``trainer`` section, the native trainer reads a few keys of the veRL
 - ``torch.use_rollout_logprobs``: take ``old_log_prob`` from the experiences'
   ``logprobs`` (``rollout_log_prob``) instead of recomputing it with the actor; default
   false (veRL).
+
+Memory controls (veRL's keys; they change memory, not results):
+
+- ``actor_rollout_ref.model.enable_gradient_checkpointing`` /
+  ``critic.model.enable_gradient_checkpointing``: recompute each decoder layer's
+  activations in the backward pass (Hugging Face ``gradient_checkpointing_enable``,
+  non-reentrant).
+- ``actor_rollout_ref.actor.fsdp_config.param_offload``,
+  ``actor_rollout_ref.ref.fsdp_config.param_offload``,
+  ``critic.model.fsdp_config.param_offload``: keep the sharded parameters (and with them
+  gradients and optimizer state) in host memory, copied to the device layer by layer
+  (FSDP2's ``CPUOffloadPolicy``). Sharded trainers (``trainer.ranks > 1``) only.
+- ``…fsdp_config.optimizer_offload``: keep the optimizer state in host memory between
+  steps (moved to the device for the step only).
+- ``actor_rollout_ref.actor.entropy_from_logits_with_chunking``: compute per-token
+  entropies over chunks of ``torch.entropy_chunk_size`` positions (default 2048).
+- Mixed precision: ``torch.dtype`` ``bfloat16`` (CUDA default) computes in bfloat16 with
+  float32 master weights; on sharded trainers FSDP2's ``MixedPrecisionPolicy`` casts the
+  gathered parameters to bfloat16 and reduces gradients in float32. On CPU the default is
+  float32 throughout.
+
+``trainer.max_token_len_per_gpu`` (the token budget of a dynamic micro-batch, per rank)
+defaults to ``⌈2 · model.max_model_len / trainer.ulysses_sequence_parallel_size⌉``
+(Trinity-RFT's rule: two full-length sequences per micro-batch).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +102,22 @@ class TorchTrainerOptions:
     use_rollout_logprobs: bool
     """Take ``old_log_prob`` from the experiences (``rollout_log_prob``) instead of
     recomputing it."""
+    gradient_checkpointing: bool = False
+    """Recompute the actor's activations in the backward pass."""
+    critic_gradient_checkpointing: bool = False
+    """Recompute the critic's activations in the backward pass."""
+    param_offload: bool = False
+    """Actor parameters (sharded) in host memory (FSDP2 ``CPUOffloadPolicy``)."""
+    ref_param_offload: bool = False
+    """Reference-model parameters (sharded) in host memory."""
+    critic_param_offload: bool = False
+    """Critic parameters (sharded) in host memory."""
+    optimizer_offload: bool = False
+    """Actor optimizer state in host memory between steps."""
+    critic_optimizer_offload: bool = False
+    """Critic optimizer state in host memory between steps."""
+    entropy_chunk_size: int | None = None
+    """Positions per chunk of the entropy computation; ``None``: all at once."""
 
     @classmethod
     def from_plan(cls, plan: TrainerPlan) -> TorchTrainerOptions:
@@ -99,11 +140,17 @@ class TorchTrainerOptions:
             raise RftError(f"trainer.max_token_len_per_gpu: must be > 0, got "
                            f"{t.max_token_len_per_gpu}")
         temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
+        max_token_len = t.max_token_len_per_gpu
+        if max_token_len is None and plan.model.max_model_len:
+            max_token_len = derived_max_token_len(plan.model.max_model_len,
+                                                  t.ulysses_sequence_parallel_size)
+        chunking = bool(lookup(tree, "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
+                               False))
         return cls(
             mini_batch_size=mini_rows,
             micro_batch_size=int(micro) if micro else None,
             use_dynamic_bsz=t.use_dynamic_bsz,
-            max_token_len=t.max_token_len_per_gpu,
+            max_token_len=max_token_len,
             ppo_epochs=epochs,
             grad_clip=t.grad_clip,
             cliprange_value=float(lookup(tree, "critic.cliprange_value", 0.5)),
@@ -114,7 +161,32 @@ class TorchTrainerOptions:
             loss_scale_factor=plan.model.max_response_tokens,
             total_steps=plan.total_steps,
             use_rollout_logprobs=bool(lookup(tree, "torch.use_rollout_logprobs", False)),
+            gradient_checkpointing=bool(lookup(
+                tree, "actor_rollout_ref.model.enable_gradient_checkpointing", False)),
+            critic_gradient_checkpointing=bool(lookup(
+                tree, "critic.model.enable_gradient_checkpointing", False)),
+            param_offload=bool(lookup(tree, A + "fsdp_config.param_offload", False)),
+            ref_param_offload=bool(lookup(tree, "actor_rollout_ref.ref.fsdp_config.param_offload",
+                                          False)),
+            critic_param_offload=bool(lookup(tree, "critic.model.fsdp_config.param_offload",
+                                             False)),
+            optimizer_offload=bool(lookup(tree, A + "fsdp_config.optimizer_offload", False)),
+            critic_optimizer_offload=bool(lookup(
+                tree, "critic.model.fsdp_config.optimizer_offload", False)),
+            entropy_chunk_size=(int(lookup(tree, "torch.entropy_chunk_size", 2048))
+                                if chunking else None),
         )
+
+
+A = "actor_rollout_ref.actor."
+"""Prefix of the actor's keys in ``trainer_config``. The keys this trainer reads are
+listed in :data:`rft.config.support.TRAINER_CONFIG_HONOURED` (validation warns about
+every other key set there)."""
+
+
+def derived_max_token_len(max_model_len: int, sequence_parallel: int = 1) -> int:
+    """``⌈2 · max_model_len / sequence_parallel⌉`` (see the module docstring)."""
+    return math.ceil(2 * max_model_len / max(1, sequence_parallel))
 
 
 def _device(name: str) -> torch.device:

@@ -1,4 +1,4 @@
-"""The native ``torch`` trainer: one process, CPU or one GPU.
+"""The native ``torch`` trainer: one process (CPU or one GPU), or one rank of several.
 
 One :meth:`TorchTrainer.train_step` on a ``rollout`` batch follows veRL's PPO step:
 
@@ -22,6 +22,14 @@ policy loss fn gets ``log_prob``, ``log_prob.detach()``, zero advantages and the
 The algorithm's ``batch_layout`` (:class:`rft.algorithm.BatchLayout`) arranges each batch
 and says how many consecutive rows form a unit that mini- and micro-batches keep whole
 (e.g. DPO's preference pairs).
+
+Sharded (``trainer.ranks > 1``): ``TorchTrainer(plan)`` then returns a
+:class:`~rft.trainer.ranks.RankedTrainer`, which starts the ranks as Ray actors; each rank
+holds a ``TorchTrainer`` built with its :class:`~rft.trainer.parallel.RankGroup`, whose
+actor, reference model and critic are sharded with FSDP2 (:mod:`rft.trainer.fsdp`). Every
+rank gets the whole batch and runs the same step on its share of the rows
+(:mod:`rft.trainer.parallel` says how the shares are formed and why the update equals the
+one-process update).
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer.base import Trainer
 from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
+from rft.trainer.fsdp import (clip_grad_norm, full_tensor, move_optimizer_state, shard_model,
+                              unique_state_names)
 from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
                               compute_advantages)
 from rft.trainer.metrics import LossMetrics, data_metrics, rollout_probs_diff, timed
@@ -49,8 +59,16 @@ from rft.trainer.models import (frozen_copy, has_dropout, load_causal_lm, load_v
                                 response_logprobs, response_values, unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
 from rft.trainer.options import TorchTrainerOptions
+from rft.trainer.parallel import RankGroup, balance_units
 
 logger = logging.getLogger(__name__)
+
+CRITIC_HEAD_SEED = 0
+"""Seed of the critic's fresh value head (the same head on every rank and in every run)."""
+
+MicroPlan = list[tuple[list[int], bool]]
+"""This rank's micro-batches of a mini-batch: ``(rows, real)``; ``real`` false marks a
+dummy micro-batch (loss × 0) that keeps the ranks' collectives in step."""
 
 _CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns")
 
@@ -67,31 +85,78 @@ def _where(index: int, experience: Experience) -> str:
 
 
 class TorchTrainer(Trainer):
-    """Native single-process trainer (see the module docstring for one step).
+    """Native trainer (see the module docstring for one step).
 
     :param plan: the stage's trainer plan (config sections, preset, loss functions, steps).
     :param model: an already-loaded actor (e.g. shared with an in-process engine);
         default: ``AutoModelForCausalLM.from_pretrained(model.model_path)``.
+    :param ranks: this process's rank of a sharded trainer (built by
+        :class:`~rft.trainer.ranks.TrainerRank`); ``None``: one process.
+
+    ``TorchTrainer(plan)`` with ``plan.trainer.ranks > 1`` (and neither ``model`` nor
+    ``ranks``) builds a :class:`~rft.trainer.ranks.RankedTrainer` instead.
     """
 
-    def __init__(self, plan: TrainerPlan, model: nn.Module | None = None) -> None:
+    def __new__(cls, plan: TrainerPlan, model: nn.Module | None = None, *,
+                ranks: RankGroup | None = None) -> Any:
+        sharded = (plan.trainer.ranks or 1) > 1
+        if cls is TorchTrainer and model is None and ranks is None and sharded:
+            from rft.trainer.ranks import RankedTrainer
+
+            return RankedTrainer(plan, cls)
+        return super().__new__(cls)
+
+    def __init__(self, plan: TrainerPlan, model: nn.Module | None = None, *,
+                 ranks: RankGroup | None = None) -> None:
         super().__init__(plan)
         self.preset: AlgorithmPreset = plan.preset
         self.fns: LossPlan = plan.loss
         self.options = TorchTrainerOptions.from_plan(plan)
+        self.ranks = ranks
+        if ranks is not None:
+            self.options.device = ranks.device
         device = self.options.device
+        options = self.options
         trust = plan.model.trust_remote_code
         if model is None:
             model = load_causal_lm(plan.model.model_path, trust_remote_code=trust)
         self.actor: nn.Module = model
-        self.actor.to(device).train()
+        if options.gradient_checkpointing:
+            _enable_gradient_checkpointing(self.actor, "actor")
         self.ref: nn.Module | None = None
         if self.preset.use_reference or self.fns.needs_ref:
             self.ref = frozen_copy(self.actor)
         self.critic: nn.Module | None = None
         if self.preset.use_critic:
             path = plan.model.critic_model_path or plan.model.model_path
-            self.critic = load_value_model(path, trust_remote_code=trust).to(device).train()
+            with torch.random.fork_rng(devices=[]):  # the same fresh head everywhere
+                torch.manual_seed(CRITIC_HEAD_SEED)
+                self.critic = load_value_model(path, trust_remote_code=trust)
+            if options.critic_gradient_checkpointing:
+                _enable_gradient_checkpointing(self.critic, "critic")
+        if ranks is not None:  # gradient checkpointing was enabled before sharding
+            mp = options.dtype if device.type == "cuda" else None
+            shard_model(self.actor, ranks, offload=options.param_offload, param_dtype=mp)
+            if self.ref is not None:
+                shard_model(self.ref, ranks, offload=options.ref_param_offload, param_dtype=mp)
+            if self.critic is not None:
+                shard_model(self.critic, ranks, offload=options.critic_param_offload,
+                            param_dtype=mp)
+        else:
+            for name, flag in (("param_offload", options.param_offload),
+                               ("ref param_offload", options.ref_param_offload),
+                               ("critic param_offload", options.critic_param_offload)):
+                if flag:
+                    logger.warning("trainer.trainer_config %s: parameter offload needs a sharded "
+                                   "trainer (trainer.ranks > 1); ignored in one process", name)
+            self.actor.to(device)
+            if self.ref is not None:
+                self.ref.to(device)
+            if self.critic is not None:
+                self.critic.to(device)
+        self.actor.train()
+        if self.critic is not None:
+            self.critic.train()
         opt_config = plan.algorithm.optimizer
         total = self.options.total_steps
         self.optimizer = build_optimizer(self.actor.parameters(), opt_config)
@@ -135,6 +200,10 @@ class TorchTrainer(Trainer):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
+        if self.ranks is not None:  # the one-process format, gathered on rank 0
+            from rft.trainer import sharded_checkpoint
+
+            return sharded_checkpoint.full_state(self)
         state: dict[str, Any] = {
             "global_steps": self.global_steps,
             "actor": self.actor.state_dict(),
@@ -148,6 +217,14 @@ class TorchTrainer(Trainer):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        from rft.trainer import sharded_checkpoint
+
+        if sharded_checkpoint.is_sharded_marker(state):  # written by N ranks: reshard to this
+            sharded_checkpoint.load_sharded(self, sharded_checkpoint.marker_dir(state))
+            return
+        if self.ranks is not None:  # one process's full state into this rank's shards
+            sharded_checkpoint.load_full_state(self, state)
+            return
         missing = [k for k in ("global_steps", "actor", "optimizer", "scheduler") if k not in state]
         if self.critic is not None:
             missing += [k for k in ("critic", "critic_optimizer", "critic_scheduler")
@@ -164,10 +241,37 @@ class TorchTrainer(Trainer):
         self.global_steps = int(state["global_steps"])
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return unique_tensors(self.actor)
+        if self.ranks is None:
+            return unique_tensors(self.actor)
+        return self.gathered_weights()
+
+    def gathered_weights(self, keep: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """Sharded: the actor's whole tensors, gathered one at a time (a collective: every
+        rank must iterate to the end). ``keep`` false: yields ``(name, None)`` on ranks
+        other than 0 (they only take part)."""
+        state = self.actor.state_dict()
+        for name in unique_state_names(self.actor):
+            tensor = full_tensor(state[name]).detach()
+            if keep or self.is_rank0:
+                yield name, tensor
+            else:
+                yield name, None  # type: ignore[misc]
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.ranks is None or self.ranks.rank == 0
 
     def save_pretrained(self, path: str) -> None:
-        self.actor.save_pretrained(path)  # type: ignore[operator]
+        if self.ranks is None:
+            self.actor.save_pretrained(path)  # type: ignore[operator]
+            return
+        from rft.trainer import sharded_checkpoint
+
+        sharded_checkpoint.save_pretrained_from_shards(self, path)
+
+    def close(self) -> None:
+        if self.ranks is not None:
+            self.ranks.close()
 
     # ---- input checks ----------------------------------------------------------------
 
@@ -240,6 +344,39 @@ class TorchTrainer(Trainer):
         return [micro for mini in self._mini_batches(tensors)
                 for micro in self._micro_batches(tensors, mini)]
 
+    def _rank_rows(self, tensors: TensorBatch, rows: list[int]) -> list[int]:
+        """This rank's share of ``rows`` (all of them in one process)."""
+        if self.ranks is None:
+            return rows
+        unit = self.preset.batch_layout.unit_size
+        units = [rows[i: i + unit] for i in range(0, len(rows), unit)]
+        shares = balance_units(units, tensors.sequence_lengths(), self.ranks.world_size)
+        return shares[self.ranks.rank]
+
+    def _my_micro_batches(self, tensors: TensorBatch, rows: list[int]) -> MicroPlan:
+        """This rank's micro-batches of the (global) ``rows``, padded with dummies to the
+        largest count over the ranks (see :mod:`rft.trainer.parallel`)."""
+        if self.ranks is None:
+            return [(micro, True) for micro in self._micro_batches(tensors, rows)]
+        mine = self._rank_rows(tensors, rows)
+        plan: MicroPlan = [(m, True) for m in self._micro_batches(tensors, mine)] if mine else []
+        count = self.ranks.max_int(len(plan))
+        dummy = rows[: self.preset.batch_layout.unit_size]
+        return plan + [(dummy, False)] * (count - len(plan))
+
+    def _my_inference_batches(self, tensors: TensorBatch) -> MicroPlan:
+        """This rank's micro-batches for a forward pass over the whole batch."""
+        if self.ranks is None:
+            return [(micro, True) for micro in self._all_micro_batches(tensors)]
+        return self._my_micro_batches(tensors, list(range(len(tensors))))
+
+    def _gather_rows(self, out: torch.Tensor, what: str) -> torch.Tensor:
+        """Every rank filled its own rows of ``out`` (zeros elsewhere): the sum over the
+        ranks is the whole tensor, exactly."""
+        if self.ranks is None:
+            return out
+        return self.ranks.sum_tensor(out, what)
+
     @torch.no_grad()
     def _infer_logprobs(self, model: nn.Module, tensors: TensorBatch) -> torch.Tensor:
         """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched."""
@@ -247,15 +384,16 @@ class TorchTrainer(Trainer):
         was_training = model.training
         _set_training(model, False)
         try:
-            for rows in self._all_micro_batches(tensors):
+            for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
                 logps, _ = response_logprobs(model, micro, device=self.options.device,
                                              temperature=self.options.temperature,
                                              dtype=self.options.dtype)
-                out[rows, : micro.response_width] = logps.cpu()
+                if real:
+                    out[rows, : micro.response_width] = logps.cpu()
         finally:
             _set_training(model, was_training)
-        return out
+        return self._gather_rows(out, "log-probs")
 
     @torch.no_grad()
     def _infer_values(self, tensors: TensorBatch) -> torch.Tensor:
@@ -264,14 +402,15 @@ class TorchTrainer(Trainer):
         out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
         self.critic.eval()
         try:
-            for rows in self._all_micro_batches(tensors):
+            for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
                 values = response_values(self.critic, micro, device=self.options.device,
                                          dtype=self.options.dtype)
-                out[rows, : micro.response_width] = values.cpu()
+                if real:
+                    out[rows, : micro.response_width] = values.cpu()
         finally:
             self.critic.train()
-        return out * tensors["response_mask"]
+        return self._gather_rows(out, "values") * tensors["response_mask"]
 
     def _needs_old_logprobs(self, tensors: TensorBatch) -> bool:
         """Whether old log-probs must be computed before the update (see module doc)."""
@@ -338,20 +477,43 @@ class TorchTrainer(Trainer):
     # ---- updates ---------------------------------------------------------------------
 
     def _agg(self, tensors: TensorBatch, rows: list[int]) -> AggContext:
-        mask = tensors["response_mask"][rows]  # (b, R)
+        """The loss reduction of mini-batch ``rows`` with its *global* counts: sharded,
+        each rank counts its share and the counts are all-reduced."""
         scale = self.options.loss_scale_factor or tensors.response_width
-        return AggContext.for_mini_batch(mask, self.fns.loss_agg_mode, float(scale))
+        if self.ranks is None:
+            mask = tensors["response_mask"][rows]  # (b, R)
+            return AggContext.for_mini_batch(mask, self.fns.loss_agg_mode, float(scale))
+        mine = self._rank_rows(tensors, rows)
+        mask = tensors["response_mask"][mine]  # (b_rank, R)
+        counts = torch.tensor([float(mask.sum().item()), float(len(mine))], dtype=torch.float64)
+        tokens, sequences = self.ranks.sum_tensor(counts, "mini-batch token counts").tolist()
+        return AggContext(self.fns.loss_agg_mode, tokens, sequences, float(scale))
 
-    def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> float:
+    def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+              offload: bool = False) -> float:
         """Clip the accumulated gradient, step (skipped if its norm is not finite)."""
         clip = self.options.grad_clip if self.options.grad_clip is not None else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
+        if self.ranks is None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
+        else:
+            grad_norm = clip_grad_norm(model.parameters(), clip)
+        offload = offload and self.options.device.type != "cpu"
         if torch.isfinite(grad_norm):
+            if offload:
+                move_optimizer_state(optimizer, self.options.device)
             optimizer.step()
+            if offload:
+                move_optimizer_state(optimizer, "cpu")
         else:
             logger.warning("grad_norm is not finite (%s): update skipped", grad_norm.item())
         optimizer.zero_grad(set_to_none=True)
         return float(grad_norm.item())
+
+    def _merge(self, record: LossMetrics) -> dict[str, float]:
+        """The step's loss metrics over all ranks (one process: its own)."""
+        if self.ranks is None:
+            return record.result()
+        return LossMetrics.merged(self.ranks.gather_objects(record, "loss metrics")).result()
 
     def _update_actor(self, tensors: TensorBatch) -> dict[str, float]:
         device = self.options.device
@@ -361,11 +523,12 @@ class TorchTrainer(Trainer):
         for _ in range(self.options.ppo_epochs):
             for mini_rows in self._mini_batches(tensors):
                 agg = self._agg(tensors, mini_rows)
-                for rows in self._micro_batches(tensors, mini_rows):
+                for rows, real in self._my_micro_batches(tensors, mini_rows):
                     micro = tensors.select(rows)
                     log_prob, entropy = response_logprobs(
                         self.actor, micro, device=device, temperature=self.options.temperature,
-                        with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype)
+                        with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype,
+                        entropy_chunk=self.options.entropy_chunk_size)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     out = actor_loss(self.fns, LossInputs(
                         log_prob=log_prob, response_mask=on["response_mask"],
@@ -373,11 +536,15 @@ class TorchTrainer(Trainer):
                         advantages=on.get("advantages"), entropy=entropy,
                         ref_log_prob=on.get("ref_log_prob"),
                         is_expert_mask=on.get("is_expert")), agg)
-                    out.loss.backward()
-                    record.add_micro(out.summed, out.averaged)
+                    if real:
+                        out.loss.backward()
+                        record.add_micro(out.summed, out.averaged)
+                    else:  # a dummy: its collectives, no contribution
+                        (out.loss * 0.0).backward()
                 record.close_mini_batch()
-                record.add("actor/grad_norm", self._step(self.actor, self.optimizer))
-        return record.result()
+                record.add("actor/grad_norm", self._step(self.actor, self.optimizer,
+                                                         self.options.optimizer_offload))
+        return self._merge(record)
 
     def _update_critic(self, tensors: TensorBatch) -> dict[str, float]:
         assert self.critic is not None and self.critic_optimizer is not None
@@ -387,7 +554,7 @@ class TorchTrainer(Trainer):
         for _ in range(self.options.ppo_epochs):
             for mini_rows in self._mini_batches(tensors):
                 agg = self._agg(tensors, mini_rows)
-                for rows in self._micro_batches(tensors, mini_rows):
+                for rows, real in self._my_micro_batches(tensors, mini_rows):
                     micro = tensors.select(rows)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     vpreds = response_values(self.critic, micro, device=device,
@@ -396,9 +563,22 @@ class TorchTrainer(Trainer):
                         vpreds, on["values"], on["returns"], on["response_mask"],
                         cliprange_value=self.options.cliprange_value, loss_agg_mode=agg.mode,
                         **agg.kwargs())
-                    vf_loss.backward()
-                    record.add_micro({"critic/vf_loss": vf_loss.item()},
-                                     {"critic/vf_clipfrac": vf_clipfrac.item()})
+                    if real:
+                        vf_loss.backward()
+                        record.add_micro({"critic/vf_loss": vf_loss.item()},
+                                         {"critic/vf_clipfrac": vf_clipfrac.item()})
+                    else:
+                        (vf_loss * 0.0).backward()
                 record.close_mini_batch()
-                record.add("critic/grad_norm", self._step(self.critic, self.critic_optimizer))
-        return record.result()
+                record.add("critic/grad_norm", self._step(self.critic, self.critic_optimizer,
+                                                          self.options.critic_optimizer_offload))
+        return self._merge(record)
+
+
+def _enable_gradient_checkpointing(model: nn.Module, key: str) -> None:
+    """Hugging Face gradient checkpointing, non-reentrant (works under FSDP2)."""
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if enable is None:
+        raise RftError(f"trainer.trainer_config: enable_gradient_checkpointing is set but the "
+                       f"{key} ({type(model).__name__}) does not support it")
+    enable(gradient_checkpointing_kwargs={"use_reentrant": False})

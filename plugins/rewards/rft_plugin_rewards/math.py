@@ -104,14 +104,35 @@ class BoxedArgs:
     """Reward of a response missing the required ``</think>``."""
 
 
-def math_boxed_reward(response: str, truth: Any, args: BoxedArgs | None = None) -> dict[str, float]:
+def has_one_think_block(response: str) -> bool:
+    """Exactly one ``<think>`` and one ``</think>``, in that order (Trinity-RFT's
+    ``validate_think_pattern``)."""
+    if response.count("<think>") != 1 or response.count("</think>") != 1:
+        return False
+    return response.find("<think>") < response.find("</think>")
+
+
+def math_boxed_reward(response: str, truth: Any, args: BoxedArgs | None = None, *,
+                      with_think: bool | None = None,
+                      format_score_coef: float | None = None) -> dict[str, float]:
     """``{"accuracy": 1 | 0}`` for the last ``\\boxed{}`` against ``truth`` (a boxed or bare
-    answer); with ``has_think`` a response without ``</think>`` gets ``format_penalty``."""
+    answer); with ``has_think`` a response without ``</think>`` gets ``format_penalty``.
+
+    ``with_think`` and ``format_score_coef`` come from ``math_boxed_workflow``'s arguments
+    (Trinity-RFT's workflow passes them to its reward): with ``with_think`` the parts also
+    hold ``format_score``, ``−format_score_coef`` (default 0.1) unless the response has
+    exactly one ``<think>…</think>`` block, else 0.
+    """
     args = args or BoxedArgs()
     if args.has_think and "</think>" not in response:
         return {"accuracy": args.format_penalty}
     truth_text = last_boxed(str(truth)) or str(truth)
-    return {"accuracy": 1.0 if equivalent(last_boxed(response), truth_text) else 0.0}
+    parts = {"accuracy": 1.0 if equivalent(last_boxed(response), truth_text) else 0.0}
+    if with_think:
+        coef = format_score_coef or 0.1
+        parts["format_score"] = 0.0 if has_one_think_block(response) else -coef
+    return parts
 
 
 math_boxed_reward.Args = BoxedArgs  # type: ignore[attr-defined]
+math_boxed_reward.extra_inputs = ("with_think", "format_score_coef")  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ def reward():
 def test_all_names_registered_by_this_distribution():
     registry = PluginRegistry.create()
     for name in ("accuracy_reward", "format_reward", "math_reward", "math_boxed_reward",
-                 "gsm8k_reward", "countdown_reward"):
+                 "gsm8k_reward", "countdown_reward", "math_dapo_reward"):
         assert registry.registration("reward_fn", name).distribution == "rft-plugin-rewards"
 
 

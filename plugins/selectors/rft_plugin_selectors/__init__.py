@@ -5,8 +5,10 @@ Registered names (``buffer.explorer_input.taskset.task_selector.selector_type``)
 - ``sequential`` — tasks in file order, epoch after epoch.
 - ``shuffle`` — a fresh seeded permutation every epoch (veRL's ``data.shuffle``).
 - ``random`` — each batch drawn uniformly at random (distinct tasks within a batch).
-- ``offline_easy2hard`` — sorted by ``task_selector.feature_keys`` (easy first).
-- ``difficulty_based`` — adaptive: prefers tasks whose estimated pass rate is near a target.
+- ``offline_easy2hard`` — sorted by ``task_selector.feature_keys`` (easy first; by default
+  higher values are easier, as in Trinity-RFT).
+- ``difficulty_based`` — adaptive: prefers tasks whose estimated pass rate is near a target
+  (rft's prior-mean estimator, or Trinity-RFT's Beta interpolation with its kwargs).
 """
 
 from __future__ import annotations

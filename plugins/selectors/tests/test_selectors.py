@@ -62,17 +62,27 @@ def test_empty_taskset_is_refused(selectors, name):
 
 
 def test_offline_easy_to_hard_orders_by_feature():
+    """Trinity-RFT's order by default: higher feature values are easier and come first,
+    ties later row first; ``higher_is_easier: false`` reads them as difficulty."""
     registry = PluginRegistry.create()
     cls = registry.get("task_selector", "offline_easy2hard")
     rows = [{"level": 3}, {"level": 1}, {"level": 2}, {"level": 1}]
     selector = cls(dataset_size=4, rows=rows, feature_keys=["level"])
-    assert selector.next_batch(4) == [1, 3, 2, 0]
-    assert cls(dataset_size=4, args=cls.Args(descending=True), rows=rows,
-               feature_keys=["level"]).next_batch(2) == [0, 2]
+    assert selector.next_batch(4) == [0, 2, 3, 1]
+    hardest_high = cls(dataset_size=4, args=cls.Args(higher_is_easier=False), rows=rows,
+                       feature_keys=["level"])
+    assert hardest_high.next_batch(4) == [1, 3, 2, 0]
     with pytest.raises(ValueError, match="needs task_selector.feature_keys"):
         cls(dataset_size=4, rows=rows)
     with pytest.raises(ValueError, match="row 0: feature 'level' is 'hard', expected a number"):
         cls(dataset_size=1, rows=[{"level": "hard"}], feature_keys=["level"])
+
+
+def test_offline_easy_to_hard_compares_features_in_key_order():
+    cls = PluginRegistry.create().get("task_selector", "offline_easy2hard")
+    rows = [{"a": 0.5, "b": 0.1}, {"a": 0.5, "b": 0.9}, {"a": 0.9, "b": 0.0}]
+    assert cls(dataset_size=3, rows=rows, feature_keys=["a", "b"]).next_batch(3) == [2, 1, 0]
+    assert cls(dataset_size=3, rows=rows, feature_keys=["b", "a"]).next_batch(3) == [1, 0, 2]
 
 
 def test_difficulty_based_prefers_tasks_near_the_target_pass_rate():

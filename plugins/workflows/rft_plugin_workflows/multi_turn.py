@@ -51,14 +51,26 @@ class MultiTurnWorkflow(Workflow):
     def reset(self) -> None:
         """Called before each episode (reset the environment's state)."""
 
+    def initial_messages(self) -> list[dict]:
+        """The conversation an episode starts from (default: the task's messages)."""
+        return self.task.chat_messages()
+
+    def turn_limit(self) -> int:
+        """Most model turns per episode (default: ``max_turns`` of the args)."""
+        return getattr(self.args or MultiTurnArgs(), "max_turns", MultiTurnArgs.max_turns)
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Metrics of the episode that just ended, added to its experience."""
+        return {}
+
     def run(self) -> list[Experience]:
         return [self.episode() for _ in range(self.task.repeat_times)]
 
     def episode(self) -> Experience:
         """One episode as one experience."""
         self.reset()
-        max_turns = (self.args or MultiTurnArgs()).max_turns
-        messages = self.task.chat_messages()
+        max_turns = self.turn_limit()
+        messages = self.initial_messages()
         tokens = self.model.tokenizer.encode(self.model.render(messages),
                                              add_special_tokens=False)
         prompt_length = len(tokens)
@@ -92,6 +104,7 @@ class MultiTurnWorkflow(Workflow):
                                 action_mask=torch.tensor(mask, dtype=torch.bool),
                                 model_version=version)
         experience.metrics["multi_turn/turns"] = float(turn + 1)
+        experience.metrics.update(self.episode_metrics())
         return experience
 
     def _environment_tokens(self, messages: list[dict], reply_ids: list[int], text: str,

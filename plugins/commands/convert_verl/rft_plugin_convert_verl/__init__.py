@@ -4,7 +4,10 @@ alignment guide.
 
 Registered names:
 
-- command ``convert-verl`` (:mod:`~rft_plugin_convert_verl.cli`).
+- command ``convert-verl`` (:mod:`~rft_plugin_convert_verl.cli`);
+- workflow ``verl_workflow`` (:mod:`~rft_plugin_convert_verl.workflow`): a task in veRL's
+  dataset layout, rewarded as veRL's default reward manager rewards it (by
+  ``data_source``, or a custom reward function) — the workflow converted configs use.
 
 From Python::
 
@@ -13,7 +16,8 @@ From Python::
     print(result.yaml)            # the rft config, each key commented with its veRL source
     result.report.print()         # veRL settings with no equivalent, notes
 
-Modules: :mod:`~rft_plugin_convert_verl.parse` (shell script / override list →
+Modules: :mod:`~rft_plugin_convert_verl.shell` (a launch script evaluated by bash under
+stubs), :mod:`~rft_plugin_convert_verl.parse` (launch script / override list →
 overrides), :mod:`~rft_plugin_convert_verl.mapping` (the rules),
 :mod:`~rft_plugin_convert_verl.emit` (commented YAML),
 :mod:`~rft_plugin_convert_verl.report`, :mod:`~rft_plugin_convert_verl.convert`
@@ -22,7 +26,8 @@ lists every rule.
 
 This module is the plugin's entry point, imported on every ``rft`` start: the command's
 definition is imported when ``register_commands`` is called and the converter (which
-imports rft.config and PyYAML) when the command runs or on first use of the names below.
+imports rft.config and PyYAML) when the command runs or on first use of the names below;
+the workflow when ``register_workflows`` is called.
 """
 
 from __future__ import annotations
@@ -66,3 +71,10 @@ def register_commands() -> dict[str, Command]:
     from rft_plugin_convert_verl.cli import COMMAND
 
     return {"convert-verl": COMMAND}
+
+
+@hookimpl
+def register_workflows() -> dict[str, Any]:
+    from rft_plugin_convert_verl.workflow import VerlWorkflow
+
+    return {"verl_workflow": VerlWorkflow}

@@ -21,6 +21,7 @@ from typing import Any
 
 from rft.commands import Command
 from rft.errors import RftError
+
 from rft_plugin_convert_verl.parse import VerlConvertError
 
 EXIT_USAGE = 2
@@ -43,6 +44,17 @@ def _read_input(name: str) -> tuple[str, str]:
         raise VerlConvertError(f"{name}: cannot read: {exc.strerror}") from None
 
 
+def _without_interpolations(value: Any) -> Any:
+    """``value`` without the strings that hold an interpolation (``${oc.env:X}``): they
+    are resolved, and converted, when rft loads the file."""
+    if isinstance(value, dict):
+        return {k: _without_interpolations(v) for k, v in value.items()
+                if not (isinstance(v, str) and "${" in v)}
+    if isinstance(value, list):
+        return [_without_interpolations(v) for v in value]
+    return value
+
+
 def _check_schema(result: Any) -> None:
     """Every emitted key must convert onto the rft schema; a problem names the veRL source
     (e.g. a string where veRL's value should be a number)."""
@@ -50,7 +62,7 @@ def _check_schema(result: Any) -> None:
     from rft.config.schema import RftConfig
 
     problems: list[str] = []
-    to_dataclass(RftConfig, result.config, "", problems)
+    to_dataclass(RftConfig, _without_interpolations(result.config), "", problems)
     if problems:
         first = problems[0]
         key = first.split(":", 1)[0]
@@ -66,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from rft_plugin_convert_verl.convert import convert_text
 
     text, source_name = _read_input(args.input)
-    result = convert_text(text, source_name)
+    result = convert_text(text, source_name, None if args.input == "-" else args.input)
     _check_schema(result)
     if args.output in (None, "-"):
         sys.stdout.write(result.yaml)

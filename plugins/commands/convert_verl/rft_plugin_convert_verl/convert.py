@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rft_plugin_convert_verl.emit import to_yaml
+from rft_plugin_convert_verl.emit import check_interpolations, env_variables, to_yaml
 from rft_plugin_convert_verl.mapping import Conversion, convert_overrides
 from rft_plugin_convert_verl.parse import ParsedLaunch, VerlConvertError, parse_launch
 from rft_plugin_convert_verl.report import Report
@@ -38,34 +38,45 @@ class ConvertResult:
         return self.conversion.report
 
 
-def _header(source_name: str, launch: ParsedLaunch, report: Report) -> list[str]:
+def _header(source_name: str, launch: ParsedLaunch, report: Report,
+            env: list[str]) -> list[str]:
     what = (f"the veRL launch ({launch.entry_point}, line {launch.launch_line})"
             if launch.kind == "script" else "a list of veRL overrides")
     lines = [f"# rft config converted by `rft convert-verl` from {what} in {source_name}.",
-             "# The comment after each key names the veRL setting(s) it comes from;",
-             "# trainer.trainer_config passes veRL worker settings through unchanged."]
-    if launch.env_refs:
+             "# The comment after each key names the veRL setting(s) it comes from",
+             "# (\"veRL default\": the launch does not set it, veRL's default is used);",
+             "# trainer.trainer_config keeps veRL worker settings unchanged."]
+    if env:
         lines.append("# Environment variables read when rft loads this file: "
-                     + ", ".join(launch.env_refs) + ".")
+                     + ", ".join(env) + ".")
     if report:
         lines.append("#")
         lines.extend(report.comment_block())
     return lines
 
 
-def convert_text(text: str, source_name: str = "<stdin>") -> ConvertResult:
+def convert_text(text: str, source_name: str = "<stdin>",
+                 script_path: str | None = None) -> ConvertResult:
     """Convert a veRL launch script or override list (the text of the file).
 
+    :param script_path: the script's file, when it is one (``$(dirname $0)`` of the script
+        is its directory; default: a script in the current directory).
     :raises VerlConvertError: one line naming the culprit.
     """
-    launch = parse_launch(text)
-    if not launch.overrides:
+    launch = parse_launch(text, source_name, script_path)
+    if not launch.overrides and launch.kind != "script":
         raise VerlConvertError(f"{source_name}: no veRL overrides found")
-    conversion = convert_overrides(launch.overrides)
+    conversion = convert_overrides(launch.overrides, launch.config_name, launch.config_path)
     for line, argument, why in launch.ignored:
         conversion.report.add(argument, None, f"ignored: {why}", line)
+    for note in launch.notes:
+        conversion.report.note(note)
+    for path, problem in check_interpolations(conversion.config):
+        conversion.report.note(f"{path}: {problem}")
+    conversion.report.not_converted.sort(key=lambda entry: (entry.line == 0, entry.line))
     yaml_text = to_yaml(conversion.config, conversion.sources,
-                        _header(source_name, launch, conversion.report))
+                        _header(source_name, launch, conversion.report,
+                                env_variables(conversion.config)))
     return ConvertResult(launch, conversion, yaml_text)
 
 

@@ -19,7 +19,6 @@ import typing
 from typing import Any, Union
 
 import yaml
-
 from rft.config.schema import RftConfig
 
 INDENT = "  "
@@ -146,6 +145,51 @@ def _emit_list(items: list[Any], path: str, comments: dict[str, str], depth: int
         else:
             text = _flow(item) if isinstance(item, (dict, list)) else scalar(item)
             out.append(_with_comment(f"{prefix}{text}", comments.get(child)))
+
+
+def check_interpolations(config: Any, path: str = "") -> list[tuple[str, str]]:
+    """Make every string of ``config`` safe for OmegaConf (in place): a ``${`` that does not
+    start a valid interpolation (an unbalanced quote or brace from the launch) is escaped
+    as ``\\${`` so the value is read literally. Returns ``(path, problem)`` per change."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    found: list[tuple[str, str]] = []
+    items: Any = (config.items() if isinstance(config, dict)
+                  else enumerate(config) if isinstance(config, list) else ())
+    for key, value in list(items):
+        child = _child_path(path, key)
+        if isinstance(value, (dict, list)):
+            found.extend(check_interpolations(value, child))
+        elif isinstance(value, str) and "${" in value:
+            try:
+                OmegaConf.create({"value": value})
+            except OmegaConfBaseException as exc:
+                config[key] = re.sub(r"(?<!\\)\$\{", r"\\${", value)
+                reason = str(exc).splitlines()[0]
+                found.append((child, (f"{value!r} is not a valid OmegaConf interpolation "
+                                      f"({reason}); written literally")))
+    return found
+
+
+def env_variables(config: Any) -> list[str]:
+    """Environment variables the config reads through ``${oc.env:NAME}``, in order."""
+    names: list[str] = []
+    if isinstance(config, dict):
+        values: Any = config.values()
+    elif isinstance(config, list):
+        values = config
+    else:
+        values = [config]
+    for value in values:
+        if isinstance(value, (dict, list)):
+            found = env_variables(value)
+        elif isinstance(value, str):
+            found = re.findall(r"(?<!\\)\$\{oc\.env:(\w+)", value)
+        else:
+            found = []
+        names.extend(name for name in found if name not in names)
+    return names
 
 
 def to_yaml(config: dict[str, Any], comments: dict[str, str] | None = None,

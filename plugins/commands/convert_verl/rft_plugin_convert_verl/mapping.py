@@ -1,55 +1,224 @@
 """The veRL → rft rules, as data where possible.
 
-Sources: the veRL alignment guide (parameter mapping tables, batch-size rules, GPU
-allocation) and veRL 0.9.1's ``ppo_trainer.yaml`` for the defaults the derived rules fall
-back on. Four kinds of rules, tried in this order for each veRL key:
+Sources: the veRL alignment guide (parameter mapping tables, batch-size rules) and veRL's
+own configs for the defaults: the config the launch names (``--config-name``,
+``model_engine=megatron``) as shipped with the installed veRL
+(``verl/trainer/config/_generated_*.yaml``), else veRL 0.9.1's ``ppo_trainer.yaml``
+(:data:`VERL_DEFAULTS`). Four kinds of rules, tried in this order for each veRL key:
 
-1. :data:`DERIVED` — values computed from several veRL keys (algorithm preset, KL
-   switches, batch sizes and sync interval, tasksets from ``data.*_files``, monitor, GPU
-   split, reward model).
-2. :data:`DIRECT` — one veRL key → one or more rft keys, with an optional transform.
+1. :data:`DERIVED` — values computed from several veRL keys (algorithm preset, policy
+   loss, KL switches, batch sizes and sync interval, tasksets, workflow and reward,
+   monitor, LoRA, GPUs and mode).
+2. :data:`DIRECT` — one veRL key → one or more rft keys, with an optional transform. The
+   keys of :data:`FILLED_DEFAULTS` are written with veRL's default when the launch leaves
+   them out and rft's default differs.
 3. :data:`NO_EQUIVALENT` — known veRL keys (or subtrees) that have no rft counterpart;
    they go to the report with the reason.
-4. :data:`PASSTHROUGH` — subtrees that the veRL trainer backend reads from
-   ``trainer.trainer_config`` under the same key.
+4. :data:`PASSTHROUGH` — subtrees kept under the same key in ``trainer.trainer_config``
+   (read by a veRL trainer backend; rft's ``torch`` trainer reads a few of them, the
+   report lists the others).
 
 A key that no rule matches is reported as unknown. Nothing is dropped silently.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import itertools
 import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rft_plugin_convert_verl.parse import Override, VerlConvertError
 from rft_plugin_convert_verl.report import Report
 
+A = "actor_rollout_ref.actor."
+R = "actor_rollout_ref.rollout."
+M = "actor_rollout_ref.model."
+
 # ---------------------------------------------------------------------------------------
-# veRL defaults the derived rules need (veRL 0.9.1, verl/trainer/config/ppo_trainer.yaml)
+# veRL defaults (veRL 0.9.1, verl/trainer/config/_generated_ppo_trainer.yaml)
 # ---------------------------------------------------------------------------------------
 
 VERL_DEFAULTS: dict[str, Any] = {
     "algorithm.adv_estimator": "gae",
     "algorithm.use_kl_in_reward": False,
     "algorithm.kl_penalty": "kl",
-    "actor_rollout_ref.actor.use_kl_loss": False,
-    "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-    "actor_rollout_ref.actor.ppo_mini_batch_size": 256,
-    "actor_rollout_ref.rollout.n": 1,
+    "algorithm.kl_ctrl.kl_coef": 0.001,
+    A + "use_kl_loss": False,
+    A + "kl_loss_type": "low_var_kl",
+    A + "kl_loss_coef": 0.001,
+    A + "ppo_mini_batch_size": 256,
+    A + "use_dynamic_bsz": False,
+    A + "ppo_max_token_len_per_gpu": 16384,
+    A + "strategy": "fsdp",
+    A + "clip_ratio": 0.2,
+    A + "clip_ratio_low": 0.2,
+    A + "clip_ratio_high": 0.2,
+    A + "clip_ratio_c": 3.0,
+    A + "entropy_coeff": 0,
+    A + "policy_loss.loss_mode": "vanilla",
+    A + "tau_pos": 1.0,
+    A + "tau_neg": 1.05,
+    M + "lora_rank": 0,
+    M + "lora_alpha": 16,
+    M + "target_modules": "all-linear",
+    R + "n": 1,
+    R + "gpu_memory_utilization": 0.5,
+    R + "tensor_model_parallel_size": 2,
+    R + "val_kwargs.do_sample": False,
+    R + "val_kwargs.temperature": 0,
     "data.train_batch_size": 1024,
+    "data.max_prompt_length": 512,
+    "data.max_response_length": 512,
     "data.shuffle": True,
+    "data.prompt_key": "prompt",
+    "data.train_files": "~/data/rlhf/gsm8k/train.parquet",
+    "data.val_files": "~/data/rlhf/gsm8k/test.parquet",
     "trainer.nnodes": 1,
     "trainer.n_gpus_per_node": 8,
+    "trainer.total_epochs": 30,
+    "trainer.logger": ["console", "wandb"],
+    "trainer.test_freq": -1,
 }
-"""Values veRL uses when a launch does not set them, where a derived rule needs one."""
+"""veRL 0.9.1's defaults for the keys the rules need, used when veRL is not installed (a
+test keeps them equal to the installed veRL's ``_generated_ppo_trainer.yaml``)."""
+
+MEGATRON_DEFAULTS: dict[str, Any] = {A + "strategy": "megatron"}
+"""How veRL's Megatron config (``ppo_megatron_trainer``, ``model_engine=megatron``)
+differs from :data:`VERL_DEFAULTS` for those keys."""
+
+GENERATED_CONFIGS: dict[str, str] = {
+    "ppo_trainer": "_generated_ppo_trainer.yaml",
+    "ppo_megatron_trainer": "_generated_ppo_megatron_trainer.yaml",
+}
+"""``--config-name`` → the fully composed config veRL ships for it."""
+
+MODEL_ENGINES: dict[str, str] = {
+    "dp": "_generated_ppo_trainer.yaml",
+    "fsdp": "_generated_ppo_trainer.yaml",
+    "megatron": "_generated_ppo_megatron_trainer.yaml",
+    "torchtitan": "_generated_ppo_torchtitan_trainer.yaml",
+    "veomni": "_generated_ppo_veomni_trainer.yaml",
+}
+"""``model_engine=NAME`` (the Hydra group override of ppo_trainer) → composed config."""
+
+COLOCATE_MAX_GPUS = 4
+"""veRL's hybrid engine time-shares every GPU between rollout and training. On up to this
+many GPUs the conversion runs rft's ``colocate`` mode (explorer and trainer take turns on
+one device); on more, rft's explorer gets its own GPUs (:data:`EXPLORER_GPU_SHARE`)."""
 
 EXPLORER_GPU_SHARE = 4
-"""veRL's hybrid engine time-shares every GPU between rollout and training; rft gives the
-rollout engines (and each reward model) ``1/EXPLORER_GPU_SHARE`` of the GPUs and the
-trainer the rest. A quarter reproduces both worked examples of the alignment guide."""
+"""On more than :data:`COLOCATE_MAX_GPUS` GPUs the rollout engines get
+``1/EXPLORER_GPU_SHARE`` of them and the trainer the rest (the guide's worked examples)."""
+
+
+def _installed(distribution: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(distribution)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def verl_config_dir() -> Path | None:
+    """``verl/trainer/config`` of the installed veRL (found without importing veRL)."""
+    try:
+        spec = importlib.util.find_spec("verl")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    return folder if folder.is_dir() else None
+
+
+def flatten(value: Any, prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Nested mappings as ``{"a.b.c": leaf}`` (lists are leaves)."""
+    out = {} if out is None else out
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            flatten(item, f"{prefix}.{key}" if prefix else str(key), out)
+    elif prefix:
+        out[prefix] = value
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _read_generated(path: str) -> dict[str, Any]:
+    import yaml
+
+    with open(path, encoding="utf-8") as handle:
+        return flatten(yaml.safe_load(handle) or {})
+
+
+_SELECT = re.compile(r"\$\{oc\.select:([\w.]+),(.*)\}")
+_ABSOLUTE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+
+
+@dataclass
+class VerlDefaults:
+    """veRL's defaults for one launch, and where they come from."""
+
+    values: dict[str, Any]
+    origin: str
+    """``veRL's <file>`` or ``built-in veRL 0.9.1 defaults``: for comments and notes."""
+    unread: str | None = None
+    """Why the launch's ``--config-name`` was not read (``None``: it was, or none)."""
+
+    @classmethod
+    def for_launch(cls, config_name: str | None, config_path: str | None,
+                   model_engine: str | None) -> VerlDefaults:
+        name = config_name.removesuffix(".yaml") if config_name else "ppo_trainer"
+        unread = None
+        megatron = False
+        if name in GENERATED_CONFIGS:
+            generated = GENERATED_CONFIGS[name]
+            megatron = "megatron" in name
+        else:
+            megatron = "megatron" in name
+            generated = GENERATED_CONFIGS["ppo_megatron_trainer" if megatron else "ppo_trainer"]
+            where = f" in --config-path {config_path}" if config_path else ""
+            unread = (f"the launch's own Hydra config {name!r}{where} is not shipped with "
+                      f"veRL and was not read: veRL's {generated.removeprefix('_generated_')} "
+                      "defaults are used for the settings the launch does not give; check "
+                      "that config for settings to add")
+        if model_engine is not None and model_engine in MODEL_ENGINES:
+            generated = MODEL_ENGINES[model_engine]
+            megatron = model_engine == "megatron"
+        folder = verl_config_dir()
+        if folder is not None and (folder / generated).is_file():
+            return cls(dict(_read_generated(str(folder / generated))),
+                       f"veRL's {generated}", unread)
+        values = {**VERL_DEFAULTS, **(MEGATRON_DEFAULTS if megatron else {})}
+        return cls(values, "built-in veRL 0.9.1 defaults (veRL is not installed)", unread)
+
+    def get(self, key: str, lookup: Callable[[str], Any]) -> Any:
+        """veRL's default for ``key``, with ``${oc.select:…}`` / ``${a.b}`` resolved through
+        ``lookup`` (the launch's value, else the default)."""
+        value = self.values.get(key, VERL_DEFAULTS.get(key))
+        for _ in range(8):
+            if not isinstance(value, str):
+                return value
+            match = _SELECT.fullmatch(value)
+            if match:
+                found = lookup(match.group(1))
+                if found is not None:
+                    return found
+                import yaml
+
+                return yaml.safe_load(match.group(2)) if match.group(2).strip() else None
+            match = _ABSOLUTE.fullmatch(value)
+            if not match:
+                return value
+            value = lookup(match.group(1))
+        return value
 
 
 class Skip(Exception):
@@ -125,12 +294,6 @@ def _engine_type(value: Any) -> Any:
                "(explorer.rollout_model.engine_type: vllm)")
 
 
-def _strategy(value: Any) -> Any:
-    if value in ("fsdp", "fsdp2", "megatron"):
-        return value
-    raise Skip(f"rft's trainer_strategy is fsdp, fsdp2 or megatron, not {value!r}")
-
-
 def _total_steps(value: Any) -> Any:
     if value is None:
         raise Skip("null: the length comes from trainer.total_epochs")
@@ -143,52 +306,47 @@ def _optimizer_type(value: Any) -> Any:
     raise Skip(f"rft's optimizer_type is adam (AdamW); {value!r} has no equivalent")
 
 
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise Skip("null: rft keeps its default")
+    return value
+
+
 # ---------------------------------------------------------------------------------------
 # the tables
 # ---------------------------------------------------------------------------------------
 
-A = "actor_rollout_ref.actor."
-R = "actor_rollout_ref.rollout."
-
 DIRECT: tuple[Rule, ...] = (
-    # algorithm: the advantage-function arguments are in DERIVED (they depend on the
-    # estimator)
     # data
     Rule("data.max_prompt_length", ("model.max_prompt_tokens",)),
     Rule("data.max_response_length", ("model.max_response_tokens",)),
     Rule("data.filter_overlong_prompts", ("model.enable_prompt_truncation",),
          note="overlong prompts are truncated and their experiences masked out of the loss"),
     # actor / model
-    Rule("actor_rollout_ref.model.path", ("model.model_path",)),
-    Rule("actor_rollout_ref.model.trust_remote_code", ("model.trust_remote_code",)),
-    Rule("actor_rollout_ref.model.custom_chat_template", ("model.custom_chat_template",)),
+    Rule(M + "path", ("model.model_path",)),
+    Rule(M + "trust_remote_code", ("model.trust_remote_code",)),
+    Rule(M + "custom_chat_template", ("model.custom_chat_template",), _not_null),
     Rule(A + "optim.lr", ("algorithm.optimizer.lr",)),
     Rule(A + "optim.lr_warmup_steps", ("algorithm.optimizer.lr_warmup_steps",)),
     Rule(A + "optim.lr_warmup_steps_ratio", ("algorithm.optimizer.lr_warmup_steps_ratio",)),
     Rule(A + "optim.min_lr_ratio", ("algorithm.optimizer.min_lr_ratio",)),
-    Rule(A + "optim.warmup_style", ("algorithm.optimizer.warmup_style",)),
+    Rule(A + "optim.warmup_style", ("algorithm.optimizer.warmup_style",), _not_null),
     Rule(A + "optim.lr_scheduler_type", ("algorithm.optimizer.lr_scheduler_type",)),
     Rule(A + "optim.weight_decay", ("algorithm.optimizer.weight_decay",)),
     Rule(A + "optim.betas", ("algorithm.optimizer.betas",)),
     Rule(A + "optim.clip_grad", ("algorithm.optimizer.clip_grad",)),
     Rule(A + "optim.optimizer", ("algorithm.optimizer.optimizer_type",), _optimizer_type,
          note="AdamW → adam"),
-    Rule(A + "use_dynamic_bsz", ("trainer.use_dynamic_bsz",)),
+    Rule(A + "use_dynamic_bsz", ("trainer.use_dynamic_bsz",),
+         note="veRL's default false is written (rft's default is true)"),
     Rule(A + "ppo_max_token_len_per_gpu", ("trainer.max_token_len_per_gpu",)),
     Rule(A + "ulysses_sequence_parallel_size", ("trainer.ulysses_sequence_parallel_size",)),
     Rule(A + "grad_clip", ("trainer.grad_clip",)),
-    Rule(A + "strategy", ("trainer.trainer_strategy",), _strategy),
-    Rule(A + "kl_loss_coef", ("algorithm.kl_loss_fn_args.kl_coef",)),
-    Rule(A + "entropy_coeff", ("algorithm.entropy_loss_fn_args.entropy_coef",)),
-    Rule(A + "clip_ratio", ("algorithm.policy_loss_fn_args.clip_range",)),
-    Rule(A + "clip_ratio_low", ("algorithm.policy_loss_fn_args.clip_range_low",)),
-    Rule(A + "clip_ratio_high", ("algorithm.policy_loss_fn_args.clip_range_high",)),
-    Rule(A + "clip_ratio_c", ("algorithm.policy_loss_fn_args.clip_ratio_c",)),
     Rule(A + "loss_agg_mode", ("algorithm.loss_agg_mode",)),
     # rollout
     Rule(R + "name", ("explorer.rollout_model.engine_type",), _engine_type),
-    Rule(R + "gpu_memory_utilization", ("explorer.rollout_model.gpu_memory_utilization",)),
-    Rule(R + "tensor_model_parallel_size", ("explorer.rollout_model.tensor_parallel_size",)),
+    Rule(R + "gpu_memory_utilization", ("explorer.rollout_model.gpu_memory_utilization",),
+         note="veRL's default 0.5 is written (rft's is 0.9)"),
     Rule(R + "temperature", ("model.temperature",)),
     Rule(R + "top_p", ("model.top_p",)),
     Rule(R + "top_k", ("model.top_k",)),
@@ -197,7 +355,7 @@ DIRECT: tuple[Rule, ...] = (
     Rule(R + "enable_prefix_caching", ("explorer.rollout_model.enable_prefix_caching",)),
     Rule(R + "dtype", ("explorer.rollout_model.dtype",)),
     Rule(R + "seed", ("explorer.rollout_model.seed",)),
-    Rule(R + "max_model_len", ("explorer.rollout_model.max_model_len",)),
+    Rule(R + "max_model_len", ("explorer.rollout_model.max_model_len",), _not_null),
     Rule(R + "ignore_eos", ("explorer.rollout_model.ignore_eos",)),
     Rule(R + "max_num_batched_tokens",
          ("explorer.rollout_model.extra_engine_args.max_num_batched_tokens",)),
@@ -215,26 +373,46 @@ DIRECT: tuple[Rule, ...] = (
          note="-1 (no periodic save) → 0 (save at the end)"),
     Rule("trainer.test_freq", ("explorer.eval_interval",), _test_freq,
          note="-1 is reported: rft has no switch to disable periodic evaluation"),
-    Rule("trainer.total_epochs", ("buffer.total_epochs",)),
+    Rule("trainer.total_epochs", ("buffer.total_epochs",),
+         note="veRL's default 30 is written unless total_training_steps is set"),
     Rule("trainer.total_training_steps", ("buffer.total_steps", "trainer.total_steps"),
          _total_steps, note="when set, total_epochs is ignored"),
     Rule("trainer.critic_warmup", ("trainer.trainer_config.trainer.critic_warmup",)),
     Rule("trainer.val_before_train", ("explorer.eval_on_startup",)),
     Rule("trainer.resume_mode", ("continue_from_checkpoint",), _resume_mode,
          note="auto → true, disable → false; resume_path is reported"),
-    Rule("trainer.max_actor_ckpt_to_keep", ("trainer.max_checkpoints_to_keep",)),
+    Rule("trainer.max_actor_ckpt_to_keep", ("trainer.max_checkpoints_to_keep",), _not_null),
 )
 """One veRL key → rft key(s)."""
 
+STEP_COUNTS: tuple[str, ...] = ("trainer.test_freq", "trainer.save_freq",
+                               "trainer.total_training_steps", A + "optim.lr_warmup_steps")
+"""veRL settings counted in veRL steps. A veRL step (``data.train_batch_size`` prompts, one
+learning-rate scheduler step) is ``sync_interval`` rft steps (``ppo_mini_batch_size``
+prompts each): their positive values are multiplied by ``synchronizer.sync_interval``."""
+
+FILLED_DEFAULTS: tuple[str, ...] = (
+    "data.max_prompt_length", "data.max_response_length", A + "use_dynamic_bsz",
+    R + "gpu_memory_utilization", "trainer.total_epochs", "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+)
+"""DIRECT keys written with veRL's default when the launch does not set them: their rft
+default differs from veRL's (or is unset). Every other DIRECT key has the same default on
+both sides (a test checks it)."""
+
 PASSTHROUGH: tuple[Rule, ...] = (
-    Rule("actor_rollout_ref.model.*", ("trainer.trainer_config.actor_rollout_ref.model.*",)),
+    Rule(M + "*", ("trainer.trainer_config.actor_rollout_ref.model.*",)),
     Rule(A + "*", ("trainer.trainer_config.actor_rollout_ref.actor.*",)),
     Rule("actor_rollout_ref.ref.*", ("trainer.trainer_config.actor_rollout_ref.ref.*",)),
     Rule(R + "log_prob_*", ("trainer.trainer_config.actor_rollout_ref.rollout.log_prob_*",),
          note="the actor / reference workers compute log-probs with these"),
     Rule("critic.*", ("trainer.trainer_config.critic.*",)),
 )
-"""Subtrees passed unchanged to veRL's workers through ``trainer.trainer_config``."""
+"""Subtrees kept unchanged in ``trainer.trainer_config`` (veRL's worker settings)."""
+
+REWARD_MODEL_NOTE = ("veRL's reward-model worker; rft does not score with a "
+                     "(sequence-classification) reward model: the converted config scores "
+                     "with the data_source's rule-based reward (see the notes)")
 
 NO_EQUIVALENT: tuple[Rule, ...] = (
     Rule("data.truncation", note="rft cuts overlong prompts on the right (veRL's "
@@ -242,14 +420,23 @@ NO_EQUIVALENT: tuple[Rule, ...] = (
     Rule("data.val_batch_size", note="deprecated in veRL; rft evaluates buffer.batch_size "
          "tasks at a time"),
     Rule("data.return_raw_chat", note="rft workflows always receive the chat messages"),
-    Rule("data.reward_fn_key", note="per-sample reward functions: the taskset's "
-         "format.reward_fn_key column"),
+    Rule("data.reward_fn_key", note="verl_workflow reads each row's data_source column"),
     Rule("data.tokenizer", note="the tokenizer is model.model_path's"),
     Rule("data.dataloader_num_workers", note="tasksets are read by the explorer"),
-    Rule("custom_reward_function.*", note="write a reward function plugin "
-         "(register_reward_fns) and set buffer.explorer_input.default_reward_fn_type"),
-    Rule("reward_model.*", note="FSDP reward-model worker setting; rft serves a reward "
-         "model with vLLM as explorer.auxiliary_models[0]"),
+    Rule("custom_reward_function.*", note="verl_workflow takes the function's path, name "
+         "and reward_kwargs only"),
+    Rule("reward_model.reward_manager", note="veRL's reward manager; verl_workflow scores "
+         "each response on its own, as veRL's naive manager does (batch scoring and the dapo "
+         "manager's overlong penalty are not applied; rft-plugin-rewards' math_dapo_reward "
+         "has one, as a taskset's default_reward_fn_type)"),
+    Rule("reward_model.reward_kwargs.*", note="arguments of veRL's reward manager (e.g. "
+         "DAPO's overlong buffer); not applied by verl_workflow"),
+    Rule("reward_model.*", note=REWARD_MODEL_NOTE),
+    Rule("reward.reward_model.*", note=REWARD_MODEL_NOTE),
+    Rule("reward.reward_manager.*", note="verl_workflow scores each response on its own, "
+         "as veRL's naive reward manager does"),
+    Rule("reward.*", note="veRL reward-worker setting; verl_workflow scores in the "
+         "explorer's workflow runners"),
     Rule("trainer.resume_from_path", note="rft resumes from the latest checkpoint in "
          "<checkpoint_root_dir>/<project>/<name>/; copy the checkpoint there"),
     Rule("trainer.device", note="rft uses the accelerators Ray reports"),
@@ -258,11 +445,13 @@ NO_EQUIVALENT: tuple[Rule, ...] = (
     Rule(R + "val_kwargs.*", note="see buffer.explorer_input.eval_tasksets"),
     Rule(R + "*", note="veRL rollout-worker setting without an explorer.rollout_model "
          "field (the guide: rollout settings in trainer_config have no effect)"),
-    Rule("actor_rollout_ref.hybrid_engine", note="rft always separates explorer and "
-         "trainer (or alternates them in colocate mode)"),
+    Rule("actor_rollout_ref.hybrid_engine", note="rft alternates explorer and trainer in "
+         "colocate mode, or gives them their own GPUs"),
     Rule("algorithm.*", note="no rft algorithm setting corresponds"),
     Rule("data.*", note="no rft taskset setting corresponds"),
     Rule("trainer.*", note="veRL training-loop setting without an rft counterpart"),
+    Rule("hydra.*", note="Hydra's own setting (output directories, logging)"),
+    Rule("model_engine", note="veRL's model-engine config group: read for the defaults"),
 )
 """Known veRL keys with no rft counterpart; the note is the reason in the report."""
 
@@ -281,6 +470,24 @@ ADVANTAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 """veRL ``adv_estimator`` → (rft ``algorithm_type``, ``advantage_fn``, veRL
 ``algorithm.*`` arguments the function takes)."""
 
+POLICY_LOSSES: dict[str, tuple[str, dict[str, str], str]] = {
+    "vanilla": ("ppo", {"clip_ratio": "clip_range", "clip_ratio_low": "clip_range_low",
+                        "clip_ratio_high": "clip_range_high", "clip_ratio_c": "clip_ratio_c"},
+                "rft-framework"),
+    "gspo": ("gspo", {"clip_ratio": "clip_range", "clip_ratio_low": "clip_range_low",
+                      "clip_ratio_high": "clip_range_high"}, "rft-plugin-gspo"),
+    "cispo": ("cispo", {"clip_ratio_low": "clip_range_low",
+                        "clip_ratio_high": "clip_range_high"}, "rft-plugin-cispo"),
+    "sapo": ("sapo", {"tau_pos": "tau_pos", "tau_neg": "tau_neg"}, "rft-plugin-sapo"),
+}
+"""veRL ``actor.policy_loss.loss_mode`` → (rft ``policy_loss_fn``, the veRL actor settings
+it reads → its arguments, the distribution providing it). Other modes (geo_mean, gpg,
+clip_cov, kl_cov, dro, dppo_*) have no rft policy loss and are reported."""
+
+LOSS_SETTINGS = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c",
+                 "tau_pos", "tau_neg")
+"""veRL actor settings read by some policy loss (reported when the chosen one does not)."""
+
 KL_NAMES = {"kl": "kl", "k1": "k1", "abs": "abs", "mse": "mse", "k2": "k2",
             "low_var_kl": "low_var_kl", "k3": "k3"}
 """veRL KL estimators rft registers under the same name (plus the ``+`` variants)."""
@@ -295,29 +502,84 @@ SPLIT_FILES = {"train": "train", "test": "test", "validation": "validation",
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
 
+RFT_REWARDS: dict[str, tuple[re.Pattern[str], str]] = {
+    "openai/gsm8k": (re.compile(r"gsm8k", re.IGNORECASE), "gsm8k_reward"),
+}
+"""data_source → (how its files are recognised by path, the rft reward function that
+ports veRL's scorer exactly). Other data sources are scored by veRL's own
+``default_compute_score`` inside ``verl_workflow``."""
+
+WORKFLOW = "verl_workflow"
+"""The workflow every converted taskset runs (registered by this plugin)."""
+
+TORCH_TRAINER_FALLBACK = frozenset({
+    A + "ppo_mini_batch_size", A + "ppo_micro_batch_size_per_gpu", A + "ppo_epochs",
+    "critic.cliprange_value", "critic.optim.lr",
+})
+
+
+@functools.lru_cache(maxsize=1)
+def torch_trainer_keys() -> frozenset[str]:
+    """``trainer_config`` keys rft's torch trainer reads: rft's own list where it has one
+    (``rft.config.support.TRAINER_CONFIG_HONOURED``), else found in its options module's
+    source (without importing torch)."""
+    try:
+        from rft.config.support import TRAINER_CONFIG_HONOURED  # type: ignore[attr-defined]
+
+        return frozenset(TRAINER_CONFIG_HONOURED)
+    except (ImportError, AttributeError):
+        pass
+    try:
+        spec = importlib.util.find_spec("rft.trainer.options")
+        text = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
+    except (ImportError, OSError, ValueError):
+        text = ""
+    constants = dict(re.findall(r"^(\w+)\s*=\s*\"([\w.]+)\"", text, re.MULTILINE))
+    found = {constants.get(prefix, "") + key if prefix else key
+             for prefix, key in re.findall(
+                 r"lookup\(\s*tree\s*,\s*(?:(\w+)\s*\+\s*)?\"([\w.]+)\"", text)}
+    return frozenset(found) if found else TORCH_TRAINER_FALLBACK
+
+
 DERIVED: dict[str, Derived] = {
     "algorithm": Derived(
         ("algorithm.adv_estimator",),
         ("algorithm.algorithm_type", "algorithm.advantage_fn"),
         "`adv_estimator` picks the preset and advantage function: "
         + ", ".join(f"{k} → {v[0]}/{v[1]}" for k, v in ADVANTAGES.items())
-        + " (veRL default gae)"),
+        + " (veRL default gae); others are reported"),
     "advantage_args": Derived(
         ("algorithm.gamma", "algorithm.lam", "algorithm.norm_adv_by_std_in_grpo"),
         ("algorithm.advantage_fn_args.gamma", "algorithm.advantage_fn_args.lam",
          "algorithm.advantage_fn_args.norm_adv_by_std_in_grpo"),
         "copied into `advantage_fn_args` when the estimator takes them (gamma: gae, "
         "reinforce_plus_plus; lam: gae; norm_adv_by_std_in_grpo: grpo); else reported"),
+    "policy_loss": Derived(
+        (A + "policy_loss.loss_mode", *(A + name for name in LOSS_SETTINGS),
+         A + "entropy_coeff"),
+        ("algorithm.policy_loss_fn", "algorithm.policy_loss_fn_args",
+         "algorithm.entropy_loss_fn_args.entropy_coef"),
+        "`policy_loss.loss_mode` picks `policy_loss_fn` and the actor settings it reads "
+        "become its arguments: " + "; ".join(
+            f"{mode} → {loss} (" + ", ".join(f"`{k}` → `{v}`" for k, v in args.items()) + ")"
+            for mode, (loss, args, _) in POLICY_LOSSES.items())
+        + ". Other modes (geo_mean, gpg, clip_cov, kl_cov, dro, ...) have no rft loss and "
+        "are reported (the preset's clipped surrogate is used); so are the settings the "
+        "chosen loss does not read and other `policy_loss.*` settings. Unset arguments get "
+        "veRL's defaults (clip ratios 0.2, `clip_ratio_c` 3.0, `tau_pos` 1.0, `tau_neg` "
+        "1.05); `entropy_coeff` (veRL default 0) → `entropy_coef`"),
     "kl_penalty": Derived(
         ("algorithm.use_kl_in_reward", "algorithm.kl_penalty", "algorithm.kl_ctrl.kl_coef"),
         ("algorithm.kl_penalty_fn", "algorithm.kl_penalty_fn_args.kl_coef"),
         "`use_kl_in_reward=False` (veRL default) → `kl_penalty_fn: none`; true → the "
-        "`kl_penalty` estimator (veRL default kl); `kl_ctrl.kl_coef` → `kl_coef`"),
+        "`kl_penalty` estimator (veRL default kl) and `kl_ctrl.kl_coef` (veRL default "
+        "0.001) → `kl_coef`"),
     "kl_loss": Derived(
-        (A + "use_kl_loss", A + "kl_loss_type"),
-        ("algorithm.kl_loss_fn",),
-        "`use_kl_loss=False` (veRL default) → `kl_loss_fn: none`; true → the "
-        "`kl_loss_type` estimator (veRL default low_var_kl)"),
+        (A + "use_kl_loss", A + "kl_loss_type", A + "kl_loss_coef"),
+        ("algorithm.kl_loss_fn", "algorithm.kl_loss_fn_args.kl_coef"),
+        "`use_kl_loss=False` (veRL default) → `kl_loss_fn: none` (a coefficient is "
+        "reported as inactive); true → the `kl_loss_type` estimator (veRL default "
+        "low_var_kl) with `kl_loss_coef` (veRL default 0.001)"),
     "repeat_times": Derived(
         (R + "n",), ("algorithm.repeat_times",),
         "`rollout.n` (veRL default 1)"),
@@ -328,39 +590,75 @@ DERIVED: dict[str, Derived] = {
         "`batch_size = ppo_mini_batch_size`; `train_batch_size = rollout.n × "
         "ppo_mini_batch_size`; `sync_interval = data.train_batch_size / "
         "ppo_mini_batch_size` (must divide); `sync_style: fixed`, `sync_offset: 0` "
-        "(veRL defaults: train_batch_size 1024, ppo_mini_batch_size 256)"),
+        "(veRL defaults: train_batch_size 1024, ppo_mini_batch_size 256). A veRL step is "
+        "then `sync_interval` rft steps: the step counts `test_freq`, `save_freq`, "
+        "`total_training_steps` and `optim.lr_warmup_steps` are multiplied by it"),
     "tasksets": Derived(
         ("data.train_files", "data.val_files", "data.prompt_key", "data.response_key",
          "data.shuffle", "data.seed", R + "val_kwargs.temperature", R + "val_kwargs.top_p",
          R + "val_kwargs.top_k", R + "val_kwargs.n", R + "val_kwargs.do_sample"),
         ("buffer.explorer_input.tasksets", "buffer.explorer_input.eval_tasksets"),
-        "one taskset per file (a list or one path); `<dir>/train.parquet` → `path: <dir>`, "
-        "`split: train` (same for test / validation files), named after the folder "
-        "(`_eval` for evaluation); `prompt_key` / `response_key` → each taskset's "
-        "`format`; `shuffle` → `task_selector.selector_type` shuffle / sequential, "
-        "`seed` → its seed; `val_kwargs` → each eval taskset's `rollout_args` "
-        "(`do_sample=False` → temperature 0) and `n` → `repeat_times`"),
+        "one taskset per file (a list or one path; veRL's default files when unset); "
+        "`<dir>/train.parquet` → `path: <dir>`, `split: train` (same for test / "
+        "validation files), named after the folder (`_eval` for evaluation); veRL's "
+        "dataset layout → `format`: chat messages in `messages_key` (`data.prompt_key`, "
+        "veRL default prompt), `response_key: reward_model` (the column holding "
+        "`ground_truth`); `shuffle` (veRL default true) → `task_selector.selector_type` "
+        "shuffle / sequential, `seed` → its seed; `val_kwargs` → each eval taskset's "
+        "`rollout_args` (veRL's default `do_sample=False` → temperature 0) and `n` → "
+        "`repeat_times`"),
+    "reward": Derived(
+        ("custom_reward_function.path", "custom_reward_function.name",
+         "custom_reward_function.reward_kwargs", "reward.custom_reward_function.path",
+         "reward.custom_reward_function.name", "reward_model.enable",
+         "reward.reward_model.enable"),
+        ("buffer.explorer_input.default_workflow_type",
+         "buffer.explorer_input.tasksets[i].default_reward_fn_type",
+         "buffer.explorer_input.tasksets[i].workflow_args"),
+        f"`default_workflow_type: {WORKFLOW}` (this plugin's workflow: the row's chat "
+        "messages, scored by the row's `data_source` as veRL's default reward manager "
+        "does); a taskset whose files are "
+        + ", ".join(f"{source}'s (`{pattern.pattern}` in the path) get `{reward}`"
+                    for source, (pattern, reward) in RFT_REWARDS.items())
+        + " (rft's exact port), others veRL's `default_compute_score`; "
+        "`custom_reward_function.path` / `name` / `reward_kwargs` → each taskset's "
+        "`workflow_args` (`custom_reward_path`, `custom_reward_name`, `reward_kwargs`), "
+        "called as veRL calls it; an enabled reward model is reported (rft does not score "
+        "with one)"),
     "monitor": Derived(
         ("trainer.logger",), ("monitor.monitor_type",),
         "the first logger other than console (" + ", ".join(
             f"{k} → {v}" for k, v in MONITORS.items() if k != "console")
-        + "); `console` when it is the only one (rft always logs to the console)"),
+        + "; veRL default [console, wandb]); `console` when it is the only one (rft "
+        "always logs to the console)"),
+    "lora": Derived(
+        (M + "lora_rank", M + "lora_alpha", M + "target_modules", M + "exclude_modules",
+         M + "lora_adapter_path"),
+        ("model.lora_configs",),
+        "`lora_rank` > 0 → `model.lora_configs[0]` with `lora_rank`, `lora_alpha` (veRL "
+        "default 16), `target_modules` (a string; a list is reported), `exclude_modules`, "
+        "`path` (`lora_adapter_path`); with `lora_rank` 0 (veRL default) the others are "
+        "reported as inactive"),
     "gpus": Derived(
         ("trainer.nnodes", "trainer.n_gpus_per_node", R + "tensor_model_parallel_size"),
-        ("explorer.rollout_model.engine_num",),
-        f"veRL time-shares all GPUs; rft splits them: `engine_num = max(1, nnodes × "
-        f"n_gpus_per_node / {EXPLORER_GPU_SHARE} / tensor_parallel_size)`, the same for "
-        "a reward model, the trainer gets the rest"),
-    "reward_model": Derived(
-        ("reward_model.enable", "reward_model.model.path",
-         "reward_model.rollout.tensor_model_parallel_size"),
-        ("explorer.auxiliary_models",),
-        "with `enable=True`: `explorer.auxiliary_models[0]` with the model path, "
-        "`engine_num` as for the rollout model, `tensor_parallel_size` (default 1); "
-        "the workflow must call it"),
+        ("mode", "explorer.rollout_model.engine_num",
+         "explorer.rollout_model.tensor_parallel_size", "synchronizer.sync_method"),
+        f"veRL's hybrid engine time-shares its GPUs; on up to {COLOCATE_MAX_GPUS} GPUs "
+        "(`nnodes × n_gpus_per_node`, veRL default 1 × 8) → `mode: colocate` (one engine of "
+        "tensor_parallel_size 1 and the trainer take turns on one device, `sync_method: "
+        "memory`); on more GPUs rft splits them: `engine_num = max(1, GPUs / "
+        f"{EXPLORER_GPU_SHARE} / tensor_parallel_size)` (veRL default TP 2), the trainer "
+        "gets the rest"),
+    "strategy": Derived(
+        (A + "strategy",), ("trainer.trainer_strategy",),
+        "fsdp / fsdp2 as they are; megatron (set, or the default of "
+        "`--config-name=ppo_megatron_trainer` / `model_engine=megatron`) is reported: rft's "
+        "torch trainer has no Megatron backend and trains with fsdp (its `megatron.*` "
+        "settings stay in `trainer_config`)"),
     "trainer_type": Derived(
         (), ("trainer.trainer_type",),
-        "always `verl`: the veRL trainer backend reads `trainer.trainer_config`"),
+        "always `torch` (rft's native trainer): rft has no `verl` trainer backend yet; "
+        "`trainer_config` keeps veRL's worker settings for one"),
 }
 """Rules computed from several keys, by name."""
 
@@ -387,19 +685,30 @@ class Conversion:
     sources: dict[str, str] = field(default_factory=dict)
     """Dotted rft path → comment naming its veRL source(s)."""
     report: Report = field(default_factory=Report)
+    defaults: VerlDefaults | None = None
+    """The veRL defaults the conversion used."""
 
 
 class Converter:
     """Applies the rules to a list of overrides (one use per conversion)."""
 
-    def __init__(self, overrides: list[Override]) -> None:
+    def __init__(self, overrides: list[Override], config_name: str | None = None,
+                 config_path: str | None = None) -> None:
         self.settings: dict[str, Override] = {}
         self.report = Report()
         for override in overrides:
             self._add(override)
-        self.consumed: set[str] = set()
+        engine = self.settings.get("model_engine")
+        self.defaults = VerlDefaults.for_launch(
+            config_name, config_path, str(engine.value) if engine is not None else None)
+        self.config_name = config_name
+        self.consumed: set[str] = {"model_engine"} if engine is not None and str(
+            engine.value) in MODEL_ENGINES else set()
         self.config: dict[str, Any] = {}
         self.sources: dict[str, str] = {}
+        self.passed_through: list[str] = []
+        self.sync_interval = 1
+        """rft steps per veRL step (set by the batch rule)."""
 
     # -- input ----------------------------------------------------------------------------
 
@@ -422,49 +731,81 @@ class Converter:
     def has(self, key: str) -> bool:
         return key in self.settings
 
+    def peek(self, key: str) -> Any:
+        """The launch's value, else veRL's default, without consuming the key."""
+        if key in self.settings:
+            return self.settings[key].value
+        return self.defaults.get(key, self.peek)
+
     def get(self, key: str) -> Any:
         """The launch's value, else veRL's default (the key is then marked consumed)."""
         self.consumed.add(key)
-        if key in self.settings:
-            return self.settings[key].value
-        return VERL_DEFAULTS.get(key)
-
-    def peek(self, key: str) -> Any:
-        """Like :meth:`get`, without consuming the key (another rule converts it)."""
-        if key in self.settings:
-            return self.settings[key].value
-        return VERL_DEFAULTS.get(key)
+        return self.peek(key)
 
     def source(self, key: str) -> str:
-        """``key`` when the launch sets it, else ``key (veRL default: value)``."""
+        """``key`` when the launch sets it, else ``key (veRL default value)``."""
         if key in self.settings:
             return key
-        return f"{key} (veRL default {VERL_DEFAULTS.get(key)})"
+        return f"{key} (veRL default {self.peek(key)})"
 
     def source_value(self, key: str) -> str:
-        """``key=value`` as written, else ``key (veRL default: value)``."""
+        """``key=value`` as written, else ``key (veRL default value)``."""
         if key in self.settings:
             return self.settings[key].text
         return self.source(key)
 
+    def number(self, key: str, consume: bool = True) -> Any:
+        """Like :meth:`get` (:meth:`peek` without ``consume``) for a value a derived rule
+        computes with: one the script reads from an environment variable (unset during
+        conversion, ``${oc.env:NAME}``) cannot be computed with, so veRL's default is
+        used — written to the key's rft targets, and reported."""
+        value = self.get(key) if consume else self.peek(key)
+        if not (isinstance(value, str) and "${oc.env:" in value):
+            return value
+        self.consumed.add(key)
+        default = self.defaults.get(key, self.peek_default)
+        setting = self.settings[key]
+        self.report.add(key, setting.value_text, "the script reads it from an environment "
+                        f"variable, unset during conversion: veRL's default {default} is used "
+                        "in the computed sizes (set the variable in the script to convert "
+                        "it)", setting.line)
+        rule = next((r for r in DIRECT if r.matches(key)), None)
+        for target in rule.rft if rule else ():
+            self.put(target, default, f"{key} (veRL default {default}: the launch's value "
+                     "reads an unset environment variable)")
+        return default
+
+    def peek_default(self, key: str) -> Any:
+        """veRL's default for ``key`` (ignoring the launch)."""
+        return self.defaults.get(key, self.peek_default)
+
     def skip(self, key: str, reason: str) -> None:
+        """Report ``key`` (when the launch sets it) as not converted."""
         self.consumed.add(key)
         if key in self.settings:
             setting = self.settings[key]
             self.report.add(key, setting.value_text, reason, setting.line)
+
+    def under(self, prefix: str) -> list[str]:
+        """Keys of the launch below ``prefix``."""
+        return [key for key in self.settings if key.startswith(prefix)]
 
     # -- output ---------------------------------------------------------------------------
 
     def put(self, path: str, value: Any, comment: str) -> None:
         parts = split_path(path)
         node: Any = self.config
-        for part, nxt in zip(parts, parts[1:]):
+        for depth, (part, nxt) in enumerate(itertools.pairwise(parts)):
             if isinstance(part, int):
                 while len(node) <= part:
                     node.append({})
                 node = node[part]
             else:
                 node = node.setdefault(part, [] if isinstance(nxt, int) else {})
+            if not isinstance(node, (dict, list)):
+                parent = ".".join(str(p) for p in parts[:depth + 1])
+                raise VerlConvertError(f"{comment.split(' ', 1)[0]}: sets a key below "
+                                       f"{parent}, which the launch sets to {node!r}")
         last = parts[-1]
         if isinstance(last, int):
             while len(node) <= last:
@@ -478,29 +819,31 @@ class Converter:
     # -- rules ----------------------------------------------------------------------------
 
     def run(self) -> Conversion:
+        if self.defaults.unread:
+            self.report.note(self.defaults.unread)
         self._trainer_type()
         self._algorithm()
+        self._policy_loss()
         self._kl()
         self._batch()
         self._tasksets()
+        self._reward()
         self._monitor()
-        self._gpus_and_reward_model()
+        self._lora()
+        self._strategy()
+        self._gpus()
+        self._fill_defaults()
         for key, setting in self.settings.items():
             if key in self.consumed:
                 continue
             self._apply_table(key, setting)
-        return Conversion(self.config, self.sources, self.report)
+        self._passthrough_note()
+        return Conversion(self.config, self.sources, self.report, self.defaults)
 
     def _apply_table(self, key: str, setting: Override) -> None:
         rule = next((r for r in DIRECT if r.matches(key)), None)
         if rule is not None:
-            try:
-                value = rule.transform(setting.value) if rule.transform else setting.value
-            except Skip as reason:
-                self.report.add(key, setting.value_text, str(reason), setting.line)
-                return
-            for target in rule.rft:
-                self.put(target, value, key)
+            self._apply_direct(rule, setting.value, key, setting)
             return
         exact = next((r for r in NO_EQUIVALENT if r.verl == key), None)
         if exact is not None:
@@ -509,6 +852,7 @@ class Converter:
         rule = next((r for r in PASSTHROUGH if _prefix_match(r.verl, key)), None)
         if rule is not None:
             self.put("trainer.trainer_config." + key, setting.value, key)
+            self.passed_through.append(key)
             return
         rule = next((r for r in NO_EQUIVALENT if r.matches(key)), None)
         if rule is not None:
@@ -517,10 +861,56 @@ class Converter:
         self.report.add(key, setting.value_text, "unknown veRL key: no conversion rule",
                         setting.line)
 
+    def _apply_direct(self, rule: Rule, value: Any, comment: str,
+                      setting: Override | None) -> None:
+        try:
+            converted = rule.transform(value) if rule.transform else value
+            if (rule.verl in STEP_COUNTS and isinstance(converted, int)
+                    and not isinstance(converted, bool) and converted > 0
+                    and self.sync_interval > 1):
+                comment = (f"{comment} × sync_interval = {converted}×{self.sync_interval} "
+                           "(a veRL step is sync_interval rft steps)")
+                converted *= self.sync_interval
+        except Skip as reason:
+            if setting is not None:
+                self.report.add(rule.verl, setting.value_text, str(reason), setting.line)
+            else:
+                self.report.add(rule.verl, f"{value} ({self.defaults.origin})", str(reason))
+            return
+        for target in rule.rft:
+            self.put(target, converted, comment)
+            if target.startswith("trainer.trainer_config."):
+                self.passed_through.append(rule.verl)
+
+    def _fill_defaults(self) -> None:
+        """veRL's default for the :data:`FILLED_DEFAULTS` keys the launch leaves out."""
+        for key in FILLED_DEFAULTS:
+            if self.has(key) or key in self.consumed:
+                continue
+            if key == "trainer.total_epochs" and self.peek("trainer.total_training_steps"):
+                continue
+            value = self.peek(key)
+            if value is None:
+                continue
+            rule = next(r for r in DIRECT if r.matches(key))
+            self._apply_direct(rule, value, self.source(key), None)
+
+    def _passthrough_note(self) -> None:
+        read = torch_trainer_keys()
+        unread = [key for key in self.passed_through if key not in read]
+        if unread:
+            self.report.note(
+                f"trainer.trainer_config keeps {len(unread)} veRL worker setting"
+                f"{'s' if len(unread) != 1 else ''} for a veRL trainer backend; rft's torch "
+                "trainer does not read them (memory, offload, kernel and parallelism "
+                "settings of veRL's workers): " + ", ".join(unread))
+
     def _trainer_type(self) -> None:
-        self.put("trainer.trainer_type", "verl",
-                 "veRL trainer backend (reads trainer_config); 'torch' ignores "
-                 "trainer_config")
+        self.put("trainer.trainer_type", "torch",
+                 "rft's native trainer (rft has no veRL trainer backend yet)")
+        self.report.note("trainer.trainer_type is torch, rft's native trainer: rft has no "
+                         "trainer_type verl (veRL's own workers) yet; the veRL worker "
+                         "settings stay in trainer.trainer_config for when it has")
 
     def _algorithm(self) -> None:
         estimator = self.get("algorithm.adv_estimator")
@@ -535,7 +925,7 @@ class Converter:
             algorithm_type, advantage_fn, accepted = known
             self.put("algorithm.algorithm_type", algorithm_type, src)
             self.put("algorithm.advantage_fn", advantage_fn, src)
-        n = self.get(R + "n")
+        n = self.number(R + "n")
         self.put("algorithm.repeat_times", n, self.source(R + "n"))  # validated in _batch
         for arg in DERIVED["advantage_args"].reads:
             name = arg.split(".")[-1]
@@ -545,6 +935,36 @@ class Converter:
                 self.put(f"algorithm.advantage_fn_args.{name}", self.get(arg), arg)
             else:
                 self.skip(arg, f"not used by adv_estimator={estimator}")
+
+    def _policy_loss(self) -> None:
+        mode_key = A + "policy_loss.loss_mode"
+        mode = self.get(mode_key)
+        known = POLICY_LOSSES.get(str(mode))
+        supported = known is not None
+        if known is None:
+            self.skip(mode_key, f"rft has no policy loss for loss_mode {mode!r} (it has "
+                      + ", ".join(f"{v[0]} for {k}" for k, v in POLICY_LOSSES.items())
+                      + "): the preset's clipped surrogate (ppo) is used")
+            known = POLICY_LOSSES["vanilla"]
+        loss, arguments, distribution = known
+        if supported and (loss != "ppo" or self.has(mode_key)):
+            self.put("algorithm.policy_loss_fn", loss, self.source_value(mode_key))
+            if not _installed(distribution):
+                self.report.note(f"algorithm.policy_loss_fn {loss!r} comes from "
+                                 f"{distribution}: pip install {distribution}")
+        for verl_name, rft_name in arguments.items():
+            self.put(f"algorithm.policy_loss_fn_args.{rft_name}", self.get(A + verl_name),
+                     self.source(A + verl_name))
+        for verl_name in LOSS_SETTINGS:
+            if verl_name not in arguments:
+                self.skip(A + verl_name, f"not used by loss_mode={mode} (rft's {loss} loss "
+                          "has no such parameter)")
+        for key in self.under(A + "policy_loss."):
+            if key != mode_key:
+                self.skip(key, f"a parameter of other veRL policy losses; rft's {loss} loss "
+                          f"has none (loss_mode={mode})")
+        self.put("algorithm.entropy_loss_fn_args.entropy_coef", self.get(A + "entropy_coeff"),
+                 self.source(A + "entropy_coeff"))
 
     def _kl(self) -> None:
         in_reward = self.get("algorithm.use_kl_in_reward")
@@ -556,12 +976,14 @@ class Converter:
                          f"{src}, {self.source_value('algorithm.kl_penalty')}")
             else:
                 self.skip("algorithm.kl_penalty", f"rft has no KL estimator {name!r}")
+            self.put("algorithm.kl_penalty_fn_args.kl_coef",
+                     self.get("algorithm.kl_ctrl.kl_coef"), self.source("algorithm.kl_ctrl.kl_coef"))
         else:
             self.put("algorithm.kl_penalty_fn", "none", src)
             self.skip("algorithm.kl_penalty", "inactive: algorithm.use_kl_in_reward is false")
-        if self.has("algorithm.kl_ctrl.kl_coef"):
-            self.put("algorithm.kl_penalty_fn_args.kl_coef",
-                     self.get("algorithm.kl_ctrl.kl_coef"), "algorithm.kl_ctrl.kl_coef")
+            if self.has("algorithm.kl_ctrl.kl_coef"):  # harmless with kl_penalty_fn none
+                self.put("algorithm.kl_penalty_fn_args.kl_coef",
+                         self.get("algorithm.kl_ctrl.kl_coef"), "algorithm.kl_ctrl.kl_coef")
         kl_type = self.settings.get("algorithm.kl_ctrl.type")
         if kl_type is not None and kl_type.value == "adaptive":
             self.report.note("algorithm.kl_ctrl.type=adaptive: rft's KL penalty uses a fixed "
@@ -575,14 +997,17 @@ class Converter:
                          f"{src}, {self.source_value(A + 'kl_loss_type')}")
             else:
                 self.skip(A + "kl_loss_type", f"rft has no KL estimator {name!r}")
+            self.put("algorithm.kl_loss_fn_args.kl_coef", self.get(A + "kl_loss_coef"),
+                     self.source(A + "kl_loss_coef"))
         else:
             self.put("algorithm.kl_loss_fn", "none", src)
-            self.skip(A + "kl_loss_type", "inactive: actor_rollout_ref.actor.use_kl_loss "
-                      "is false")
+            for key in (A + "kl_loss_type", A + "kl_loss_coef"):
+                self.skip(key, "inactive: actor_rollout_ref.actor.use_kl_loss is false")
 
     def _batch(self) -> None:
         mini_key, total_key, n_key = A + "ppo_mini_batch_size", "data.train_batch_size", R + "n"
-        mini, total, n = self.get(mini_key), self.get(total_key), self.get(n_key)
+        mini, total, n = self.number(mini_key), self.number(total_key), self.get(n_key)
+        n = n if not isinstance(n, str) else self.peek_default(n_key)
         for key, value in ((mini_key, mini), (total_key, total), (n_key, n)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise VerlConvertError(f"{key}={value}: expected a positive integer")
@@ -598,11 +1023,12 @@ class Converter:
         self.put("synchronizer.sync_offset", 0, "veRL's synchronous loop: no explorer lead")
         self.put("synchronizer.sync_interval", total // mini,
                  f"{total_src} / {mini_src} = {total}/{mini}")
+        self.sync_interval = total // mini
 
     def _taskset_entries(self, key: str) -> list[tuple[str, str, str]]:
         """``(name, path, split)`` per file of ``data.train_files`` / ``data.val_files``."""
         files = self.get(key)
-        if files is None:
+        if files is None or files == "" or files == []:
             return []
         if not isinstance(files, list):
             files = [files]
@@ -620,8 +1046,21 @@ class Converter:
             entries.append((name, path, split))
         return entries
 
+    def _format(self, prefix: str) -> None:
+        prompt_key = self.get("data.prompt_key")
+        self.put(f"{prefix}.format.prompt_type", "messages",
+                 "veRL's dataset rows hold chat messages")
+        self.put(f"{prefix}.format.messages_key", prompt_key, self.source("data.prompt_key"))
+        if self.has("data.response_key"):
+            self.put(f"{prefix}.format.response_key", self.get("data.response_key"),
+                     "data.response_key")
+        else:
+            self.put(f"{prefix}.format.response_key", "reward_model",
+                     "veRL's dataset column holding reward_model.ground_truth")
+
     def _tasksets(self) -> None:
         names: set[str] = set()
+        self.tasksets: list[tuple[str, str]] = []  # (prefix, path)
 
         def unique(name: str) -> str:
             candidate, i = name, 2
@@ -630,83 +1069,144 @@ class Converter:
             names.add(candidate)
             return candidate
 
-        def format_keys(prefix: str) -> None:
-            for verl_key, field_name in (("data.prompt_key", "prompt_key"),
-                                         ("data.response_key", "response_key")):
-                if self.has(verl_key):
-                    self.put(f"{prefix}.format.{field_name}", self.get(verl_key), verl_key)
-
         train = self._taskset_entries("data.train_files")
+        shuffle = self.get("data.shuffle")
         for i, (name, path, split) in enumerate(train):
             prefix = f"buffer.explorer_input.tasksets[{i}]"
-            self.put(f"{prefix}.name", unique(name), "data.train_files")
-            self.put(f"{prefix}.storage_type", "file", "data.train_files")
-            self.put(f"{prefix}.path", path, "data.train_files")
-            self.put(f"{prefix}.split", split, "data.train_files")
-            format_keys(prefix)
-            if self.has("data.shuffle"):
-                self.put(f"{prefix}.task_selector.selector_type",
-                         "shuffle" if self.get("data.shuffle") else "sequential",
-                         self.source_value("data.shuffle"))
+            src = self.source("data.train_files")
+            self.put(f"{prefix}.name", unique(name), src)
+            self.put(f"{prefix}.storage_type", "file", src)
+            self.put(f"{prefix}.path", path, src)
+            self.put(f"{prefix}.split", split, src)
+            self._format(prefix)
+            self.put(f"{prefix}.task_selector.selector_type",
+                     "shuffle" if shuffle else "sequential", self.source_value("data.shuffle"))
             if self.has("data.seed") and self.get("data.seed") is not None:
                 self.put(f"{prefix}.task_selector.seed", self.get("data.seed"), "data.seed")
-        if train and not self.has("data.shuffle"):
-            self.report.note("data.shuffle is not set: veRL shuffles the training data by "
-                             "default, rft reads tasksets in file order (set "
-                             "task_selector.selector_type: shuffle to match)")
+            self.tasksets.append((prefix, path))
+        if train and shuffle:
+            self.report.note("data.shuffle: rft shuffles the tasksets with its own sampler "
+                             "and seed (task_selector.seed); the order differs from veRL's")
         if not train:
             self.skip("data.shuffle", "no data.train_files in the launch")
             self.report.note("no data.train_files: add buffer.explorer_input.tasksets by hand")
         val = self._taskset_entries("data.val_files")
+        greedy = not self.get(R + "val_kwargs.do_sample")
         for i, (name, path, split) in enumerate(val):
             prefix = f"buffer.explorer_input.eval_tasksets[{i}]"
-            self.put(f"{prefix}.name", unique(f"{name}_eval"), "data.val_files")
-            self.put(f"{prefix}.storage_type", "file", "data.val_files")
-            self.put(f"{prefix}.path", path, "data.val_files")
-            self.put(f"{prefix}.split", split, "data.val_files")
-            format_keys(prefix)
-            for sub in ("temperature", "top_p", "top_k"):
+            src = self.source("data.val_files")
+            self.put(f"{prefix}.name", unique(f"{name}_eval"), src)
+            self.put(f"{prefix}.storage_type", "file", src)
+            self.put(f"{prefix}.path", path, src)
+            self.put(f"{prefix}.split", split, src)
+            self._format(prefix)
+            if greedy:
+                self.put(f"{prefix}.rollout_args.temperature", 0.0,
+                         self.source_value(R + "val_kwargs.do_sample") + " (greedy)")
+            else:
+                self.put(f"{prefix}.rollout_args.temperature",
+                         self.get(R + "val_kwargs.temperature"),
+                         self.source(R + "val_kwargs.temperature"))
+            for sub in ("top_p", "top_k"):
                 if self.has(R + "val_kwargs." + sub):
                     self.put(f"{prefix}.rollout_args.{sub}", self.get(R + "val_kwargs." + sub),
                              R + "val_kwargs." + sub)
-            if self.has(R + "val_kwargs.do_sample"):
-                if not self.get(R + "val_kwargs.do_sample"):
-                    self.put(f"{prefix}.rollout_args.temperature", 0.0,
-                             R + "val_kwargs.do_sample=False (greedy)")
             if self.has(R + "val_kwargs.n"):
                 self.put(f"{prefix}.repeat_times", self.get(R + "val_kwargs.n"),
                          R + "val_kwargs.n")
-        if val and not any(self.has(R + "val_kwargs." + k) for k in ("do_sample", "temperature")):
-            self.report.note("veRL validates greedily by default (rollout.val_kwargs."
-                             "do_sample=False); rft's eval tasksets sample at model.temperature "
-                             "(set their rollout_args.temperature: 0 for greedy evaluation)")
+            self.tasksets.append((prefix, path))
+        if val and not self.has("trainer.test_freq"):
+            self.report.note("trainer.test_freq is not set: veRL (default -1) validates only "
+                             "before training; rft evaluates the eval tasksets every "
+                             "explorer.eval_interval steps (default 100)")
         if train or val:
-            self.report.note("veRL picks the reward by each row's data_source; rft runs a "
-                             "workflow: set buffer.explorer_input.default_workflow_type (e.g. "
-                             "verl_gsm8k_workflow, veRL's GSM8K scoring)")
-            self.report.note("the tasksets' format keeps rft's defaults unless data.prompt_key "
-                             "/ data.response_key are given: check them against the dataset's "
-                             "columns (veRL's preprocessed parquet has a chat-message 'prompt' "
-                             "and reward_model.ground_truth)")
+            self.report.note(
+                "the tasksets are read in veRL's dataset layout (chat messages in the "
+                "prompt column, the answer in reward_model.ground_truth, a data_source "
+                "column); check the files have it")
         for key in DERIVED["tasksets"].reads:
             if self.has(key) and key not in self.consumed:
                 self.skip(key, "unused: the launch has no "
                           + ("data.val_files" if "val_kwargs" in key else
                              "data.train_files / data.val_files"))
 
-    def _monitor(self) -> None:
-        if not self.has("trainer.logger"):
+    def _reward(self) -> None:
+        if not self.tasksets:
+            for key in DERIVED["reward"].reads:
+                self.skip(key, "unused: the launch has no tasksets")
             return
+        self.put("buffer.explorer_input.default_workflow_type", WORKFLOW,
+                 "veRL's reward manager: each row scored by its data_source")
+        path_key = next((k for k in ("custom_reward_function.path",
+                                     "reward.custom_reward_function.path")
+                         if self.get(k) is not None), None)
+        name_key = ("reward.custom_reward_function.name" if path_key and path_key.startswith(
+            "reward.") else "custom_reward_function.name")
+        kwargs = {key.rsplit(".", 1)[1]: self.settings[key].value
+                  for key in self.under("custom_reward_function.reward_kwargs.")}
+        for key in self.under("custom_reward_function.reward_kwargs"):
+            self.consumed.add(key)
+        for key in ("custom_reward_function.name", "reward.custom_reward_function.name"):
+            self.consumed.add(key)
+        used: list[str] = []
+        for prefix, path in self.tasksets:
+            if path_key is not None:
+                self.put(f"{prefix}.workflow_args.custom_reward_path", self.get(path_key),
+                         path_key)
+                name = self.peek(name_key) or "compute_score"
+                self.put(f"{prefix}.workflow_args.custom_reward_name", name,
+                         self.source(name_key) if self.has(name_key) else
+                         f"{name_key} (veRL default compute_score)")
+                if kwargs:
+                    self.put(f"{prefix}.workflow_args.reward_kwargs", dict(kwargs),
+                             "custom_reward_function.reward_kwargs")
+                continue
+            for source, (pattern, reward) in RFT_REWARDS.items():
+                if pattern.search(path):
+                    self.put(f"{prefix}.default_reward_fn_type", reward,
+                             f"data_source {source} (from the path): veRL's scorer, ported")
+                    used.append(reward)
+                    break
+        if path_key is not None:
+            self.report.note(f"reward: {WORKFLOW} calls the custom reward function "
+                             f"{self.get(path_key)}:{self.peek(name_key) or 'compute_score'} "
+                             "as veRL does (data_source, solution_str, ground_truth, "
+                             "extra_info)")
+        else:
+            others = len(self.tasksets) - len(used)
+            parts = []
+            if used:
+                parts.append(f"{len(used)} taskset(s) use {', '.join(sorted(set(used)))} "
+                             "(rft's port of veRL's scorer for that data_source)")
+            if others:
+                parts.append(f"{others} taskset(s) are scored by veRL's own "
+                             "verl.utils.reward_score.default_compute_score for each row's "
+                             "data_source (veRL must be installed where rft runs)")
+            self.report.note(f"reward: {WORKFLOW} scores like veRL's default reward manager: "
+                             + "; ".join(parts))
+        enabled = next((k for k in ("reward_model.enable", "reward.reward_model.enable")
+                        if self.get(k)), None)
+        if enabled is not None:
+            setting = self.settings[enabled]
+            self.report.add(enabled, setting.value_text, "veRL rewards with this reward "
+                            "model's score; rft does not serve reward models for scoring, so "
+                            "the converted config scores with the rule-based reward above "
+                            "(a different reward)", setting.line)
+
+    def _monitor(self) -> None:
         loggers = self.get("trainer.logger")
+        src = self.source("trainer.logger")
+        if loggers is None:
+            return
         if not isinstance(loggers, list):
             loggers = [loggers]
         chosen = [str(name) for name in loggers if name != "console"]
         if not chosen:
-            self.put("monitor.monitor_type", "console", "trainer.logger")
+            self.put("monitor.monitor_type", "console", src)
             return
         first = chosen[0]
         self.put("monitor.monitor_type", MONITORS.get(first, first),
-                 "trainer.logger (console is always on)")
+                 f"{src} (console is always on)")
         if first not in MONITORS:
             self.report.note(f"trainer.logger {first!r}: rft has no monitor of that name "
                              "built in; a plugin must provide it")
@@ -715,52 +1215,84 @@ class Converter:
                             "rft logs to one monitor besides the console; "
                             f"{MONITORS.get(first, first)} was kept")
 
-    def _gpus_and_reward_model(self) -> None:
-        nodes, per_node = self.peek("trainer.nnodes"), self.peek("trainer.n_gpus_per_node")
-        tp = self.peek(R + "tensor_model_parallel_size") or 1  # rft's default, not veRL's
+    def _lora(self) -> None:
+        rank = self.get(M + "lora_rank")
+        keys = DERIVED["lora"].reads[1:]
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+            for key in keys:
+                self.skip(key, f"inactive: {M}lora_rank is {rank!r}")
+            return
+        prefix = "model.lora_configs[0]"
+        self.put(f"{prefix}.lora_rank", rank, M + "lora_rank")
+        self.put(f"{prefix}.lora_alpha", self.get(M + "lora_alpha"), self.source(M + "lora_alpha"))
+        modules = self.get(M + "target_modules")
+        if isinstance(modules, str):
+            self.put(f"{prefix}.target_modules", modules, self.source(M + "target_modules"))
+        else:
+            self.skip(M + "target_modules", "rft's lora_configs[0].target_modules is one "
+                      "string (all-linear or a module pattern); the list was not converted")
+        if self.get(M + "exclude_modules") is not None:
+            self.put(f"{prefix}.exclude_modules", self.get(M + "exclude_modules"),
+                     M + "exclude_modules")
+        if self.get(M + "lora_adapter_path") is not None:
+            self.put(f"{prefix}.path", self.get(M + "lora_adapter_path"),
+                     M + "lora_adapter_path")
+        self.report.note(f"LoRA (rank {rank}) is written to model.lora_configs, but rft's "
+                         "trainer does not train LoRA adapters yet: as converted, the run "
+                         "fine-tunes all weights")
+
+    def _strategy(self) -> None:
+        key = A + "strategy"
+        strategy = self.get(key)
+        if strategy in ("fsdp", "fsdp2"):
+            self.put("trainer.trainer_strategy", strategy, self.source(key))
+            return
+        self.put("trainer.trainer_strategy", "fsdp",
+                 f"{self.source(key)}: rft's torch trainer has no {strategy!r} backend")
+        value = (self.settings[key].value_text if self.has(key)
+                 else f"{strategy} ({self.defaults.origin})")
+        self.report.add(key, value, f"rft's torch trainer has no {strategy!r} backend: the "
+                        "converted config trains with trainer_strategy fsdp (FSDP2); the "
+                        f"{strategy} settings stay in trainer.trainer_config",
+                        self.settings[key].line if self.has(key) else 0)
+
+    def _gpus(self) -> None:
+        nodes = self.number("trainer.nnodes", consume=False)
+        per_node = self.number("trainer.n_gpus_per_node", consume=False)
+        tp_key = R + "tensor_model_parallel_size"
+        tp = self.number(tp_key)
         for key, value in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node),
-                           (R + "tensor_model_parallel_size", tp)):
+                           (tp_key, tp)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise VerlConvertError(f"{key}={value}: expected a positive integer")
         total = nodes * per_node
-        share = total // EXPLORER_GPU_SHARE
-        engines = max(1, share // tp)
         gpus = (f"{total} GPUs ({self.source('trainer.nnodes')} × "
-                f"{self.source('trainer.n_gpus_per_node')}) / {EXPLORER_GPU_SHARE}")
-        self.put("explorer.rollout_model.engine_num", engines,
-                 f"{gpus} / tensor_parallel_size {tp}")
-        used = engines * tp
-        enabled = self.has("reward_model.enable") and bool(self.get("reward_model.enable"))
-        if enabled:
-            path = self.get("reward_model.model.path")
-            if path is None:
-                raise VerlConvertError("reward_model.enable=True needs reward_model.model.path")
-            rm_tp = self.get("reward_model.rollout.tensor_model_parallel_size") or 1
-            rm_engines = max(1, share // rm_tp)
-            prefix = "explorer.auxiliary_models[0]"
-            self.put(f"{prefix}.model_path", path, "reward_model.model.path")
-            self.put(f"{prefix}.engine_num", rm_engines,
-                     f"{gpus} / tensor_parallel_size {rm_tp}")
-            self.put(f"{prefix}.tensor_parallel_size", rm_tp,
-                     "reward_model.rollout.tensor_model_parallel_size"
-                     if self.has("reward_model.rollout.tensor_model_parallel_size")
-                     else "rft default (veRL's reward model runs on FSDP)")
-            used += rm_engines * rm_tp
-            self.report.note("the reward model is explorer.auxiliary_models[0]: rft does not "
-                             "score with it by itself, the workflow must call it (set "
-                             "buffer.explorer_input.default_workflow_type)")
-        else:
-            for key in ("reward_model.model.path",
-                        "reward_model.rollout.tensor_model_parallel_size"):
-                self.skip(key, "inactive: reward_model.enable is not true")
-            self.consumed.add("reward_model.enable")
-        if used >= total:
-            self.report.note(f"the explorer takes {used} of the {total} GPUs, leaving none "
-                             "for the trainer: lower engine_num or use mode: colocate")
-        else:
+                f"{self.source('trainer.n_gpus_per_node')})")
+        engines = max(1, total // EXPLORER_GPU_SHARE // tp)
+        if total > COLOCATE_MAX_GPUS and engines * tp < total:
+            used = engines * tp
+            self.put("explorer.rollout_model.engine_num", engines,
+                     f"{gpus} / {EXPLORER_GPU_SHARE} / tensor_parallel_size {tp}")
+            self.put("explorer.rollout_model.tensor_parallel_size", tp, self.source(tp_key))
             self.report.note(f"GPU split: explorer {used} of {total} GPUs, trainer "
-                             f"{total - used} (veRL time-shares all of them; adjust "
-                             "explorer.rollout_model.engine_num to taste)")
+                             f"{total - used} (veRL's hybrid engine time-shares all of them; "
+                             "adjust explorer.rollout_model.engine_num to taste)")
+            return
+        why = f"veRL's hybrid engine on {gpus}"
+        self.put("mode", "colocate", why)
+        self.put("explorer.rollout_model.engine_num", 1, f"{why}: colocate runs one engine")
+        self.put("explorer.rollout_model.tensor_parallel_size", 1,
+                 f"{why}: colocate runs one engine of tensor_parallel_size 1")
+        self.put("synchronizer.sync_method", "memory",
+                 f"{why}: colocate hands the weights over in memory")
+        if self.has(tp_key) and tp > 1:
+            self.skip(tp_key, "colocate mode runs one engine of tensor_parallel_size 1")
+        reason = ("" if total <= COLOCATE_MAX_GPUS else
+                  f" (one rollout engine of tensor_parallel_size {tp} would take all of them)")
+        self.report.note(
+            f"GPUs: veRL's hybrid engine time-shares {total} GPU(s) between rollout and "
+            f"training{reason}; rft's colocate mode alternates explorer and trainer on one "
+            "device (rft's multi-device trainer runs in mode both, with GPUs of its own)")
 
 
 def _prefix_match(pattern: str, key: str) -> bool:
@@ -768,26 +1300,30 @@ def _prefix_match(pattern: str, key: str) -> bool:
     return key.startswith(pattern[:-1]) if pattern.endswith("*") else key == pattern
 
 
-def convert_overrides(overrides: list[Override]) -> Conversion:
+def convert_overrides(overrides: list[Override], config_name: str | None = None,
+                      config_path: str | None = None) -> Conversion:
     """Apply every rule to the overrides of a veRL launch.
 
+    :param config_name: the launch's ``--config-name`` (its defaults are veRL's shipped
+        config of that name, when there is one).
     :raises VerlConvertError: the batch sizes break the alignment rules, or a required
         companion key is missing.
     """
-    return Converter(overrides).run()
+    return Converter(overrides, config_name, config_path).run()
 
 
 def table_rows() -> list[tuple[str, str, str]]:
     """``(veRL, rft, note)`` for every rule, in the order of docs/verl.md."""
     rows: list[tuple[str, str, str]] = []
-    for name, rule in DERIVED.items():
+    for rule in DERIVED.values():
         rows.append((", ".join(f"`{k}`" for k in rule.reads) or "—",
                      ", ".join(f"`{k}`" for k in rule.writes), rule.rule))
     for rule in DIRECT:
         rows.append((f"`{rule.verl}`", ", ".join(f"`{k}`" for k in rule.rft), rule.note))
     for rule in PASSTHROUGH:
         rows.append((f"`{rule.verl}`", ", ".join(f"`{k}`" for k in rule.rft),
-                     rule.note or "passed through to veRL's workers"))
+                     rule.note or "kept for veRL's workers (the report lists those rft's "
+                     "torch trainer does not read)"))
     for rule in NO_EQUIVALENT:
         rows.append((f"`{rule.verl}`", "— (reported)", rule.note))
     return rows
@@ -804,4 +1340,3 @@ def markdown_table() -> str:
         escaped = note.replace("|", "\\|")
         lines.append(f"| {verl} | {rft} | {escaped} |")
     return "\n".join(lines) + "\n"
-

@@ -1,25 +1,20 @@
 """Reading a veRL launch: a shell script around ``python -m verl.trainer.main_ppo``, or a
 bare list of Hydra overrides.
 
-Two layers:
-
-1. A small shell reader (:func:`read_commands`): ``\\``-newline continuations, comments,
-   single / double quotes, backslash escapes, ``;`` ``&`` ``|`` ``&&`` ``||`` separators,
-   redirections (``2>&1``, ``> log``), ``NAME=value`` / ``export NAME=value`` assignments
-   and ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` / leading ``~`` expansion. A variable
-   assigned earlier in the script is substituted by its value; any other variable
-   (``$HOME``) becomes an OmegaConf interpolation ``${oc.env:VAR}`` (``${oc.env:VAR,default}``
-   with a default), resolved when rft loads the config. ``$@``, ``$*`` and ``$1``… are
-   dropped. Command substitution (``$(...)``, backquotes) cannot be evaluated and is an
-   error.
-2. A Hydra override reader (:func:`parse_override`): ``key=value``, ``+key=value``,
-   ``++key=value``, ``~key``; values as Hydra reads them: ``null``, booleans, integers,
-   floats, quoted strings, ``[a, b]`` lists, ``{k: v}`` dicts, anything else a string.
-
-:func:`parse_launch` picks the overrides: the words after ``-m verl.…`` (or after a
-``…/verl/trainer/main_*.py`` script) of the one command that launches veRL; when no
-command launches veRL, every word of the input is an override (one per line, or several
-on a line), and shell assignments still define variables.
+- A **launch script** (any text with ``-m verl.…`` or ``…/verl/trainer/main_*.py``) is
+  evaluated by bash itself with every command stubbed
+  (:func:`~rft_plugin_convert_verl.shell.evaluate_script`): the argument vector of the
+  command that launches veRL is read as bash built it — variables and their defaults,
+  ``$(...)``, ``$((...))``, arrays, functions, loops. :func:`parse_launch` then reads
+  the ``--config-name`` / ``--config-path`` flags and the overrides.
+- A **bare list of overrides** (one per line, or several on a line) is read by a small
+  shell reader (:func:`read_commands`): quotes, ``\\`` continuations, comments,
+  ``NAME=value`` assignments and ``$VAR`` / ``${VAR:-default}``; a variable not assigned
+  in the list becomes an OmegaConf interpolation ``${oc.env:VAR}``. Command substitution
+  is an error there (only a script is evaluated).
+- **Hydra overrides** (:func:`parse_override`): ``key=value``, ``+key=value``,
+  ``++key=value``, ``~key``; values as Hydra reads them: ``null``, booleans, integers,
+  floats, quoted strings, ``[a, b]`` lists, ``{k: v}`` dicts, anything else a string.
 """
 
 from __future__ import annotations
@@ -99,26 +94,70 @@ class ShellState:
             elif kind == "var":
                 if text in self.variables:
                     out.append(self.variables[text])
+                    continue
+                if text not in self.env_refs:
+                    self.env_refs.append(text)
+                if default is None:
+                    out.append(f"${{oc.env:{text}}}")
                 else:
-                    if text not in self.env_refs:
-                        self.env_refs.append(text)
-                    out.append("${oc.env:%s}" % text if default is None
-                               else "${oc.env:%s,%s}" % (text, default))
+                    argument = _resolver_argument(self.expand_text(default, word.line))
+                    out.append(f"${{oc.env:{text},{argument}}}")
             # "special" ($@, $1, ...) expands to nothing
         return "".join(out)
+
+    def expand_text(self, text: str, line: int) -> str:
+        """A default's text (``"${Y}/train.parquet"``) read as one shell word."""
+        commands = read_commands(text) if text.strip() else []
+        words = [w for command in commands for w in command.words]
+        return " ".join(self.expand(w) for w in words)
+
+
+def _resolver_argument(text: str) -> str:
+    """``text`` as an argument of an OmegaConf resolver (``${oc.env:VAR,<here>}``):
+    quoted when it holds characters the grammar would read otherwise."""
+    if re.fullmatch(r"[\w./\-~:@+]*(\$\{[^{}]*\}[\w./\-~:@+]*)*", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _error(line: int, message: str) -> VerlConvertError:
     return VerlConvertError(f"line {line}: {message}")
 
 
+def _closing_brace(text: str, start: int, line: int) -> int:
+    """Index of the ``}`` closing the ``${`` whose body starts at ``start`` (quotes and
+    nested ``${...}`` skipped, as bash does)."""
+    depth, i, quote = 1, start, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "\\":
+            i += 2
+            continue
+        elif text.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise _error(line, "unclosed '${' in shell variable")
+
+
 def _read_variable(text: str, i: int, line: int, word: Word) -> int:
     """Parse the expansion starting at ``text[i] == '$'``; return the index after it."""
     nxt = text[i + 1] if i + 1 < len(text) else ""
     if nxt == "{":
-        end = text.find("}", i + 2)
-        if end < 0:
-            raise _error(line, "unclosed '${' in shell variable")
+        end = _closing_brace(text, i + 2, line)
         body = text[i + 2:end]
         match = _NAME.match(body)
         if body in _SPECIAL_PARAMS or body.isdigit():
@@ -130,11 +169,12 @@ def _read_variable(text: str, i: int, line: int, word: Word) -> int:
         elif match and body[match.end()] in "-=":
             word.segments.append(("var", match.group(0), body[match.end() + 1:]))
         else:
-            raise _error(line, f"unsupported shell expansion '${{{body}}}'")
+            raise _error(line, f"unsupported shell expansion '${{{body}}}' in an override "
+                         "list (a launch script is evaluated by bash)")
         return end + 1
     if nxt == "(":
-        raise _error(line, "command substitution '$(...)' cannot be converted; "
-                     "replace it with its value")
+        raise _error(line, "command substitution '$(...)' in an override list cannot be "
+                     "evaluated (a launch script can: it is run by bash)")
     if nxt and nxt in _SPECIAL_PARAMS:
         word.segments.append(("special", nxt, None))
         return i + 2
@@ -475,11 +515,26 @@ def parse_override(text: str, line: int = 0) -> Override:
 # ---------------------------------------------------------------------------------------
 
 _VERL_SCRIPT = re.compile(r"(^|/)verl/trainer/main_\w+\.py$")
+LAUNCH_MARKER = re.compile(r"-m\s*verl\.\w|verl/trainer/main_\w+\.py")
+"""Text that makes the input a launch script (evaluated with bash) rather than a bare
+list of overrides."""
 _IGNORED_COMMANDS = {"set", "wait", "cd", "echo", "source", ".", "unset", "trap", "exit",
                      "shift", "mkdir", "pip", "huggingface-cli", "hf", "ray"}
-"""Commands of a launch script that are skipped when looking for overrides."""
+"""Commands of an override list that are skipped."""
 _HYDRA_FLAGS_WITH_VALUE = {"--config-name", "--config-path", "--config-dir", "-cn", "-cp",
                            "-cd"}
+_CONFIG_NAME_FLAGS = {"--config-name", "-cn"}
+_CONFIG_PATH_FLAGS = {"--config-path", "-cp", "--config-dir", "-cd"}
+SCRIPT_ARGUMENTS = ("the script's own arguments: none were given during conversion (give "
+                    "rft overrides to `rft run` instead)")
+"""Why ``$@`` is reported."""
+_ALL_ARGUMENTS = re.compile(r"\$\{?[@*]")
+_POSITIONAL = re.compile(r"\$\{?([1-9])")
+_NOT_RUN = {"pip", "pip3", "huggingface-cli", "hf", "wget", "curl", "git", "rm", "cp", "mv",
+            "ln", "touch", "chmod", "wandb", "kill", "pkill", "python", "python3", "ray",
+            "torchrun", "bash", "sh", "uv"}
+"""Recorded commands worth naming in the report when the script ran them before its
+launch (they were not run)."""
 
 
 @dataclass
@@ -493,11 +548,17 @@ class ParsedLaunch:
     """``verl.trainer.main_ppo`` or the script path; ``None`` for a bare list."""
     launch_line: int | None = None
     variables: dict[str, str] = field(default_factory=dict)
-    """Shell variables assigned in the script (after expansion)."""
+    """Shell variables assigned in an override list (after expansion)."""
     env_refs: list[str] = field(default_factory=list)
-    """Variables not assigned in the script, left as ``${oc.env:VAR}``."""
+    """Environment variables the converted values read (``${oc.env:VAR}``)."""
     ignored: list[tuple[int, str, str]] = field(default_factory=list)
     """``(line, text, why)`` of launch arguments that are not overrides."""
+    notes: list[str] = field(default_factory=list)
+    """What the evaluation of the script assumed (defaults used, stubbed commands)."""
+    config_name: str | None = None
+    """``--config-name`` of the launch, if any."""
+    config_path: str | None = None
+    """``--config-path`` / ``--config-dir`` of the launch, if any."""
 
 
 def _launch_start(words: list[str]) -> tuple[int, str] | None:
@@ -517,16 +578,161 @@ def _is_assignment_command(words: list[Word]) -> bool:
     return len(words) > first and all(w.assignment_name() for w in words[first:])
 
 
-def parse_launch(text: str) -> ParsedLaunch:
-    """Read a veRL launch script or a list of overrides.
+def _code_lines(text: str) -> list[tuple[int, str]]:
+    """``(number, line)`` of the lines that are not comments."""
+    return [(number, line) for number, line in enumerate(text.splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#")]
 
-    :raises VerlConvertError: a shell construct that cannot be evaluated, no or several
-        veRL launches, or a malformed override — one line naming it.
-    """
-    text = text.replace("\r\n", "\n")
+
+def _line_of(lines: list[tuple[int, str]], needle: str, at_or_after: int = 0) -> int:
+    """The first code line at or after ``at_or_after`` containing ``needle`` (else any
+    code line containing it; 0: none)."""
+    found = [number for number, line in lines if needle in line]
+    later = [number for number in found if number >= at_or_after]
+    return (later or found or [0])[0]
+
+
+def _argument_line(lines: list[tuple[int, str]], argument: str, launch_line: int) -> int:
+    key = re.match(r"[+~]*([\w.\-@/]+)", argument)
+    if key is None:
+        return 0
+    name = key.group(1)
+    pattern = re.compile(r"(?<![\w.])[+~]*" + re.escape(name) + r"(?![\w.\-])")
+    found = [number for number, line in lines if pattern.search(line)]
+    later = [number for number in found if number >= launch_line]
+    return (later or found or [0])[0]
+
+
+_FUNCTION = re.compile(r"^\s*(?:function\s+)?[\w.:-]+\s*\(\s*\)|^\s*function\s+[\w.:-]+")
+
+
+def _outside_functions(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The code lines outside function bodies (where ``$@`` / ``$1`` are the script's
+    own arguments)."""
+    outside: list[tuple[int, str]] = []
+    depth = 0
+    for number, line in lines:
+        if depth == 0 and _FUNCTION.match(line):
+            depth = max(line.count("{") - line.count("}"), 0) or -1  # -1: "{" on next line
+            continue
+        if depth != 0:
+            if depth == -1:
+                depth = 0
+            depth += line.count("{") - line.count("}")
+            depth = max(depth, 0)
+            continue
+        outside.append((number, line))
+    return outside
+
+
+def _describe_difference(first: list[str], other: list[str]) -> str:
+    a, b = set(first), set(other)
+    changed = sorted({arg.split("=", 1)[0] for arg in (a ^ b)})
+    return ", ".join(changed[:6]) + (", ..." if len(changed) > 6 else "")
+
+
+def _parse_script(text: str, source_name: str, script_path: str | None) -> ParsedLaunch:
+    from rft_plugin_convert_verl.shell import ScriptError, evaluate_script
+
+    try:
+        evaluation = evaluate_script(text, script_path)
+    except ScriptError as exc:
+        raise VerlConvertError(f"{source_name}: {exc}") from None
+    launches = [(argv, start) for argv in evaluation.commands
+                if (start := _launch_start(argv)) is not None]
+    if not launches:
+        why = f": {evaluation.last_error}" if evaluation.last_error else ""
+        if evaluation.status != 0:
+            raise VerlConvertError(f"{source_name}: the script stopped (exit status "
+                                   f"{evaluation.status}) before it launched veRL{why}")
+        raise VerlConvertError(f"{source_name}: the script, run without arguments, never "
+                               f"launches veRL (python3 -m verl.trainer.main_ppo ...){why}")
+    argv, (start, entry) = launches[0]
+    lines = _code_lines(text)
+    parsed = ParsedLaunch([], "script", entry_point=entry)
+    parsed.launch_line = _line_of(lines, entry.rsplit("/", 1)[-1]) or None
+    distinct = []
+    for other, _ in launches:
+        if other not in distinct:
+            distinct.append(other)
+    if len(distinct) > 1:
+        parsed.notes.append(
+            f"the script launches veRL {len(launches)} times with {len(distinct)} different "
+            "argument lists; the first launch is converted (the others differ in "
+            + "; ".join(_describe_difference(argv, other) for other in distinct[1:]) + ")")
+    before = evaluation.commands[:evaluation.commands.index(argv)]
+    skipped = sorted({cmd[0].rsplit("/", 1)[-1] for cmd in before if cmd
+                      and cmd[0].rsplit("/", 1)[-1] in _NOT_RUN})
+    if skipped:
+        parsed.notes.append("commands of the script that were not run (only the launch is "
+                            "read): " + ", ".join(skipped))
+    if any(cmd and cmd[0].endswith("nvidia-smi") for cmd in before):
+        parsed.notes.append("the script asks nvidia-smi for the GPUs: the converter's stub "
+                            "reports 8 (veRL's default trainer.n_gpus_per_node)")
+    if evaluation.env_defaults:
+        parsed.notes.append("environment variables the script reads with a default were unset "
+                            "during conversion, so the script's defaults were used: "
+                            + ", ".join(evaluation.env_defaults))
+    top_level = _outside_functions(lines)
+    for number, line in top_level:
+        if _ALL_ARGUMENTS.search(line):
+            parsed.ignored.append((number, "$@", SCRIPT_ARGUMENTS))
+    positional = sorted({m.group(1) for _, line in top_level
+                         for m in _POSITIONAL.finditer(line)})
+    if positional:
+        parsed.notes.append("the script reads its positional arguments ("
+                            + ", ".join(f"${n}" for n in positional) + "): they were empty "
+                            "during conversion, so the script's defaults for them were used")
+    arguments = argv[start:]
+    pending: str | None = None  # a flag waiting for its value
+    for argument in arguments:
+        line = _argument_line(lines, argument, parsed.launch_line or 0)
+        if pending is not None:
+            _set_flag(parsed, pending, argument)
+            parsed.ignored[-1] = (parsed.ignored[-1][0], f"{parsed.ignored[-1][1]} {argument}",
+                                  parsed.ignored[-1][2])
+            pending = None
+            continue
+        if argument.startswith("-"):
+            flag, has_value, value = argument.partition("=")
+            if flag in _CONFIG_NAME_FLAGS | _CONFIG_PATH_FLAGS:
+                parsed.ignored.append((line or parsed.launch_line or 0, argument,
+                                       "Hydra flag"))
+                if has_value:
+                    _set_flag(parsed, flag, value)
+                else:
+                    pending = flag
+                continue
+            parsed.ignored.append((line or parsed.launch_line or 0, argument,
+                                   "a command-line flag, not an override"))
+            pending = flag if flag in _HYDRA_FLAGS_WITH_VALUE and not has_value else None
+            continue
+        if not argument:
+            continue
+        parsed.overrides.append(parse_override(argument, line))
+    # Hydra flags are reported only when their config cannot be read (see mapping)
+    parsed.ignored = [entry for entry in parsed.ignored if entry[2] != "Hydra flag"]
+    _collect_env_refs(parsed)
+    return parsed
+
+
+def _set_flag(parsed: ParsedLaunch, flag: str, value: str) -> None:
+    if flag in _CONFIG_NAME_FLAGS:
+        parsed.config_name = value
+    elif flag in _CONFIG_PATH_FLAGS:
+        parsed.config_path = value
+
+
+def _collect_env_refs(parsed: ParsedLaunch) -> None:
+    for override in parsed.overrides:
+        for name in re.findall(r"\$\{oc\.env:(\w+)", override.text):
+            if name not in parsed.env_refs:
+                parsed.env_refs.append(name)
+
+
+def _parse_override_list(text: str) -> ParsedLaunch:
     state = ShellState()
-    launches: list[tuple[int, str, list[tuple[Word, str]]]] = []  # line, entry, arguments
-    listed: list[tuple[Word, str]] = []  # every word, for a bare list of overrides
+    listed: list[tuple[Word, str]] = []
     for command in read_commands(text):
         if _is_assignment_command(command.words):
             for word in command.words:
@@ -535,47 +741,51 @@ def parse_launch(text: str) -> ParsedLaunch:
                         state.expand(word).split("=", 1)[1])
             continue
         words = list(command.words)
-        while words and words[0].assignment_name():  # PYTHONUNBUFFERED=1 python3 ...
-            words.pop(0)
-        expanded = [state.expand(w) for w in words]
-        start = _launch_start(expanded)
-        if start is not None:
-            launches.append((command.line, start[1],
-                             list(zip(words, expanded))[start[0]:]))
-        elif words and words[0].raw not in _IGNORED_COMMANDS:
-            listed.extend(zip(words, expanded))
-    if len(launches) > 1:
-        lines = ", ".join(str(line) for line, _, _ in launches)
-        raise VerlConvertError(f"the input launches veRL {len(launches)} times (lines "
-                               f"{lines}); convert one launch at a time")
-    parsed = ParsedLaunch([], "script" if launches else "overrides",
-                          variables=dict(state.variables))
-    if launches:
-        parsed.launch_line, parsed.entry_point, arguments = launches[0]
-    else:
-        arguments = listed
+        if words and words[0].raw not in _IGNORED_COMMANDS:
+            listed.extend((word, state.expand(word)) for word in words)
+    parsed = ParsedLaunch([], "overrides", variables=dict(state.variables))
     flag_argument = False
-    for word, value in arguments:
+    for word, value in listed:
         if flag_argument:  # the value of "--config-name NAME"
             flag_argument = False
-            parsed.ignored[-1] = (parsed.ignored[-1][0], f"{parsed.ignored[-1][1]} {value}",
-                                  parsed.ignored[-1][2])
+            _set_flag(parsed, parsed.ignored[-1][1], value)
+            parsed.ignored.pop()
             continue
         if word.only_special:
             parsed.ignored.append((word.line, word.raw, "the script's own arguments"))
         elif value.startswith("-"):
-            parsed.ignored.append((word.line, value, "a command-line flag, not an override "
-                                   "(a --config-name other than ppo_trainer changes "
-                                   "veRL's defaults)"))
-            flag_argument = value in _HYDRA_FLAGS_WITH_VALUE
-        elif launches or "=" in value or value.startswith("~"):
+            flag, has_value, flag_value = value.partition("=")
+            if flag in _CONFIG_NAME_FLAGS | _CONFIG_PATH_FLAGS:
+                if has_value:
+                    _set_flag(parsed, flag, flag_value)
+                else:
+                    parsed.ignored.append((word.line, flag, "Hydra flag"))
+                    flag_argument = True
+                continue
+            parsed.ignored.append((word.line, value, "a command-line flag, not an override"))
+        elif "=" in value or value.startswith("~"):
             parsed.overrides.append(parse_override(value, word.line))
         else:
             raise VerlConvertError(
                 f"line {word.line}: {word.raw!r} is not a Hydra override (expected "
                 "key.sub=value), and the input has no 'python -m verl...' launch")
-    for override in parsed.overrides:
-        for name in re.findall(r"\$\{oc\.env:(\w+)", override.text):
-            if name not in parsed.env_refs:
-                parsed.env_refs.append(name)
+    _collect_env_refs(parsed)
     return parsed
+
+
+def parse_launch(text: str, source_name: str = "<stdin>",
+                 script_path: str | None = None) -> ParsedLaunch:
+    """Read a veRL launch script or a list of overrides.
+
+    A text that launches veRL (``-m verl.…`` or ``…/verl/trainer/main_*.py``) is run by
+    bash under stubs (:mod:`~rft_plugin_convert_verl.shell`) and the arguments of its
+    launch are read; any other text is a list of overrides (read by :func:`read_commands`).
+
+    :param script_path: the script's file (its directory is ``$(dirname $0)``).
+    :raises VerlConvertError: the script stops or never launches veRL, or a malformed
+        override — one line naming it.
+    """
+    text = text.replace("\r\n", "\n")
+    if LAUNCH_MARKER.search(text):
+        return _parse_script(text, source_name, script_path)
+    return _parse_override_list(text)

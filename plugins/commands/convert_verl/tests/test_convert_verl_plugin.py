@@ -1,5 +1,6 @@
 """rft-plugin-convert-verl as a plugin: its entry point contributes ``convert-verl`` to the
-``rft`` command through ``register_commands``, and importing it stays light."""
+``rft`` command through ``register_commands`` and the ``verl_workflow`` that converted
+configs name through ``register_workflows``, and importing it stays light."""
 
 from __future__ import annotations
 
@@ -30,8 +31,16 @@ def test_rft_plugins_shows_the_command() -> None:
                          check=True).stdout
     listed = {p["name"]: p for p in json.loads(out)}["convert_verl"]
     assert listed["distribution"] == "rft-plugin-convert-verl"
-    assert listed["hooks"] == ["register_commands"]
-    assert listed["registers"] == {"command": ["convert-verl"]}
+    assert sorted(listed["hooks"]) == ["register_commands", "register_workflows"]
+    assert listed["registers"] == {"command": ["convert-verl"], "workflow": ["verl_workflow"]}
+
+
+def test_the_workflow_is_registered() -> None:
+    from rft_plugin_convert_verl.workflow import VerlWorkflow
+
+    registration = PluginRegistry.create().registration("workflow", "verl_workflow")
+    assert registration.distribution == "rft-plugin-convert-verl"
+    assert registration.implementation is VerlWorkflow
 
 
 def test_without_the_plugin_the_command_says_what_to_install(tmp_path) -> None:

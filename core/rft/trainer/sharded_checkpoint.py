@@ -1,0 +1,310 @@
+"""Sharded checkpoints of the native trainer (``torch.distributed.checkpoint``, DCP).
+
+A checkpoint written by a sharded trainer (``trainer.ranks > 1``) is the usual atomic
+``global_step_<N>/`` folder of :mod:`rft.checkpoint`, with
+
+- ``trainer_sharded/``: DCP files — every rank writes its shards of the actor (and
+  critic), of their optimizer states, plus the schedulers and the step count, and
+  ``rng_rank<r>.pt`` (rank ``r``'s torch RNG states);
+- ``trainer.pt``: a small *marker* (``{"format": "rft-sharded", …}``) instead of the
+  full state;
+- ``hf/`` when exported: the full actor, gathered tensor by tensor on rank 0 (the other
+  ranks hold no full copy) and written as safetensors.
+
+The folder is written under its temporary name (``global_step_<N>.partial``) by
+:func:`rft.checkpoint.save_checkpoint` and renamed only when complete, so a killed save
+never becomes the newest checkpoint. All ranks must see the same file system (one node,
+or a shared one across nodes, as veRL requires).
+
+Loading reshards: DCP reads whatever shards the loading ranks need, so a checkpoint of 2
+ranks resumes on 1 (a one-process trainer reads it without ``torch.distributed``) and one
+of 1 rank on 2 (:func:`load_full_state`: rank 0 reads ``trainer.pt`` and the tensors are
+broadcast into the shards with ``set_model_state_dict(broadcast_from_rank0=True)``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rft.errors import RftError
+
+if TYPE_CHECKING:
+    from rft.trainer.torch_trainer import TorchTrainer
+
+SHARDED_DIR = "trainer_sharded"
+"""Folder of the DCP files inside a checkpoint."""
+
+MARKER_FORMAT = "rft-sharded"
+
+
+def sharded_marker(checkpoint_path: str, world_size: int, global_steps: int) -> dict[str, Any]:
+    """What ``trainer.pt`` holds for a sharded checkpoint at ``checkpoint_path`` (its final
+    name, after the rename)."""
+    return {"format": MARKER_FORMAT, "dir": SHARDED_DIR, "world_size": world_size,
+            "global_steps": global_steps,
+            "path": os.path.join(os.path.abspath(checkpoint_path), SHARDED_DIR)}
+
+
+def is_sharded_marker(state: Any) -> bool:
+    return isinstance(state, dict) and state.get("format") == MARKER_FORMAT
+
+
+def marker_dir(state: dict[str, Any]) -> str:
+    """The DCP folder a marker points at (its absolute path when it was written)."""
+    path = str(state["path"])
+    if not os.path.isdir(path):
+        raise RftError(f"trainer checkpoint: the sharded state {path} is missing (was the job "
+                       "folder moved? resume from the checkpoint folder itself)")
+    return path
+
+
+# ---- DCP state ------------------------------------------------------------------------
+
+
+def _models(trainer: TorchTrainer) -> list[tuple[str, Any, Any, Any]]:
+    """``(prefix, model, optimizer, scheduler)`` of the trained models."""
+    out = [("actor", trainer.actor, trainer.optimizer, trainer.scheduler)]
+    if trainer.critic is not None:
+        out.append(("critic", trainer.critic, trainer.critic_optimizer, trainer.critic_scheduler))
+    return out
+
+
+def _dcp_state(trainer: TorchTrainer) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    state: dict[str, Any] = {"global_steps": trainer.global_steps}
+    for prefix, model, optimizer, scheduler in _models(trainer):
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state[prefix] = model_state
+        state[f"{prefix}_optimizer"] = optimizer_state
+        state[f"{prefix}_scheduler"] = scheduler.state_dict()
+    return state
+
+
+def save_sharded(trainer: TorchTrainer, directory: str) -> None:
+    """Write ``trainer``'s state to ``directory`` (every rank calls it)."""
+    import torch.distributed.checkpoint as dcp
+
+    os.makedirs(directory, exist_ok=True)
+    try:
+        dcp.save(_dcp_state(trainer), checkpoint_id=directory, no_dist=trainer.ranks is None)
+        torch.save(_rng_state(), os.path.join(directory, f"rng_rank{_rank(trainer)}.pt"))
+    except OSError as exc:
+        raise RftError(f"checkpoint {directory}: cannot write: {exc.strerror or exc}") from exc
+
+
+def load_sharded(trainer: TorchTrainer, directory: str) -> None:
+    """Read the DCP state at ``directory`` into ``trainer`` (any number of ranks wrote it;
+    every rank calls this)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _dcp_state(trainer)
+    try:
+        dcp.load(state, checkpoint_id=directory, no_dist=trainer.ranks is None)
+    except Exception as exc:  # DCP raises several types for missing / corrupt files
+        raise RftError(f"checkpoint {directory}: cannot read the sharded trainer state: "
+                       f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    for prefix, model, optimizer, scheduler in _models(trainer):
+        set_state_dict(model, optimizer, model_state_dict=state[prefix],
+                       optim_state_dict=state[f"{prefix}_optimizer"])
+        scheduler.load_state_dict(state[f"{prefix}_scheduler"])
+    trainer.global_steps = int(state["global_steps"])
+    rng = os.path.join(directory, f"rng_rank{_rank(trainer)}.pt")
+    if os.path.isfile(rng):  # resharded onto more ranks: the new ones keep their own
+        _set_rng_state(torch.load(rng, weights_only=False))
+
+
+def _rank(trainer: TorchTrainer) -> int:
+    return 0 if trainer.ranks is None else trainer.ranks.rank
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+# ---- the one-process format (trainer.pt) ----------------------------------------------
+
+
+def _parameter_names(model: torch.nn.Module) -> list[str]:
+    """Names of the optimizer's parameters, in its order (``model.parameters()``)."""
+    return [name for name, _ in model.named_parameters()]
+
+
+def native_to_named(optimizer_state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """``optimizer.state_dict()`` (parameters by index) → keyed by parameter name."""
+    return {"state": {names[int(i)]: value for i, value in optimizer_state["state"].items()},
+            "param_groups": [{**group, "params": [names[int(i)] for i in group["params"]]}
+                             for group in optimizer_state["param_groups"]]}
+
+
+def named_to_native(optimizer_state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`native_to_named`."""
+    index = {name: i for i, name in enumerate(names)}
+    return {"state": {index[name]: value for name, value in optimizer_state["state"].items()},
+            "param_groups": [{**group, "params": [index[name] for name in group["params"]]}
+                             for group in optimizer_state["param_groups"]]}
+
+
+def full_state(trainer: TorchTrainer) -> dict[str, Any] | None:
+    """The state of a sharded trainer in the one-process format (``TorchTrainer.state_dict``
+    of one process), gathered on rank 0 in host memory (``None`` on the other ranks, which
+    hold no full copy). Every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state: dict[str, Any] = {"global_steps": trainer.global_steps}
+    for prefix, model, optimizer, scheduler in _models(trainer):
+        names = _parameter_names(model)
+        model_state = get_model_state_dict(model, options=options)
+        optimizer_state = get_optimizer_state_dict(model, optimizer, options=options)
+        key = "optimizer" if prefix == "actor" else f"{prefix}_optimizer"
+        state[prefix] = model_state
+        state[key] = named_to_native(optimizer_state, names) if optimizer_state else {}
+        state["scheduler" if prefix == "actor" else f"{prefix}_scheduler"] = scheduler.state_dict()
+    return state if _rank(trainer) == 0 else None
+
+
+def load_full_state(trainer: TorchTrainer, state: dict[str, Any] | None) -> None:
+    """Load a one-process state (rank 0 passes it, the other ranks ``None`` or the same)
+    into the shards of every rank (broadcast from rank 0). Every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    assert trainer.ranks is not None
+    rank0 = trainer.ranks.rank == 0
+    if rank0:
+        required = ["global_steps", "actor", "optimizer", "scheduler"]
+        if trainer.critic is not None:
+            required += ["critic", "critic_optimizer", "critic_scheduler"]
+        missing = [k for k in required if state is None or k not in state]
+        header = {"missing": missing}
+    else:
+        header = {}
+    header = trainer.ranks.gather_objects(header, "checkpoint keys")[0]
+    if header["missing"]:
+        raise RftError(f"trainer checkpoint: missing {', '.join(header['missing'])}")
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    small: dict[str, Any] = {}
+    for prefix, model, optimizer, _ in _models(trainer):
+        opt_key = "optimizer" if prefix == "actor" else f"{prefix}_optimizer"
+        sched_key = "scheduler" if prefix == "actor" else f"{prefix}_scheduler"
+        model_state = state[prefix] if rank0 and state is not None else {}
+        set_model_state_dict(model, model_state, options=options)
+        optimizer_state = (native_to_named(state[opt_key], _parameter_names(model))
+                           if rank0 and state is not None else {})
+        set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+        if rank0 and state is not None:
+            small[sched_key] = state[sched_key]
+    if rank0 and state is not None:
+        small["global_steps"] = state["global_steps"]
+    small = trainer.ranks.gather_objects(small, "checkpoint schedulers")[0]
+    for prefix, _, _, scheduler in _models(trainer):
+        key = "scheduler" if prefix == "actor" else f"{prefix}_scheduler"
+        scheduler.load_state_dict(small[key])
+    trainer.global_steps = int(small["global_steps"])
+
+
+def load_checkpoint_folder(trainer: TorchTrainer, path: str) -> None:
+    """Resume a (sharded) trainer from the checkpoint folder ``path``: its
+    ``trainer_sharded/`` when there is one, else rank 0 reads ``trainer.pt`` (the
+    one-process format). Every rank calls it."""
+    sharded = os.path.join(path, SHARDED_DIR)
+    if os.path.isdir(sharded):
+        load_sharded(trainer, sharded)
+        return
+    state = None
+    if trainer.is_rank0:
+        from rft.checkpoint import Checkpoint, load_checkpoint
+
+        state, _ = load_checkpoint(Checkpoint(0, path))
+    if trainer.ranks is None:
+        assert state is not None
+        trainer.load_state_dict(state)
+    else:
+        load_full_state(trainer, state)
+
+
+# ---- Hugging Face export ----------------------------------------------------------------
+
+
+def save_pretrained_from_shards(trainer: TorchTrainer, path: str,
+                                max_shard_size: str = "5GB") -> None:
+    """Write the actor of a sharded trainer as a Hugging Face folder: gathered tensor by
+    tensor, rank 0 keeps a host copy of each and writes them (safetensors, sharded like
+    ``save_pretrained``); the other ranks only take part. Every rank calls it."""
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in trainer.gathered_weights(keep=False):
+        if tensor is not None:
+            state[name] = tensor.to("cpu", copy=True).contiguous()
+        del tensor
+    if trainer.is_rank0:
+        write_hf_folder(trainer.actor, state, path, max_shard_size)
+
+
+def write_hf_folder(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str,
+                    max_shard_size: str = "5GB") -> None:
+    """Config, generation config and ``state`` as safetensors (with an index when
+    sharded) in ``path``, as ``save_pretrained`` writes them."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    os.makedirs(path, exist_ok=True)
+    config = copy.deepcopy(model.config)  # type: ignore[union-attr]
+    config.architectures = [_model_class_name(model)]
+    config.save_pretrained(path)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(path)
+    split = split_torch_state_dict_into_shards(state, max_shard_size=max_shard_size,
+                                               filename_pattern="model{suffix}.safetensors")
+    for filename, names in split.filename_to_tensors.items():
+        save_file({name: state[name] for name in names}, os.path.join(path, filename),
+                  metadata={"format": "pt"})
+    if split.is_sharded:
+        with open(os.path.join(path, "model.safetensors.index.json"), "w",
+                  encoding="utf-8") as handle:
+            json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename},
+                      handle, indent=2)
+
+
+def _model_class_name(model: torch.nn.Module) -> str:
+    """The model's own class (FSDP2 makes ``FSDP<Class>`` subclasses)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for cls in type(model).__mro__:
+        if cls is not FSDPModule and not issubclass(cls, FSDPModule):
+            return cls.__name__
+    return type(model).__name__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+__all__ = ["SHARDED_DIR", "full_state", "is_sharded_marker", "load_checkpoint_folder",
+           "load_full_state", "load_sharded", "marker_dir", "named_to_native",
+           "native_to_named", "save_pretrained_from_shards", "save_sharded", "sharded_marker",
+           "write_hf_folder"]
