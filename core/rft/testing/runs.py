@@ -21,8 +21,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunOutcome", "apply_overrides", "read_metrics", "run_tiny", "tiny_run_config",
-           "write_taskset"]
+from rft.hookspecs import hookimpl
+
+__all__ = ["RunOutcome", "TextRewardPlugin", "apply_overrides", "read_metrics", "run_tiny",
+           "text_reward", "tiny_run_config", "write_taskset"]
+
+
+def text_reward(response: str, truth: Any = None) -> dict[str, float]:
+    """``text = (Σ ord(c) mod 7) / 7`` over the response's characters: a reward that varies
+    with the sampled text, so the tiny random model (which never answers right) still gets
+    group advantages that are not all zero."""
+    return {"text": float(sum(map(ord, response)) % 7) / 7.0}
+
+
+class TextRewardPlugin:
+    """An in-process plugin registering :func:`text_reward` as ``text_reward``, for
+    ``rft_run(..., plugins=[TextRewardPlugin()])`` runs whose loss must see a signal."""
+
+    @hookimpl
+    def register_reward_fns(self) -> dict[str, Any]:
+        return {"text_reward": text_reward}
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import hookimpl
 from rft.contracts import AdvantageInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, close, validated
+from rft.testing.runs import TextRewardPlugin
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
 from rft_plugin_asymre import ASYMREArgs, asymre_advantages
@@ -88,23 +88,13 @@ def test_preset_fills_defaults(tmp_path) -> None:
     assert not plan.preset.use_reference and not plan.preset.use_critic
 
 
-class TextReward:
-    """A reward that varies with the sampled text (the tiny random model never answers
-    right), so that the advantages are not all zero."""
-
-    @hookimpl
-    def register_reward_fns(self):
-        def text_reward(response, truth):
-            return {"text": float(sum(map(ord, response)) % 7) / 7.0}
-
-        return {"text_reward": text_reward}
 
 
 def test_the_loss_moves_the_tiny_model(rft_run) -> None:
     outcome = rft_run({"algorithm.algorithm_type": "asymre",
                        "algorithm.policy_loss_fn_args": {"tau": 0.0},
                        "buffer.explorer_input.taskset.default_reward_fn_type": "text_reward"},
-                      plugins=[TextReward()])
+                      plugins=[TextRewardPlugin()])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert all(math.isfinite(v) for v in step.values()), step

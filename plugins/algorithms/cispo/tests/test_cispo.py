@@ -12,10 +12,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import hookimpl
 from rft.contracts import AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.runs import TextRewardPlugin
 from rft.testing.checks import assert_equals_verl, check_policy_loss
 from rft.testing.strategies import policy_loss_inputs
 from rft_plugin_cispo import CISPOArgs, cispo_policy_loss
@@ -99,22 +99,12 @@ def test_preset_fills_defaults(tmp_path) -> None:
     assert plan.preset.use_reference and not plan.preset.use_critic
 
 
-class TextReward:
-    """A reward that varies with the sampled text (the tiny random model never answers
-    right), so that group advantages are not all zero."""
-
-    @hookimpl
-    def register_reward_fns(self):
-        def text_reward(response, truth):
-            return {"text": float(sum(map(ord, response)) % 7) / 7.0}
-
-        return {"text_reward": text_reward}
 
 
 def test_the_loss_moves_the_tiny_model(rft_run) -> None:
     outcome = rft_run({"algorithm.algorithm_type": "cispo",
                        "buffer.explorer_input.taskset.default_reward_fn_type": "text_reward"},
-                      plugins=[TextReward()])
+                      plugins=[TextRewardPlugin()])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert all(math.isfinite(v) for v in step.values()), step

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from rft import hookimpl
 from rft.experience import EID, Experience
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import validated
+from rft.testing.runs import TextRewardPlugin
 from rft_plugin_dapo import OverlongPenalty, OverlongPenaltyArgs, overlong_penalty
 
 torch.set_num_threads(1)
@@ -81,16 +81,6 @@ def test_user_clip_values_merge_with_the_preset(tmp_path) -> None:
     assert (algorithm.repeat_times, args.clip_range_low, args.clip_range_high) == (4, 0.2, 0.3)
 
 
-class TextReward:
-    """A reward that varies with the sampled text (the tiny random model never answers
-    right), so that group advantages are not all zero."""
-
-    @hookimpl
-    def register_reward_fns(self):
-        def text_reward(response, truth):
-            return {"text": float(sum(map(ord, response)) % 7) / 7.0}
-
-        return {"text_reward": text_reward}
 
 
 def test_the_loss_moves_the_tiny_model(rft_run) -> None:
@@ -102,7 +92,7 @@ def test_the_loss_moves_the_tiny_model(rft_run) -> None:
         "data_processor": {"experience_pipeline": {"operators": [
             {"name": "overlong_penalty",
              "args": {"max_response_length": 6, "cache_length": 4}}]}}},
-        plugins=[TextReward()])
+        plugins=[TextRewardPlugin()])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert all(math.isfinite(v) for v in step.values()), step

@@ -10,10 +10,10 @@ import math
 import torch
 from hypothesis import given
 
-from rft import hookimpl
 from rft.contracts import AdvantageInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import FEW, validated
+from rft.testing.runs import TextRewardPlugin
 from rft.testing.checks import assert_equals_verl
 from rft.testing.strategies import advantage_inputs
 from rft_plugin_grpo import GRPOArgs, grpo_advantages
@@ -50,23 +50,13 @@ def test_preset_is_grpo(tmp_path) -> None:
     assert plan.preset.use_reference and not plan.preset.advantage_in_explorer
 
 
-class TextReward:
-    """A reward that varies with the sampled text (the tiny random model never answers
-    right), so that group advantages are not all zero."""
-
-    @hookimpl
-    def register_reward_fns(self):
-        def text_reward(response, truth):
-            return {"text": float(sum(map(ord, response)) % 7) / 7.0}
-
-        return {"text_reward": text_reward}
 
 
 def test_the_loss_moves_the_tiny_model(rft_run) -> None:
     outcome = rft_run({"algorithm.algorithm_type": "grpo_verl",
                        "algorithm.advantage_fn": "grpo_verl",
                        "buffer.explorer_input.taskset.default_reward_fn_type": "text_reward"},
-                      plugins=[TextReward()])
+                      plugins=[TextRewardPlugin()])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert all(math.isfinite(v) for v in step.values()), step

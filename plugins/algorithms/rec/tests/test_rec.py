@@ -15,10 +15,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import hookimpl
 from rft.contracts import AdvantageInputs, AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, close, validated
+from rft.testing.runs import TextRewardPlugin
 from rft.testing.checks import assert_equals_verl, check_advantage, check_policy_loss
 from rft.testing.strategies import advantage_inputs, policy_loss_inputs
 from rft_plugin_rec import RECAdvantageArgs, RECLossArgs, rec_advantages, rec_policy_loss
@@ -242,23 +242,13 @@ def test_trinity_example_validates(tmp_path) -> None:
     assert plan.loss.policy_loss.args.clip_mode == "one-side"
 
 
-class TextReward:
-    """A reward that varies with the sampled text (the tiny random model never answers
-    right), so that group advantages are not all zero."""
-
-    @hookimpl
-    def register_reward_fns(self):
-        def text_reward(response, truth):
-            return {"text": float(sum(map(ord, response)) % 7) / 7.0}
-
-        return {"text_reward": text_reward}
 
 
 def test_the_loss_moves_the_tiny_model(rft_run) -> None:
     outcome = rft_run({"algorithm.algorithm_type": "rec",
                        "algorithm.policy_loss_fn_args": {"clip_mode": "one-side"},
                        "buffer.explorer_input.taskset.default_reward_fn_type": "text_reward"},
-                      plugins=[TextReward()])
+                      plugins=[TextRewardPlugin()])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert all(math.isfinite(v) for v in step.values()), step

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import hookimpl
 from rft.contracts import AdvantageInputs, AggContext, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.runs import TextRewardPlugin
 from rft.testing.checks import check_advantage, check_policy_loss
 from rft.testing.strategies import advantage_inputs, policy_loss_inputs
 from rft_plugin_topr import TOPRArgs, reinforce_advantages, topr_policy_loss
@@ -91,22 +91,12 @@ def test_preset_fills_defaults(tmp_path) -> None:
     assert algorithm.repeat_times == 1
 
 
-class TextReward:
-    """A reward that varies with the sampled text (the tiny random model never answers
-    right), so that the advantages are not all zero."""
-
-    @hookimpl
-    def register_reward_fns(self):
-        def text_reward(response, truth):
-            return {"text": float(sum(map(ord, response)) % 7) / 7.0}
-
-        return {"text_reward": text_reward}
 
 
 def test_the_loss_moves_the_tiny_model(rft_run) -> None:
     outcome = rft_run({"algorithm.algorithm_type": "topr",
                        "buffer.explorer_input.taskset.default_reward_fn_type": "text_reward"},
-                      plugins=[TextReward()])
+                      plugins=[TextRewardPlugin()])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert all(math.isfinite(v) for v in step.values()), step
