@@ -1,9 +1,10 @@
 """Logging of a run (the ``log`` section).
 
-Every process of a run (the launcher, and in mode ``both`` each Ray actor) writes the
-``rft`` loggers at ``log.level`` to ``<job dir>/log/<role>.log`` — or
-``<job dir>/log/<node ip>/<role>.log`` with ``log.group_by_node`` — and warnings and errors
-also to stderr.
+The launching process writes the ``rft`` loggers at ``log.level`` to
+``<job dir>/log/launcher.log`` — or ``<job dir>/log/<node ip>/launcher.log`` with
+``log.group_by_node`` — and warnings and errors also to stderr. (In mode ``both`` the Ray
+actors' own records still go to Ray's log files; :func:`configure_logging` takes the role
+so that they can join.)
 """
 
 from __future__ import annotations

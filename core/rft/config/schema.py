@@ -856,12 +856,12 @@ class DataProcessorConfig:
 
 @dataclass
 class LogConfig:
-    """Logging of Ray actors (``log``)."""
+    """Logging of a run (``log``)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    """Minimum level written."""
+    """Minimum level written to ``<job dir>/log/launcher.log``."""
     group_by_node: bool = False
-    """Write ``log/<node_ip>/<actor>.log`` instead of ``log/<actor>.log`` under the
+    """Write ``log/<node_ip>/launcher.log`` instead of ``log/launcher.log`` under the
     checkpoint job dir."""
 
 
