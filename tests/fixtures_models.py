@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.testing.runs import write_taskset
 from rft.testing.tiny_model import build_tiny_model
 
 _BUILT: dict[int, Path] = {}
@@ -32,13 +33,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def arithmetic_tasks(directory: Path, count: int) -> Path:
-    """``<directory>/tasks.jsonl``: ``count`` rows ``{"question": "i+1=", "answer": "i+1"}``."""
-    import json
-
-    path = directory / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-                            for i in range(count)))
-    return path
+    """``<directory>/tasks.jsonl``: ``count`` rows ``{"question": "i+1=", "answer": "i+1"}``
+    (:func:`rft.testing.runs.write_taskset`)."""
+    return write_taskset(directory / "tasks.jsonl", count)
 
 
 def apply_changes(config: dict, changes: dict) -> dict:

@@ -22,6 +22,8 @@ import pytest
 import yaml
 from fixtures_packaging import REPO, in_fresh, wheel_of
 
+from rft.testing.runs import apply_overrides, tiny_run_config, write_taskset
+
 pytestmark = pytest.mark.slow
 
 PLUGIN_PROJECTS = sorted(p for p in (REPO / "plugins").rglob("pyproject.toml")
@@ -130,31 +132,10 @@ def test_a_tiny_colocate_run_from_the_fresh_venv(fresh: dict) -> None:
     root = fresh["cwd"]
     model = root / "tiny-model"
     in_fresh(fresh, "rft", "tiny-model", str(model))
-    tasks = root / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-                             for i in range(4)))
-    config = {
-        "project": "pkg", "name": "run", "mode": "colocate",
-        "checkpoint_root_dir": str(root / "ck"),
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-3}},
-        "model": {"model_path": str(model), "max_prompt_tokens": 128, "max_response_tokens": 8},
-        "cluster": {"node_num": 1, "gpu_per_node": 0},
-        "buffer": {
-            "batch_size": 2, "total_steps": 2,
-            "explorer_input": {
-                "taskset": {"name": "train", "path": str(tasks),
-                            "format": {"prompt_key": "question", "response_key": "answer"},
-                            "default_workflow_type": "simple_workflow",
-                            "default_reward_fn_type": "accuracy_reward"},
-            },
-            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
-        },
-        "explorer": {"eval_interval": 100, "rollout_model": {"engine_type": "hf",
-                                                             "dtype": "float32"}},
-        "synchronizer": {"sync_method": "memory", "sync_interval": 1},
-        "trainer": {"trainer_type": "torch", "save_interval": 2},
-        "monitor": {"monitor_type": "jsonl"},
-    }
+    tasks = write_taskset(root / "tasks.jsonl", 4)
+    config = apply_overrides(tiny_run_config(model, tasks, root),
+                             {"project": "pkg", "checkpoint_root_dir": str(root / "ck"),
+                              "trainer.save_interval": 2})
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     result = in_fresh(fresh, "rft", "run", str(path))
