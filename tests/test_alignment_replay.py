@@ -104,7 +104,11 @@ def test_rft_update_matches_verl_reference(registry, tiny_model_dir, tmp_path, n
 
     snapshot = load_snapshot(tmp_path / "snap")
     assert torch.equal(snapshot.tensors["input_ids"], recorded.tensors["input_ids"])
-    assert {"old_log_prob", "ref_log_prob", "advantages"} <= set(snapshot.tensors)
+    assert {"old_log_prob", "advantages"} <= set(snapshot.tensors)
+    # a zero KL coefficient: no reference model is held or run (issue #23)
+    kl_coef = algorithm["kl_loss_fn_args"]["kl_coef"]
+    assert ("ref_log_prob" in snapshot.tensors) == (kl_coef != 0)
+    assert (trainer.ref is not None) == (kl_coef != 0)
     assert snapshot.settings.kl_coef == algorithm["kl_loss_fn_args"]["kl_coef"]
     assert snapshot.settings.entropy_coef == algorithm["entropy_loss_fn_args"]["entropy_coef"]
 

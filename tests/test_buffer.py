@@ -16,9 +16,10 @@ from rft.plugins import PluginRegistry
 
 def make(i: int, version: int = 0) -> Experience:
     return Experience(tokens=torch.tensor([1, 2, 3 + i, 4]), prompt_length=2, reward=float(i),
-                      logprobs=torch.tensor([-0.5, -0.25]), eid=EID(batch=0, task=i, run=0),
+                      logprobs=torch.tensor([-0.5, -0.25]),
+                      eid=EID(batch=0, task=i, run=0, step=1),
                       model_version=version, info={"i": i}, metrics={"m": 1.0},
-                      response_text=f"text {i}")
+                      response_text=f"text {i}", teacher_logprobs=torch.tensor([-1.5, -0.75]))
 
 
 @pytest.fixture(params=["queue", "queue+db", "sql", "file"])
@@ -43,7 +44,8 @@ def test_fifo_roundtrip_and_counts(storage):
     exp = second[0]
     assert exp.tokens.tolist() == [1, 2, 5, 4] and exp.prompt_length == 2
     assert exp.logprobs.tolist() == [-0.5, -0.25] and exp.action_mask.dtype == torch.bool
-    assert exp.eid == EID(batch=0, task=2, run=0)
+    assert exp.eid == EID(batch=0, task=2, run=0, step=1)
+    assert exp.teacher_logprobs.tolist() == [-1.5, -0.75]
     assert exp.response_text == "text 2"
     assert (storage.written, storage.read_count, storage.available()) == (4, 4, 0)
 
@@ -149,9 +151,9 @@ def _every_field_experience() -> Experience:
                       action_mask=torch.tensor([1, 1, 0, 1, 1, 1, 0], dtype=torch.bool),
                       advantages=torch.randn(7, generator=g).to(torch.bfloat16),
                       returns=torch.randn(7, generator=g, dtype=torch.float64)[::1],
-                      eid=EID(3, 1, 2, "t0"), model_version=4, info={"q": "1+1"},
+                      eid=EID(3, 1, 2, 5, "t0"), model_version=4, info={"q": "1+1"},
                       metrics={"len": 7.0}, chosen_tokens=torch.arange(3)[::2],
-                      response_text="ok")
+                      response_text="ok", teacher_logprobs=torch.randn(7, generator=g))
 
 
 def _assert_same_experience(got: Experience, want: Experience) -> None:

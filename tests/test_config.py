@@ -160,10 +160,11 @@ def test_fixed_repeat_times(base, registry):
     base["algorithm"]["algorithm_type"] = "test_pairs"
     config, _ = single(base, registry)
     assert config.algorithm.repeat_times == 2
-    base["algorithm"]["repeat_times"] = 3
-    with pytest.raises(ConfigError, match=r"algorithm.repeat_times: test_pairs needs "
-                                          r"repeat_times=2, got 3"):
-        single(base, registry)
+    base["algorithm"]["repeat_times"] = 3  # the guide: "automatically set to 2" (DPO)
+    loaded = build_stages(base, registry)
+    assert loaded.stages[0].config.algorithm.repeat_times == 2
+    assert loaded.warnings == ["algorithm.repeat_times: test_pairs uses repeat_times=2; 3 is "
+                               "replaced"]
 
 
 def test_response_tokens_derived_from_model_len(base, registry):
@@ -225,7 +226,7 @@ def test_all_problems_are_reported_at_once(base, registry):
     assert caught.value.problems == [
         "model.min_response_tokens: must be less than max_response_tokens (50), got 99",
         "buffer.batch_size: must be > 0, got 0",
-        "trainer.trainer_type: unknown trainer 'nope'; registered: test_trainer, torch",
+        "trainer.trainer_type: unknown trainer 'nope'; registered: test_trainer, torch, verl",
     ]
 
 

@@ -129,7 +129,6 @@ SHARED_NAMES = {
 tell those reads apart, so it leaves them out."""
 
 READ_WITHOUT_EFFECT = {
-    "auxiliary_buffers": {"rft.config.validate"},  # paths are checked, nothing opens them
     "ulysses_sequence_parallel_size": {"rft.trainer.options"},  # token budget only
 }
 """Unsupported fields that a module reads without giving them their effect."""
@@ -287,11 +286,11 @@ def test_keys_name_list_items_and_mapping_entries():
     config = schema.RftConfig()
     config.buffer.explorer_input.tasksets = [schema.TasksetConfig(name="a"),
                                              schema.TasksetConfig(name="b")]
-    config.buffer.explorer_input.tasksets[1].format.tools_key = "functions"
+    config.buffer.explorer_input.tasksets[1].format.reply_prefix = "<think>"
     config.explorer.auxiliary_models = [schema.AuxiliaryModelConfig(engine_num=2)]
     _, warnings = support_messages(config)
     assert [w.split(":")[0] for w in warnings] == [
-        "buffer.explorer_input.tasksets[1].format.tools_key",
+        "buffer.explorer_input.tasksets[1].format.reply_prefix",
         "explorer.auxiliary_models[0].engine_num"]
 
 
@@ -311,12 +310,11 @@ def env(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_lora_fails_validation_naming_the_key(env):
+def test_lora_validates_and_two_adapters_fail_naming_the_key(env):
+    load_config(BASE_CONFIG, ["model.lora_configs=[{lora_rank: 16}]"])  # trained (test_lora)
     with pytest.raises(ConfigError) as caught:
-        load_config(BASE_CONFIG, ["model.lora_configs=[{lora_rank: 16}]"])
-    assert caught.value.problems == [
-        f"model.lora_configs: {SUPPORT['ModelConfig.lora_configs'].reason}"]
-    assert "LoRA is not implemented yet" in caught.value.problems[0]
+        load_config(BASE_CONFIG, ["model.lora_configs=[{lora_rank: 16}, {lora_rank: 8}]"])
+    assert [p.split(": ")[0] for p in caught.value.problems] == ["model.lora_configs"]
 
 
 def test_tinker_fails_validation_naming_the_key(env):

@@ -246,13 +246,16 @@ def test_every_registered_function_runs_on_its_inputs() -> None:
     rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float64)
     adv_inputs = AdvantageInputs(rewards, mask, ["a", "a", "b", "b"],
                                  values=torch.rand(B, T, dtype=torch.float64),
-                                 reward_baselines=torch.full((B,), 0.5, dtype=torch.float64))
+                                 reward_baselines=torch.full((B,), 0.5, dtype=torch.float64),
+                                 rollout_log_prob=t["old_log_prob"].detach(),
+                                 teacher_log_prob=t["ref_log_prob"])
     for name in registry.names("advantage_fn"):
         fn = registry.get("advantage_fn", name)
         advantages, returns = fn(adv_inputs, _args(fn))
         assert advantages.shape == returns.shape == (B, T), name
     policy_inputs = PolicyLossInputs(t["log_prob"], t["old_log_prob"], t["advantages"], mask,
-                                     agg, ref_log_prob=t["ref_log_prob"])
+                                     agg, ref_log_prob=t["ref_log_prob"],
+                                     teacher_log_prob=t["ref_log_prob"], global_step=1)
     for name in registry.names("policy_loss_fn"):
         fn = registry.get("policy_loss_fn", name)
         pg_loss, metrics = fn(policy_inputs, _args(fn))

@@ -370,6 +370,30 @@ def test_stages_across_modes(ray_local, tmp_path, tiny_model_dir, tasks):
     assert [r["step"] for r in grpo_trainer] == [1, 2]
 
 
+@pytest.mark.slow
+def test_mix_reads_its_expert_buffer_in_the_trainer_actor(ray_local, tmp_path, tiny_model_dir,
+                                                           tasks):
+    """mode both, algorithm mix: the trainer actor opens the auxiliary buffer of expert SFT
+    rows itself (its own tokenizer with the model's template) and mixes one expert row
+    into each batch of 4."""
+    expert = tmp_path / "expert.jsonl"
+    expert.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                              for i in range(3)))
+    config = both_config(
+        tmp_path, tiny_model_dir, tasks, buffer__total_steps=2, trainer__trainer_config={},
+        explorer__rollout_model={"engine_type": "hf", "dtype": "float32"},
+        algorithm__algorithm_type="mix",
+        algorithm__sample_strategy_args={"expert_data_ratio": 0.25},
+        buffer__trainer_input__auxiliary_buffers={"sft_dataset": {
+            "storage_type": "file", "path": str(expert),
+            "format": {"prompt_type": "plaintext", "prompt_key": "question",
+                       "response_key": "answer"}}})
+    assert run(load_config(config)) == 0
+    trainer = logged(tmp_path, "trainer")
+    assert by_step(trainer, "sample/expert_count") == {1: 1.0, 2: 1.0}
+    assert by_step(trainer, "expert/fraction") == {1: 0.25, 2: 0.25}
+
+
 def test_chunks_split_prompts_contiguously():
     assert [list(r) for r in chunks(5, 2)] == [[0, 1, 2], [3, 4]]
     assert [list(r) for r in chunks(2, 3)] == [[0], [1]]
@@ -512,7 +536,16 @@ with ray_cluster(config):
         def pid(self):
             return os.getpid()
 
-    ray.get(Probe.remote().pid.remote())  # a worker process too
+        def rendezvous(self):  # sync_method nccl: the store the trainer actor hosts
+            import torch
+            from rft.distributed.weight_broadcast import host_rendezvous
+
+            self.store, address = host_rendezvous(2, torch.device("cpu"), 30)
+            return [address.host, address.port]
+
+    probe = Probe.remote()
+    ray.get(probe.pid.remote())  # a worker process too
+    store = ray.get(probe.rendezvous.remote())
     me = psutil.Process()
     found = []
     for proc in [me] + me.children(recursive=True):
@@ -523,15 +556,38 @@ with ray_cluster(config):
         except psutil.Error:
             pass
 print("LISTENERS " + json.dumps(found))
+print("STORE " + json.dumps(store))
 print("CLUSTER_MODE_ENV " + json.dumps(os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")))
 """
+
+
+def test_weight_group_store_listens_on_the_node_address_only(monkeypatch):
+    """Off the private cluster the rendezvous of ``sync_method: nccl`` listens on the node's
+    address (127.0.0.2 stands for it here) and nowhere else — torch's own socket would listen
+    on ``::`` — and a rank joins it there."""
+    import datetime
+
+    import psutil
+    import ray
+    import torch.distributed as dist
+    from rft.distributed.weight_broadcast import host_rendezvous
+
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.2")
+    store, address = host_rendezvous(2, torch.device("cpu"), 10)
+    listening = [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == address.port]
+    assert (address.host, listening) == ("127.0.0.2", [("127.0.0.2", address.port)])
+    client = dist.TCPStore("127.0.0.2", address.port, 2, False, datetime.timedelta(seconds=10))
+    client.set("joined", "yes")
+    assert store.get("joined") == b"yes"
 
 
 @pytest.mark.slow
 def test_private_cluster_listens_on_loopback_only():
     """``rft run``'s private Ray cluster (``cluster.ray_address: local``, or ``auto`` with
     none running): every socket its processes listen on — GCS, raylet, object manager,
-    agents, driver and worker gRPC — is bound to loopback, none to 0.0.0.0 / ::."""
+    agents, driver and worker gRPC, the weight-broadcast rendezvous of ``sync_method:
+    nccl`` — is bound to loopback, none to 0.0.0.0 / ::."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for name in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
         env.pop(name, None)
@@ -539,8 +595,12 @@ def test_private_cluster_listens_on_loopback_only():
                           text=True, env=env, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines()
-                 if line.startswith(("LISTENERS ", "CLUSTER_MODE_ENV ")))
+                 if line.startswith(("LISTENERS ", "CLUSTER_MODE_ENV ", "STORE ")))
     listeners = json.loads(lines["LISTENERS"])
+    store_host, store_port = json.loads(lines["STORE"])
+    assert store_host == "127.0.0.1"
+    assert [entry[2] for entry in listeners if entry[3] == store_port] == ["127.0.0.1"], \
+        listeners
     names = {name for _, name, _, _ in listeners}
     assert {"gcs_server", "raylet"} <= names, listeners
     assert len(listeners) >= 4, listeners

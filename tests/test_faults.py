@@ -592,7 +592,8 @@ def test_validate_checks_the_dataset_of_a_train_only_stage(tmp_path, tiny_model_
     data.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+1="}\n')
     assert main(["validate", str(sft_config(tmp_path, tiny_model_dir, data))]) == 2
     assert errors(capsys.readouterr().err) == [
-        f"rft: experience buffer 'sft' ({data}): row 1 has no key 'answer'; keys: question"]
+        f"rft: experience buffer 'sft' ({data}): row 1 has no key 'answer' "
+        "(format.response_key); keys: question"]
     data.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+1=" "answer": 3}\n')
     assert main(["validate", str(sft_config(tmp_path, tiny_model_dir, data))]) == 2
     assert errors(capsys.readouterr().err) == [
@@ -745,6 +746,117 @@ def test_explore_and_train_killed_at_random_points(tmp_path, tiny_model_dir, tas
                 for r in buffer_rows(tmp_path / "exp.db")}
     assert versions == {(s, s - 1) for s in range(1, steps + 1)}, context
     assert_same_weights(actor(job, steps), want, f"{context}: ")
+
+
+def both_config(tmp: Path, model: Path, tasks: Path) -> Path:
+    """:func:`colocate_config` in mode ``both`` — explorer, trainer and buffer as Ray actors,
+    on a private Ray cluster of the run's own — over a SQLite buffer, in lockstep
+    (``sync_interval: 1``, ``sync_offset: 0``)."""
+    return colocate_config(tmp, model, tasks, mode="both", cluster__ray_address="local",
+                           buffer__trainer_input__experience_buffer={
+                               "name": "exp", "storage_type": "sql",
+                               "path": str(tmp / "exp.db")})
+
+
+def wait_for_step(path: Path, step: int, proc: subprocess.Popen, since: float,
+                  deadline: float) -> None:
+    """Until a record of ``step`` or later, logged after ``since`` (epoch seconds), is in the
+    jsonl monitor file ``path`` (or the process ended): lines an earlier run left are not
+    taken for this run's."""
+    while proc.poll() is None:
+        records = [json.loads(line) for line in path.read_text().splitlines()
+                   if line.endswith("}")] if path.exists() else []
+        if any(r["step"] >= step and r["time"] >= since for r in records):
+            return
+        assert time.monotonic() < deadline, f"{path} never reached step {step}"
+        time.sleep(0.02)
+
+
+def actor_process(root: int, title: str) -> Any:
+    """The process under ``root`` whose command line holds ``title`` (Ray names an actor's
+    process ``ray::<class>``), or ``None``."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process(root).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if any(title in part for part in proc.cmdline()):
+                    return proc
+    return None
+
+
+def trained_by(db: Path) -> dict[tuple, int]:
+    """eid → the step that trained it."""
+    return {eid_key(r): r["read_step"] for r in buffer_rows(db)}
+
+
+@pytest.mark.slow
+def test_both_killed_twice_resumes_to_the_uninterrupted_weights(tmp_path, tiny_model_dir,
+                                                                tasks_file, processes):
+    """Mode ``both``: the launcher's process group (coordinator, Ray, every actor) is killed
+    with ``kill -9`` at a random point and the run restarted; then the trainer actor alone
+    is killed at a random later point — the run ends with one line naming it — and the run
+    restarted again. It ends with the weights of the same run uninterrupted, bit for bit;
+    the monitors hold each step once, with the uninterrupted run's values (timings aside);
+    the counters go on; every experience (by eid) is written once and trained once, at the
+    uninterrupted run's step."""
+    seed = seed_for()
+    rng = random.Random(seed)
+    deadline = time.monotonic() + 600
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    processes.start("reference", [str(RFT), "run", str(both_config(reference, tiny_model_dir,
+                                                                   tasks_file))])
+    assert processes.wait("reference", 300) == 0, processes.output("reference")[-3000:]
+    config = both_config(tmp_path, tiny_model_dir, tasks_file)
+    job, want_job = tmp_path.joinpath(*JOB), reference.joinpath(*JOB)
+    trainer_log = job / "monitor" / "trainer.jsonl"
+
+    lines, delay = rng.randrange(0, 3), rng.uniform(0, 0.5)
+    plan = [f"launcher after trainer line {lines} + {delay:.2f} s"]
+    proc = processes.start("first", [str(RFT), "run", str(config)])
+    wait_for_lines(trainer_log, lines, proc, deadline)
+    time.sleep(delay)
+    processes.kill("first")
+
+    step, delay = rng.randrange(3, STEPS), rng.uniform(0, 0.3)
+    started = time.time()
+    proc = processes.start("second", [str(RFT), "run", str(config)])
+    wait_for_step(trainer_log, step, proc, started, deadline)
+    time.sleep(delay)
+    trainer = actor_process(proc.pid, "ray::TrainerService")
+    if trainer is not None and proc.poll() is None:
+        plan.append(f"trainer actor after its step {step} + {delay:.2f} s")
+        killed = time.monotonic()
+        trainer.kill()
+        status = processes.wait("second", 120)
+        ended = time.monotonic() - killed
+        context = f"seed {seed}: killed {'; '.join(plan)}"
+        output = processes.output("second")
+        assert status != 0 and ended < 60, f"{context}: exit {status} after {ended:.0f} s"
+        failures = [line for line in errors(output) if "Ray cluster at" not in line]
+        assert len(failures) == 1 and failures[0].startswith(
+            "rft: trainer actor 'trainer' died"), f"{context}:\n{output[-3000:]}"
+    else:  # the second run ended first
+        plan.append("(the second run finished before its trainer could be killed)")
+        assert processes.wait("second", 120) == 0
+    context = f"seed {seed}: killed {'; '.join(plan)}"
+    print(context)  # which kill points this run took (pytest -s)
+
+    processes.start("third", [str(RFT), "run", str(config)])
+    assert processes.wait("third", max(1.0, deadline - time.monotonic())) == 0, \
+        f"{context}: the resumed run failed:\n{processes.output('third')[-3000:]}"
+    assert_same_weights(actor(job, STEPS), actor(want_job, STEPS), f"{context}: ")
+    for role in ("trainer", "explorer"):
+        same_metrics(monitor_records(job, role), monitor_records(want_job, role))
+    state = json.loads((job / f"global_step_{STEPS}" / "state.json").read_text())
+    want = json.loads((want_job / f"global_step_{STEPS}" / "state.json").read_text())
+    assert (state["experiences_written"], state["experiences_read"]) == \
+        (want["experiences_written"], want["experiences_read"]) == (20, 20), context
+    assert state["selectors"] == want["selectors"] and state["engine_seed"] == want["engine_seed"]
+    assert_each_experience_trained_once(tmp_path / "exp.db", STEPS, 4)
+    assert trained_by(tmp_path / "exp.db") == trained_by(reference / "exp.db"), context
+    assert not list(job.glob("*.partial"))
 
 
 HANGING_RUN = textwrap.dedent("""

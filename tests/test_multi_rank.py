@@ -238,10 +238,9 @@ def test_unhonoured_trainer_keys_are_warnings_naming_them(registry, tmp_path, ti
     colocate = both_plain(tmp_path, tiny_model_dir, cpu_ranks=2)
     colocate["mode"] = "colocate"
     colocate["synchronizer"] = {"sync_method": "memory"}
-    loaded = build_stages(colocate, registry)
-    assert loaded.stages[0].config.trainer.ranks == 1
-    assert loaded.warnings == ["trainer.cpu_ranks: mode 'colocate' runs the trainer in its own "
-                               "process (one rank); 2 ranks need mode 'both' or 'train'"]
+    loaded = build_stages(colocate, registry)  # colocate on 2 CPU ranks (test_colocate_ranks)
+    assert loaded.stages[0].config.trainer.ranks == 2
+    assert loaded.warnings == []
 
 
 # ---- 2 ranks against 1 (Ray actors over gloo) -------------------------------------------------

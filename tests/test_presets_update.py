@@ -30,7 +30,8 @@ def test_every_installed_preset_is_covered(registry):
 
 def experiences(preset, vocab: int) -> list[Experience]:
     """Eight sequences in the layout the preset trains on: rollouts in groups of two (with
-    a reward baseline for ReMax), chosen/rejected pairs (DPO), or expert rows (mix)."""
+    a reward baseline for ReMax and a teacher's log-probs for distillation),
+    chosen/rejected pairs (DPO), or expert rows (mix)."""
     g = torch.Generator().manual_seed(0)
     pairs = preset.experience_format == "dpo"
     out = []
@@ -44,9 +45,8 @@ def experiences(preset, vocab: int) -> list[Experience]:
         exp.info["reward_baseline"] = 0.5
         if preset.sample_strategy == "mix":
             exp.info["is_expert"] = i >= 6
-        if preset.advantage_in_explorer:  # on_policy_distill, jsd: the explorer's operator
-            exp.advantages = torch.randn(response, generator=g)
-            exp.returns = exp.advantages.clone()
+        # a teacher's log-probs (on_policy_distill, jsd; the other presets ignore them)
+        exp.teacher_logprobs = -torch.rand(response, generator=g) - 0.5
         out.append(exp)
     return out
 

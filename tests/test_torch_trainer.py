@@ -178,8 +178,13 @@ def test_pad_batch_layout() -> None:
     assert batch.token_level_rewards[1].abs().sum() == 0  # no response: nowhere to put it
     assert batch.token_level_rewards[2].tolist() == [0.5, -0.5, 0, 0, 0, 0]
     assert batch.token_level_rewards[3].tolist() == [0, 0, 0, 0, 0, 4.0]
-    experiences[1].logprobs = None
-    assert pad_batch(experiences, pad_token_id=0).rollout_log_prob is None
+    for exp in experiences:  # a teacher's log-probs are padded the same way
+        exp.teacher_logprobs = exp.logprobs * 2
+    teacher = pad_batch(experiences, pad_token_id=0).teacher_log_prob  # (B, R)
+    assert torch.equal(teacher, batch.rollout_log_prob * 2)
+    experiences[1].logprobs = experiences[2].teacher_logprobs = None
+    padded = pad_batch(experiences, pad_token_id=0)
+    assert padded.rollout_log_prob is None and padded.teacher_log_prob is None
 
 
 def params(trainer: TorchTrainer) -> dict[str, torch.Tensor]:
@@ -224,6 +229,58 @@ def test_kl_loss_uses_the_reference_model(registry, model_dir, tmp_path) -> None
     assert first["actor/kl_loss"] == pytest.approx(0.0, abs=1e-12)  # actor == reference
     assert second["actor/kl_loss"] > 0.0 and second["actor/kl_coef"] == 0.1
     assert all(torch.equal(v, ref_before[k]) for k, v in trainer.ref.state_dict().items())
+
+
+def held_parameters(trainer: TorchTrainer) -> int:
+    """Parameter elements the trainer holds in memory: actor, reference model and critic,
+    each storage counted once (a reference sharing the actor's tensors adds nothing)."""
+    storages: dict[int, int] = {}
+    for module in (trainer.actor, trainer.ref, trainer.critic):
+        for p in module.parameters() if module is not None else ():
+            storages[p.untyped_storage().data_ptr()] = p.numel()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("algorithm, holds_ref", [
+    ({}, True),  # GRPO's preset: k2 KL loss, kl_coef 0.001
+    ({"kl_loss_fn": "none"}, False),  # Dr.GRPO / DAPO-style recipes
+    ({"kl_loss_fn_args": {"kl_coef": 0.0}}, False),  # a KL term that adds exactly 0
+    ({"kl_loss_fn": "none", "kl_penalty_fn": "k1",
+      "kl_penalty_fn_args": {"kl_coef": 0.1}}, True),
+    ({"kl_loss_fn": "none", "kl_penalty_fn": "k1",
+      "kl_penalty_fn_args": {"kl_coef": 0.0}}, False),
+], ids=["kl_loss", "no_kl", "kl_coef_0", "kl_penalty", "kl_penalty_coef_0"])
+def test_grpo_holds_a_reference_model_only_for_an_active_kl_term(
+        model_dir, tmp_path, algorithm: dict[str, Any], holds_ref: bool) -> None:
+    """Issue #23: the real ``grpo`` preset (installed plugin) keeps a second copy of the
+    weights, and runs it, only when a KL term with a non-zero coefficient needs it."""
+    registry = PluginRegistry.create(extra_plugins=[StandInPlugin()])  # + the grpo plugin
+    trainer = make_trainer(registry, model_dir, tmp_path,
+                           algorithm={"algorithm_type": "grpo", **algorithm})
+    assert trainer.preset.use_reference  # the flag alone no longer builds one
+    actor = sum(p.numel() for p in trainer.actor.parameters())
+    assert (trainer.ref is not None) == holds_ref
+    assert held_parameters(trainer) == (2 if holds_ref else 1) * actor
+    metrics = trainer.train_step(rollouts())
+    assert ("timing_s/ref" in metrics) == holds_ref
+    assert ("actor/kl_loss" in metrics) == ("kl_loss_fn" not in algorithm and holds_ref)
+    assert ("actor/reward_kl_penalty" in metrics) == ("kl_penalty_fn" in algorithm and holds_ref)
+
+
+def test_every_preset_flag_says_what_its_defaults_do(tmp_path) -> None:
+    """``AlgorithmPreset.use_reference`` is descriptive: for every installed algorithm it
+    equals whether its default loss needs a reference model (``LossPlan.needs_ref``)."""
+    from rft.testing.algorithms import validated
+
+    registry = PluginRegistry.create()
+    names = registry.names("algorithm")
+    assert {"grpo", "dapo", "dpo", "ppo"} <= set(names)
+    wrong = {}
+    for name in names:
+        _, plan = validated({"algorithm_type": name}, str(tmp_path / name), registry)
+        if plan.preset.use_reference != plan.loss.needs_ref:
+            wrong[name] = (plan.preset.use_reference, plan.loss.needs_ref)
+    assert not wrong, wrong
 
 
 def test_kl_penalty_in_reward(registry, model_dir, tmp_path) -> None:
@@ -428,3 +485,72 @@ def test_the_critic_head_is_the_same_in_every_build(registry, model_dir, tmp_pat
     torch.manual_seed(2)
     second = make_trainer(registry, model_dir, tmp_path, **ppo)
     assert torch.equal(first.critic.score.weight, second.critic.score.weight)
+
+
+class InputRecorder:
+    """A policy loss and an advantage fn that record what the trainer hands them (the
+    teacher's log-probs, the sampling log-probs, the step) and otherwise act as the
+    clipped surrogate on GRPO advantages."""
+
+    def __init__(self) -> None:
+        self.losses: list[tuple[int | None, torch.Tensor | None, torch.Tensor]] = []
+        self.advantages: list[tuple[torch.Tensor | None, torch.Tensor | None]] = []
+
+    def loss(self, inputs: PolicyLossInputs, args: None):
+        self.losses.append((inputs.global_step, inputs.teacher_log_prob, inputs.response_mask))
+        return -inputs.log_prob * inputs.advantages, {}
+
+    def advantage(self, inputs, args: None):
+        self.advantages.append((inputs.teacher_log_prob, inputs.rollout_log_prob))
+        return grpo_advantages(inputs, grpo_advantages.Args())
+
+    @hookimpl
+    def register_algorithms(self) -> dict[str, Any]:
+        return {"test_record": AlgorithmPreset(advantage_fn="test_record_adv",
+                                               policy_loss_fn="test_record_loss",
+                                               repeat_times=2, sample_strategy="test_sampler")}
+
+    @hookimpl
+    def register_advantage_fns(self) -> dict[str, Any]:
+        return {"test_record_adv": self.advantage}
+
+    @hookimpl
+    def register_policy_loss_fns(self) -> dict[str, Any]:
+        return {"test_record_loss": self.loss}
+
+
+def test_teacher_log_probs_and_the_step_reach_the_functions(model_dir, tmp_path) -> None:
+    """``Experience.teacher_logprobs`` arrive padded as ``teacher_log_prob`` in the advantage
+    fn (with ``rollout_log_prob``) and, micro-batch by micro-batch, in the policy loss;
+    ``global_step`` counts the steps from 1 and goes on from a restored state."""
+    recorder = InputRecorder()
+    registry = PluginRegistry.create(extra_plugins=[StandInPlugin(), recorder], autoload=False)
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "algorithm_type": "test_record"}, trainer={"trainer_config": {
+            "actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 2}}}})
+    experiences = rollouts()
+    for i, exp in enumerate(experiences):
+        exp.teacher_logprobs = exp.logprobs - 0.5 * i
+    batch = pad_batch(experiences, 0)
+    for _ in range(2):
+        trainer.train_step(experiences)
+    teacher, rollout = recorder.advantages[0]
+    assert torch.equal(teacher, batch.teacher_log_prob)
+    assert torch.equal(rollout, batch.rollout_log_prob)
+    steps = [step for step, _, _ in recorder.losses]
+    assert steps == [1] * (len(steps) // 2) + [2] * (len(steps) // 2) and len(steps) == 6
+    rows = [(t * m).sum(-1) for _, t, m in recorder.losses[:3]]  # step 1's micro-batches
+    expected = [(e.teacher_logprobs * e.action_mask).sum() for e in experiences]
+    torch.testing.assert_close(torch.cat(rows), torch.stack(expected))
+
+    state = trainer.state_dict()
+    resumed = make_trainer(registry, model_dir, tmp_path / "again", algorithm={
+        "algorithm_type": "test_record"})
+    resumed.load_state_dict(state)
+    resumed.train_step(experiences)
+    assert recorder.losses[-1][0] == 3
+
+    for exp in experiences[1:]:  # not every row has a teacher: neither function gets one
+        exp.teacher_logprobs = None
+    trainer.train_step(experiences)
+    assert recorder.advantages[-1][0] is None and recorder.losses[-1][1] is None

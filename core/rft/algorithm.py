@@ -72,7 +72,11 @@ class AlgorithmPreset:
     use_critic: bool = False
     """The trainer keeps a value model (PPO)."""
     use_reference: bool = False
-    """The trainer keeps a frozen reference model (KL terms, DPO)."""
+    """The algorithm's defaults use a reference model: a KL term with a non-zero
+    coefficient, or a policy loss reading ``ref_log_prob`` (DPO). Descriptive: the trainer
+    holds a reference model exactly when the run's loss needs one
+    (:attr:`rft.config.plan.LossPlan.needs_ref`), so ``kl_loss_fn: none`` (or
+    ``kl_coef: 0``) without a KL penalty trains without it, whatever this flag says."""
     advantage_in_explorer: bool = False
     """Advantages are computed by an experience operator in the explorer, not the trainer."""
     reward_baseline: Literal["none", "greedy"] = "none"

@@ -20,7 +20,9 @@ run draws the same numbers as an uninterrupted one.
 
 :func:`load_actor_weights` reads the actor's weights of a checkpoint for an inference
 engine: from ``hf/`` when it is there (safetensors, sharded or not), else from the
-``actor`` entry of ``trainer.pt``.
+``actor`` entry of ``trainer.pt``. :func:`load_sync_weights` is what an engine loads: the
+LoRA adapter of a LoRA run (``hf/`` in peft's format, else ``trainer.pt``'s ``actor`` and
+``lora`` entries), else the actor's weights.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from typing import Any
 
 import torch
 
+from rft.adapter import AdapterWeights, LoraSpec, is_adapter_folder
 from rft.errors import RftError
+from rft.tensor_wire import NamedTensors
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -333,6 +337,32 @@ def load_actor_weights(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"checkpoint {checkpoint.path}: neither hf/ nor an 'actor' entry "
                               "in trainer.pt holds the actor's weights")
     return actor
+
+
+def load_sync_weights(checkpoint: Checkpoint) -> dict[str, torch.Tensor] | AdapterWeights:
+    """What an engine loads from a checkpoint: the adapter of a LoRA run, else the actor's
+    weights (:func:`load_actor_weights`).
+
+    :raises CheckpointError: nothing readable (one line naming the folder).
+    """
+    hf_dir = os.path.join(checkpoint.path, "hf")
+    try:
+        if is_adapter_folder(hf_dir):
+            return AdapterWeights.load(hf_dir, key=f"checkpoint {checkpoint.path}")
+        if not os.path.isdir(hf_dir):
+            trainer_state = torch.load(os.path.join(checkpoint.path, "trainer.pt"),
+                                       weights_only=False, map_location="cpu")
+            if isinstance(trainer_state, dict) and isinstance(trainer_state.get("lora"), dict):
+                spec = LoraSpec.from_plain(trainer_state["lora"])
+                actor = trainer_state.get("actor") or {}
+                return AdapterWeights(spec, NamedTensors(
+                    (name.replace(".default.", "."), tensor) for name, tensor in actor.items()))
+    except RftError as exc:
+        raise CheckpointError(str(exc)) from exc
+    except Exception as exc:  # missing (pruned meanwhile), truncated or foreign files
+        raise CheckpointError(f"checkpoint {checkpoint.path}: cannot read the actor's weights: "
+                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    return load_actor_weights(checkpoint)
 
 
 def _read_hf_weights(hf_dir: str) -> dict[str, torch.Tensor]:

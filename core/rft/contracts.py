@@ -34,8 +34,9 @@ One name per quantity, veRL's, from the batch to the plugin: ``log_prob`` (curre
 ``old_log_prob`` (before the update), ``ref_log_prob`` (reference model),
 ``rollout_log_prob`` (the inference engine's, at sampling time), ``response_mask``,
 ``token_level_rewards``, ``advantages``, ``returns``, ``values``, ``entropy``.
-The user-facing :class:`rft.experience.Experience` keeps Trinity-RFT's names; the one
-mapping is ``Experience.logprobs → rollout_log_prob`` and
+The user-facing :class:`rft.experience.Experience` keeps Trinity-RFT's names; the
+mappings are ``Experience.logprobs → rollout_log_prob``,
+``Experience.teacher_logprobs → teacher_log_prob`` and
 ``Experience.action_mask → response_mask``.
 """
 
@@ -119,6 +120,12 @@ PROVIDED_BY: dict[str, str] = {
     "values": "values need a critic: an algorithm whose preset sets use_critic",
     "reward_baselines": "reward_baselines come from Experience.info['reward_baseline'], "
                         "e.g. an algorithm whose preset sets reward_baseline='greedy'",
+    "teacher_log_prob": "teacher_log_prob comes from Experience.teacher_logprobs, which a "
+                        "workflow sets by scoring each response with a teacher model, e.g. "
+                        "on_policy_distill_workflow with an auxiliary model as teacher",
+    "rollout_log_prob": "rollout_log_prob comes from Experience.logprobs, the engine's "
+                        "sampling log-probs",
+    "global_step": "global_step is set by the trainer",
 }
 """What provides each optional input of :class:`AdvantageInputs` (for error messages)."""
 
@@ -155,6 +162,13 @@ class AdvantageInputs:
     reward_baselines: Tensor | None = None
     """``(B,)`` a baseline reward per row, from ``Experience.info["reward_baseline"]``
     (e.g. ReMax's greedy reward); ``None`` unless every experience carries one."""
+    rollout_log_prob: Tensor | None = None
+    """``(B, T)`` the engine's log-probs of the response tokens at sampling time
+    (``Experience.logprobs``); ``None`` unless every experience carries them."""
+    teacher_log_prob: Tensor | None = None
+    """``(B, T)`` a teacher model's log-probs of the response tokens
+    (``Experience.teacher_logprobs``, set by a distillation workflow); ``None`` unless every
+    experience carries them."""
 
     def require(self, field: str, who: str) -> Tensor:
         """The input ``field``, or a one-line :class:`MissingInputError` naming ``who``
@@ -168,7 +182,8 @@ class AdvantageInputs:
 class AdvantageFn(Protocol[ArgsT]):
     """``fn(inputs, args) -> (advantages, returns)``, both ``(B, T)``, without gradient.
 
-    A function that needs ``values`` or ``reward_baselines`` takes them with
+    A function that needs an optional input (``values``, ``reward_baselines``,
+    ``rollout_log_prob``, ``teacher_log_prob``) takes it with
     ``inputs.require("values", "<its name>")``.
     """
 
@@ -202,11 +217,28 @@ class PolicyLossInputs:
     """The trainer's aggregation (``loss_agg_mode`` and the mini-batch's global counts):
     a loss that aggregates itself must use it so that micro-batches add up."""
     ref_log_prob: Tensor | None = None
-    """``(B, T)`` log-probs under the reference model; computed when a KL term is selected
-    or the loss declares ``needs_ref_log_prob``, else ``None``."""
+    """``(B, T)`` log-probs under the reference model; computed when a KL term is active
+    (selected with a non-zero ``kl_coef``) or the loss declares ``needs_ref_log_prob``,
+    else ``None`` (and no reference model is held)."""
     is_expert_mask: Tensor | None = None
     """``(B,)`` bool: rows that are expert (SFT) data in a mixed batch (``mix``), from
     ``Experience.info["is_expert"]``; ``None`` when no experience says."""
+    teacher_log_prob: Tensor | None = None
+    """``(B, T)`` log-probs of the response tokens under a teacher model, from
+    ``Experience.teacher_logprobs`` (a workflow scores the responses with an auxiliary
+    model, e.g. on-policy distillation); ``None`` unless every experience carries them."""
+    global_step: int | None = None
+    """The training step being taken, counted from 1 (the trainer's ``global_steps + 1``;
+    Trinity-RFT's ``step``), for losses whose weights follow a schedule (CHORD's ``μ``);
+    ``None`` outside a trainer."""
+
+    def require(self, field: str, who: str) -> Any:
+        """The optional input ``field``, or a one-line :class:`MissingInputError` naming
+        ``who`` (the function asking) and what provides the input."""
+        value = getattr(self, field)
+        if value is None:
+            raise MissingInputError(who, field)
+        return value
 
 
 class PolicyLossFn(Protocol[ArgsT]):

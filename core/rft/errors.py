@@ -35,3 +35,13 @@ class ConfigError(RftError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class ServerUnavailableError(RftError):
+    """A server the run depends on (an external model's API) cannot be reached, or refuses
+    every request (its key, its model). Every later call would fail the same way, so the
+    workflow runner stops the batch (:attr:`fatal`) instead of failing task after task; what
+    finished before is kept (``bench`` writes each task's result as it finishes)."""
+
+    fatal = True
+    """Read by :func:`rft.explorer.runner.is_fatal`."""

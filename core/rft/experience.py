@@ -20,7 +20,8 @@ from rft.tensor_wire import from_wire, to_wire
 
 @dataclass(frozen=True)
 class EID:
-    """Where an experience comes from: explore step, task, and rollout within the task."""
+    """Where an experience comes from: explore step, task, rollout within the task, and
+    step within a multi-step rollout (Trinity-RFT's ``EID`` fields)."""
 
     batch: int | str = 0
     """Explore step (or the name of an eval/offline batch)."""
@@ -28,6 +29,10 @@ class EID:
     """Index of the task within its taskset."""
     run: int = 0
     """Rollout number of this task (0 … repeat_times-1)."""
+    step: int = 0
+    """Position of this experience in its multi-step episode (0, 1, …), set by a
+    step-wise workflow; 0 for single-turn rollouts. Kept by the explorer when it numbers
+    ``batch`` / ``task`` / ``run``."""
     suffix: str = ""
     """Extra id for several experiences of one rollout (multi-turn, DPO pairs)."""
 
@@ -78,6 +83,10 @@ class Experience:
     response_text: str | None = None
     """The response as the engine decoded it (``Completion.text``: special tokens skipped,
     cut before a stop string); ``None`` when the experience was not sampled by an engine."""
+    teacher_logprobs: torch.Tensor | None = None
+    """(R,) log-probabilities of the response tokens under a teacher model (on-policy
+    distillation: the workflow scores each response with an auxiliary model); the trainer
+    passes them to the advantage fn and the policy loss as ``teacher_log_prob``."""
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 1:
@@ -147,32 +156,69 @@ class Batch:
     """(B, R) explorer-side advantages, or ``None``."""
     returns: torch.Tensor | None
     """(B, R) explorer-side returns, or ``None``."""
+    teacher_log_prob: torch.Tensor | None
+    """(B, R) a teacher model's log-probs (``Experience.teacher_logprobs``), or ``None`` if
+    any experience lacks them."""
     group_ids: list[str]
     """Per row, the task group (rollouts of one task in one step)."""
     experiences: list[Experience]
 
 
-def _scatter_rows(values: Sequence[torch.Tensor], starts: torch.Tensor, out: torch.Tensor
-                  ) -> torch.Tensor:
-    """``out[b, starts[b] : starts[b] + len(values[b])] = values[b]`` for every row ``b``,
-    as one indexed write; returns ``out`` ``(B, W)``."""
-    lengths = torch.tensor([v.numel() for v in values])  # (B,)
-    if int(lengths.sum()) == 0:
-        return out
-    rows = torch.repeat_interleave(torch.arange(len(values)), lengths)  # (Σ L,)
-    offsets = torch.arange(int(lengths.sum())) - torch.repeat_interleave(
-        lengths.cumsum(0) - lengths, lengths)  # (Σ L,) position inside each row
-    out[rows, starts[rows] + offsets] = torch.cat([v.reshape(-1) for v in values]).to(out.dtype)
+def _row_spans(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """``(B, W)`` bool: row ``b`` is true on columns ``[starts[b], starts[b] + lengths[b])``."""
+    columns = torch.arange(width)  # (W,)
+    return (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])  # (B, W)
+
+
+def _fill_rows(values: Sequence[torch.Tensor], spans: torch.Tensor, out: torch.Tensor
+               ) -> torch.Tensor:
+    """``out[b, span of row b] = values[b]`` for every row, as one masked write: a boolean
+    mask's true cells, in row-major order, are the 1-D ``values`` concatenated. Returns
+    ``out`` ``(B, W)``."""
+    out[spans] = torch.cat(list(values)).to(out.dtype)  # (Σ L,) into the spans
     return out
+
+
+def _numels(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``(B,)`` elements of each tensor."""
+    return torch.tensor([v.numel() for v in values], dtype=torch.long)
 
 
 def _stack_optional(values: Sequence[torch.Tensor | None], width: int,
                     dtype: torch.dtype) -> torch.Tensor | None:
+    """``(B, R)`` the 1-D ``values`` left-aligned and zero-padded, or ``None`` if any is
+    ``None``."""
     if any(v is None for v in values):
         return None
     present = [v for v in values if v is not None]
-    return _scatter_rows(present, torch.zeros(len(present), dtype=torch.long),
-                         torch.zeros(len(present), width, dtype=dtype))  # (B, R)
+    spans = _row_spans(torch.zeros(len(present), dtype=torch.long), _numels(present), width)
+    return _fill_rows(present, spans, torch.zeros(len(present), width, dtype=dtype))
+
+
+def _token_level_rewards(experiences: Sequence[Experience], response_lengths: torch.Tensor,
+                         width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rewards (B,), token_level_rewards (B, R))``: a row's ``token_level_reward``
+    where given (its scalar reward then 0), else its scalar ``reward`` on the last response
+    token (and in ``rewards``); 0 without a reward or without response tokens. Batched:
+    one masked write for the token-level rows, one indexed write for the scalar ones."""
+    batch_size = len(experiences)
+    token_level = torch.zeros(batch_size, width)  # (B, R)
+    token_rows = [i for i, e in enumerate(experiences) if e.token_level_reward is not None]
+    if token_rows:
+        given = [experiences[i].token_level_reward for i in token_rows]
+        index = torch.tensor(token_rows, dtype=torch.long)  # (b,)
+        spans = _row_spans(torch.zeros(len(given), dtype=torch.long), _numels(given), width)
+        token_level[index] = _fill_rows(given, spans, torch.zeros(len(given), width))
+    lengths = response_lengths.tolist()
+    scalars = [float(e.reward) if e.token_level_reward is None and e.reward is not None
+               and length > 0 else None for e, length in zip(experiences, lengths)]
+    rewards = torch.tensor([0.0 if r is None else r for r in scalars],
+                           dtype=torch.float32)  # (B,)
+    rows = torch.tensor([i for i, r in enumerate(scalars) if r is not None],
+                        dtype=torch.long)  # (b,)
+    if rows.numel():
+        token_level[rows, response_lengths[rows] - 1] = rewards[rows]
+    return rewards, token_level
 
 
 def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
@@ -180,27 +226,25 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
     if not experiences:
         raise ValueError("cannot build a batch from zero experiences")
     batch_size = len(experiences)
-    prompt_width = max(e.prompt_length for e in experiences)
-    response_width = max(max(e.response_length for e in experiences), 1)
+    tokens = [e.tokens for e in experiences]
+    lengths = _numels(tokens)  # (B,) prompt + response
+    prompt_lengths = torch.tensor([e.prompt_length for e in experiences],
+                                  dtype=torch.long)  # (B,)
+    response_lengths = lengths - prompt_lengths  # (B,)
+    prompt_width = int(prompt_lengths.max())
+    response_width = max(int(response_lengths.max()), 1)
     total = prompt_width + response_width
-    starts = torch.tensor([prompt_width - e.prompt_length for e in experiences])  # (B,)
-    at_zero = torch.zeros(batch_size, dtype=torch.long)  # (B,)
-    input_ids = _scatter_rows([e.tokens for e in experiences], starts, torch.full(
-        (batch_size, total), pad_token_id, dtype=torch.long))  # (B, P+R)
-    ends = starts + torch.tensor([e.tokens.numel() for e in experiences])  # (B,)
-    columns = torch.arange(total)  # (P+R,)
-    attention_mask = ((columns >= starts[:, None])
-                      & (columns < ends[:, None])).long()  # (B, P+R)
-    response_mask = _scatter_rows([e.action_mask for e in experiences], at_zero,
-                                  torch.zeros(batch_size, response_width))  # (B, R)
-    token_level_rewards = torch.zeros(batch_size, response_width)  # (B, R)
-    rewards = torch.zeros(batch_size)  # (B,)
-    for row, exp in enumerate(experiences):
-        if exp.token_level_reward is not None:
-            token_level_rewards[row, : exp.response_length] = exp.token_level_reward
-        elif exp.reward is not None and exp.response_length > 0:
-            rewards[row] = exp.reward
-            token_level_rewards[row, exp.response_length - 1] = exp.reward
+    starts = prompt_width - prompt_lengths  # (B,)
+    real = _row_spans(starts, lengths, total)  # (B, P+R)
+    input_ids = _fill_rows(tokens, real, torch.full((batch_size, total), pad_token_id,
+                                                    dtype=torch.long))  # (B, P+R)
+    attention_mask = real.long()  # (B, P+R)
+    action_masks = [e.action_mask for e in experiences]
+    response_mask = _fill_rows(action_masks, _row_spans(
+        torch.zeros(batch_size, dtype=torch.long), _numels(action_masks), response_width),
+        torch.zeros(batch_size, response_width))  # (B, R)
+    rewards, token_level_rewards = _token_level_rewards(experiences, response_lengths,
+                                                        response_width)  # (B,), (B, R)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, P+R)
     return Batch(
         input_ids=input_ids,
@@ -216,6 +260,8 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
                                    torch.float32),
         returns=_stack_optional([e.returns for e in experiences], response_width,
                                 torch.float32),
+        teacher_log_prob=_stack_optional([e.teacher_logprobs for e in experiences],
+                                         response_width, torch.float32),
         group_ids=[e.eid.group for e in experiences],
         experiences=list(experiences),
     )

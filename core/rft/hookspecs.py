@@ -90,7 +90,10 @@ def register_advantage_fns() -> dict[str, Any]:
         ``fn(inputs: AdvantageInputs, args) -> (advantages, returns)``, both ``(B, T)``,
         computed without gradient. ``inputs`` holds ``token_level_rewards`` ``(B, T)``,
         ``response_mask`` ``(B, T)``, ``index`` (``B`` group ids) and, when the run
-        provides them, ``values`` ``(B, T)`` (critic) and ``reward_baselines`` ``(B,)``; a
+        provides them, ``values`` ``(B, T)`` (critic), ``reward_baselines`` ``(B,)``,
+        ``rollout_log_prob`` ``(B, T)`` (the engine's sampling log-probs) and
+        ``teacher_log_prob`` ``(B, T)`` (``Experience.teacher_logprobs``, which a
+        distillation workflow sets); a
         function that needs one takes it with ``inputs.require("values", "<name>")``,
         which fails with a one-line error saying what provides it. ``args`` is the built
         instance of ``fn.Args`` (from ``algorithm.advantage_fn_args``, defaults filled in),
@@ -118,8 +121,12 @@ def register_policy_loss_fns() -> dict[str, Any]:
         micro-batch. ``inputs`` holds ``log_prob`` (current policy, with gradient),
         ``old_log_prob``, ``advantages``, ``response_mask`` (all ``(B, T)``), ``agg`` (the
         trainer's :class:`~rft.contracts.AggContext`: ``loss_agg_mode`` and the
-        mini-batch's global counts), ``ref_log_prob`` ``(B, T)`` or ``None``, and
-        ``is_expert_mask`` ``(B,)`` or ``None``. ``pg_loss`` is per token ``(B, T)`` (the
+        mini-batch's global counts), ``ref_log_prob`` ``(B, T)`` or ``None``,
+        ``is_expert_mask`` ``(B,)`` or ``None``, ``teacher_log_prob`` ``(B, T)`` or ``None``
+        (``Experience.teacher_logprobs``) and ``global_step`` (the training step being
+        taken, from 1; for schedules such as CHORD's ``μ``); an optional input is taken
+        with ``inputs.require("teacher_log_prob", "<name>")``, which fails with a one-line
+        error saying what provides it. ``pg_loss`` is per token ``(B, T)`` (the
         trainer aggregates it with ``inputs.agg``) or 0-dim (already aggregated: use
         ``inputs.agg``'s counts, e.g. ``inputs.agg(x, inputs.response_mask)``, so that
         micro-batches add up). ``metrics`` maps names to 0-dim tensors or floats, reported
@@ -127,7 +134,8 @@ def register_policy_loss_fns() -> dict[str, Any]:
         ``algorithm.policy_loss_fn_args``, defaults filled in; defaults live only there),
         ``None`` for a function without ``Args``. A loss that reads ``inputs.ref_log_prob``
         declares ``fn.needs_ref_log_prob = True`` (:func:`rft.contracts.needs_ref_log_prob`):
-        the trainer then runs the reference model.
+        the trainer then holds and runs the reference model (otherwise it does so only for
+        a KL term with a non-zero ``kl_coef``; see ``LossPlan.needs_ref``).
 
     A config selects the example below with ``policy_loss_fn: clipped_pg`` and
     ``policy_loss_fn_args: {clip_range: 0.1}``.
@@ -222,9 +230,11 @@ def register_entropy_loss_fns() -> dict[str, Any]:
 def register_sample_strategies() -> dict[str, Any]:
     """Register sample strategies, selected by ``algorithm.sample_strategy``.
 
-    :return: ``{name: class}``; the class is built with the buffer config and its
-        ``Args`` (from ``algorithm.sample_strategy_args``) and hands the trainer one batch
-        of experiences per step.
+    :return: ``{name: class}``; the class is built with the trainer's buffers
+        (:class:`rft.buffer.sampling.TrainerBuffers`: the experience buffer, and
+        ``buffer.trainer_input.auxiliary_buffers`` opened by name), the batch size, the
+        read timeout and its ``Args`` (from ``algorithm.sample_strategy_args``), and hands
+        the trainer one batch of experiences per step.
 
     Example::
 
@@ -266,7 +276,13 @@ def register_workflows() -> dict[str, Any]:
 
     :return: ``{name: class}``; the class is built per task with the task and a model
         wrapper, and its ``run()`` returns a list of experiences. Its ``Args`` dataclass is
-        filled from the taskset's ``workflow_args``.
+        filled from the taskset's ``workflow_args``. The explorer numbers each
+        experience's ``eid.batch`` / ``eid.task`` / ``eid.run`` and keeps what the workflow
+        set in ``eid.step`` (the step of a multi-step episode) and ``eid.suffix``; a
+        distillation workflow stores a teacher's log-probs in ``teacher_logprobs`` ``(R,)``
+        (the trainer's ``teacher_log_prob``). A task's tools (``format.tools_key``,
+        ``Task.tools``) are offered in the prompts of ``self.model.chat`` calls that pass
+        no ``tools=`` of their own.
 
     Example::
 
@@ -333,6 +349,15 @@ def register_engines() -> dict[str, Any]:
         model lives in processes of its own may also implement
         :class:`rft.distributed.weight_broadcast.JoinsWeightGroup`, so that with
         ``sync_method: nccl`` those processes receive the trainer's broadcast themselves.
+        One that can release its device memory while a colocated trainer steps implements
+        :class:`rft.explorer.engine_sleep.SleepMode` (``sleep_mode``, ``sleep``,
+        ``wake_up``; vLLM's sleep mode). A class with ``remote = True`` serves a model on
+        a server elsewhere (the built-in ``external``): chat only, no weights, never the
+        policy being trained (validation reads the flag). A class with an ``Args``
+        dataclass gets ``extra_engine_args`` checked against it at validation. One with
+        ``serves_lora = True`` implements ``update_adapter(adapter, version)`` and serves
+        ``model.lora_configs`` adapters (:class:`rft.adapter.AdapterWeights`); validation
+        refuses LoRA with any other.
 
     Example::
 
@@ -390,7 +415,12 @@ def register_trainers() -> dict[str, Any]:
         ``cls(plan)`` from a :class:`rft.config.plan.TrainerPlan` (the ``model``,
         ``algorithm`` and ``trainer`` sections, the preset, the resolved loss functions,
         batch size and step count). It owns the actor (and reference / critic models) and
-        performs one optimisation step per batch of experiences.
+        performs one optimisation step per batch of experiences. Its classmethod
+        ``check_config(config)`` reports, at validation, what it cannot run (a missing
+        dependency, a ``trainer.trainer_config`` key it does not know), e.g. the ``verl``
+        trainer of ``rft-plugin-verl``. One with ``supports_lora = True`` trains
+        ``model.lora_configs`` adapters and returns them from ``adapter_weights()`` (what
+        a weight sync then moves); validation refuses LoRA with any other.
 
     Example::
 

@@ -15,14 +15,15 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
+from rft.adapter import is_adapter_folder
 from rft.checkpoint import check_writable
 from rft.config import LoadedConfig, Stage
 from rft.distributed.both import run_both
+from rft.distributed.colocate_ranks import run_colocate_mode
+from rft.distributed.explore_engines import run_explore_mode
 from rft.errors import RftError
 from rft.logs import configure_logging, reset_logging
 from rft.modes.bench import run_bench
-from rft.modes.colocate import run_colocate
-from rft.modes.explore import run_explore
 from rft.modes.preflight import check_model_sources
 from rft.modes.stage import StageResult
 from rft.modes.train import run_train
@@ -30,10 +31,10 @@ from rft.modes.train import run_train
 ModeRunner = Callable[[Stage], StageResult]
 
 MODE_RUNNERS: dict[str, ModeRunner] = {
-    "colocate": run_colocate,
+    "colocate": run_colocate_mode,
     "both": run_both,
     "train": run_train,
-    "explore": run_explore,
+    "explore": run_explore_mode,
     "bench": run_bench,
 }
 """Runner per mode; a mode missing here is not available in this version of rft."""
@@ -57,10 +58,10 @@ def _run_stages(loaded: LoadedConfig) -> int:
     in its job dir); the summary after each."""
     results: list[StageResult] = []
     previous_model: str | None = None
-    for stage in loaded.stages:
+    check_stage_chain(loaded.stages)
+    for index, stage in enumerate(loaded.stages):
         if previous_model is not None:
-            stage.config.model.model_path = previous_model
-            stage.config.model.critic_model_path = previous_model
+            start_from(stage, previous_model, loaded.stages[index - 1])
         check_model_sources(stage.plan)
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
@@ -71,6 +72,37 @@ def _run_stages(loaded: LoadedConfig) -> int:
         write_summary(loaded, results)
     print_summary(results)
     return 0
+
+
+def start_from(stage: Stage, previous_model: str, previous: Stage) -> None:
+    """Point ``stage`` at the previous stage's final model. A LoRA adapter (peft's folder,
+    ``hf/`` of a LoRA stage) is continued by a LoRA stage (``lora_configs[0].path``, on
+    the same base model); a stage without LoRA starts from the merged model
+    (``hf/merged``, see :func:`check_stage_chain`)."""
+    model = stage.config.model
+    if is_adapter_folder(previous_model):
+        if model.lora_configs:
+            model.model_path = previous.config.model.model_path
+            model.lora_configs[0].path = previous_model
+            model.critic_model_path = model.model_path
+            return
+        previous_model = os.path.join(previous_model, "merged")
+    model.model_path = previous_model
+    model.critic_model_path = previous_model
+
+
+def check_stage_chain(stages: list[Stage]) -> None:
+    """A stage without LoRA after a LoRA stage starts from the merged model, which that
+    stage must export (``trainer.save_hf_merged``): one line naming it, before any stage
+    runs."""
+    for index in range(1, len(stages)):
+        before, after = stages[index - 1].config, stages[index].config
+        if before.model.lora_configs and not after.model.lora_configs \
+                and not before.trainer.save_hf_merged:
+            raise RftError(f"stages[{index - 1}].trainer.save_hf_merged: stage "
+                           f"{index} trains without LoRA and starts from stage {index - 1}'s "
+                           "model, a LoRA adapter; set save_hf_merged: true in that stage "
+                           "(its export then holds the merged model)")
 
 
 @contextmanager

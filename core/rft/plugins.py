@@ -110,9 +110,9 @@ _ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "rft-plugin-m2po": {"algorithm": ("m2po",), "policy_loss_fn": ("m2po",)},
     "rft-plugin-sppo": {"algorithm": ("sppo",), "policy_loss_fn": ("sppo",)},
     "rft-plugin-on-policy-distill": {
-        "algorithm": ("on_policy_distill",), "experience_operator": ("on_policy_distill",),
+        "algorithm": ("on_policy_distill",), "advantage_fn": ("on_policy_distill",),
         "workflow": ("on_policy_distill_workflow",)},
-    "rft-plugin-jsd": {"algorithm": ("jsd",), "experience_operator": ("jsd",)},
+    "rft-plugin-jsd": {"algorithm": ("jsd",), "advantage_fn": ("jsd",)},
     "rft-plugin-multi-step-grpo": {
         "algorithm": ("multi_step_grpo",), "advantage_fn": ("step_wise_grpo",),
         "experience_operator": ("step_wise_grpo",)},
@@ -142,6 +142,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     **{("task_selector", name): "rft-plugin-selectors" for name in (
         "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")},
     ("command", "convert-verl"): "rft-plugin-convert-verl",
+    ("trainer", "verl"): "rft-plugin-verl",
     ("workflow", "verl_workflow"): "rft-plugin-convert-verl",
 }
 """Names provided by the project's official plugin distributions, for install hints

@@ -56,12 +56,18 @@ class Task:
     """Value of ``format.response_key``: the reference answer the reward compares with."""
     system_prompt: str | None = None
     """System prompt from ``format.system_prompt_key`` or ``format.system_prompt``."""
+    tools: list[dict[str, Any]] | None = None
+    """Tool definitions (OpenAI function specs) of ``format.tools_key``; the workflow's
+    model renders them into every chat prompt it does not give tools of its own
+    (:meth:`~rft.explorer.model_wrapper.ModelWrapper.chat`)."""
     repeat_times: int = 1
     """Rollouts to produce for this task."""
     sampling: dict[str, Any] = field(default_factory=dict)
     """Rollout args (temperature, top_p, top_k, max_tokens, …) for the engine."""
     workflow_args: Any = None
     """Instance of the workflow's ``Args`` dataclass (``workflow_args``)."""
+    workflow: type | None = None
+    """The workflow class a row names (``format.workflow_key``); ``None``: the taskset's."""
     reward_fn: RewardFn | None = None
     """The taskset's reward function."""
     reward_args: Any = None

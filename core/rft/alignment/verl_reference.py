@@ -59,7 +59,7 @@ def _check_supported(settings: StepSettings, tensors: dict[str, torch.Tensor]) -
         raise RftError(f"{where} runs in float32; the step was recorded with {settings.dtype}")
     if "advantages" not in tensors:
         raise RftError(f"{where} needs the batch's advantages; the snapshot has none")
-    if settings.kl_loss != "none" and "ref_log_prob" not in tensors:
+    if settings.kl_coef != 0 and "ref_log_prob" not in tensors:
         raise RftError(f"{where} needs reference log-probs for the KL loss; the snapshot "
                        "has none")
 
@@ -84,7 +84,8 @@ def actor_config(settings: StepSettings, rows: int) -> Any:
         clip_ratio_c=float(args.get("clip_ratio_c", 3.0)),
         loss_agg_mode=settings.loss_agg_mode, loss_scale_factor=settings.loss_scale_factor,
         entropy_coeff=settings.entropy_coef,
-        use_kl_loss=settings.kl_loss != "none", kl_loss_coef=settings.kl_coef,
+        # a zero coefficient: rft runs no reference model (its KL term adds exactly 0)
+        use_kl_loss=settings.kl_coef != 0, kl_loss_coef=settings.kl_coef,
         kl_loss_type=settings.kl_loss if settings.kl_loss != "none" else "low_var_kl",
     )
 

@@ -53,7 +53,8 @@ class BufferEmpty(RftError):
     """The buffer is empty and no writer will add experiences before the next read."""
 
 
-_TENSOR_FIELDS = ("token_level_reward", "logprobs", "action_mask", "advantages", "returns")
+_TENSOR_FIELDS = ("token_level_reward", "logprobs", "action_mask", "advantages", "returns",
+                  "teacher_logprobs")
 
 
 def experience_to_dict(exp: Experience) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
         "prompt_length": exp.prompt_length,
         "reward": exp.reward,
         "eid": {"batch": exp.eid.batch, "task": exp.eid.task, "run": exp.eid.run,
-                "suffix": exp.eid.suffix},
+                "step": exp.eid.step, "suffix": exp.eid.suffix},
         "model_version": exp.model_version,
         "info": exp.info,
         "metrics": exp.metrics,
@@ -117,16 +118,12 @@ class ExperienceStorage(ABC):
         self._write_index = 0
         self._lease: int | None = None
 
-    def write(self, experiences: Sequence[Experience]) -> None:
-        """Append experiences (all or none); inside :meth:`idempotent_writes` a storage
-        that already holds the write's key skips it (and still counts it as written)."""
+    def write(self, experiences: Sequence[Experience], key: str | None = None) -> None:
+        """Append experiences (all or none); inside :meth:`idempotent_writes` (or with an
+        explicit ``key``: a write forwarded from another process) a storage that already
+        holds the write's key skips it (and still counts it as written)."""
         with self._lock:
-            key = None
-            if self._write_key is not None:
-                key = (self._write_key if self._write_index == 0
-                       else f"{self._write_key}#{self._write_index}")
-                self._write_index += 1
-            self._append_keyed(list(experiences), key)
+            self._append_keyed(list(experiences), key if key is not None else self._next_key())
             self.written += len(experiences)
             self._writers_idle = False
             self._lock.notify_all()
@@ -142,6 +139,14 @@ class ExperienceStorage(ABC):
         finally:
             with self._lock:
                 self._write_key = None
+
+    def _next_key(self) -> str | None:
+        """The key of the next write inside :meth:`idempotent_writes` (``None`` outside);
+        the caller holds the lock."""
+        if self._write_key is None:
+            return None
+        index, self._write_index = self._write_index, self._write_index + 1
+        return self._write_key if index == 0 else f"{self._write_key}#{index}"
 
     def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
         """:meth:`_append` under an idempotency key (only durable storages use it)."""

@@ -1,9 +1,19 @@
 """Reading tasksets: rows from files (through ``datasets``) or SQLite, checked and turned
 into :class:`~rft.workflow.Task` objects.
 
-``path`` may be a data file (``.jsonl``/``.json``/``.parquet``/``.csv``), a folder in the
-layout ``datasets.load_dataset`` accepts (``split``, ``subset_name``), or — with
-``storage_type: sql`` — a SQLite file whose table ``tasks`` (or ``split``) holds the rows.
+``path`` takes what ``datasets.load_dataset`` takes, as Trinity-RFT's guide says:
+
+- a data file (``.jsonl``/``.json``/``.parquet``/``.csv``; ``split`` does not apply), or a
+  glob pattern of such files (``data/part-*.parquet``);
+- a dataset folder: split files (``train.jsonl``, ``test.parquet``,
+  ``train-00000-of-00002.parquet``, ``data/test.jsonl`` …) chosen by ``split``, and
+  configurations chosen by ``subset_name`` (named in the folder's ``README.md``, or
+  without one a subfolder of that name);
+- a Hugging Face Hub dataset id (``openai/gsm8k`` with ``subset_name: main``): loaded from
+  the Hub when it can be reached, else from the ``datasets`` cache, else one line says so
+  within seconds (a relative path that does not exist, ``runs/data``, reads as an id);
+- with ``storage_type: sql``, a SQLite file whose table ``tasks`` (or ``split``) holds
+  the rows.
 Every problem is one line naming the taskset, the file, and where relevant the row and key;
 a file that ``datasets`` cannot read is looked at line by line to say where it goes wrong
 (``line 7, column 12: malformed JSON: …``, ``line 3: byte 0xff at column 9 is not UTF-8``,
@@ -13,29 +23,33 @@ a file that ``datasets`` cannot read is looked at line by line to say where it g
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import difflib
+import glob
 import io
 import itertools
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from rft.buffer.chat_render import parse_tools
+from rft.buffer.errors import TasksetError
 from rft.config.schema import TasksetConfig
-from rft.errors import RftError
+from rft.hub import hub_unreachable
 from rft.workflow import Task
+
+if TYPE_CHECKING:
+    from rft.config.plan import Selected
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 """``datasets`` builder for each data-file extension."""
 
 TEXT_EXTENSIONS = (".jsonl", ".json", ".csv")
 """Data files read as UTF-8 text (diagnosed line by line)."""
-
-
-class TasksetError(RftError):
-    """A taskset cannot be read or a row lacks what its format needs."""
 
 
 def _where(cfg: TasksetConfig) -> str:
@@ -60,32 +74,112 @@ def read_rows(cfg: TasksetConfig) -> list[dict[str, Any]]:
 
 
 def _read_with_datasets(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    """Rows through ``datasets.load_dataset`` for each form of ``path`` the module
+    docstring lists; a Hub id is loaded only when the Hub can be reached (or from the
+    ``datasets`` cache), else one line says why within seconds."""
     import datasets
 
     datasets.disable_progress_bars()
     extension = os.path.splitext(path)[1].lower()
+    matches = sorted(glob.glob(path)) if any(c in path for c in "*?[") else []
+    hub_id = not (os.path.exists(path) or matches or _local_looking(path))
+    if hub_id and extension in FILE_BUILDERS:
+        raise TasksetError(f"{_where(cfg)}: no such file or folder")
+    unreachable = hub_unreachable() if hub_id else None
     try:
-        if os.path.isfile(path):
-            if extension not in FILE_BUILDERS:
-                raise TasksetError(f"{_where(cfg)}: unsupported file type {extension!r}; use "
-                                   + ", ".join(FILE_BUILDERS))
-            if extension in TEXT_EXTENSIONS and os.path.getsize(path) == 0:
-                raise TasksetError(f"{_where(cfg)}: the taskset is empty (the file is empty)")
-            dataset = datasets.load_dataset(FILE_BUILDERS[extension], data_files=path,
-                                            split="train")
-        elif os.path.isdir(path):
-            dataset = datasets.load_dataset(path, name=cfg.subset_name, split=cfg.split)
-        else:
-            raise TasksetError(f"{_where(cfg)}: no such file or folder")
+        with _hub_offline(not hub_id or unreachable is not None):
+            if os.path.isfile(path):
+                if extension not in FILE_BUILDERS:
+                    raise TasksetError(f"{_where(cfg)}: unsupported file type {extension!r}; "
+                                       "use " + ", ".join(FILE_BUILDERS))
+                if extension in TEXT_EXTENSIONS and os.path.getsize(path) == 0:
+                    raise TasksetError(f"{_where(cfg)}: the taskset is empty (the file is "
+                                       "empty)")
+                dataset = datasets.load_dataset(FILE_BUILDERS[extension], data_files=path,
+                                                split="train")
+            elif matches:
+                dataset = _load_files(cfg, matches)
+            elif os.path.isdir(path):
+                dataset = _load_folder(cfg, path)
+            elif not hub_id:
+                raise TasksetError(f"{_where(cfg)}: no such file or folder")
+            else:
+                dataset = _load_hub(cfg, path, unreachable)
         return [dict(row) for row in dataset]  # inside: arrow decodes text lazily
     except TasksetError:
         raise
     except Exception as exc:  # datasets raises many types; name the file and the cause
-        problem = diagnose_path(path)
+        problem = diagnose_path(path) if os.path.exists(path) else None
         if problem is not None:
             raise TasksetError(f"{_where(cfg)}: {problem}") from exc
         raise TasksetError(f"{_where(cfg)}: cannot load: {_cause(exc)}") from exc
+
+
+def _local_looking(path: str) -> bool:
+    """Paths that must exist here (absolute, ``./``, ``../``, ``~``) rather than Hub ids."""
+    return os.path.isabs(path) or path.startswith((".", "~"))
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool) -> Iterator[None]:
+    """``datasets`` offline (no Hub request) for the duration: local data never needs
+    it, and an unreachable Hub would be retried for about a minute."""
+    import datasets
+
+    before = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = offline or before
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE = before
+
+
+def _load_files(cfg: TasksetConfig, files: list[str]) -> Any:
+    """The rows of the data files a glob pattern matched (one builder: their extension)."""
+    import datasets
+
+    extensions = {os.path.splitext(f)[1].lower() for f in files}
+    builders = {FILE_BUILDERS.get(e) for e in extensions}
+    if len(builders) != 1 or None in builders:
+        raise TasksetError(f"{_where(cfg)}: the pattern matches files of types "
+                           f"{', '.join(sorted(extensions))}; use one of "
+                           + ", ".join(FILE_BUILDERS))
+    return datasets.load_dataset(builders.pop(), data_files=files, split="train")
+
+
+def _load_folder(cfg: TasksetConfig, path: str) -> Any:
+    """A dataset folder (``split``, ``subset_name``). Without a ``README.md`` naming its
+    configurations, ``subset_name`` is the subfolder of that name."""
+    import datasets
+
+    subfolder = os.path.join(path, cfg.subset_name) if cfg.subset_name else None
+    try:
+        return datasets.load_dataset(path, name=cfg.subset_name, split=cfg.split)
+    except ValueError as exc:
+        if "BuilderConfig" not in str(exc):
+            raise
+        if subfolder is None or not os.path.isdir(subfolder):
+            raise TasksetError(f"{_where(cfg)}: subset_name {cfg.subset_name!r} is neither a "
+                               f"configuration of the dataset ({_cause(exc)}) nor a subfolder"
+                               ) from exc
+    return datasets.load_dataset(subfolder, split=cfg.split)
+
+
+def _load_hub(cfg: TasksetConfig, path: str, unreachable: str | None) -> Any:
+    """A Hub dataset id (``subset_name``, ``split``): from the Hub, or from the ``datasets``
+    cache when the Hub cannot be reached."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(path, name=cfg.subset_name, split=cfg.split)
+    except Exception as exc:
+        if unreachable is None:
+            raise
+        raise TasksetError(
+            f"{_where(cfg)}: not a local file or folder ({os.path.abspath(path)} does not "
+            f"exist), and the Hugging Face Hub cannot be reached ({unreachable}) nor has "
+            "the datasets cache this dataset; download it and point path at its folder or "
+            "file") from exc
 
 
 def _cause(exc: BaseException) -> str:
@@ -193,6 +287,8 @@ def preview_rows(cfg: TasksetConfig, limit: int = PREVIEW_ROWS) -> list[dict[str
     elif os.path.isfile(path):
         rows = _preview_file(cfg, path, limit)
     elif os.path.isdir(path):
+        if cfg.subset_name and os.path.isdir(os.path.join(path, cfg.subset_name)):
+            path = os.path.join(path, cfg.subset_name)
         rows = []
         for name in _data_files(path):
             split = os.path.basename(name).split(".")[0].split("-")[0]
@@ -280,6 +376,24 @@ class TaskPlugins:
     workflow_args: Any
     reward_fn: Any
     reward_args: Any
+    row_workflows: Mapping[str, Selected[Any]] = field(default_factory=dict)
+    """Workflows a row may name in ``format.workflow_key`` (the plan's)."""
+    row_rewards: Mapping[str, Selected[Any]] = field(default_factory=dict)
+    """Reward functions a row may name in ``format.reward_fn_key`` (the plan's)."""
+
+
+def _row_plugin(cfg: TasksetConfig, row: dict[str, Any], index: int, column: str, field_name: str,
+                choices: Mapping[str, Selected[Any]], label: str) -> Selected[Any] | None:
+    """The plugin a row names in ``column`` (``None``: it names none)."""
+    if not column or not row.get(column):
+        return None
+    name = str(row[column])
+    if name not in choices:
+        close = difflib.get_close_matches(name, list(choices), n=3)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise TasksetError(f"{_where(cfg)}: row {index}: {label} {name!r} "
+                           f"(format.{field_name} {column!r}) is not registered{hint}")
+    return choices[name]
 
 
 def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: TaskPlugins,
@@ -295,6 +409,14 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
                 sampling={k: v for k, v in vars(cfg.rollout_args).items() if v is not None},
                 workflow_args=plugins.workflow_args, reward_fn=plugins.reward_fn,
                 reward_args=plugins.reward_args, is_eval=is_eval)
+    workflow = _row_plugin(cfg, row, index, fmt.workflow_key, "workflow_key",
+                           plugins.row_workflows, "workflow")
+    if workflow is not None:
+        task.workflow, task.workflow_args = workflow.implementation, workflow.args
+    reward = _row_plugin(cfg, row, index, fmt.reward_fn_key, "reward_fn_key",
+                         plugins.row_rewards, "reward function")
+    if reward is not None:
+        task.reward_fn, task.reward_args = reward.implementation, reward.args
     if fmt.prompt_type == "messages" and fmt.messages_key in row:
         messages = row[fmt.messages_key]
         task.messages = json.loads(messages) if isinstance(messages, str) else list(messages)
@@ -309,9 +431,12 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
             task.system_prompt = str(row[fmt.system_prompt_key])
         else:
             task.system_prompt = fmt.system_prompt
+    if fmt.tools_key and fmt.tools_key in row:
+        task.tools = parse_tools(row[fmt.tools_key],
+                                 f"row {index}: {fmt.tools_key!r} (format.tools_key)", _where(cfg))
     if fmt.response_key in row:
         task.truth = row[fmt.response_key]
-    elif plugins.reward_fn is not None:
+    elif task.reward_fn is not None:
         raise TasksetError(f"{_where(cfg)}: row {index} has no key {fmt.response_key!r} "
                            f"(format.response_key) for the reward; keys: {', '.join(row)}")
     return task

@@ -12,7 +12,8 @@ it instead of validating again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rft.algorithm import AlgorithmPreset
@@ -75,13 +76,15 @@ class LossPlan:
 
     @property
     def uses_kl_loss(self) -> bool:
-        """A KL loss term is selected."""
-        return active(self.kl_loss)
+        """A KL loss term is active: selected (not ``none``) with a non-zero ``kl_coef``
+        (a zero coefficient adds nothing to the loss or its gradient, so it is not run)."""
+        return active(self.kl_loss) and self.kl_loss_coef != 0
 
     @property
     def uses_kl_penalty(self) -> bool:
-        """A KL reward penalty is selected."""
-        return active(self.kl_penalty)
+        """A KL reward penalty is active: selected (not ``none``) with a non-zero
+        ``kl_coef`` (a zero coefficient leaves the rewards as they are)."""
+        return active(self.kl_penalty) and kl_coef_of(self.kl_penalty) != 0
 
     @property
     def uses_entropy_loss(self) -> bool:
@@ -97,7 +100,11 @@ class LossPlan:
 
     @property
     def needs_ref(self) -> bool:
-        """Reference log-probs are needed: KL loss, KL penalty or a policy loss asking."""
+        """The trainer holds and runs a reference model: a KL term is active
+        (:attr:`uses_kl_loss`, :attr:`uses_kl_penalty`) or the policy loss declares
+        ``needs_ref_log_prob``. Otherwise no reference model is loaded, kept in memory or
+        run (``kl_loss_fn: none`` or ``kl_coef: 0``, and no KL penalty: one copy of the
+        weights). The one place this is decided."""
         return self.uses_kl_loss or self.uses_kl_penalty or self.policy_needs_ref
 
 
@@ -145,6 +152,11 @@ class TasksetPlan:
     """``default_reward_fn_type`` (``None``: the workflow scores itself)."""
     selector: Selected[Any]
     """``task_selector.selector_type``."""
+    row_workflows: Mapping[str, Selected[Any]] = field(default_factory=dict)
+    """With ``format.workflow_key``: every registered workflow by name, for rows that name
+    their own (args from ``workflow_args`` where they fit, else the defaults)."""
+    row_rewards: Mapping[str, Selected[Any]] = field(default_factory=dict)
+    """With ``format.reward_fn_key``: every registered reward function by name, likewise."""
 
 
 @dataclass(frozen=True)

@@ -127,13 +127,17 @@ class AlgorithmConfig:
     """KL estimator subtracted from token rewards (plugin); ``none`` disables the penalty
     (veRL ``use_kl_in_reward=False``). ``None``: preset default."""
     kl_penalty_fn_args: dict[str, Any] = field(default_factory=dict)
-    """Arguments of the KL penalty (e.g. ``kl_coef``)."""
+    """Arguments of the KL penalty (e.g. ``kl_coef``; ``0`` leaves the rewards as they are
+    and the penalty is skipped)."""
     kl_loss_fn: str | None = None
     """KL estimator added to the actor loss (plugin): ``k1``, ``k2``, ``k3``/``low_var_kl``,
     ``abs``, ...; ``none`` disables it (veRL ``use_kl_loss=False``). ``None``: preset
     default."""
     kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)
-    """Arguments of the KL loss (e.g. ``kl_coef``, veRL's ``kl_loss_coef``)."""
+    """Arguments of the KL loss (e.g. ``kl_coef``, veRL's ``kl_loss_coef``). ``kl_coef: 0``
+    drops the term like ``none`` (no ``actor/kl_loss`` metric); with neither KL term
+    active, and a policy loss that reads no ``ref_log_prob``, the trainer holds no
+    reference model at all (one copy of the weights, no reference forward)."""
     entropy_loss_fn: str | None = None
     """Entropy regulariser (plugin), e.g. ``default``, ``none``. ``None``: preset default."""
     entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
@@ -166,11 +170,15 @@ class LoRAConfig:
     lora_alpha: int = 32
     """Scaling numerator: the update is multiplied by ``lora_alpha / lora_rank``."""
     lora_dtype: str = "auto"
-    """Dtype of the adapter weights; ``auto`` follows the base model."""
+    """Dtype of the adapter weights (``float32``, ``bfloat16``, ``float16``); ``auto``
+    follows the trainer's base model (float32 master weights)."""
     target_modules: str = "all-linear"
-    """Modules that get adapters; ``all-linear`` means every linear layer but the head."""
+    """Modules that get adapters: ``all-linear`` (every linear layer but the output head),
+    comma-separated module names (``q_proj,v_proj``; a name matches itself or a dotted
+    suffix), or a regular expression matched against full module names."""
     exclude_modules: str | None = None
-    """Modules (name or regex) excluded from ``target_modules``; ``None``: none."""
+    """Modules excluded from ``target_modules`` (names or a regex, as ``target_modules``);
+    ``None``: none."""
 
 
 @dataclass
@@ -195,16 +203,22 @@ class TinkerConfig:
 
 @dataclass
 class ExternalModelConfig:
-    """An external OpenAI-compatible API used as the rollout model (``model.external_model``)."""
+    """A model behind an OpenAI-compatible API used as the rollout model
+    (``model.external_model``, engine ``external``: modes ``explore`` and ``bench``), or as an
+    auxiliary model (``explorer.auxiliary_models[i].external_model_config``)."""
 
     enable: bool = False
-    """Use the external API model."""
+    """The rollout model is the external API model: sets
+    ``explorer.rollout_model.engine_type`` to ``external`` (left at its default ``vllm``);
+    ``engine_type: external`` alone sets it ``true``."""
     base_url_env: str = "OPENAI_BASE_URL"
-    """Name of the environment variable holding the API base URL."""
+    """Name of the environment variable holding the API base URL (e.g.
+    ``http://127.0.0.1:8000/v1``); it must be set."""
     api_key_env: str = "OPENAI_API_KEY"
-    """Name of the environment variable holding the API key."""
+    """Name of the environment variable holding the API key; unset: requests carry no key."""
     model_name: str | None = None
-    """Model name sent to the API; ``None``: the server's default model."""
+    """Model name sent to the API; ``None``: the one model the server lists (``GET
+    /models``)."""
 
 
 @dataclass
@@ -212,7 +226,8 @@ class ModelConfig:
     """The model being trained and its generation limits (``model``)."""
 
     model_path: str = ""
-    """Hugging Face id or local path of the policy model (the tokenizer path with Tinker)."""
+    """Hugging Face id or local path of the policy model (the tokenizer path with Tinker);
+    with the ``external`` engine optional: a local copy of the served model's tokenizer."""
     trust_remote_code: bool = False
     """Allow custom modelling code shipped with the checkpoint."""
     critic_model_path: str | None = None
@@ -251,11 +266,12 @@ class ModelConfig:
     enable_thinking: bool | None = None
     """Pass ``enable_thinking`` to the chat template (Qwen3); ``None``: template default."""
     lora_configs: list[LoRAConfig] | None = None
-    """LoRA adapters to train (at most one is supported); ``None``: full fine-tuning."""
+    """A LoRA adapter to train (a list of at most one); the base weights stay frozen, weight
+    syncs move the adapter only. ``None``: full fine-tuning."""
     fully_sharded_loras: bool = False
-    """vLLM: shard the LoRA computation across tensor-parallel ranks."""
+    """vLLM with ``lora_configs``: shard the LoRA computation across tensor-parallel ranks."""
     max_cpu_loras: int | None = None
-    """vLLM: adapters kept in CPU memory; ``None``: engine default."""
+    """vLLM with ``lora_configs``: adapters kept in CPU memory; ``None``: engine default."""
     rope_scaling: dict[str, Any] | None = None
     """RoPE scaling override passed to the model config (e.g. ``{"rope_type": "yarn",
     "factor": 4.0}``); ``None``: the checkpoint's."""
@@ -315,7 +331,8 @@ class FormatConfig:
     messages_key: str = "message"
     """Column with the message list (``messages``)."""
     tools_key: str = "tools"
-    """Column with tool definitions (a list of dicts)."""
+    """Column with tool definitions (a list of dicts or its JSON text): rendered into the
+    task's chat prompts, or into an SFT / DPO row's prompt."""
     image_key: str | None = None
     """Column with images for multi-modal samples; ``None``: text only."""
     video_key: str | None = None
@@ -323,17 +340,21 @@ class FormatConfig:
     reply_prefix: str | None = None
     """Text prepended to the assistant reply (e.g. ``<think>``); ``None``: nothing."""
     workflow_key: str = ""
-    """Column naming a per-sample workflow; empty: the taskset's workflow."""
+    """Column naming a per-sample workflow (rows without a name: the taskset's); empty: no
+    such column."""
     reward_fn_key: str = ""
-    """Column naming a per-sample reward function; empty: the taskset's reward function."""
+    """Column naming a per-sample reward function (rows without a name: the taskset's);
+    empty: no such column."""
     chosen_key: str = "chosen"
     """Column with the preferred response (DPO)."""
     rejected_key: str = "rejected"
     """Column with the dispreferred response (DPO)."""
     enable_concatenated_multi_turn: bool = False
-    """SFT on ``messages``: train on every assistant turn of a conversation at once."""
+    """SFT on ``messages``: train on every assistant turn of a conversation at once (the
+    other turns masked)."""
     chat_template: str | None = None
-    """Chat template for this dataset (SFT / DPO); ``None``: ``model.custom_chat_template``."""
+    """Chat template for this training dataset (SFT / DPO / auxiliary), ahead of the model's;
+    ``None``: the model's (:mod:`rft.chat_template`). Tasksets' rollouts ignore it."""
 
 
 @dataclass
@@ -484,6 +505,14 @@ class ExperienceBufferConfig:
     """``file`` datasets (SFT / DPO): column mapping."""
     enable_progress_bar: bool = False
     """Show a progress bar while loading a ``file`` dataset."""
+    total_epochs: int | None = None
+    """Auxiliary ``file`` datasets: passes over the rows before the buffer is exhausted;
+    ``None``: as many as the run needs. (The experience buffer's passes are
+    ``buffer.total_epochs``.)"""
+    schema_type: Literal["sft", "dpo", "experience", "task"] | None = None
+    """What the rows are (Trinity-RFT derives it; rft too): ``sft`` / ``dpo`` rows of a
+    dataset, ``experience`` from an explorer. ``None``: derived from the algorithm (auxiliary
+    buffers: ``sft``); a value that disagrees is a validation problem."""
 
 
 @dataclass
@@ -528,10 +557,10 @@ class InferenceModelConfig:
 
     model_path: str | None = None
     """Model to serve. Rollout model: leave unset (``model.model_path``); auxiliary
-    model: required."""
+    model: required (``engine_type: external``: optional, a local tokenizer)."""
     engine_type: str = "vllm"
     """Inference engine (plugin): ``vllm``, ``hf`` (transformers, the CPU reference),
-    ``openai`` / ``external`` (API), ``tinker``."""
+    ``external`` (a model behind an OpenAI-compatible API: evaluation, judges)."""
     engine_num: int = 1
     """Number of engine replicas; GPUs used = ``engine_num * tensor_parallel_size``."""
     tensor_parallel_size: int = 1
@@ -610,6 +639,9 @@ class AuxiliaryModelConfig(InferenceModelConfig):
 
     name: str | None = None
     """Name workflows use to look the model up; ``None``: its position in the list."""
+    external_model_config: ExternalModelConfig = field(default_factory=ExternalModelConfig)
+    """``engine_type: external``: the server of this auxiliary model (its ``enable`` is
+    implied by the engine type); ``model_path`` is then optional (a local tokenizer)."""
 
 
 @dataclass
@@ -716,11 +748,13 @@ class TrainerConfig:
     ``fsdp2``; ``megatron`` is not supported by the ``torch`` trainer."""
     cpu_ranks: int = 1
     """Trainer ranks on a CPU-only cluster (``cluster.gpu_per_node: 0``): Ray actors of one
-    CPU each, joined over gloo (for tests and laptops). On GPUs the number of ranks is the
-    trainer's GPU count from the cluster split."""
+    CPU each, joined over gloo (for tests and laptops); in mode ``colocate`` each holds its
+    own rollout engine. On GPUs the number of ranks is the trainer's GPU count from the
+    cluster split."""
     ranks: int | None = None
     """Derived: trainer processes (``fsdp`` / ``fsdp2``): ``cluster.trainer_gpu_num`` on
-    GPUs, ``cpu_ranks`` on CPU, ``1`` in mode ``colocate``."""
+    GPUs (mode ``colocate``: ``node_num × gpu_per_node``, a rank and its rollout engine per
+    GPU), ``cpu_ranks`` on CPU."""
     rank_timeout: float | None = None
     """Derived: ``synchronizer.sync_timeout``; seconds a trainer rank waits for the others
     (joining, collectives) before the run fails with an error naming the rank."""
@@ -734,7 +768,13 @@ class TrainerConfig:
     )
     """How concurrent checkpoint saving is serialised across threads / processes / nodes."""
     save_hf_checkpoint: Literal["last", "always", "never"] = "last"
-    """Also save Hugging Face format weights: for the last checkpoint, every one, or none."""
+    """Also save Hugging Face format weights: for the last checkpoint, every one, or none.
+    With ``model.lora_configs`` the export is the adapter (peft's ``save_pretrained``
+    format)."""
+    save_hf_merged: bool = False
+    """With ``model.lora_configs``: the Hugging Face export also holds the base model with
+    the adapter merged in, in ``hf/merged/`` (a full model and its tokenizer; a following
+    stage without LoRA starts from it). No effect without LoRA."""
     max_checkpoints_to_keep: int | None = None
     """Older checkpoints beyond this many are deleted; ``None``: keep all."""
     enable_preview: bool = True

@@ -14,7 +14,7 @@ entries unless it has its own):
   (:func:`check_support`, the last of :data:`rft.config.validate.CHECKS`) reports a user
   who sets it (to anything but its default, or to what ``when`` matches) in one line
   ``dotted.key: <reason>``: a warning, or a problem where running without it would
-  mislead (``severity="error"``, e.g. LoRA).
+  mislead (``severity="error"``, e.g. the Tinker service).
 - :class:`Derived`: validation fills it in (``cluster.trainer_gpu_num``, ...).
 - :class:`Structural`: a section or container whose own fields have their entries.
 
@@ -99,6 +99,8 @@ TORCH_TRAINER = "rft.trainer.torch_trainer"
 ENGINE = "rft.explorer.engine"
 ENGINE_FACTORY = "rft.explorer.engine_factory"
 VLLM = "rft.explorer.vllm_engine"
+EXTERNAL_ENGINE = "rft.explorer.external_engine"
+EXTERNAL_CHECKS = "rft.config.external"
 EXPLORER = "rft.explorer.explorer"
 AUXILIARY = "rft.explorer.auxiliary"
 REPLY_PARSING = "rft.explorer.reply_parsing"
@@ -115,8 +117,15 @@ COLOCATE = "rft.modes.colocate"
 BOTH = "rft.distributed.both"
 WORKERS = "rft.distributed.workers"
 CLUSTER = "rft.distributed.cluster"
+EXPLORE_ENGINES = "rft.distributed.explore_engines"
 PLAN = "rft.config.plan"
 LOGS = "rft.logs"
+CHAT_TEMPLATE = "rft.chat_template"
+PREFERENCE_DATA = "rft.buffer.preference_data"
+DATA_CHECKS = "rft.config.data_checks"
+OFFLINE = "rft.buffer.offline"
+LORA_CHECK = "rft.config.lora"
+TRAINER_LORA = "rft.trainer.lora"
 
 
 def _c(*modules: str, note: str = "", unsupported: Unsupported | None = None) -> Consumed:
@@ -125,13 +134,11 @@ def _c(*modules: str, note: str = "", unsupported: Unsupported | None = None) ->
 
 _RESOLVED = "resolved through the plugin registry into the run plan"
 _NO_EFFECT = "not implemented by rft; it has no effect"
-_LORA = ("LoRA is not implemented yet: rft would silently run full fine-tuning; remove it "
-         "to train all weights")
 _TINKER = "the Tinker training service is not supported by rft; it has no effect"
-_EXTERNAL = "external API models are not supported by rft; it has no effect"
 _DATA_JUICER = "the Data-Juicer service is not supported by rft; it has no effect"
 _TASK_PIPELINE = "task pipelines are not implemented by rft; tasks are used as read"
 _EXPERIMENTAL = "not implemented by rft (experimental in the guide); it has no effect"
+_TEMPLATE_ORDER = "precedence: docs/configuration.md, chat templates"
 
 
 def _positive(value: Any) -> bool:
@@ -173,14 +180,14 @@ SUPPORT: dict[str, Support] = {
     "AlgorithmConfig.entropy_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
     "AlgorithmConfig.loss_agg_mode": _c(VALIDATE, TORCH_TRAINER),
     # ---- model.lora_configs[i] (reported through model.lora_configs) ------------------
-    "LoRAConfig.name": Unsupported(_LORA, "error"),
-    "LoRAConfig.path": Unsupported(_LORA, "error"),
-    "LoRAConfig.base_model_name": Unsupported(_LORA, "error"),
-    "LoRAConfig.lora_rank": Unsupported(_LORA, "error"),
-    "LoRAConfig.lora_alpha": Unsupported(_LORA, "error"),
-    "LoRAConfig.lora_dtype": Unsupported(_LORA, "error"),
-    "LoRAConfig.target_modules": Unsupported(_LORA, "error"),
-    "LoRAConfig.exclude_modules": Unsupported(_LORA, "error"),
+    "LoRAConfig.name": _c(TRAINER_LORA, note="the adapter's name in syncs and exports"),
+    "LoRAConfig.path": _c(TRAINER_LORA, LORA_CHECK, note="start from this peft adapter"),
+    "LoRAConfig.base_model_name": _c(TRAINER_LORA, note="written to adapter_config.json"),
+    "LoRAConfig.lora_rank": _c(TRAINER_LORA, LORA_CHECK, VLLM),
+    "LoRAConfig.lora_alpha": _c(LORA_CHECK),
+    "LoRAConfig.lora_dtype": _c(TRAINER_LORA, LORA_CHECK),
+    "LoRAConfig.target_modules": _c(LORA_CHECK, note="all-linear, names, or a regex"),
+    "LoRAConfig.exclude_modules": _c(LORA_CHECK),
     # ---- model.tinker -------------------------------------------------------------------
     "TinkerConfig.enable": Unsupported(
         "the Tinker training service is not supported by rft (a remote service it cannot "
@@ -192,18 +199,17 @@ SUPPORT: dict[str, Support] = {
     "TinkerConfig.train_unembed": Unsupported(_TINKER),
     "TinkerConfig.base_url": Unsupported(_TINKER),
     # ---- model.external_model -----------------------------------------------------------
-    "ExternalModelConfig.enable": Unsupported(
-        "external API models are not supported by rft (no engine talks to the API); the "
-        "rollouts would come from model.model_path instead", "error"),
-    "ExternalModelConfig.base_url_env": Unsupported(_EXTERNAL),
-    "ExternalModelConfig.api_key_env": Unsupported(_EXTERNAL),
-    "ExternalModelConfig.model_name": Unsupported(_EXTERNAL),
+    "ExternalModelConfig.enable": _c(EXTERNAL_CHECKS,
+                                     note="engine 'external': modes bench and explore"),
+    "ExternalModelConfig.base_url_env": _c(EXTERNAL_CHECKS, EXTERNAL_ENGINE),
+    "ExternalModelConfig.api_key_env": _c(EXTERNAL_CHECKS, EXTERNAL_ENGINE),
+    "ExternalModelConfig.model_name": _c(EXTERNAL_ENGINE, note="unset: the server's one model"),
     # ---- model --------------------------------------------------------------------------
     "ModelConfig.model_path": _c(ENGINE_FACTORY, TORCH_TRAINER, BUILDERS),
     "ModelConfig.trust_remote_code": _c(ENGINE_FACTORY, VLLM, TORCH_TRAINER),
     "ModelConfig.critic_model_path": _c(TORCH_TRAINER, note="unset: model.model_path"),
-    "ModelConfig.custom_chat_template": _c(ENGINE_FACTORY, VLLM),
-    "ModelConfig.chat_template_path": _c(ENGINE_FACTORY, VLLM),
+    "ModelConfig.custom_chat_template": _c(CHAT_TEMPLATE, note=_TEMPLATE_ORDER),
+    "ModelConfig.chat_template_path": _c(CHAT_TEMPLATE, note=_TEMPLATE_ORDER),
     "ModelConfig.temperature": _c(ENGINE_FACTORY, OPTIONS),
     "ModelConfig.top_p": _c(ENGINE_FACTORY),
     "ModelConfig.top_k": _c(ENGINE_FACTORY),
@@ -217,10 +223,10 @@ SUPPORT: dict[str, Support] = {
     "ModelConfig.enable_prompt_truncation": _c(ENGINE_FACTORY),
     "ModelConfig.repetition_penalty": _c(ENGINE_FACTORY),
     "ModelConfig.enable_thinking": _c(ENGINE_FACTORY, VLLM),
-    "ModelConfig.lora_configs": Unsupported(_LORA, "error"),
-    "ModelConfig.fully_sharded_loras": Unsupported(
-        "LoRA is not implemented yet; it has no effect"),
-    "ModelConfig.max_cpu_loras": Unsupported("LoRA is not implemented yet; it has no effect"),
+    "ModelConfig.lora_configs": _c(LORA_CHECK, VLLM, ENGINE_FACTORY,
+                                   note="one adapter; docs/lora.md"),
+    "ModelConfig.fully_sharded_loras": _c(VLLM, LORA_CHECK, note="vllm engine with LoRA"),
+    "ModelConfig.max_cpu_loras": _c(VLLM, LORA_CHECK, note="vllm engine with LoRA"),
     "ModelConfig.rope_scaling": Unsupported(
         "not applied: rft loads the checkpoint's RoPE settings unchanged; it has no effect"),
     "ModelConfig.rope_theta": Unsupported(
@@ -235,14 +241,14 @@ SUPPORT: dict[str, Support] = {
     "ClusterConfig.auxiliary_gpu_num": Derived("sum over the auxiliary models"),
     "ClusterConfig.trainer_gpu_num": Derived("the GPUs left for the trainer"),
     # ---- format (tasksets and buffers) --------------------------------------------------
-    "FormatConfig.prompt_type": _c(TASKSET, SFT_DATA),
-    "FormatConfig.prompt_key": _c(TASKSET, SFT_DATA),
+    "FormatConfig.prompt_type": _c(TASKSET, SFT_DATA, PREFERENCE_DATA),
+    "FormatConfig.prompt_key": _c(TASKSET, SFT_DATA, PREFERENCE_DATA),
     "FormatConfig.response_key": _c(TASKSET, SFT_DATA),
     "FormatConfig.system_prompt_key": _c(TASKSET, SFT_DATA),
     "FormatConfig.system_prompt": _c(TASKSET, SFT_DATA),
-    "FormatConfig.messages_key": _c(TASKSET, SFT_DATA),
-    "FormatConfig.tools_key": Unsupported(
-        "not read: rft takes no tool definitions from the dataset; it has no effect"),
+    "FormatConfig.messages_key": _c(TASKSET, SFT_DATA, PREFERENCE_DATA),
+    "FormatConfig.tools_key": _c(
+        TASKSET, SFT_DATA, note="tasks: the workflow's chat prompts; SFT / DPO: the prompt"),
     "FormatConfig.image_key": Unsupported(
         "multi-modal data is not supported by rft: the images would be dropped and the "
         "model trained on the text alone", "error"),
@@ -252,22 +258,14 @@ SUPPORT: dict[str, Support] = {
     "FormatConfig.reply_prefix": Unsupported(
         "not read by rft's workflows (the math workflows take workflow_args.reply_prefix); "
         "it has no effect"),
-    "FormatConfig.workflow_key": Unsupported(
-        "per-sample workflows are not implemented: every task runs the taskset's workflow"),
-    "FormatConfig.reward_fn_key": Unsupported(
-        "per-sample reward functions are not implemented: every task uses the taskset's "
-        "reward function"),
-    "FormatConfig.chosen_key": Unsupported(
-        "preference datasets are not read by rft (rows are read as prompt / response); it "
-        "has no effect"),
-    "FormatConfig.rejected_key": Unsupported(
-        "preference datasets are not read by rft (rows are read as prompt / response); it "
-        "has no effect"),
-    "FormatConfig.enable_concatenated_multi_turn": Unsupported(
-        "not implemented: SFT trains on the last assistant turn only; it has no effect"),
-    "FormatConfig.chat_template": Unsupported(
-        "not read: datasets use the model's chat template (model.custom_chat_template); it "
-        "has no effect"),
+    "FormatConfig.workflow_key": _c(TASKSET, VALIDATE, note="a row names its workflow"),
+    "FormatConfig.reward_fn_key": _c(TASKSET, VALIDATE, note="a row names its reward function"),
+    "FormatConfig.chosen_key": _c(PREFERENCE_DATA, note="DPO datasets"),
+    "FormatConfig.rejected_key": _c(PREFERENCE_DATA, note="DPO datasets"),
+    "FormatConfig.enable_concatenated_multi_turn": _c(
+        SFT_DATA, DATA_CHECKS, note="SFT datasets of messages rows"),
+    "FormatConfig.chat_template": _c(CHAT_TEMPLATE, DATA_CHECKS,
+                                     note="training datasets; wins over the model's"),
     # ---- rollout_args -------------------------------------------------------------------
     "RolloutArgsConfig.temperature": _c(ENGINE, note="the task's sampling overrides"),
     "RolloutArgsConfig.top_p": _c(ENGINE, note="the task's sampling overrides"),
@@ -332,16 +330,19 @@ SUPPORT: dict[str, Support] = {
         "not implemented: a failed database operation is not retried; it has no effect"),
     "ExperienceBufferConfig.max_retry_interval": Unsupported(
         "not implemented: a failed database operation is not retried; it has no effect"),
-    "ExperienceBufferConfig.split": _c(BUILDERS, note="file datasets (SFT / DPO)"),
-    "ExperienceBufferConfig.subset_name": _c(BUILDERS, note="file datasets (SFT / DPO)"),
+    "ExperienceBufferConfig.split": _c(OFFLINE, note="file datasets (SFT / DPO / auxiliary)"),
+    "ExperienceBufferConfig.subset_name": _c(OFFLINE,
+                                             note="file datasets (SFT / DPO / auxiliary)"),
     "ExperienceBufferConfig.format": Structural("file datasets (SFT / DPO)"),
     "ExperienceBufferConfig.enable_progress_bar": Unsupported(
         "not implemented: datasets load without a progress bar; it has no effect"),
+    "ExperienceBufferConfig.total_epochs": _c(BUILDERS, DATA_CHECKS,
+                                              note="auxiliary datasets; unset: as needed"),
+    "ExperienceBufferConfig.schema_type": _c(DATA_CHECKS, note="checked against what rft reads"),
     # ---- buffer.trainer_input -----------------------------------------------------------
     "TrainerInputConfig.experience_buffer": Structural("unset: a queue named experience_buffer"),
-    "TrainerInputConfig.auxiliary_buffers": Unsupported(
-        "not implemented: the trainer opens no auxiliary buffers (the mix algorithm finds "
-        "no expert data); it has no effect"),
+    "TrainerInputConfig.auxiliary_buffers": _c(
+        BUILDERS, DATA_CHECKS, note="file: SFT rows (mix's expert data); sql: experiences"),
     # ---- buffer -------------------------------------------------------------------------
     "BufferConfig.batch_size": _c(EXPLORER, BUILDERS),
     "BufferConfig.train_batch_size": _c(BUILDERS, PLAN,
@@ -353,7 +354,7 @@ SUPPORT: dict[str, Support] = {
     # ---- explorer.rollout_model / auxiliary_models[i] (shared fields) ------------------
     "InferenceModelConfig.model_path": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
     "InferenceModelConfig.engine_type": _c(VALIDATE, note=_RESOLVED),
-    "InferenceModelConfig.engine_num": _c(BOTH, WORKERS, VALIDATE),
+    "InferenceModelConfig.engine_num": _c(BOTH, WORKERS, EXPLORE_ENGINES, VALIDATE),
     "InferenceModelConfig.tensor_parallel_size": _c(VLLM, WORKERS, VALIDATE),
     "InferenceModelConfig.use_v1": Unsupported(
         "not applied: rft's vllm engine always runs vLLM's V1 engine; it has no effect"),
@@ -363,7 +364,8 @@ SUPPORT: dict[str, Support] = {
     "InferenceModelConfig.gpu_memory_utilization": _c(VLLM, note="vllm engine, CUDA"),
     "InferenceModelConfig.dtype": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.seed": _c(ENGINE_FACTORY, VLLM),
-    "InferenceModelConfig.extra_engine_args": _c(VLLM, note="vllm engine"),
+    "InferenceModelConfig.extra_engine_args": _c(VLLM, EXTERNAL_ENGINE,
+                                                 note="vllm and external engines"),
     "InferenceModelConfig.max_model_len": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.max_prompt_tokens": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.max_response_tokens": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
@@ -371,7 +373,7 @@ SUPPORT: dict[str, Support] = {
     "InferenceModelConfig.enable_prompt_truncation": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.repetition_penalty": _c(ENGINE_FACTORY, AUXILIARY),
     "InferenceModelConfig.ignore_eos": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
-    "InferenceModelConfig.chat_template": _c(ENGINE_FACTORY, VLLM),
+    "InferenceModelConfig.chat_template": _c(CHAT_TEMPLATE, note=_TEMPLATE_ORDER),
     "InferenceModelConfig.enable_thinking": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.enable_history": _c(EXPLORER, AUXILIARY),
     "InferenceModelConfig.enable_openai_api": _c(EXPLORER, AUXILIARY),
@@ -386,6 +388,7 @@ SUPPORT: dict[str, Support] = {
     "InferenceModelConfig.reasoning_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
     # ---- explorer.auxiliary_models[i] (own entries) -------------------------------------
     "AuxiliaryModelConfig.name": _c(AUXILIARY),
+    "AuxiliaryModelConfig.external_model_config": Structural("engine_type: external"),
     "AuxiliaryModelConfig.engine_num": Unsupported(
         "an auxiliary model runs one engine; more only reserve GPUs in the split",
         when=lambda value: value > 1),
@@ -426,9 +429,10 @@ SUPPORT: dict[str, Support] = {
         unsupported=Unsupported(
             "megatron is not supported by the torch trainer; it shards with FSDP2 instead",
             when=lambda value: value == "megatron", example="megatron")),
-    "TrainerConfig.cpu_ranks": _c(VALIDATE, note="trainer ranks on a CPU-only cluster"),
-    "TrainerConfig.ranks": Derived("cluster.trainer_gpu_num on GPUs, cpu_ranks on CPU, 1 in "
-                                   "mode colocate"),
+    "TrainerConfig.cpu_ranks": _c(VALIDATE, note="trainer ranks on a CPU-only cluster (mode "
+                                  "colocate: each with its rollout engine)"),
+    "TrainerConfig.ranks": Derived("cluster.trainer_gpu_num on GPUs (mode colocate: every "
+                                   "GPU), cpu_ranks on CPU"),
     "TrainerConfig.rank_timeout": Derived("synchronizer.sync_timeout"),
     "TrainerConfig.total_steps": _c(BUILDERS, TRAIN),
     "TrainerConfig.save_interval": _c(STAGE),
@@ -436,6 +440,7 @@ SUPPORT: dict[str, Support] = {
         "not implemented: checkpoint saving is not serialised across threads / processes / "
         "nodes; it has no effect"),
     "TrainerConfig.save_hf_checkpoint": _c(COLOCATE, TRAIN, BOTH),
+    "TrainerConfig.save_hf_merged": _c(TORCH_TRAINER, LORA_CHECK, note="with LoRA: hf/merged/"),
     "TrainerConfig.max_checkpoints_to_keep": _c(BUILDERS, BOTH),
     "TrainerConfig.enable_preview": Unsupported(
         "not implemented: no rollout previews are logged; it has no effect"),
@@ -449,7 +454,8 @@ SUPPORT: dict[str, Support] = {
             "divides the derived max_token_len_per_gpu)", when=lambda value: value > 1,
             example=2)),
     "TrainerConfig.trainer_config": _c(
-        OPTIONS, note="torch: the key paths listed below; any other key is a warning"),
+        OPTIONS, note="torch: the key paths listed below; any other key is a warning; verl "
+                      "(rft-plugin-verl): veRL's config, each key checked by the plugin"),
     # ---- monitor ------------------------------------------------------------------------
     "MonitorConfig.monitor_type": _c(VALIDATE, note=_RESOLVED),
     "MonitorConfig.monitor_args": _c(VALIDATE, note=_RESOLVED),

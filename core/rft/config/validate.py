@@ -17,7 +17,10 @@ from typing import Any, NamedTuple
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.convert import INVALID, to_dataclass
+from rft.config.data_checks import check_datasets
 from rft.config.dotted import import_dotted, looks_dotted
+from rft.config.external import check_external_engines, derive_external_model, is_remote
+from rft.config.lora import check_lora
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
 from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
                                TaskSelectorConfig, TasksetConfig)
@@ -191,10 +194,9 @@ def check_algorithm(c: RftConfig, v: Validation) -> None:
         merged = {**defaults, **(getattr(a, args_name) or {})}
         setattr(a, args_name, merged)
     if preset.fixed_repeat_times is not None:
-        if a.repeat_times not in (None, preset.fixed_repeat_times):
-            v.problem("algorithm.repeat_times",
-                      f"{a.algorithm_type} needs repeat_times={preset.fixed_repeat_times}, "
-                      f"got {a.repeat_times}")
+        if a.repeat_times not in (None, preset.fixed_repeat_times):  # the guide: "set to 2"
+            v.warnings.append(f"algorithm.repeat_times: {a.algorithm_type} uses repeat_times="
+                              f"{preset.fixed_repeat_times}; {a.repeat_times} is replaced")
         a.repeat_times = preset.fixed_repeat_times
     if a.repeat_times is None:
         a.repeat_times = preset.repeat_times
@@ -224,8 +226,8 @@ def check_algorithm(c: RftConfig, v: Validation) -> None:
 def check_model(c: RftConfig, v: Validation) -> None:
     """Model path, token limits and the ``max_model_len`` derivation."""
     m = c.model
-    if not m.model_path and not m.external_model.enable:
-        v.problem("model.model_path", "must be set")
+    if not m.model_path and not (m.external_model.enable and c.mode in ("bench", "explore")):
+        v.problem("model.model_path", "must be set")  # external rollout model: a tokenizer
     _require_local(v, "model.model_path", m.model_path)
     _require_local(v, "model.chat_template_path", m.chat_template_path)
     if m.critic_model_path is None:
@@ -360,8 +362,42 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
                                selector.selector_type, selector.kwargs,
                                f"{key}.task_selector.kwargs")
     if workflow is not None and chosen_selector is not None:
-        planned = TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector)
+        planned = TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector,
+                              **row_plugins(key, taskset, v))
         (v.eval_tasksets if is_eval else v.tasksets).append(planned)
+
+
+def row_plugins(key: str, taskset: TasksetConfig, v: Validation) -> dict[str, Any]:
+    """``format.workflow_key`` / ``reward_fn_key``: every registered workflow / reward
+    function resolved by name (a row may name any), args from the taskset's
+    ``workflow_args`` / ``reward_fn_args`` where its ``Args`` take them, else its defaults
+    (said in a warning when those args are set). Keyword arguments of
+    :class:`~rft.config.plan.TasksetPlan`."""
+    found: dict[str, Any] = {}
+    fmt = taskset.format
+    for field_name, column, kind, args_name in (
+            ("row_workflows", fmt.workflow_key, "workflow", "workflow_args"),
+            ("row_rewards", fmt.reward_fn_key, "reward_fn", "reward_fn_args")):
+        if not column:
+            continue
+        args = getattr(taskset, args_name) or {}
+        if args:
+            v.warnings.append(f"{key}.{args_name}: a row naming its own {KINDS[kind].label} "
+                              f"(format.{kind}_key {column!r}) runs it "
+                              "with these args where its Args take them, else with its "
+                              "defaults")
+        resolved = {}
+        for name in v.registry.names(kind):
+            implementation = v.registry.get(kind, name)
+            for candidate in (args, {}):
+                trial: list[str] = []
+                built = build_args(implementation, name, candidate, f"{key}.{args_name}", trial)
+                if not trial:
+                    resolved[name] = Selected(f"{key}.format.{kind}_key", name,
+                                              implementation, built)
+                    break
+        found[field_name] = resolved
+    return found
 
 
 def check_explorer(c: RftConfig, v: Validation) -> None:
@@ -402,7 +438,7 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
     for i, aux in enumerate(c.explorer.auxiliary_models):
         key = f"explorer.auxiliary_models[{i}]"
         models.append((key, aux))
-        if not aux.model_path:
+        if not aux.model_path and not is_remote(v, aux.engine_type):
             v.problem(f"{key}.model_path", "must be set (the model this engine serves)")
         _require_local(v, f"{key}.model_path", aux.model_path)
         name = aux.name if aux.name is not None else str(i)
@@ -412,6 +448,11 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
         names.setdefault(name, i)
     for key, model in models:
         engine = v.select("engine", f"{key}.engine_type", model.engine_type)
+        if engine is not None and args_type_of(engine.implementation) is not None:
+            # an engine declaring Args takes its extra_engine_args checked against them
+            engine = Selected(engine.key, engine.name, engine.implementation, build_args(
+                engine.implementation, engine.name, model.extra_engine_args,
+                f"{key}.extra_engine_args", v.problems))
         if not 0 <= model.openai_api_port <= 65535:
             v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
                       f"number, got {model.openai_api_port}")
@@ -465,17 +506,19 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
     if cl.gpu_per_node is not None and cl.gpu_per_node < 0:
         v.problem("cluster.gpu_per_node", f"must be >= 0, got {cl.gpu_per_node}")
     rm = c.explorer.rollout_model
-    explorer_gpus = rm.engine_num * rm.tensor_parallel_size
+    # a remote engine (external) runs on its own server: no GPU of the run
+    explorer_gpus = 0 if is_remote(v, rm.engine_type) else \
+        rm.engine_num * rm.tensor_parallel_size
     auxiliary_gpus = sum(m.engine_num * m.tensor_parallel_size
-                         for m in c.explorer.auxiliary_models)
+                         for m in c.explorer.auxiliary_models if not is_remote(v, m.engine_type))
     known = cl.node_num is not None and cl.gpu_per_node is not None
     total = (cl.node_num or 0) * (cl.gpu_per_node or 0)  # None: detected from Ray at launch
     if c.mode == "colocate":
         if rm.engine_num != 1 or rm.tensor_parallel_size != 1:
             v.problem("explorer.rollout_model.engine_num",
-                      "mode 'colocate' runs one engine with tensor_parallel_size 1, got "
-                      f"engine_num={rm.engine_num}, tensor_parallel_size="
-                      f"{rm.tensor_parallel_size}")
+                      "mode 'colocate' runs one engine per device (per trainer rank) with "
+                      f"tensor_parallel_size 1, got engine_num={rm.engine_num}, "
+                      f"tensor_parallel_size={rm.tensor_parallel_size}")
         check_colocated_auxiliary_models(c, v)
         return
     if (cl.gpu_per_node or 0) > 0 and rm.tensor_parallel_size > cl.gpu_per_node:
@@ -483,10 +526,10 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                   f"{rm.tensor_parallel_size} is larger than a node "
                   f"(cluster.gpu_per_node = {cl.gpu_per_node}): a tensor-parallel group runs "
                   "on one node")
-    if c.mode in ("explore", "bench") and rm.engine_num > 1:
+    if c.mode == "bench" and rm.engine_num > 1:
         v.problem("explorer.rollout_model.engine_num",
-                  f"mode {c.mode!r} runs one engine in its process; {rm.engine_num} engines "
-                  "(Ray actors) need mode 'both'")
+                  f"mode 'bench' runs one engine in its process; {rm.engine_num} engines "
+                  "(Ray actors) need mode 'explore' or 'both'")
     if c.mode not in GPU_MODES or not known or total == 0:
         return
     explorer_side = explorer_gpus + auxiliary_gpus if c.mode != "train" else auxiliary_gpus
@@ -507,7 +550,8 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
 def check_colocated_auxiliary_models(c: RftConfig, v: Validation) -> None:
     """``colocate`` shares one device: auxiliary models run there only on CPU machines
     (``cluster.gpu_per_node: 0``, or unset without a GPU), with an in-process engine."""
-    if not c.explorer.auxiliary_models:
+    local = [aux for aux in c.explorer.auxiliary_models if not is_remote(v, aux.engine_type)]
+    if not local:  # none, or remote ones only (external: they use no device here)
         return
     gpus = c.cluster.gpu_per_node
     if gpus is None:
@@ -520,7 +564,8 @@ def check_colocated_auxiliary_models(c: RftConfig, v: Validation) -> None:
                   "their own): use mode 'both', or run on CPU (cluster.gpu_per_node: 0)")
         return
     for i, aux in enumerate(c.explorer.auxiliary_models):
-        if aux.engine_type not in COLOCATED_AUXILIARY_ENGINES:
+        if aux.engine_type not in COLOCATED_AUXILIARY_ENGINES \
+                and not is_remote(v, aux.engine_type):
             v.problem(f"explorer.auxiliary_models[{i}].engine_type",
                       "mode 'colocate' runs auxiliary models in its own process: use "
                       + " or ".join(repr(e) for e in COLOCATED_AUXILIARY_ENGINES)
@@ -573,8 +618,10 @@ def unhonoured_trainer_keys(tree: dict[str, Any] | None) -> list[str]:
 def trainer_ranks(c: RftConfig) -> int:
     """Processes of the trainer (see ``TrainerConfig.ranks``)."""
     t, cl = c.trainer, c.cluster
-    if c.mode not in ("both", "train") or t.trainer_strategy == "megatron":
+    if c.mode not in ("both", "train", "colocate") or t.trainer_strategy == "megatron":
         return 1
+    if c.mode == "colocate" and t.trainer_type != "torch":
+        return 1  # the ranks that hold the rollout engines are the torch trainer's
     gpus = cl.gpu_per_node
     if gpus is None:  # not given: this machine decides CPU or GPU
         import torch
@@ -584,12 +631,15 @@ def trainer_ranks(c: RftConfig) -> int:
             return 1  # the GPU split is unknown without cluster.node_num / gpu_per_node
     if gpus == 0:
         return max(1, t.cpu_ranks)
+    if c.mode == "colocate":  # every device: a trainer rank and its rollout engine
+        return max(1, (cl.node_num or 1) * gpus)
     return max(1, cl.trainer_gpu_num or 1)
 
 
 def check_trainer(c: RftConfig, v: Validation) -> None:
     """Trainer plugin, total steps, checkpoint settings; the trainer's ranks (FSDP2) and,
-    for the ``torch`` trainer, the ``trainer_config`` keys it does not honour."""
+    for the ``torch`` trainer, the ``trainer_config`` keys it does not honour; then the
+    backend's own :meth:`~rft.trainer.base.Trainer.check_config`."""
     t = c.trainer
     v.trainer = v.select("trainer", "trainer.trainer_type", t.trainer_type)
     if t.total_steps is None:
@@ -610,6 +660,11 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
                   f"must be > 0 (or null to keep all), got {t.max_checkpoints_to_keep}")
     if t.grad_clip is not None and t.grad_clip <= 0:
         v.problem("trainer.grad_clip", f"must be > 0, got {t.grad_clip}")
+    check = getattr(v.trainer.implementation, "check_config", None) if v.trainer else None
+    if check is not None:  # the backend's own checks (Trainer.check_config)
+        problems, warnings = check(c)
+        v.problems.extend(problems)
+        v.warnings.extend(warnings)
 
 
 def check_trainer_ranks(c: RftConfig, v: Validation) -> None:
@@ -625,10 +680,10 @@ def check_trainer_ranks(c: RftConfig, v: Validation) -> None:
                               "torch trainer; it runs as one process")
     if t.ranks is None:
         t.ranks = trainer_ranks(c)
-    if c.mode == "colocate" and t.cpu_ranks > 1:
-        v.warnings.append(f"trainer.cpu_ranks: mode 'colocate' runs the trainer in its own "
-                          f"process (one rank); {t.cpu_ranks} ranks need mode 'both' or "
-                          "'train'")
+    if c.mode == "colocate" and t.cpu_ranks > 1 and t.ranks == 1:
+        v.warnings.append(f"trainer.cpu_ranks: {t.cpu_ranks} ranks in mode 'colocate' need "
+                          f"the torch trainer on a CPU cluster (cluster.gpu_per_node: 0); it "
+                          "runs one trainer process")
     if cl.gpu_per_node == 0 and t.ranks > 1:
         import os
 
@@ -695,7 +750,8 @@ def check_split_modes(c: RftConfig, v: Validation) -> None:
         if not c.buffer.explorer_input.eval_tasksets:
             v.problem("buffer.explorer_input.eval_tasksets",
                       "mode 'bench' evaluates checkpoints on eval tasksets: set at least one")
-        if not c.continue_from_checkpoint:
+        hosted = is_remote(v, c.explorer.rollout_model.engine_type)  # needs no checkpoint
+        if not c.continue_from_checkpoint and not hosted:
             v.problem("continue_from_checkpoint", "mode 'bench' evaluates the checkpoints of "
                       "an existing run: must be true (false starts a new, empty <name>_<time>)")
     elif not c.continue_from_checkpoint and not (c.mode == "train" and train_only):
@@ -737,9 +793,10 @@ def check_support(c: RftConfig, v: Validation) -> None:
 
 
 CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
-    check_global, check_algorithm, check_model, check_buffer, check_explorer,
-    check_cluster, check_synchronizer, check_trainer, check_split_modes, check_monitor,
-    check_data_processor, check_support,
+    check_global, check_algorithm, derive_external_model, check_model, check_buffer,
+    check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
+    check_trainer, check_lora, check_split_modes, check_monitor, check_data_processor,
+    check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""
 

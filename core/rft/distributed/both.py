@@ -18,6 +18,18 @@ actors, then drives them with non-blocking calls::
 - Monitors, evaluation schedule, checkpoints and ``summary.json`` work as in colocate
   (one :class:`~rft.modes.stage.StageLifecycle` decides what is due).
 
+Resuming (``continue_from_checkpoint``): a checkpoint of step ``t`` holds the trainer (and
+its process's random generators), the explorer's state after explore step ``t`` (task
+selectors, engine seed sequence, random generators, experiences written) and the
+experience buffer's state when the explorer had written nothing past step ``t``. The
+trainer resumes from the newest *readable* checkpoint, the buffer settles its leases with
+it (``sql``: reads after ``t`` are handed out again; a redone explore step does not write
+twice), the explorer gets the checkpoint's weights and state and goes on at step ``t + 1``,
+and the monitors forget what was logged after ``t``. A checkpoint is written after the
+evaluation due at its step, and before the trainer's next step. With ``sync_style:
+fixed``, ``sync_offset: 0`` and checkpoints at sync points the resumed run is, on CPU,
+the uninterrupted one bit for bit (``docs/faults.md`` says what holds otherwise).
+
 No silent hangs: the explorer waits at most ``synchronizer.sync_timeout`` for weights, the
 trainer at most ``experience_buffer.max_read_timeout`` for experiences, and a dead actor
 ends the run at once with a one-line error naming it (after the trainer's last completed
@@ -33,13 +45,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rft.checkpoint import check_writable, list_checkpoints
+from rft.checkpoint import check_writable
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
-from rft.distributed.sync_policy import SYNC_POLICIES, SyncPolicy
-from rft.distributed.workers import ExplorerService, TrainerService
+from rft.distributed.sync_policy import SYNC_POLICIES, Decision, SyncPolicy
+from rft.distributed.workers import (ExplorerService, ExplorerState, ResumePoint,
+                                     TrainerService)
 from rft.errors import RftError
 from rft.modes.builders import steps_over_tasks
 from rft.modes.stage import Resumed, StageLifecycle, StageResult
@@ -69,10 +82,14 @@ class Progress:
     explored: int = 0
     trained: int = 0
     explorer_version: int = 0
+    resumed: int = 0
+    """The checkpoint's step a resumed run went on from: the explorer syncs to it first."""
     handed_out: dict[int, Any] = field(default_factory=dict)
     """Version → object ref of the trainer's weights (newest few)."""
-    selectors_after: dict[int, list[Any]] = field(default_factory=dict)
-    """Explore step → task-selector states after it (for checkpoints)."""
+    explored_state: dict[int, ExplorerState] = field(default_factory=dict)
+    """Explore step → the explorer's state after it (for checkpoints)."""
+    deferred_save: tuple[int, Any] | None = None
+    """A checkpoint waiting for the evaluation due at its step: (step, buffer state)."""
     waiting_since: float | None = None
     waiting_for: int = 0
     idle_declared: bool = False
@@ -171,24 +188,38 @@ class Coordinator:
         log.info("weight-broadcast group: %d ranks over %s at %s:%d", world, address.backend,
                  address.host, address.port)
 
-    def _resume(self) -> None:
-        """Continue from the newest checkpoint: trainer state, selectors, weights."""
-        checkpoints = list_checkpoints(self.plan.job_dir)
-        if not (self.config.continue_from_checkpoint and checkpoints):
-            return
-        latest = checkpoints[-1]
-        state = self._get(self.actors["trainer"].resume.remote(latest.path),
-                          Call("trainer", "resume", latest.step))
-        step = int(state["step"])
-        self._get(self.actors["explorer"].load_selectors.remote(state.get("selectors", [])),
+    def _resume(self) -> Resumed:
+        """Continue from the newest readable checkpoint (when continuing): the trainer, the
+        buffer (leases settled, contents and counters), the explorer's state; the explorer
+        loads the checkpoint's weights at its first step."""
+        trainer, buffer = self.actors["trainer"], self.actors["buffer"]
+        found: ResumePoint | None = self._get(trainer.resume.remote(),
+                                              Call("trainer", "resume", 0))
+        step = found.step if found is not None else 0
+        # a durable buffer (sql) hands out again what was read after the checkpoint
+        self._get(buffer.recover_leases.remote(step), Call("buffer", "resume", step))
+        if found is None:
+            return Resumed()
+        for line in found.skipped:
+            log.warning("resume: %s", line)
+        state = found.state
+        counters = {"written": state.get("experiences_written", 0),
+                    "read": state.get("experiences_read", 0)}
+        self._get(buffer.load_state_dict.remote(found.buffer if found.buffer is not None
+                                                else counters), Call("buffer", "resume", step))
+        self._get(self.actors["explorer"].restore.remote(state),
                   Call("explorer", "resume", step))
-        weights = self.actors["trainer"].weights.remote()
-        self._get(self.actors["explorer"].sync.remote(weights, step),
-                  Call("explorer", "sync", step))
         p = self.progress
-        p.explored = p.trained = p.explorer_version = p.last_saved = step
+        p.explored = p.trained = p.last_saved = p.resumed = step
+        p.explored_state[step] = ExplorerState.from_checkpoint(step, state)
+        # the explorer holds the initial model: its next step syncs to the checkpoint's
+        # weights first, as the uninterrupted run's did (and reports it alike)
+        p.handed_out[step] = (found.path if self.config.synchronizer.sync_method == "checkpoint"
+                              else self._hand_out(step))
         self.result.eval_before = state.get("eval_before", {})
-        log.info("resumed from %s", latest.path)
+        log.info("resumed from %s", found.path)
+        return Resumed(step, self.result.eval_before, initial_weights=False,
+                       eval_after=state.get("eval_after"))
 
     # ---- the run ---------------------------------------------------------------------
 
@@ -196,8 +227,12 @@ class Coordinator:
         try:
             self._start_actors()
             self.lifecycle.start(self.steps)
-            self._resume()
-            if self.lifecycle.evaluates_before(Resumed(self.progress.trained)):
+            resumed = self._resume()
+            self.lifecycle.rewind(resumed.step)
+            if resumed.step >= self.steps:  # a finished stage run again
+                self._finish_again(resumed)
+                return self.result
+            if self.lifecycle.evaluates_before(resumed):
                 self.result.eval_before = self._get(self.actors["explorer"].evaluate.remote(),
                                                     Call("explorer", "evaluate", 0))
                 self.lifecycle.log("explorer", self.result.eval_before, 0)
@@ -227,6 +262,8 @@ class Coordinator:
         if self._busy("explorer") or step > self.steps:
             return
         decision = self.policy.before_explore(step, p.explorer_version, sorted(p.handed_out))
+        if p.explorer_version < p.resumed:  # a resumed explorer: the checkpoint's weights
+            decision = Decision("sync", p.resumed)
         weights, version = None, None
         if decision.action == "wait":
             if p.waiting_since is None:
@@ -263,7 +300,8 @@ class Coordinator:
     def _schedule_trainer(self) -> None:
         p = self.progress
         step = p.trained + 1
-        if self._busy("trainer", "train") or step > self.steps or p.explored < step:
+        if (self._busy("trainer", "train") or step > self.steps or p.explored < step
+                or p.deferred_save is not None):  # a checkpoint of the trainer's state is due
             return
         ref = self.actors["trainer"].train_step.remote(step)
         self.pending[ref] = Call("trainer", "train", step)
@@ -304,33 +342,74 @@ class Coordinator:
     def _done(self, call: Call, value: Any) -> None:
         p = self.progress
         if call.what == "explore":
-            metrics, selectors = value
+            metrics, explorer_state = value
             p.explored = call.step
-            p.selectors_after[call.step] = selectors
-            for old in [s for s in p.selectors_after if s < p.trained]:
-                del p.selectors_after[old]
+            p.explored_state[call.step] = explorer_state
+            for old in [s for s in p.explored_state if s < p.trained]:
+                del p.explored_state[old]
             self.lifecycle.log("explorer", metrics, call.step)
             if self.lifecycle.eval_due(call.step):
                 ref = self.actors["explorer"].evaluate.remote()
                 self.pending[ref] = Call("explorer", "evaluate", call.step)
         elif call.what == "evaluate":
             self.lifecycle.log("explorer", value, call.step)
+            if p.deferred_save is not None and not self._evaluating(p.deferred_save[0]):
+                step, buffer = p.deferred_save
+                p.deferred_save = None
+                self._save(step, final=False, buffer=buffer)
         elif call.what == "broadcast":
             pass  # the explorer's step reports the sync
         elif call.what == "train":
             p.trained = call.step
+            # the buffer's counts after this step, asked before the explorer goes on
+            counts = self.actors["buffer"].counts.remote()
             if self.policy.hands_out_after(call.step) or call.step == self.steps:
                 if p.explored >= self.steps:  # only the final evaluation needs weights now
                     p.handed_out.clear()
                 p.handed_out[call.step] = self._hand_out(call.step)
-            self._schedule()  # the explorer may go on at once; the bookkeeping comes after
-            metrics = dict(value)
-            counts = self._get(self.actors["buffer"].counts.remote(), Call("buffer", "counts", 0))
-            metrics.update({"buffer/written": float(counts["written"]),
-                            "buffer/read": float(counts["read"])})
-            self.lifecycle.log("trainer", metrics, call.step)
+            saving = None
             if self.lifecycle.save_due(call.step) and call.step != p.last_saved:
-                self._save(call.step, final=False)
+                saving = self._save_or_defer(call.step)  # before the trainer's next step
+            self._schedule()  # the explorer may go on at once; the bookkeeping comes after
+            self._log_trained(call.step, value, counts)
+            if saving is not None:
+                self._get(saving, Call("trainer", "save", call.step))
+                p.last_saved = call.step
+
+    def _log_trained(self, step: int, metrics: dict[str, float], counts: Any) -> None:
+        """Log train step ``step`` with the buffer's counts (``counts``: their object ref)."""
+        counted = self._get(counts, Call("buffer", "counts", step))
+        self.lifecycle.log("trainer", {**metrics, "buffer/written": float(counted["written"]),
+                                       "buffer/read": float(counted["read"])}, step)
+
+    def _evaluating(self, step: int) -> bool:
+        """An evaluation due at ``step`` (or before) is still running."""
+        return any(c.what == "evaluate" and c.step <= step for c in self.pending.values())
+
+    def _save_or_defer(self, step: int) -> Any:
+        """Start the checkpoint of ``step`` (its object ref), or — while the evaluation due
+        at ``step`` runs — keep it for when that ends (``None``); the trainer's next step
+        waits for it (a checkpoint holds what a resumed run does not redo)."""
+        buffer = self._buffer_state(step)
+        if self._evaluating(step):
+            self.progress.deferred_save = (step, buffer)
+            return None
+        return self._start_save(step, final=False, buffer=buffer)
+
+    def _buffer_state(self, step: int) -> Any:
+        """The buffer's state (an object ref, taken now) when it is the state after train
+        step ``step`` with nothing written past explore step ``step``; else ``None`` (a
+        checkpoint then keeps the counts only, and the resumed explorer redoes the steps
+        after ``step``)."""
+        import ray
+
+        p = self.progress
+        if p.explored != step or self._busy("explorer", "explore") or \
+                self._busy("trainer", "train"):
+            return None
+        ref = self.actors["buffer"].state_dict.remote()
+        ray.wait([ref])  # taken before the explorer's next step may write
+        return ref
 
     def _hand_out(self, step: int) -> Any:
         """Object ref of what the explorer loads as version ``step``: the trainer's weights
@@ -342,7 +421,8 @@ class Coordinator:
         if self.broadcasting:
             return self.actors["trainer"].snapshot_weights.remote(step)
         self.progress.last_saved = step
-        return self.actors["trainer"].save.remote(step, self._checkpoint_state(step), True)
+        return self._start_save(step, final=False, buffer=self._buffer_state(step),
+                                export_hf=True)
 
     def _finish_pending(self) -> None:
         while self.pending:
@@ -350,26 +430,37 @@ class Coordinator:
             call = self.pending.pop(ref)
             self._done(call, self._get(ref, call))
 
-    def _checkpoint_state(self, step: int) -> dict[str, Any]:
+    def _checkpoint_state(self, step: int, *, final: bool = False) -> dict[str, Any]:
+        """``state.json`` of checkpoint ``step``: the explorer's state after explore step
+        ``step`` (the trainer adds its own), the evaluations."""
         p = self.progress
-        done = [s for s in p.selectors_after if s <= step]
-        return {"model_version": step,
-                "selectors": p.selectors_after[max(done)] if done else [],
-                "eval_before": self.result.eval_before}
+        done = [s for s in p.explored_state if s <= step]
+        state: dict[str, Any] = {"model_version": step, "eval_before": self.result.eval_before}
+        if done:
+            state.update(p.explored_state[max(done)].to_checkpoint())
+        if final and self.lifecycle.has_eval:
+            state["eval_after"] = self.result.eval_after
+        return state
 
-    def _save(self, step: int, *, final: bool, timeout: float | None = None) -> None:
+    def _start_save(self, step: int, *, final: bool, buffer: Any = None,
+                    export_hf: bool | None = None) -> Any:
+        """Start checkpointing the trainer at ``step``, with the buffer's state ``buffer``
+        (an object ref, or ``None``: the counts in ``state.json`` only); the call's object
+        ref."""
+        if export_hf is None:
+            export_hf = final or self.config.trainer.save_hf_checkpoint == "always"
+        return self.actors["trainer"].save.remote(
+            step, self._checkpoint_state(step, final=final), export_hf, buffer)
+
+    def _save(self, step: int, *, final: bool, buffer: Any = None,
+              timeout: float | None = None) -> None:
         """Checkpoint the trainer at ``step`` (blocking: its result matters)."""
-        p = self.progress
-        state = self._checkpoint_state(step)
-        export_hf = final or self.config.trainer.save_hf_checkpoint == "always"
-        ref = self.actors["trainer"].save.remote(step, state, export_hf)
+        ref = self._start_save(step, final=final, buffer=buffer)
         self._get(ref, Call("trainer", "save", step), timeout)
-        p.last_saved = step
+        self.progress.last_saved = step
 
     def _finish(self, has_eval: bool) -> None:
         """Final evaluation on the last weights, final checkpoint with the HF model."""
-        import ray
-
         self._finish_pending()  # the explorer may still evaluate
         final = self.progress.handed_out[self.steps]
         if has_eval:
@@ -378,10 +469,32 @@ class Coordinator:
             self.result.eval_after = self._get(ref, Call("explorer", "evaluate", self.steps))
             self._finish_pending()
             self.lifecycle.log("explorer", self.result.eval_after, self.steps)
-        if self.config.synchronizer.sync_method == "checkpoint":  # handed out = saved with hf/
+        checkpoint_sync = self.config.synchronizer.sync_method == "checkpoint"
+        if checkpoint_sync:  # handed out = saved with hf/
             self._get(final, Call("trainer", "save", self.steps))
-        else:
-            self._save(self.steps, final=True)
+        if not checkpoint_sync or has_eval:  # (again: with the evaluation after)
+            self._save(self.steps, final=True, buffer=self._buffer_state(self.steps))
+        self._record_final()
+
+    def _finish_again(self, resumed: Resumed) -> None:
+        """A finished stage run again: nothing is redone or logged twice, but the
+        evaluation after the last step when its final checkpoint lacks it."""
+        if self.lifecycle.has_eval:
+            if resumed.eval_after is not None:
+                self.result.eval_after = dict(resumed.eval_after)
+            else:
+                ref = self.actors["explorer"].evaluate.remote(
+                    self.progress.handed_out[self.steps], self.steps)
+                self._start_broadcast(self.steps)
+                self.result.eval_after = self._get(ref, Call("explorer", "evaluate", self.steps))
+                self._finish_pending()
+                self.lifecycle.log("explorer", self.result.eval_after, self.steps)
+                self._save(self.steps, final=True, buffer=self._buffer_state(self.steps))
+        self._record_final()
+
+    def _record_final(self) -> None:
+        import ray
+
         self.result.final_model_path = os.path.join(self.plan.job_dir,
                                                     f"global_step_{self.steps}", "hf")
         failed = ray.get(self.actors["explorer"].failed_tasks.remote())
@@ -433,13 +546,33 @@ class Coordinator:
                 "buffer": self.plan.experience_buffer.name}[role]
 
     def _save_after_failure(self) -> None:
-        """Keep the trainer's last completed step when the run fails (trainer alive)."""
+        """Keep the trainer's last completed step when the run fails (trainer alive). A
+        train step in flight is waited for first (its data is in the buffer): the save
+        would otherwise follow it in the trainer's queue and hold its state."""
         p = self.progress
-        if "trainer" not in self.actors or p.trained <= p.last_saved:
+        if "trainer" not in self.actors:
             return
+        timeout = self.config.synchronizer.sync_timeout
+        in_flight = [(ref, call) for ref, call in self.pending.items()
+                     if call.role == "trainer" and call.what == "train"]
         self.pending.clear()
+        for ref, call in in_flight:
+            try:
+                metrics = self._get(ref, call, timeout)
+            except RftError as exc:
+                log.warning("could not save the trainer's state: %s", exc)
+                return
+            p.trained = call.step
+            try:
+                self._log_trained(call.step, metrics, self.actors["buffer"].counts.remote())
+            except (RftError, KeyError):  # the buffer is gone: the step without its counts
+                self.lifecycle.log("trainer", metrics, call.step)
+        if p.trained <= p.last_saved:
+            return
+        deferred = p.deferred_save
+        buffer = deferred[1] if deferred is not None and deferred[0] == p.trained else None
         try:
-            self._save(p.trained, final=False, timeout=self.config.synchronizer.sync_timeout)
+            self._save(p.trained, final=False, buffer=buffer, timeout=timeout)
             log.warning("saved the trainer's state at step %d before stopping", p.trained)
         except RftError as exc:
             log.warning("could not save the trainer's state: %s", exc)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from rft.adapter import AdapterWeights
 from rft.config.schema import RftConfig
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
@@ -57,6 +58,10 @@ class EngineReplica:
 
     def update_weights(self, weights: list[tuple[str, torch.Tensor]], version: int) -> int:
         self.engine.update_weights(iter(weights), version=version)
+        return self.engine.model_version
+
+    def update_adapter(self, adapter: AdapterWeights, version: int) -> int:
+        self.engine.update_adapter(adapter, version)
         return self.engine.model_version
 
     def weight_group_ranks(self) -> int:
@@ -161,6 +166,16 @@ class EnginePool(InferenceEngine):
         weights = ray.put(NamedTensors((name, tensor.detach().cpu())
                                        for name, tensor in named_tensors))
         ray.get([replica.update_weights.remote(weights, version) for replica in self.replicas])
+        self._model_version = int(version)
+
+    serves_lora = True  # as its engine class does (validation checks that class)
+
+    def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
+        """The adapter into every replica (put in the object store once)."""
+        import ray
+
+        boxed = ray.put(adapter)
+        ray.get([replica.update_adapter.remote(boxed, version) for replica in self.replicas])
         self._model_version = int(version)
 
     def weight_group_ranks(self) -> int:

@@ -3,9 +3,10 @@
 A process group of its own (not torch's default group, which vLLM and the trainer may use
 for themselves): rank 0 is the trainer actor, ranks 1 … N the processes holding a rollout
 model (the explorer actor, or each engine replica when ``engine_num > 1``). The trainer
-hosts the rendezvous (a ``TCPStore`` on its node's address, a free port). The backend is
-NCCL when the trainer's model is on CUDA and gloo otherwise, so the same code runs on a
-CPU machine (where the tests run it) and on GPUs.
+hosts the rendezvous (a ``TCPStore`` listening on its node's address only — loopback on
+rft's private local cluster — at a free port). The backend is NCCL when the trainer's
+model is on CUDA and gloo otherwise, so the same code runs on a CPU machine (where the
+tests run it) and on GPUs.
 
 An engine whose model lives in processes of its own (vLLM's workers: one per
 tensor-parallel rank, in the engine-core process or further ones) implements
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -136,14 +138,41 @@ class GroupAddress:
 
 def host_rendezvous(world_size: int, device: torch.device, timeout_s: float
                     ) -> tuple[dist.TCPStore, GroupAddress]:
-    """Rank 0's store on this node's address and a free port, and the address to hand out."""
+    """Rank 0's store on this node's address and a free port, and the address to hand out.
+
+    The store listens on that address only — ``127.0.0.1`` on rft's private local Ray
+    cluster (:mod:`rft.distributed.cluster`), the node's network address on any other —
+    not on every interface, where torch's ``TCPStore`` binds its own socket (``::``): it is
+    handed a socket bound here (``master_listen_fd``)."""
     import ray
 
     host = ray.util.get_node_ip_address()
-    store = dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout_s))
+    listener = listen_on(host)
+    try:
+        store = dist.TCPStore(host, listener.getsockname()[1], world_size, is_master=True,
+                              wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=timeout_s),
+                              master_listen_fd=listener.fileno(), use_libuv=True)
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store owns the socket now (and closes it)
     backend = "nccl" if device.type == "cuda" else "gloo"
     return store, GroupAddress(host, store.port, world_size, backend, timeout_s)
+
+
+def listen_on(host: str) -> socket.socket:
+    """A TCP socket listening on ``host`` (an IPv4 or IPv6 address) at a free port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.bind((host, 0))
+        listener.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        listener.close()
+        raise RftError(f"synchronizer (nccl): cannot listen on {host} for the "
+                       f"weight-broadcast group: {exc.strerror or exc}") from exc
+    return listener
 
 
 class BroadcastGroup:

@@ -21,12 +21,15 @@ own) and
 
 from __future__ import annotations
 
+import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from rft.checkpoint import Checkpoint, load_actor_weights, load_checkpoint
+from rft.adapter import AdapterWeights
+from rft.checkpoint import Checkpoint, load_sync_weights, rng_state, set_rng_state
 from rft.config.plan import RunPlan
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool
@@ -34,19 +37,64 @@ from rft.distributed.weight_broadcast import (BUCKET_BYTES, Broadcast, Broadcast
                                               GroupAddress, TensorSpec, buckets,
                                               host_rendezvous, layout, pack, spec_of)
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine
+from rft.explorer.engine import InferenceEngine, load_weights
 from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
-from rft.modes.builders import build_trainer, quiet_libraries, save_stage_checkpoint
+from rft.modes.builders import (build_trainer, engine_seed, quiet_libraries,
+                                restore_engine_seed, resume_checkpoint, save_stage_checkpoint)
 from rft.tensor_wire import NamedTensors
 from rft.trainer.ranks import RankedTrainer, TrainerRank
 
-Weights = list[tuple[str, torch.Tensor]] | str | Broadcast
+log = logging.getLogger("rft.distributed")
+
+Weights = list[tuple[str, torch.Tensor]] | AdapterWeights | str | Broadcast
 """What the trainer hands to the explorer: its weights (HF names, CPU; ``sync_method:
-memory``, through the object store), the path of the checkpoint holding them
-(``sync_method: checkpoint``), or what to receive from the trainer's broadcast
-(``sync_method: nccl``, :mod:`rft.distributed.weight_broadcast`)."""
+memory``, through the object store) or, with LoRA, its adapter alone, the path of the
+checkpoint holding them (``sync_method: checkpoint``), or what to receive from the
+trainer's broadcast (``sync_method: nccl``, :mod:`rft.distributed.weight_broadcast`)."""
+
+
+@dataclass
+class ExplorerState:
+    """The explorer actor after an explore step: what a checkpoint of that step keeps so
+    that the explorer of a resumed run samples as the uninterrupted one did (its keys in
+    ``state.json``: ``selectors``, ``engine_seed``, ``explorer_rng``,
+    ``experiences_written``)."""
+
+    step: int
+    selectors: list[Any]
+    """Task-selector states."""
+    engine_seed: int | None
+    """The engine's next sampling seed (``None``: an engine without a seed sequence)."""
+    rng: dict[str, Any]
+    """The explorer process's random generators (:func:`rft.checkpoint.rng_state`)."""
+    written: int
+    """Experiences the explorer wrote up to this step (every run of the job)."""
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {"selectors": self.selectors, "engine_seed": self.engine_seed,
+                "explorer_rng": self.rng, "experiences_written": self.written}
+
+    @staticmethod
+    def from_checkpoint(step: int, state: dict[str, Any]) -> ExplorerState:
+        return ExplorerState(step, list(state.get("selectors", [])), state.get("engine_seed"),
+                             dict(state.get("explorer_rng") or {}),
+                             int(state.get("experiences_written", 0)))
+
+
+@dataclass
+class ResumePoint:
+    """The checkpoint a trainer actor resumed from."""
+
+    step: int
+    path: str
+    state: dict[str, Any]
+    """Its ``state.json``."""
+    buffer: Any
+    """The experience buffer's state it kept (``buffer.pt``; ``None``: none)."""
+    skipped: list[str]
+    """Newer checkpoints that could not be read (moved aside), one line each."""
 
 
 class ExplorerService:
@@ -62,9 +110,9 @@ class ExplorerService:
             self.engine: InferenceEngine = EnginePool(config, engine_cls, rm.engine_num, gpus)
         else:
             self.engine = build_engine(config, engine_cls)
-        storage = RemoteStorage(plan.experience_buffer.name, buffer)
+        self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
-                                 storage)
+                                 self.storage)
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
@@ -89,31 +137,59 @@ class ExplorerService:
         if isinstance(weights, Broadcast):
             self.weight_receiver.receive_broadcast(weights, version)
             return time.monotonic() - started
-        tensors = (load_actor_weights(Checkpoint(version, weights)).items()
-                   if isinstance(weights, str) else weights)
-        self.engine.update_weights(iter(tensors), version=version)
+        if isinstance(weights, str):  # a checkpoint: its adapter (LoRA) or weights
+            loaded = load_sync_weights(Checkpoint(version, weights))
+            weights = loaded if isinstance(loaded, AdapterWeights) else list(loaded.items())
+        load_weights(self.engine, weights if isinstance(weights, AdapterWeights)
+                     else iter(weights), version)
         return time.monotonic() - started
 
     def explore_step(self, step: int, weights: Weights | None = None,
-                     version: int | None = None) -> tuple[dict[str, float], list[Any]]:
-        """Optionally sync first, then one explore step; its metrics and the selectors'
-        states after it (what a checkpoint of this step records)."""
+                     version: int | None = None) -> tuple[dict[str, float], ExplorerState]:
+        """Optionally sync first, then one explore step; its metrics and the explorer's state
+        after it (what a checkpoint of this step records). Its writes are keyed ``explore
+        step <step>``: a step redone after a crash does not write twice to a durable
+        buffer."""
         metrics: dict[str, float] = {}
         if weights is not None and version is not None:
             metrics["timing_s/update_weights"] = self.sync(weights, version)
-        metrics.update(self.explorer.explore_step(step))
-        return metrics, [s.state_dict() for s in self.explorer.selectors]
+            if isinstance(weights, (AdapterWeights, list)):  # what crossed the object store
+                metrics["sync/bytes"] = float(weights.nbytes if isinstance(weights, AdapterWeights)
+                                              else sum(t.numel() * t.element_size()
+                                                       for _, t in weights))
+        with self.storage.idempotent_writes(f"explore step {step}"):
+            metrics.update(self.explorer.explore_step(step))
+        return metrics, ExplorerState(step, [s.state_dict() for s in self.explorer.selectors],
+                                      engine_seed(self.engine), rng_state(),
+                                      self.storage.written)
 
     def evaluate(self, weights: Weights | None = None, version: int | None = None
                  ) -> dict[str, float]:
-        """Optionally sync first, then evaluate every eval taskset."""
+        """Optionally sync first, then evaluate every eval taskset. The engine's seed
+        sequence and the random generators are left as they were: the explore steps draw
+        the same numbers whether or not an evaluation ran between them (a resumed run,
+        restored from the state after a step, does not redo the evaluation after it)."""
         if weights is not None and version is not None:
             self.sync(weights, version)
-        return self.explorer.evaluate()
+        seed, generators = engine_seed(self.engine), rng_state()
+        try:
+            return self.explorer.evaluate()
+        finally:
+            restore_engine_seed(self.engine, seed)
+            set_rng_state(generators)
 
-    def load_selectors(self, states: list[Any]) -> None:
-        for selector, state in zip(self.explorer.selectors, states, strict=False):
-            selector.load_state_dict(state)
+    def restore(self, state: dict[str, Any]) -> None:
+        """Go on after a checkpoint's explore step (``state``: its ``state.json``): task
+        selectors, the count of experiences written, the engine's seed sequence and the
+        random generators (last, so that nothing done here draws from them)."""
+        saved = ExplorerState.from_checkpoint(int(state.get("step", 0)), state)
+        for selector, selector_state in zip(self.explorer.selectors, saved.selectors,
+                                            strict=False):
+            selector.load_state_dict(selector_state)
+        self.storage.written = saved.written
+        restore_engine_seed(self.engine, saved.engine_seed)
+        if saved.rng:
+            set_rng_state(saved.rng)
 
     def failed_tasks(self) -> list[str]:
         return list(self.explorer.failed_tasks)
@@ -134,8 +210,8 @@ class TrainerService:
     def __init__(self, plan: RunPlan, buffer: Any, total_steps: int) -> None:
         quiet_libraries()
         self.plan = plan
-        self.trainer, self.strategy = build_trainer(
-            plan, RemoteStorage(plan.experience_buffer.name, buffer), total_steps)
+        self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
+        self.trainer, self.strategy = build_trainer(plan, self.storage, total_steps)
         self.group: BroadcastGroup | None = None
         self._rendezvous: tuple[Any, GroupAddress] | None = None
         self._snapshots: dict[int, list[torch.Tensor]] = {}  # version → byte buckets
@@ -155,13 +231,19 @@ class TrainerService:
         return self.ranked.rank_pids() if self.ranked is not None else [os.getpid()]
 
     def train_step(self, step: int) -> dict[str, float]:
-        """Sample one batch (waiting for the explorer) and learn from it."""
+        """Sample one batch (waiting for the explorer) and learn from it. The batch is read
+        as leases of ``step``, final once a checkpoint covers it."""
+        self.storage.lease_reads(step)
         experiences, metrics = self.strategy.sample(step, self.trainer.global_steps)
         metrics.update(self.trainer.train_step(experiences))
         return metrics
 
-    def weights(self) -> NamedTensors:
-        """A CPU copy of the actor's weights (it goes to the object store as raw buffers)."""
+    def weights(self) -> NamedTensors | AdapterWeights:
+        """A CPU copy of the actor's weights (it goes to the object store as raw buffers);
+        with LoRA, of its adapter alone."""
+        adapter = self.trainer.adapter_weights()
+        if adapter is not None:
+            return adapter
         return NamedTensors((name, tensor.detach().to("cpu", copy=True))
                             for name, tensor in self.trainer.named_weights())
 
@@ -233,28 +315,45 @@ class TrainerService:
         if self.ranked is not None and old:
             self.ranked.call_all(_drop_snapshots, below, what="weight snapshot")
 
-    def resume(self, path: str) -> dict[str, Any]:
-        """Load the checkpoint at ``path``; return its run state (step, selectors, …). A
+    def resume(self) -> ResumePoint | None:
+        """Load the newest readable checkpoint of the job when ``continue_from_checkpoint``
+        (newer unreadable ones are moved aside with a warning; ``None``: none), restore
+        this process's random generators (last) and the count of experiences read. A
         sharded trainer's ranks read the folder themselves (sharded, or the one-process
         ``trainer.pt`` on rank 0) in any number of ranks."""
+        loaded = resume_checkpoint(self.plan, extra=("buffer",))
+        if loaded is None:
+            return None
         if self.ranked is not None:
-            import json
-            import os
+            self.ranked.load_checkpoint(loaded.checkpoint.path)
+        else:
+            self.trainer.load_state_dict(loaded.trainer_state)
+        state = loaded.state
+        self.storage.read_count = int(state.get("experiences_read", 0))
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        return ResumePoint(loaded.step, loaded.checkpoint.path, state,
+                           loaded.extra.get("buffer"), loaded.skipped)
 
-            self.ranked.load_checkpoint(path)
-            with open(os.path.join(path, "state.json"), encoding="utf-8") as handle:
-                return json.load(handle)
-        trainer_state, state = load_checkpoint(Checkpoint(0, path))
-        self.trainer.load_state_dict(trainer_state)
-        return state
-
-    def save(self, step: int, state: dict[str, Any], export_hf: bool) -> str:
-        """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``); a
-        sharded trainer writes ``trainer_sharded/`` (every rank its shards)."""
+    def save(self, step: int, state: dict[str, Any], export_hf: bool,
+             buffer: dict[str, Any] | None = None) -> str:
+        """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``, the
+        experience buffer's state ``buffer`` as ``buffer.pt`` when given, the count of
+        experiences read); a sharded trainer writes ``trainer_sharded/`` (every rank its
+        shards). Then the buffer's leases of steps ``<= step`` become final."""
+        state = {**state, "experiences_read": self.storage.read_count}
+        extra = {"buffer": buffer} if buffer is not None else None
         if self.ranked is not None:
-            return save_sharded_stage_checkpoint(self.plan, self.ranked, step, state,
-                                                 export_hf=export_hf)
-        return save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=export_hf)
+            path = save_sharded_stage_checkpoint(self.plan, self.ranked, step, state,
+                                                 export_hf=export_hf, extra=extra)
+        else:
+            path = save_stage_checkpoint(self.plan, self.trainer, step, state,
+                                         export_hf=export_hf, extra=extra)
+        try:
+            self.storage.commit_leases(step)
+        except Exception as exc:  # noqa: BLE001 (a dead buffer: a resumed run settles them)
+            log.warning("experience buffer: leases of step %d not settled: %s", step, exc)
+        return path
 
     def close(self) -> None:
         if self.group is not None:
@@ -268,7 +367,8 @@ class TrainerService:
 
 
 def save_sharded_stage_checkpoint(plan: RunPlan, trainer: RankedTrainer, step: int,
-                                  state: dict[str, Any], *, export_hf: bool) -> str:
+                                  state: dict[str, Any], *, export_hf: bool,
+                                  extra: dict[str, Any] | None = None) -> str:
     """``global_step_<step>`` of a sharded trainer, through :func:`rft.checkpoint.
     save_checkpoint` (atomic: written as ``….partial`` and renamed when complete):
     ``trainer.pt`` holds a marker, the ranks write ``trainer_sharded/`` (DCP) into the
@@ -289,7 +389,8 @@ def save_sharded_stage_checkpoint(plan: RunPlan, trainer: RankedTrainer, step: i
 
     marker = sharded_marker(final, trainer.world_size, trainer.global_steps)
     return save_checkpoint(plan.job_dir, step, marker, {"model_version": step, **state},
-                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=write)
+                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=write,
+                           extra=extra)
 
 
 # ---- run on the sharded trainer's ranks (RankedTrainer.call_all / call_rank0) ----------

@@ -1,6 +1,7 @@
 """Auxiliary models (``explorer.auxiliary_models``): extra engines for workflows.
 
-Each entry becomes an engine of its own (``engine_type``: ``hf`` or ``vllm``) wrapped in a
+Each entry becomes an engine of its own (``engine_type``: ``hf``, ``vllm``, or ``external``
+for a model behind an OpenAI-compatible server, set by ``external_model_config``) wrapped in a
 :class:`~rft.explorer.model_wrapper.ModelWrapper` named ``name`` (or its position, ``"0"``,
 ``"1"``, …). Workflows get them as ``self.auxiliary_models`` and look one up with
 ``self.auxiliary_model("judge")``; an LLM-judge reward, for instance::
@@ -41,10 +42,13 @@ def auxiliary_name(aux: AuxiliaryModelConfig, index: int) -> str:
 
 def engine_config(config: RftConfig, aux: AuxiliaryModelConfig) -> RftConfig:
     """A copy of ``config`` whose rollout model is ``aux``: what an engine's builder reads
-    (``model.model_path`` is the auxiliary model's, the policy's chat template is dropped)."""
+    (``model.model_path`` is the auxiliary model's, the policy's chat template and LoRA
+    adapter are dropped, ``model.external_model`` is the auxiliary model's
+    ``external_model_config``)."""
     fields = {f.name: getattr(aux, f.name) for f in dataclasses.fields(InferenceModelConfig)}
-    model = dataclasses.replace(config.model, model_path=aux.model_path,
-                                custom_chat_template=None, chat_template_path=None)
+    model = dataclasses.replace(config.model, model_path=aux.model_path or "",
+                                custom_chat_template=None, chat_template_path=None,
+                                lora_configs=None, external_model=aux.external_model_config)
     explorer = dataclasses.replace(config.explorer, rollout_model=RolloutModelConfig(**fields))
     return dataclasses.replace(config, model=model, explorer=explorer)
 

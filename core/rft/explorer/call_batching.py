@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -70,6 +70,35 @@ def experience_from_completion(completion: Completion) -> Experience:
         info={"finish_reason": completion.finish_reason,
               "prompt_truncated": completion.prompt_truncated},
     )
+
+
+def experiences_from_completions(completions: Sequence[Completion]) -> list[Experience]:
+    """:func:`experience_from_completion` for the completions of one engine call, with
+    their tensors built at once: one ``tokens`` tensor and one action-mask tensor for all
+    of them, split into per-experience views (issue #23: no tensor construction per
+    rollout). Equal, tensor for tensor, to calling :func:`experience_from_completion` on
+    each."""
+    if not completions:
+        return []
+    sizes = [len(c.prompt_token_ids) + len(c.token_ids) for c in completions]
+    flat: list[int] = []
+    for c in completions:
+        flat += c.prompt_token_ids
+        flat += c.token_ids
+    tokens = torch.tensor(flat, dtype=torch.long).split(sizes)  # views of (Σ L,)
+    responses = [len(c.token_ids) for c in completions]
+    masks = torch.ones(sum(responses), dtype=torch.bool)  # (Σ R,)
+    if any(c.prompt_truncated for c in completions):  # rare: cleared row by row
+        start = 0
+        for c, length in zip(completions, responses, strict=True):
+            if c.prompt_truncated:
+                masks[start: start + length] = False
+            start += length
+    return [Experience(tokens=t, prompt_length=len(c.prompt_token_ids), logprobs=c.logprobs,
+                       action_mask=m, model_version=c.model_version, response_text=c.text,
+                       info={"finish_reason": c.finish_reason,
+                             "prompt_truncated": c.prompt_truncated})
+            for c, t, m in zip(completions, tokens, masks.split(responses), strict=True)]
 
 
 @dataclass
@@ -145,7 +174,8 @@ class CallBatcher:
             self._sequence += 1
             request = _Call(engine, kind, items, sampling, n, (participant, self._sequence))
             self._pending.append(request)
-            self._cond.notify_all()
+            # no notify: only this caller's arrival changed readiness, and it flushes
+            # next (waking every waiter on every arrival cost O(workers²) thread switches)
         while True:
             self._flush_if_ready()
             with self._cond:
@@ -178,7 +208,8 @@ class CallBatcher:
 
     def _run(self, group: list[_Call]) -> None:
         """One engine call for the group; if it raises, one call per request, so that a
-        bad prompt fails its own workflow only."""
+        bad prompt fails its own workflow only (a fatal error, such as an unreachable
+        server, goes to every request at once)."""
         first = group[0]
         method = first.engine.chat if first.kind == "chat" else first.engine.generate
         try:
@@ -189,9 +220,9 @@ class CallBatcher:
                 start += len(c.items)
         except Exception as exc:  # noqa: BLE001 - handed to the callers
             for c in group:
-                if len(group) == 1:
-                    c.error = exc
-                    break
+                if len(group) == 1 or getattr(exc, "fatal", False):
+                    c.error = exc  # a fatal error (server down) is every request's
+                    continue
                 try:
                     c.result = method(c.items, c.sampling, c.n)
                 except Exception as single:  # noqa: BLE001

@@ -10,6 +10,7 @@ the trainer. The surface is deliberately small:
 ``compute_logprobs(token_ids, prompt_lengths, temperature=)``
                                            log-probs of the response tokens
 ``update_weights(named_tensors, version)``  copy new weights in, ``model_version = version``
+``update_adapter(adapter, version)``        serve a new LoRA adapter (``serves_lora``)
 ``model_version`` / ``tokenizer``           properties
 =========================================  ===============================================
 
@@ -49,10 +50,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
+from rft.adapter import AdapterWeights
 from rft.errors import RftError
 
 CHAT_CACHE_SIZE = 4096
@@ -176,6 +178,17 @@ class InferenceEngine(ABC):
         use ``seed, seed + 1, …`` in call order).
     """
 
+    remote: ClassVar[bool] = False
+    """The model runs on a server elsewhere (``external``): the engine takes conversations
+    (:meth:`chat`) only — no token-id prompts, no teacher-forced scoring — needs no local
+    model path, uses no device of the run, and its weights never change, so it cannot be
+    the policy being trained. Validation and the modes read this flag, never the engine's
+    name."""
+
+    serves_lora: ClassVar[bool] = False
+    """The engine serves LoRA adapters (:meth:`update_adapter`); validation refuses
+    ``model.lora_configs`` with an engine that does not."""
+
     def __init__(
         self,
         *,
@@ -241,6 +254,14 @@ class InferenceEngine(ABC):
         """Copy ``(name, tensor)`` pairs (Hugging Face parameter names) into the model and
         set :attr:`model_version` to ``version``. Missing names keep their values;
         unknown names or shapes raise :class:`RftError`."""
+
+    def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
+        """Serve the base model with ``adapter`` (a LoRA adapter: its spec and tensors, see
+        :mod:`rft.adapter`) from now on, replacing any earlier adapter, and set
+        :attr:`model_version` to ``version``. The base weights are left as they are.
+        Engines with :attr:`serves_lora` implement it; the default refuses."""
+        raise RftError(f"{type(self).__name__} cannot serve LoRA adapters "
+                       "(model.lora_configs); use the hf or vllm engine")
 
     # ---- shared behaviour --------------------------------------------------------------
 
@@ -366,6 +387,19 @@ class InferenceEngine(ABC):
         return prepared
 
 
+SyncWeights = Iterable[tuple[str, torch.Tensor]] | AdapterWeights
+"""What a weight sync hands an engine: whole weights (Hugging Face names), or a LoRA
+adapter when the trainer trains one."""
+
+
+def load_weights(engine: InferenceEngine, weights: SyncWeights, version: int) -> None:
+    """``engine.update_adapter`` for an adapter, else ``engine.update_weights``."""
+    if isinstance(weights, AdapterWeights):
+        engine.update_adapter(weights, version)
+    else:
+        engine.update_weights(weights, version=version)
+
+
 def render_text(engine: InferenceEngine, messages: Sequence[dict[str, Any]], *,
                 add_generation_prompt: bool, tools: Sequence[dict[str, Any]] | None = None
                 ) -> str:
@@ -383,4 +417,4 @@ def render_text(engine: InferenceEngine, messages: Sequence[dict[str, Any]], *,
 
 
 __all__ = ["Completion", "FinishReason", "InferenceEngine", "PreparedPrompt", "SamplingArgs",
-           "render_text"]
+           "SyncWeights", "load_weights", "render_text"]

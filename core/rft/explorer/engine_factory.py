@@ -9,12 +9,26 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rft.adapter import AdapterWeights
+from rft.chat_template import model_chat_template
 from rft.config.schema import RftConfig
 from rft.explorer.engine import InferenceEngine, SamplingArgs
 
 
 def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
-    """The rollout engine of a stage (an engine class may provide ``from_config``)."""
+    """The rollout engine of a stage (an engine class may provide ``from_config``). With
+    ``model.lora_configs[0].path`` it serves that adapter from the start (model version 0);
+    a fresh adapter (``B = 0``) is the base model, which it serves as it is."""
+    engine = _build(config, engine_cls)
+    lora = (config.model.lora_configs or [None])[0]
+    if lora is not None and lora.path:
+        adapter = AdapterWeights.load(os.path.expanduser(lora.path),
+                                      key="model.lora_configs[0].path", name=lora.name)
+        engine.update_adapter(adapter, version=0)
+    return engine
+
+
+def _build(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
     factory = getattr(engine_cls, "from_config", None)
     if factory is not None:
         return factory(config)
@@ -26,17 +40,10 @@ def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> Infere
         max_response_tokens=rm.max_response_tokens or m.max_response_tokens,
         enable_prompt_truncation=(m.enable_prompt_truncation if rm.enable_prompt_truncation is None
                                   else rm.enable_prompt_truncation),
-        chat_template=rm.chat_template or m.custom_chat_template or _read_template(m.chat_template_path),
+        chat_template=model_chat_template(config),
         enable_thinking=rm.enable_thinking if rm.enable_thinking is not None else m.enable_thinking,
         seed=rm.seed,
     )
-
-
-def _read_template(path: str | None) -> str | None:
-    if not path:
-        return None
-    with open(os.path.expanduser(path), encoding="utf-8") as handle:
-        return handle.read()
 
 
 def default_sampling(config: RftConfig) -> SamplingArgs:

@@ -5,20 +5,25 @@ runs each ``repeat_times`` times through its workflow, gives every experience it
 (step / task / run), applies the experience pipeline's operators and writes the result to
 the experience buffer. Failed tasks are counted (``rollout/failed_tasks``; those that
 timed out also in ``rollout/timed_out_tasks``, and the threads of abandoned attempts still
-running in ``rollout/abandoned_threads``) and logged, never fatal. Evaluation runs every task of every
-eval taskset and reports accuracy and pass@k per taskset.
+running in ``rollout/abandoned_threads``) and logged, never fatal — unless the error is fatal
+(a :class:`~rft.errors.ServerUnavailableError`: an external model's server is down), which
+stops the batch and is raised once the finished tasks were handed over. Evaluation runs
+every task of every eval taskset and reports accuracy and pass@k per taskset; with an
+:class:`EvalRecord` (``bench``) each task's results are kept as it finishes, and an
+evaluation that stopped midway goes on from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
@@ -67,9 +72,28 @@ def open_taskset(plan: TasksetPlan) -> Taskset:
     workflow, reward = plan.workflow, plan.reward
     plugins = TaskPlugins(workflow.implementation, workflow.args,
                           reward.implementation if reward else None,
-                          reward.args if reward else None)
+                          reward.args if reward else None,
+                          row_workflows=plan.row_workflows, row_rewards=plan.row_rewards)
     tasks = load_tasks(plan.config, plugins, is_eval=plan.is_eval)
     return Taskset(plan.config, plan.key, tasks, workflow.implementation)
+
+
+class EvalRecord(Protocol):
+    """Where :meth:`Explorer.evaluate` keeps each task's results as they finish (``bench``
+    mode: :class:`rft.modes.bench_results.BenchRecord`, a file per taskset)."""
+
+    def restore(self, taskset: str) -> list[Experience]:
+        """Experiences recorded by an earlier evaluation of the same model that did not
+        finish (``eid.task`` and ``eid.run`` set); ``[]``: start afresh."""
+        ...
+
+    def add(self, taskset: str, experiences: list[Experience]) -> None:
+        """The experiences of one task that just succeeded (called from runner threads)."""
+        ...
+
+    def finish(self, taskset: str) -> None:
+        """Every task of ``taskset`` ran."""
+        ...
 
 
 class Explorer:
@@ -132,10 +156,11 @@ class Explorer:
     def _make_workflow(self, task: Task) -> Workflow:
         sets = self.eval_sets if task.is_eval else self.train_sets  # names are unique per kind
         taskset = next(t for t in sets if t.config.name == task.taskset)
-        model = self.model.for_workflow(enable_history=self.enable_history)
+        model = self.model.for_workflow(enable_history=self.enable_history, tools=task.tools)
+        workflow_cls = task.workflow or taskset.workflow_cls  # a row may name its own
         if not self.auxiliary_models:
-            return taskset.workflow_cls(task, model)
-        return taskset.workflow_cls(task, model, auxiliary_models=[
+            return workflow_cls(task, model)
+        return workflow_cls(task, model, auxiliary_models=[
             m.for_workflow() for m in self.auxiliary_models])
 
     def next_tasks(self, batch_size: int) -> list[Task]:
@@ -162,19 +187,41 @@ class Explorer:
                 indices = sorted(rewards)
                 selector.update(indices, [statistics.fmean(rewards[i]) for i in indices])
 
-    def run(self, tasks: Sequence[Task], batch_id: int | str) -> tuple[list[Experience],
-                                                                         list[TaskResult]]:
-        """Run tasks (split by ``max_repeat_times_per_runner``) and label their experiences."""
+    def run(self, tasks: Sequence[Task], batch_id: int | str, *,
+            on_result: Callable[[list[Experience]], None] | None = None
+            ) -> tuple[list[Experience], list[TaskResult]]:
+        """Run tasks (split by ``max_repeat_times_per_runner``) and label their experiences;
+        ``on_result`` gets the labelled experiences of each task as soon as it succeeds.
+
+        :raises RftError: a fatal error stopped the runner (an external model's server is
+            down; see :mod:`rft.explorer.runner`), once every finished task was handed over.
+        """
         units: list[tuple[Task, int]] = [part for task in tasks
                                          for part in split_repeats(task, self.max_repeat_times_per_runner)]
-        results = self.runner.run_tasks([task for task, _ in units])
+        first_runs = {id(task): first_run for task, first_run in units}
+
+        def finished(result: TaskResult) -> None:
+            if not result.ok:
+                return
+            for run, exp in enumerate(result.experiences, start=first_runs[id(result.task)]):
+                exp.eid = EID(batch=batch_id, task=result.task.index, run=run,
+                              step=exp.eid.step, suffix=exp.eid.suffix)
+                exp.info.setdefault("taskset", result.task.taskset)
+            if on_result is not None:
+                on_result(result.experiences)
+
+        results = self.runner.run_tasks([task for task, _ in units], on_result=finished)
         experiences: list[Experience] = []
+        not_run = 0
         for (task, first_run), result in zip(units, results, strict=True):
             if not result.ok:
                 message = f"task {task.taskset}[{task.index}] failed after {result.attempts} " \
                           f"attempt(s): {result.error}"
                 self.failed_tasks.append(message)
-                log.warning(message)
+                if not result.attempts:
+                    not_run += 1
+                elif not result.fatal:  # a fatal error is raised below, said once
+                    log.warning(message)
                 continue
             if task.greedy_baseline and any("reward_baseline" not in e.info
                                             for e in result.experiences):
@@ -183,10 +230,12 @@ class Explorer:
                                f"info['reward_baseline'], which algorithm "
                                f"{self.algorithm_type!r} needs (greedy baseline: call "
                                "Workflow.attach_greedy_baseline in run())")
-            for run, exp in enumerate(result.experiences, start=first_run):
-                exp.eid = EID(batch=batch_id, task=task.index, run=run, suffix=exp.eid.suffix)
-                exp.info.setdefault("taskset", task.taskset)
-                experiences.append(exp)
+            experiences.extend(result.experiences)
+        if self.runner.fatal_error is not None:
+            if not_run:
+                log.warning("%d task(s) of batch %s not run: the batch stops on the error "
+                            "below", not_run, batch_id)
+            raise self.runner.fatal_error
         return experiences, results
 
     def explore_step(self, step: int) -> dict[str, float]:
@@ -204,13 +253,28 @@ class Explorer:
         metrics["explorer/model_version"] = float(self.model.model_version)
         return metrics
 
-    def evaluate(self) -> dict[str, float]:
-        """Accuracy, mean reward and pass@k of every eval taskset."""
+    def evaluate(self, record: EvalRecord | None = None) -> dict[str, float]:
+        """Accuracy, mean reward and pass@k of every eval taskset.
+
+        With ``record``, each task's experiences go there as soon as the task succeeds, and
+        tasks it already holds every rollout of (:meth:`EvalRecord.restore`: an evaluation
+        that stopped midway) are not run again but counted from the record.
+        """
         metrics: dict[str, float] = {}
         for taskset in self.eval_sets:
-            experiences, _ = self.run(taskset.tasks, f"eval/{taskset.config.name}")
-            metrics.update(eval_metrics(taskset.config.name, taskset.tasks, experiences,
-                                        taskset.config.repeat_times or 1))
+            name, k = taskset.config.name, taskset.config.repeat_times or 1
+            kept = record.restore(name) if record is not None else []
+            runs: dict[Any, set[int]] = {}
+            for exp in kept:
+                runs.setdefault(exp.eid.task, set()).add(exp.eid.run)
+            done = {task for task, seen in runs.items() if len(seen) >= k}
+            kept = [exp for exp in kept if exp.eid.task in done]
+            todo = [task for task in taskset.tasks if task.index not in done]
+            add = functools.partial(record.add, name) if record is not None else None
+            experiences, _ = self.run(todo, f"eval/{name}", on_result=add)
+            metrics.update(eval_metrics(name, taskset.tasks, kept + experiences, k))
+            if record is not None:
+                record.finish(name)
         return metrics
 
     def close(self) -> None:

@@ -10,6 +10,11 @@ returns the same tokens. Per-token log-probs are computed from the *raw* logits 
 step as ``log_softmax(z_t / T)[y_t]`` — the
 convention of :mod:`rft.explorer.engine`, which :meth:`HFEngine.compute_logprobs`
 reproduces by teacher forcing.
+
+LoRA (:meth:`HFEngine.update_adapter`): the adapter's layers are inserted into the model
+in place with peft (``inject_adapter_in_model``, once) and each sync copies the adapter's
+tensors into them, so the engine computes what the trainer's peft model computes,
+``W x + (alpha / r) · B A x``, with the base weights untouched.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
 from rft.explorer import decode_loop
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
@@ -69,6 +75,7 @@ class HFEngine(InferenceEngine):
     """
 
     Args = HFEngineArgs
+    serves_lora = True
 
     def __init__(
         self,
@@ -100,6 +107,8 @@ class HFEngine(InferenceEngine):
         self.eos_token_ids = self._collect_eos_ids()
         self.pad_token_id = self._pick_pad_id()
         self._lock = threading.RLock()
+        self._adapter: LoraSpec | None = None
+        """The LoRA adapter inserted into the model (``None``: none)."""
 
     # ---- properties --------------------------------------------------------------------
 
@@ -350,12 +359,53 @@ class HFEngine(InferenceEngine):
             self._retie()
             self._model_version = int(version)
 
+    def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
+        """Insert the adapter's layers (first call), then copy its tensors in place."""
+        spec = adapter.spec
+        with self._lock, torch.no_grad():
+            if self._adapter is None:
+                from peft import inject_adapter_in_model
+
+                inject_adapter_in_model(spec.peft_config(), self.model, adapter_name=ADAPTER)
+                self.model.eval()
+                self._adapter = spec
+            elif (spec.rank, spec.alpha, spec.target_modules) != (
+                    self._adapter.rank, self._adapter.alpha, self._adapter.target_modules):
+                raise RftError(f"update_adapter: adapter {spec.name!r} (rank {spec.rank}, "
+                               f"{len(spec.target_modules)} modules) differs from the one this "
+                               f"engine serves (rank {self._adapter.rank}, "
+                               f"{len(self._adapter.target_modules)} modules)")
+            targets = self.model.state_dict(keep_vars=True)
+            for name, tensor in adapter.tensors:
+                key = _adapter_key(name)
+                target = targets.get(key)
+                if target is None:
+                    raise RftError(f"update_adapter: {type(self.model).__name__} has no adapter "
+                                   f"tensor {name!r}")
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise RftError(f"update_adapter: {name!r} has shape "
+                                   f"{tuple(tensor.shape)}, the model's is {tuple(target.shape)}")
+                target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+            self._model_version = int(version)
+
     def _retie(self) -> None:
         if not getattr(self.model.config, "tie_word_embeddings", False):
             return
         output, inputs = self.model.get_output_embeddings(), self.model.get_input_embeddings()
         if output is not None and output.weight is not inputs.weight:
             output.weight = inputs.weight
+
+
+ADAPTER = "default"
+"""Name of the adapter inserted into the model (peft's ``….lora_A.default.weight``)."""
+
+
+def _adapter_key(name: str) -> str:
+    """The model's name of an adapter tensor from peft's saved name
+    (``base_model.model.X.lora_A.weight`` → ``X.lora_A.default.weight``)."""
+    name = name.removeprefix("base_model.model.")
+    head, _, tail = name.rpartition(".")  # tail: weight
+    return f"{head}.{ADAPTER}.{tail}"
 
 
 def _strip_wrappers(name: str) -> str:

@@ -31,7 +31,7 @@ from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
 from rft.explorer.history import History
 from rft.explorer.history import merge_turns as merge_history
 from rft.explorer.call_batching import (ChatResults, engine_call,
-                                        experience_from_completion, sampling_args)
+                                        experiences_from_completions, sampling_args)
 from rft.explorer.openai_server import EndpointSettings, OpenAIServer
 from rft.explorer.reply_parsing import AssistantReply, ReplyParser
 
@@ -61,16 +61,23 @@ class ModelWrapper:
         self.session_id: str | None = None
         """This view's session on the server (workflow views only)."""
         self._clients: dict[str, Any] = {}
+        self.task_tools: list[dict[str, Any]] | None = None
+        """Tools rendered into the prompts of :meth:`chat`, :meth:`chat_batch` and
+        :meth:`render` calls that give none (a task's ``format.tools_key`` tools)."""
 
     # ---- views, history, OpenAI endpoint ------------------------------------------------
 
-    def for_workflow(self, *, enable_history: bool | None = None) -> ModelWrapper:
+    def for_workflow(self, *, enable_history: bool | None = None,
+                     tools: Sequence[dict[str, Any]] | None = None) -> ModelWrapper:
         """A view for one workflow: same engine, defaults and server, its own history and
         its own session on the OpenAI endpoint (calls through :meth:`get_openai_client`
-        are recorded in this view's history)."""
+        are recorded in this view's history). ``tools``: the task's tools, offered in the
+        view's chat prompts (:attr:`task_tools`; not to OpenAI-endpoint requests, which
+        carry their own)."""
         view = ModelWrapper(self.engine, self.defaults, name=self.name,
                             enable_history=(self.enable_history if enable_history is None
                                             else enable_history))
+        view.task_tools = list(tools) if tools else None
         view.server = self.server
         if self.server is not None:
             view.session_id = self.server.open_session(view)
@@ -182,10 +189,15 @@ class ModelWrapper:
                                              sampling_args(self.defaults, sampling), n))
 
     def render(self, messages: Sequence[dict[str, Any]], *,
-               add_generation_prompt: bool = True) -> str:
-        """The conversation as text through the chat template."""
+               add_generation_prompt: bool = True,
+               tools: Sequence[dict[str, Any]] | None = None) -> str:
+        """The conversation as text through the chat template (with ``tools``, else the
+        task's :attr:`task_tools`)."""
+        tools = self.task_tools if tools is None else tools
+        kwargs = {"tools": list(tools)} if tools else {}
         return self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  **kwargs)
 
     def logprobs(self, experience: Experience, *, temperature: float = 1.0) -> torch.Tensor:
         """(R,) log-probs of an experience's response under the current weights."""
@@ -193,16 +205,20 @@ class ModelWrapper:
                                             [experience.prompt_length],
                                             temperature=temperature)[0]
 
-    def chat(self, messages: Sequence[dict[str, Any]], n: int = 1,
+    def chat(self, messages: Sequence[dict[str, Any]], n: int = 1, *,
+             tools: Sequence[dict[str, Any]] | None = None,
              **sampling: Any) -> list[Experience]:
-        """``n`` experiences for one conversation rendered with the chat template."""
-        return self.chat_batch([messages], n, **sampling)[0]
+        """``n`` experiences for one conversation rendered with the chat template, offering
+        ``tools`` (``None``: the task's :attr:`task_tools`; ``[]``: none)."""
+        return self.chat_batch([messages], n, tools=tools, **sampling)[0]
 
-    def chat_batch(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int = 1,
+    def chat_batch(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int = 1, *,
+                   tools: Sequence[dict[str, Any]] | None = None,
                    **sampling: Any) -> list[list[Experience]]:
         """Like :meth:`chat` for several conversations at once (one engine call)."""
-        return self.chat_completions(conversations, n,
-                                     sampling_args(self.defaults, sampling)).experiences
+        tools = self.task_tools if tools is None else tools
+        return self.chat_completions(conversations, n, sampling_args(self.defaults, sampling),
+                                     tools=tools or None).experiences
 
     def chat_completions(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int,
                          sampling: SamplingArgs, *,
@@ -227,7 +243,11 @@ class ModelWrapper:
                        or self.engine.apply_chat_template(c, tools=tools) for c in conversations]
             results = engine_call(self.engine, "generate", prompts, sampling, n)
         replies = [[parse(c) for c in g] if parse is not None else None for g in results]
-        experiences = [[experience_from_completion(c) for c in g] for g in results]
+        flat = experiences_from_completions([c for g in results for c in g])
+        experiences, start = [], 0
+        for g in results:  # regrouped per conversation
+            experiences.append(flat[start: start + len(g)])
+            start += len(g)
         if self.enable_history:
             for conversation, group, group_replies in zip(conversations, results, replies,
                                                           strict=True):
@@ -236,7 +256,7 @@ class ModelWrapper:
         return ChatResults(results, experiences, replies)
 
     def _experiences(self, results: list[list[Completion]]) -> list[Experience]:
-        experiences = [experience_from_completion(c) for group in results for c in group]
+        experiences = experiences_from_completions([c for group in results for c in group])
         if self.enable_history:
             self.history.record(experiences)
         return experiences

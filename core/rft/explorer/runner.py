@@ -10,8 +10,9 @@ time), ``multi-threading`` (every task of the step in its own thread) or ``async
 threads).
 
 **What can hang runs where it can be abandoned.** Every attempt of a workflow (its model
-calls, its reward) runs in a daemon thread of its own, so one that hangs holds no runner
-slot: when ``max_timeout`` passes the runner records the task as timed out and goes on
+calls, its reward) runs on a daemon thread of its own (threads are reused by later
+attempts once theirs has ended, never after it was abandoned), so one that hangs holds no
+runner slot: when ``max_timeout`` passes the runner records the task as timed out and goes on
 with the others, and the thread is left to finish (a Python thread cannot be killed). It
 is counted (:attr:`WorkflowRunner.abandoned`, ``rollout/timed_out_tasks``,
 ``rollout/abandoned_threads``), its result is dropped, and, being a daemon thread, it
@@ -26,6 +27,14 @@ the task's own inputs cause. An exception is retried unless it says otherwise wi
 reward that is not a number, a missing auxiliary model, …) and a workflow returning the
 wrong type are such errors and fail the task at the first attempt.
 
+**A fatal error stops the batch.** An exception with ``fatal = True`` (a
+:class:`~rft.errors.ServerUnavailableError`: the external model's server is down) says
+that every later task would fail the same way: the task fails at once, the tasks not yet
+started are not run (each recorded as failed, ``not run: …``), and
+:attr:`WorkflowRunner.fatal_error` holds the error for the caller to raise once it has
+kept what finished. ``run_tasks(…, on_result=…)`` hands each result over as soon as its
+task ends (``bench`` writes it to disk), so a stop loses nothing already done.
+
 The model calls of the workflows running at the same time are merged into one engine
 call (:class:`~rft.explorer.model_wrapper.CallBatcher`), in task order, so a step makes
 as few engine calls as its workflows allow.
@@ -38,6 +47,7 @@ import concurrent.futures
 import dataclasses
 import inspect
 import itertools
+import queue
 import threading
 import time
 import traceback
@@ -66,6 +76,8 @@ class TaskResult:
     seconds: float = 0.0
     timed_out: bool = False
     """The last attempt ran past ``max_timeout`` and was abandoned."""
+    fatal: bool = False
+    """The last attempt raised a fatal error (see the module docstring)."""
 
 
 def split_repeats(task: Task, limit: int | None) -> list[tuple[Task, int]]:
@@ -89,35 +101,112 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, RftError)
 
 
+def is_fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` stops the batch: its ``fatal`` attribute (see the module docstring)."""
+    return bool(getattr(exc, "fatal", False))
+
+
+class _AttemptThread(threading.Thread):
+    """A daemon thread of :class:`_AttemptThreads`: runs the attempts it is given, one at a
+    time; ends when its attempt was abandoned (it is never reused) or the pool closes."""
+
+    def __init__(self, pool: _AttemptThreads) -> None:
+        super().__init__(daemon=True, name="rft-workflow-idle")
+        self._pool = pool
+        self._given: queue.SimpleQueue[_Attempt | None] = queue.SimpleQueue()
+
+    def give(self, attempt: _Attempt | None) -> None:
+        """Run ``attempt`` next (``None``: end)."""
+        if attempt is not None:
+            self.name = attempt.name
+        self._given.put(attempt)
+
+    def run(self) -> None:
+        while (attempt := self._given.get()) is not None:
+            if not attempt.run() or not self._pool.put_back(self):
+                return
+
+
+class _AttemptThreads:
+    """The daemon threads that run workflow attempts, reused from one attempt to the next
+    (issue #23: starting a thread per attempt cost about 0.1 ms per task). Every attempt
+    starts at once on an idle thread or a new one, never behind another attempt; a thread
+    whose attempt is abandoned is not reused, so it ends with its attempt."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_AttemptThread] = []
+        self._closed = False
+
+    def start(self, attempt: _Attempt) -> threading.Thread:
+        """Run ``attempt`` now; returns the thread that runs it."""
+        with self._lock:
+            thread = self._idle.pop() if self._idle else None
+        if thread is None:
+            thread = _AttemptThread(self)
+            thread.give(attempt)
+            thread.start()
+        else:
+            thread.give(attempt)
+        return thread
+
+    def put_back(self, thread: _AttemptThread) -> bool:
+        """``thread`` finished its attempt: idle again, unless the pool is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            thread.name = "rft-workflow-idle"
+            self._idle.append(thread)
+            return True
+
+    def close(self) -> None:
+        """End the idle threads (busy ones end with their attempts)."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for thread in idle:
+            thread.give(None)
+
+
 class _Attempt:
-    """One call of ``target`` in a daemon thread of its own (abandoned when it hangs)."""
+    """One call of ``target`` on a daemon thread (abandoned when it hangs)."""
 
     _numbers = itertools.count(1)
 
-    def __init__(self, target: Callable[[], list[Experience]], name: str) -> None:
+    def __init__(self, target: Callable[[], list[Experience]], name: str,
+                 threads: _AttemptThreads) -> None:
         self._target = target
+        self.name = f"rft-workflow-{name}-{next(self._numbers)}"
         self.done = threading.Event()
         self.result: list[Experience] | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"rft-workflow-{name}-{next(self._numbers)}")
-        self.thread.start()
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self.thread = threads.start(self)
 
-    def _run(self) -> None:
+    def run(self) -> bool:
+        """Call the target (on the attempt's thread); whether the thread may be reused
+        (the attempt was not abandoned meanwhile)."""
         try:
             self.result = self._target()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting runner
             self.error = exc
-        finally:
+        with self._lock:  # done and abandoned never cross: see wait()
             self.done.set()
+            return not self._abandoned
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Whether the attempt ended within ``timeout`` seconds (``False`` at once when
-        ``stop`` is set: the runner is closing, e.g. on a fatal error or Ctrl-C)."""
+        ``stop`` is set: the runner is closing, e.g. on a fatal error or Ctrl-C). ``False``
+        abandons it: its thread ends with it instead of running another attempt."""
         deadline = time.monotonic() + timeout
         while not self.done.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0 or stop.is_set():
+                with self._lock:
+                    if self.done.is_set():  # it ended just now
+                        return True
+                    self._abandoned = True
                 return False
             self.done.wait(min(remaining, 0.25))
         return True
@@ -145,10 +234,13 @@ class WorkflowRunner:
         self._participants: concurrent.futures.ThreadPoolExecutor | None = None
         self._participant_count = 0
         self._closing = threading.Event()
+        self._threads = _AttemptThreads()
         self._abandoned_lock = threading.Lock()
         self._abandoned: list[threading.Thread] = []
         self.abandoned = 0
         """Attempts abandoned after ``max_timeout`` so far (their threads may still run)."""
+        self.fatal_error: BaseException | None = None
+        """The fatal error that stopped the last :meth:`run_tasks`, if one did."""
 
     def abandoned_alive(self) -> int:
         """Threads of abandoned attempts that are still running."""
@@ -156,22 +248,38 @@ class WorkflowRunner:
             self._abandoned = [t for t in self._abandoned if t.is_alive()]
             return len(self._abandoned)
 
-    def run_tasks(self, tasks: Sequence[Task]) -> list[TaskResult]:
-        """Results in task order, whatever the concurrency."""
+    def run_tasks(self, tasks: Sequence[Task], *,
+                  on_result: Callable[[TaskResult], None] | None = None) -> list[TaskResult]:
+        """Results in task order, whatever the concurrency; ``on_result`` gets each one as
+        its task ends (from the thread that ran it). After a fatal error the tasks not yet
+        started are not run and :attr:`fatal_error` is set (see the module docstring)."""
+        self.fatal_error = None
         if self.concurrent_mode == "asynchronous" and len(tasks) > 1:
-            return asyncio.run(self._run_async(tasks))
+            return asyncio.run(self._run_async(tasks, on_result))
         workers = len(tasks) if self.concurrent_mode == "multi-threading" else self.workers
         if workers > 1 and len(tasks) > 1:
             batcher = CallBatcher(len(tasks), workers)
 
             def one(order: int, task: Task) -> TaskResult:
                 try:
-                    return self.run_task(task, batcher=batcher, order=order)
+                    return self._run_one(task, on_result, batcher=batcher, order=order)
                 finally:
                     batcher.task_done()
 
             return list(self._participant_pool(workers).map(one, range(len(tasks)), tasks))
-        return [self.run_task(task) for task in tasks]
+        return [self._run_one(task, on_result) for task in tasks]
+
+    def _run_one(self, task: Task, on_result: Callable[[TaskResult], None] | None, *,
+                 batcher: CallBatcher | None = None, order: int = 0) -> TaskResult:
+        """One task, unless a fatal error came first; then ``on_result``."""
+        stopped = self.fatal_error
+        if stopped is not None:
+            result = TaskResult(task, ok=False, error=f"not run: {_one_line(stopped)}")
+        else:
+            result = self.run_task(task, batcher=batcher, order=order)
+        if on_result is not None:
+            on_result(result)
+        return result
 
     def _participant_pool(self, workers: int) -> concurrent.futures.ThreadPoolExecutor:
         """Threads that wait for the attempts of one batch (kept between batches; they never
@@ -192,7 +300,7 @@ class WorkflowRunner:
         for attempt_number in range(1, self.max_retry_times + 2):
             result.attempts = attempt_number
             attempt = _Attempt(lambda: self._attempt(task, batcher, order),
-                               f"{task.taskset}[{task.index}]")
+                               f"{task.taskset}[{task.index}]", self._threads)
             if not attempt.wait(self.max_timeout, self._closing):
                 self._abandon(attempt)
                 result.ok, result.timed_out = False, True
@@ -206,6 +314,9 @@ class WorkflowRunner:
                 break
             result.ok = False
             result.error = _one_line(attempt.error)
+            if is_fatal(attempt.error):
+                result.fatal, self.fatal_error = True, attempt.error
+                break
             if not is_retryable(attempt.error):
                 break
         result.seconds = time.monotonic() - started
@@ -216,18 +327,26 @@ class WorkflowRunner:
             self.abandoned += 1
             self._abandoned.append(attempt.thread)
 
-    async def _run_async(self, tasks: Sequence[Task]) -> list[TaskResult]:
+    async def _run_async(self, tasks: Sequence[Task],
+                         on_result: Callable[[TaskResult], None] | None = None
+                         ) -> list[TaskResult]:
         limit = asyncio.Semaphore(self.workers)
 
         async def one(task: Task) -> TaskResult:
             async with limit:
+                if self.fatal_error is not None:
+                    return self._run_one(task, on_result)
                 workflow = self.make_workflow(task)
                 run_async = getattr(workflow, "run_async", None)
                 if run_async is not None and inspect.iscoroutinefunction(run_async):
-                    return await self._await_with_retries(task, run_async)
+                    result = await self._await_with_retries(task, run_async)
+                    if on_result is not None:
+                        on_result(result)
+                    return result
                 # run_task returns within max_timeout per attempt (a hung attempt is left
                 # in its daemon thread), so the loop's executor thread is never held
-                return await asyncio.get_running_loop().run_in_executor(None, self.run_task, task)
+                return await asyncio.get_running_loop().run_in_executor(
+                    None, self._run_one, task, on_result)
 
         return list(await asyncio.gather(*(one(task) for task in tasks)))
 
@@ -249,6 +368,9 @@ class WorkflowRunner:
                 break
             except Exception as exc:  # noqa: BLE001
                 result.ok, result.error = False, _one_line(exc)
+                if is_fatal(exc):
+                    result.fatal, self.fatal_error = True, exc
+                    break
                 if not is_retryable(exc):
                     break
                 call = self.make_workflow(task).run_async
@@ -266,6 +388,7 @@ class WorkflowRunner:
         """Stop the waiting threads at once (they give up the attempts they wait for);
         abandoned attempts are left to their daemon threads."""
         self._closing.set()
+        self._threads.close()
         if self._participants is not None:
             self._participants.shutdown(wait=False, cancel_futures=True)
 

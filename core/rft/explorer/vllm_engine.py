@@ -25,19 +25,32 @@ old weights. With ``sync_method: nccl`` each vLLM worker is a rank of the traine
 broadcast group (:mod:`rft.distributed.weight_broadcast`): it receives the weights in its
 own process (the engine-core process, or one per tensor-parallel rank) and reloads them
 there (:meth:`VLLMEngine.receive_broadcast`).
+
+LoRA (``model.lora_configs``): the engine is built with ``enable_lora`` (``max_lora_rank``:
+the adapter's rank rounded up to a rank vLLM allows) and serves the base model with one
+adapter. :meth:`VLLMEngine.update_adapter` writes each synced adapter to a folder of its
+own (peft's format) and loads it as a new ``LoRARequest`` — a new id and name per model
+version, so no cached KV block of an older adapter is reused — then drops the older one;
+generation and scoring pass that request.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 import math
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
+from rft.adapter import CONFIG_FILE, AdapterWeights
+from rft.chat_template import model_chat_template
 from rft.errors import RftError
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.explorer.hf_engine import _strip_wrappers
@@ -87,6 +100,9 @@ class VLLMEngine(InferenceEngine):
         trust_remote_code: bool = False,
         ignore_eos: bool = False,
         llm_kwargs: dict[str, Any] | None = None,
+        lora_rank: int | None = None,
+        max_cpu_loras: int | None = None,
+        fully_sharded_loras: bool = False,
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(**engine_kwargs)
@@ -115,6 +131,15 @@ class VLLMEngine(InferenceEngine):
         }
         if self.max_model_len is not None:
             kwargs["max_model_len"] = self.max_model_len
+        if lora_rank is not None:  # serve one LoRA adapter (update_adapter)
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(lora_rank),
+                          fully_sharded_loras=fully_sharded_loras)
+            if max_cpu_loras is not None:
+                kwargs["max_cpu_loras"] = max_cpu_loras
+        self._lora: Any = None
+        """The ``LoRARequest`` served (``None``: the base model)."""
+        self._lora_ids = itertools.count(1)
+        self._lora_root: str | None = None
         # weight updates send functions to the workers (collective_rpc), which is pickled
         # when the workers run in processes of their own
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -153,10 +178,7 @@ class VLLMEngine(InferenceEngine):
     def from_config(cls, config: Any) -> VLLMEngine:
         """The rollout engine of a validated :class:`~rft.config.schema.RftConfig`."""
         m, rm = config.model, config.explorer.rollout_model
-        template = rm.chat_template or m.custom_chat_template
-        if template is None and m.chat_template_path:
-            with open(os.path.expanduser(m.chat_template_path), encoding="utf-8") as handle:
-                template = handle.read()
+        template = model_chat_template(config)  # the precedence of rft.chat_template
         return cls(
             rm.model_path or m.model_path, dtype=rm.dtype,
             tensor_parallel_size=rm.tensor_parallel_size,
@@ -164,7 +186,7 @@ class VLLMEngine(InferenceEngine):
             enforce_eager=rm.enforce_eager, enable_prefix_caching=rm.enable_prefix_caching,
             enable_chunked_prefill=rm.enable_chunked_prefill,
             trust_remote_code=m.trust_remote_code, ignore_eos=rm.ignore_eos,
-            llm_kwargs=dict(rm.extra_engine_args or {}),
+            llm_kwargs=_llm_kwargs_of(config), **_lora_args(config),
             max_model_len=rm.max_model_len or m.max_model_len,
             max_prompt_tokens=rm.max_prompt_tokens or m.max_prompt_tokens,
             max_response_tokens=rm.max_response_tokens or m.max_response_tokens,
@@ -215,7 +237,8 @@ class VLLMEngine(InferenceEngine):
                   for index, p in enumerate(prepared) for _ in range(copies)]
         requests = [{"prompt_token_ids": p.token_ids} for p in prepared for _ in range(copies)]
         with self._lock:
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            outputs = self.llm.generate(requests, params, use_tqdm=False,
+                                        lora_request=self._lora)
         extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
         results = []
         for index, prompt in enumerate(prepared):
@@ -308,7 +331,7 @@ class VLLMEngine(InferenceEngine):
             return out
         with self._lock:
             results = self.llm.generate([{"prompt_token_ids": sequences[i]} for i in todo],
-                                        params, use_tqdm=False)
+                                        params, use_tqdm=False, lora_request=self._lora)
         for i, result in zip(todo, results):
             seq, p = sequences[i], prompt_lengths[i]
             out[i] = torch.tensor(
@@ -330,6 +353,37 @@ class VLLMEngine(InferenceEngine):
                                         args=(weights, self.tied_embeddings))
             if not self.llm.reset_prefix_cache():
                 raise RftError("update_weights: vLLM could not reset its prefix cache")
+            self._model_version = int(version)
+
+    serves_lora = True
+
+    def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
+        """Serve ``adapter`` as ``version``: written to ``<tmp>/v<version>`` (peft's
+        format), loaded as a new ``LoRARequest``; the previous one is removed."""
+        from vllm.lora.request import LoRARequest
+
+        if not self.llm_kwargs.get("enable_lora"):
+            raise RftError("update_adapter: this vllm engine was built without LoRA "
+                           "(model.lora_configs unset)")
+        if self._lora_root is None:
+            self._lora_root = tempfile.mkdtemp(prefix="rft-lora-")
+        folder = adapter.save(os.path.join(self._lora_root, f"v{version}-{next(self._lora_ids)}"))
+        request = LoRARequest(f"{adapter.spec.name}-{os.path.basename(folder)}",
+                              int(folder.rsplit("-", 1)[1]), folder,
+                              base_model_name=adapter.spec.base_model_name)
+        with self._lock:
+            try:
+                self.llm.llm_engine.add_lora(request)
+            except Exception as exc:  # vLLM's loader: unsupported modules, rank, …
+                raise RftError(f"update_adapter: vLLM cannot load adapter {adapter.spec.name!r}"
+                               f": {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}"
+                               ) from exc
+            previous, self._lora = self._lora, request
+            if previous is not None:
+                self.llm.llm_engine.remove_lora(previous.lora_int_id)
+                shutil.rmtree(previous.lora_path, ignore_errors=True)
+            if not self.llm.reset_prefix_cache():
+                raise RftError("update_adapter: vLLM could not reset its prefix cache")
             self._model_version = int(version)
 
     def _checked_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
@@ -399,6 +453,25 @@ class VLLMEngine(InferenceEngine):
             with self._lock:
                 self.llm.collective_rpc(_leave_weight_group_on_worker)
 
+    # ---- sleep mode: sharing a GPU with a trainer (rft.explorer.engine_sleep) ----------
+
+    @property
+    def sleep_mode(self) -> bool:
+        """Built with vLLM's ``enable_sleep_mode`` (on by default on CUDA in mode
+        ``colocate``, see :func:`_llm_kwargs_of`)."""
+        return bool(self.llm_kwargs.get("enable_sleep_mode", False))
+
+    def sleep(self) -> None:
+        """vLLM's sleep level 1: the weights are copied to host memory, the KV cache is
+        dropped; the GPU memory of both is released until :meth:`wake_up`."""
+        with self._lock:
+            self.llm.sleep(level=1)
+
+    def wake_up(self, tags: tuple[str, ...] | None = None) -> None:
+        """Take back the GPU memory of ``tags`` (``weights``, ``kv_cache``; ``None``: all)."""
+        with self._lock:
+            self.llm.wake_up(tags=list(tags) if tags is not None else None)
+
     def _layer_of(self, name: str) -> str:
         """vLLM module holding a Hugging Face parameter (q/k/v_proj → qkv_proj, …)."""
         module = name.rpartition(".")[0]
@@ -410,6 +483,9 @@ class VLLMEngine(InferenceEngine):
 
     def close(self) -> None:
         """Release the vLLM engine (its KV cache and workers)."""
+        if self.__dict__.get("_lora_root"):
+            shutil.rmtree(self._lora_root, ignore_errors=True)  # type: ignore[arg-type]
+            self._lora_root = None
         self.leave_weight_group()
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
@@ -417,6 +493,49 @@ class VLLMEngine(InferenceEngine):
             if callable(shutdown):
                 shutdown()
             del llm
+
+
+def _llm_kwargs_of(config: Any) -> dict[str, Any]:
+    """``explorer.rollout_model.extra_engine_args``, with ``enable_sleep_mode: true`` by
+    default on CUDA in mode ``colocate``: the engine shares its GPU with the trainer (or a
+    trainer rank) and releases its memory while the trainer steps (untested: no GPU was
+    available). ``enable_sleep_mode: false`` there turns it off."""
+    kwargs = dict(config.explorer.rollout_model.extra_engine_args or {})
+    if config.mode == "colocate" and _has_cuda():
+        kwargs.setdefault("enable_sleep_mode", True)
+    return kwargs
+
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts."""
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of ``rank``."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise RftError(f"model.lora_configs[0].lora_rank: {rank} is above vLLM's largest "
+                   f"max_lora_rank ({VLLM_LORA_RANKS[-1]})")
+
+
+def _lora_args(config: Any) -> dict[str, Any]:
+    """The engine's LoRA settings from ``model.lora_configs`` (empty without LoRA); the
+    rank of an adapter at ``path`` when it is larger than ``lora_rank``."""
+    m = config.model
+    lora = (m.lora_configs or [None])[0]
+    if lora is None:
+        return {}
+    rank = lora.lora_rank
+    if lora.path:
+        try:
+            with open(os.path.join(os.path.expanduser(lora.path), CONFIG_FILE),
+                      encoding="utf-8") as handle:
+                rank = max(rank, int(json.load(handle).get("r", rank)))
+        except (OSError, ValueError):
+            pass  # build_engine names the unreadable adapter
+    return {"lora_rank": rank, "max_cpu_loras": m.max_cpu_loras,
+            "fully_sharded_loras": m.fully_sharded_loras}
 
 
 def _prompt_seed(seed: int, index: int, n: int) -> int:

@@ -8,10 +8,11 @@ import math
 import os
 from typing import Any
 
+from rft.buffer.offline import dataset_experiences, row_format
 from rft.buffer.sampling import SampleStrategy, TrainerBuffers
-from rft.buffer.sft_data import DatasetStorage, row_to_sft_experience
-from rft.buffer.storage import BufferEmpty, ExperienceStorage
-from rft.buffer.taskset import read_rows
+from rft.buffer.sft_data import DatasetStorage
+from rft.buffer.storage import BufferEmpty, ExperienceStorage, open_storage
+from rft.chat_template import load_tokenizer
 from rft.checkpoint import (
     LoadedCheckpoint,
     newest_readable_checkpoint,
@@ -19,7 +20,7 @@ from rft.checkpoint import (
     save_checkpoint,
 )
 from rft.config.plan import RunPlan
-from rft.config.schema import RftConfig, TasksetConfig
+from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.monitor.base import Monitor
@@ -50,20 +51,41 @@ def open_monitors(plan: RunPlan, role: str) -> list[Monitor]:
 
 
 def offline_storage(plan: RunPlan, tokenizer: Any) -> DatasetStorage:
-    """The experience buffer of a train-only stage: the dataset rows as experiences."""
+    """The experience buffer of a train-only stage: the dataset rows as experiences (SFT
+    rows, or preference pairs for a ``dpo`` preset; :mod:`rft.buffer.offline`)."""
     config, buffer = plan.config, plan.experience_buffer
-    dataset = TasksetConfig(name=buffer.name, storage_type="sql" if buffer.storage_type == "sql"
-                            else "file", path=buffer.path, split=buffer.split,
-                            subset_name=buffer.subset_name, format=buffer.format)
     where = f"experience buffer {buffer.name!r} ({buffer.path})"
-    experiences = [row_to_sft_experience(row, i, buffer.format, tokenizer, where)
-                   for i, row in enumerate(read_rows(dataset))]
+    experiences = dataset_experiences(buffer, tokenizer,
+                                      row_format(plan.preset.experience_format), where)
     epochs = config.buffer.total_epochs
     fixed_steps = config.trainer.total_steps or config.buffer.total_steps
     if fixed_steps:  # total steps win over epochs: pass over the data as often as needed
         needed = fixed_steps * (config.buffer.train_batch_size or 1)
         epochs = math.ceil(needed / len(experiences))
     return DatasetStorage(buffer.name, experiences, epochs)
+
+
+def open_auxiliary_buffers(plan: RunPlan, steps: int, tokenizer: Any = None
+                           ) -> dict[str, ExperienceStorage]:
+    """``buffer.trainer_input.auxiliary_buffers`` by name, for the sample strategy
+    (:class:`~rft.buffer.sampling.TrainerBuffers`): a ``file`` buffer is a dataset of SFT
+    rows (its ``format``; expert data for ``mix``) served ``total_epochs`` times, unset: as
+    often as ``steps`` full batches need; a ``sql`` buffer holds experiences another run
+    wrote. ``tokenizer``: the policy's (loaded from the model when ``None`` and needed)."""
+    config = plan.config
+    opened: dict[str, ExperienceStorage] = {}
+    for name, cfg in config.buffer.trainer_input.auxiliary_buffers.items():
+        if cfg.storage_type != "file":
+            opened[name] = open_storage(cfg.storage_type, cfg.name or name, cfg.path)
+            continue
+        if tokenizer is None:
+            tokenizer = load_tokenizer(config)
+        where = f"buffer.trainer_input.auxiliary_buffers.{name} ({cfg.path})"
+        experiences = dataset_experiences(cfg, tokenizer, "sft", where)
+        epochs = cfg.total_epochs or math.ceil(
+            max(1, steps) * (config.buffer.train_batch_size or 1) / len(experiences))
+        opened[name] = DatasetStorage(cfg.name or name, experiences, epochs)
+    return opened
 
 
 def steps_over_tasks(config: RftConfig, tasks: int) -> int:
@@ -80,13 +102,15 @@ def steps_over_data(config: RftConfig, storage: ExperienceStorage) -> int:
             or storage.available() // (config.buffer.train_batch_size or 1))
 
 
-def build_trainer(plan: RunPlan, storage: ExperienceStorage, steps: int
-                  ) -> tuple[Trainer, SampleStrategy]:
+def build_trainer(plan: RunPlan, storage: ExperienceStorage, steps: int,
+                  tokenizer: Any = None) -> tuple[Trainer, SampleStrategy]:
     """The stage's trainer (for ``steps`` steps) and the sample strategy feeding it from
-    ``storage`` (the experience buffer)."""
+    ``storage`` (the experience buffer) and the auxiliary buffers
+    (:func:`open_auxiliary_buffers`; ``tokenizer`` reads their rows)."""
+    auxiliary = open_auxiliary_buffers(plan, steps, tokenizer)
     trainer = plan.trainer.implementation(plan.trainer_plan(steps))
     chosen = plan.sample_strategy
-    strategy = chosen.implementation(TrainerBuffers(storage),
+    strategy = chosen.implementation(TrainerBuffers(storage, auxiliary),
                                      batch_size=plan.config.buffer.train_batch_size,
                                      timeout=plan.experience_buffer.max_read_timeout,
                                      args=chosen.args)
@@ -162,6 +186,7 @@ def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
                                   ).save_pretrained(path)
 
 
-__all__ = ["build_trainer", "engine_seed", "monitor_dir", "offline_storage", "open_monitors",
+__all__ = ["build_trainer", "engine_seed", "monitor_dir", "offline_storage",
+           "open_auxiliary_buffers", "open_monitors",
            "quiet_libraries", "restore_engine_seed", "resume_checkpoint", "sample_step",
            "save_hf_model", "save_stage_checkpoint", "steps_over_data", "steps_over_tasks"]

@@ -14,15 +14,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from rft.adapter import AdapterWeights
 from rft.checkpoint import (
     Checkpoint,
     CheckpointError,
     list_checkpoints,
-    load_actor_weights,
+    load_sync_weights,
     newest_checkpoint,
 )
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine
+from rft.explorer.engine import InferenceEngine, load_weights
 
 
 class SyncTimeout(RftError):
@@ -59,31 +60,15 @@ class CheckpointSynchronizer:
     def load_newest(self) -> dict[str, float]:
         """Load the newest checkpoint if it is newer than :attr:`version`; return metrics
         (empty when there was nothing newer)."""
-        newest = newest_checkpoint(self.job_dir)
-        if newest is None or newest.step <= self.version:
-            return {}
-        return self._load(newest)
+        chosen = self._newer(newest_checkpoint(self.job_dir))
+        return self._load(chosen) if chosen is not None else {}
 
     def wait_newer(self) -> dict[str, float]:
         """Wait for a checkpoint newer than :attr:`version`, then load the newest.
 
         :raises SyncTimeout: none appeared within :attr:`timeout` seconds.
         """
-        started = self._clock()
-        deadline = started + self.timeout
-        while True:
-            newest = newest_checkpoint(self.job_dir)
-            if newest is not None and newest.step > self.version:
-                metrics = self._load(newest)
-                metrics["timing_s/wait_for_checkpoint"] = self._clock() - started
-                return metrics
-            if self._clock() >= deadline:
-                raise SyncTimeout(
-                    f"synchronizer.sync_timeout: waited {self.timeout:g} s for a checkpoint "
-                    f"newer than global_step_{self.version} (model version > {self.version}) "
-                    f"in {self.job_dir}; is the train run alive and saving every "
-                    "sync_interval steps?")
-            self._sleep(self.poll_interval)
+        return self._wait_and_load(self._newer)
 
     def wait_for(self, target: int) -> dict[str, float]:
         """Wait until a checkpoint of step ``>= target`` exists, then load ``global_step_
@@ -95,14 +80,31 @@ class CheckpointSynchronizer:
         """
         if self.version >= target:
             return {}
+
+        def exact(newest: Checkpoint | None) -> Checkpoint | None:
+            if newest is None or newest.step < target:
+                return None
+            return next((c for c in list_checkpoints(self.job_dir) if c.step == target), newest)
+
+        return self._wait_and_load(exact)
+
+    def _newer(self, newest: Checkpoint | None) -> Checkpoint | None:
+        """``newest`` when it is newer than :attr:`version`."""
+        return newest if newest is not None and newest.step > self.version else None
+
+    def _wait_and_load(self, choose: Callable[[Checkpoint | None], Checkpoint | None]
+                       ) -> dict[str, float]:
+        """Look at the job dir every :attr:`poll_interval` s until ``choose`` (given the
+        newest checkpoint) picks one, then load it; the metrics include the wait.
+
+        :raises SyncTimeout: nothing was picked within :attr:`timeout` seconds.
+        """
         started = self._clock()
         deadline = started + self.timeout
         while True:
-            newest = newest_checkpoint(self.job_dir)
-            if newest is not None and newest.step >= target:
-                exact = next((c for c in list_checkpoints(self.job_dir) if c.step == target),
-                             newest)
-                metrics = self._load(exact)
+            chosen = choose(newest_checkpoint(self.job_dir))
+            if chosen is not None:
+                metrics = self._load(chosen)
                 metrics["timing_s/wait_for_checkpoint"] = self._clock() - started
                 return metrics
             if self._clock() >= deadline:
@@ -126,7 +128,7 @@ class CheckpointSynchronizer:
         started = self._clock()
         for attempt in range(self.LOAD_ATTEMPTS):
             try:
-                weights = load_actor_weights(checkpoint)
+                weights = load_sync_weights(checkpoint)  # LoRA: the adapter
                 break
             except CheckpointError:
                 newer = newest_checkpoint(self.job_dir)
@@ -135,7 +137,8 @@ class CheckpointSynchronizer:
                     raise
                 checkpoint = newer  # pruned while we read it: take the one that replaced it
         for engine in self.engines:
-            engine.update_weights(weights.items(), version=checkpoint.step)
+            load_weights(engine, weights if isinstance(weights, AdapterWeights)
+                         else weights.items(), checkpoint.step)
         self.version = checkpoint.step
         self.loaded = checkpoint
         return {"timing_s/update_weights": self._clock() - started,

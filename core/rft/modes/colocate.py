@@ -15,6 +15,13 @@ A ``train_only`` algorithm (e.g. SFT) skips exploring: the experience buffer is 
 offline dataset. Evaluation still runs (on startup, every ``eval_interval``, at the end)
 when eval tasksets are configured, so every stage reports held-out accuracy before and
 after it.
+
+Where the rollout engine runs is a :class:`RolloutEngines`: by default one engine in this
+process (:class:`LocalEngine`), whose weights are copied from the trainer after each step;
+on N devices (``trainer.ranks > 1``) one engine in each trainer rank
+(:class:`rft.distributed.colocate_ranks.RankEngines`, veRL's hybrid engine). Either way an
+engine that can (vLLM's sleep mode on a GPU) releases its device memory while the trainer
+steps (:mod:`rft.explorer.engine_sleep`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.sft_data import DatasetStorage
@@ -48,21 +56,71 @@ from rft.modes.builders import (
 )
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.synchronizer import MemorySynchronizer
+from rft.trainer.base import Trainer
 
 log = logging.getLogger("rft.modes.colocate")
+
+
+class RolloutEngines(Protocol):
+    """Where a colocated stage's rollout engine runs and how the trainer's weights reach it."""
+
+    @property
+    def engine(self) -> InferenceEngine:
+        """What the explorer calls (one engine, or several used as one)."""
+
+    def attach(self, trainer: Trainer) -> None:
+        """The stage's trainer is built (engines that live in its ranks start now)."""
+
+    def training(self) -> contextlib.AbstractContextManager[None]:
+        """Around a train step: the engines release their device memory (when they can)."""
+
+    def sync(self, version: int) -> dict[str, float]:
+        """The trainer's weights into the engine(s) as ``version``; returns metrics."""
+
+    def close(self) -> None:
+        """Stop what :meth:`attach` started."""
+
+
+class LocalEngine:
+    """One engine in this process; the trainer's weights are copied into it in memory."""
+
+    def __init__(self, engine: InferenceEngine) -> None:
+        self._engine = engine
+        self.synchronizer: MemorySynchronizer | None = None
+
+    @property
+    def engine(self) -> InferenceEngine:
+        return self._engine
+
+    def attach(self, trainer: Trainer) -> None:
+        self.synchronizer = MemorySynchronizer(trainer, [self._engine])
+
+    @contextlib.contextmanager
+    def training(self) -> Iterator[None]:
+        assert self.synchronizer is not None, "attach() first"
+        self.synchronizer.sleep()
+        yield
+
+    def sync(self, version: int) -> dict[str, float]:
+        assert self.synchronizer is not None, "attach() first"
+        return self.synchronizer.sync(version)
+
+    def close(self) -> None:
+        """The engine lives as long as the process (as before)."""
 
 
 class ColocateStage:
     """The :class:`~rft.modes.stage.StageBody` of mode ``colocate``."""
 
     def __init__(self, stage: Stage, lifecycle: StageLifecycle,
-                 cleanup: contextlib.ExitStack) -> None:
+                 cleanup: contextlib.ExitStack, engines: RolloutEngines | None = None) -> None:
         plan = self.plan = stage.plan
         config = plan.config
         self.lifecycle = lifecycle
         self.explores = config.mode == "colocate" and not plan.train_only
-        self.engine: InferenceEngine = build_engine(config,
-                                                    plan.rollout_model.engine.implementation)
+        self.engines: RolloutEngines = engines or LocalEngine(
+            build_engine(config, plan.rollout_model.engine.implementation))
+        self.engine: InferenceEngine = self.engines.engine
         model = ModelWrapper(self.engine, default_sampling(config))
         self.storage: ExperienceStorage = (
             open_experience_buffer(plan.experience_buffer, plan.priority_fn) if self.explores
@@ -77,9 +135,13 @@ class ColocateStage:
                  else steps_over_data(config, self.storage))
         if steps <= 0:
             raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
-        self.trainer, self.strategy = build_trainer(plan, self.storage, steps)
+        self.trainer, self.strategy = build_trainer(plan, self.storage, steps,
+                                                    self.engine.tokenizer)
         cleanup.callback(self.trainer.close)
-        self.synchronizer = MemorySynchronizer(self.trainer, [self.engine])
+        for auxiliary in self.strategy.buffers.auxiliary.values():
+            cleanup.callback(auxiliary.close)
+        cleanup.callback(self.engines.close)  # before the trainer's: engines may live in its ranks
+        self.engines.attach(self.trainer)
         self.steps = steps
         self.saved_step = -1
         self.saved_eval_after: dict[str, float] | None = None
@@ -107,7 +169,10 @@ class ColocateStage:
         else:  # a checkpoint of an older rft: the counters only
             self.storage.load_state_dict({"written": state.get("experiences_written", 0),
                                           "read": state.get("experiences_read", 0)})
-        self.synchronizer.sync(state["step"])
+        for name, auxiliary_state in state.get("auxiliary_buffers", {}).items():
+            if name in self.strategy.buffers.auxiliary:
+                self.strategy.buffers.auxiliary[name].load_state_dict(auxiliary_state)
+        self.engines.sync(state["step"])
         restore_engine_seed(self.engine, state.get("engine_seed"))
         if "rng" in state:
             set_rng_state(state["rng"])
@@ -128,8 +193,9 @@ class ColocateStage:
         failed = self.explorer.failed_tasks if self.explorer is not None else []
         experiences, sample_metrics = sample_step(self.strategy, step, self.engine.model_version,
                                                   failed)
-        metrics = {**sample_metrics, **self.trainer.train_step(experiences)}
-        metrics.update(self.synchronizer.sync(step))
+        with self.engines.training():
+            metrics = {**sample_metrics, **self.trainer.train_step(experiences)}
+        metrics.update(self.engines.sync(step))
         self.lifecycle.log("trainer", metrics, step)
 
     def evaluate(self) -> dict[str, float]:
@@ -148,6 +214,8 @@ class ColocateStage:
             "experiences_written": self.storage.written,
             "experiences_read": self.storage.read_count,
             "engine_seed": engine_seed(self.engine),
+            "auxiliary_buffers": {name: auxiliary.state_dict() for name, auxiliary
+                                  in self.strategy.buffers.auxiliary.items()},
         }
         if final and self.lifecycle.has_eval:
             state["eval_after"] = self.lifecycle.result.eval_after
@@ -166,14 +234,19 @@ class ColocateStage:
         result.failed_tasks = len(self.explorer.failed_tasks) if self.explorer is not None else 0
 
 
-def run_colocate(stage: Stage) -> StageResult:
-    """Run one stage in this process (see the module docstring)."""
+def run_colocate(stage: Stage,
+                 engines: Callable[[], RolloutEngines] | None = None) -> StageResult:
+    """Run one stage, its explorer and trainer taking turns (see the module docstring).
+
+    :param engines: builds where the rollout engine runs; default: one engine in this
+        process (:class:`LocalEngine`).
+    """
     quiet_libraries()
     plan = stage.plan
     check_writable(plan.job_dir)
     return run_stage(stage, ("explorer", "trainer"), has_eval=bool(plan.eval_tasksets),
-                     open_body=lambda lifecycle, cleanup: ColocateStage(stage, lifecycle,
-                                                                        cleanup))
+                     open_body=lambda lifecycle, cleanup: ColocateStage(
+                         stage, lifecycle, cleanup, engines() if engines else None))
 
 
-__all__ = ["ColocateStage", "run_colocate"]
+__all__ = ["ColocateStage", "LocalEngine", "RolloutEngines", "run_colocate"]

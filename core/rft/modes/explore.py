@@ -1,4 +1,6 @@
-"""``explore`` mode: the explorer alone, in this process (no Ray).
+"""``explore`` mode: the explorer alone, in this process (no Ray; with
+``explorer.rollout_model.engine_num > 1`` its engines are Ray actors, see
+:mod:`rft.distributed.explore_engines`).
 
 One step::
 
@@ -15,6 +17,10 @@ version, the engine's seed, the random generators and the counts, so a restarted
 explorer (``continue_from_checkpoint``) goes on where it stopped; a step redone after a
 crash that had already written its experiences does not write them again (keyed writes,
 :meth:`~rft.buffer.storage.ExperienceStorage.idempotent_writes`).
+
+A remote engine (``external``: a model behind an OpenAI-compatible server) takes no
+weights: there are no sync points, the hosted model is explored as it is served (model
+version 0), e.g. to evaluate it on rft's tasksets and keep its rollouts.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +39,7 @@ from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.errors import RftError
+from rft.explorer.engine import InferenceEngine
 from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
@@ -45,6 +53,9 @@ from rft.modes.checkpoint_sync import CheckpointSynchronizer
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
 log = logging.getLogger("rft.modes.explore")
+
+EngineBuilder = Callable[[RftConfig, type[InferenceEngine]], InferenceEngine]
+"""Makes the rollout engine from the stage's config and the engine plugin's class."""
 
 STATE_FILE = "explorer_state.json"
 """The explorer's progress, in the job dir."""
@@ -115,17 +126,22 @@ class ExploreStage:
     ``explorer_state.json`` after every step; no checkpoint is written."""
 
     def __init__(self, stage: Stage, lifecycle: StageLifecycle,
-                 cleanup: contextlib.ExitStack) -> None:
+                 cleanup: contextlib.ExitStack, build: EngineBuilder = build_engine) -> None:
         plan = self.plan = stage.plan
         config = plan.config
         self.lifecycle = lifecycle
-        self.engine = build_engine(config, plan.rollout_model.engine.implementation)
+        self.engine = build(config, plan.rollout_model.engine.implementation)
+        close = getattr(self.engine, "close", None)
+        if close is not None:  # last: the explorer (closed before it) may still call it
+            cleanup.callback(close)
         self.storage: ExperienceStorage = open_experience_buffer(plan.experience_buffer,
                                                                  plan.priority_fn)
         cleanup.callback(self.storage.close)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
                                  self.storage)
         cleanup.callback(self.explorer.close)
+        # a remote engine (external) takes no weights: it is explored as it is served
+        self.takes_weights = not self.engine.remote
         self.sync = CheckpointSynchronizer(plan.job_dir, [self.engine],
                                            timeout=config.synchronizer.sync_timeout)
         self.steps = steps_over_tasks(config, self.explorer.train_size)
@@ -141,9 +157,9 @@ class ExploreStage:
         for selector, state in zip(self.explorer.selectors, progress.selectors,
                                    strict=False):
             selector.load_state_dict(state)
-        if progress.step > 0:
+        if self.takes_weights and progress.step > 0:
             self.sync.load_step(progress.model_version)
-        else:
+        elif self.takes_weights:
             self.sync.load_newest()  # a trainer that is ahead
         if self.sync.loaded is not None:
             log.info("explorer starts from %s", self.sync.loaded.path)
@@ -156,7 +172,7 @@ class ExploreStage:
     def step(self, step: int) -> None:
         config, progress = self.plan.config, self.progress
         metrics: dict[str, float] = {}
-        if is_sync_step(step, config):
+        if self.takes_weights and is_sync_step(step, config):
             if config.synchronizer.wait_for_checkpoint:
                 metrics.update(self.sync.wait_for(step - 1 - config.synchronizer.sync_offset))
             else:
@@ -195,13 +211,16 @@ class ExploreStage:
         result.final_model_path = _model_path(self.plan.config, self.sync)
 
 
-def run_explore(stage: Stage) -> StageResult:
-    """Run the explorer of one stage in this process (see the module docstring)."""
+def run_explore(stage: Stage, build: EngineBuilder = build_engine) -> StageResult:
+    """Run the explorer of one stage in this process (see the module docstring), its
+    rollout engine made by ``build`` (default: one engine in this process;
+    :mod:`rft.distributed.explore_engines` passes a pool of engine actors for
+    ``engine_num > 1``)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
     return run_stage(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets),
                      open_body=lambda lifecycle, cleanup: ExploreStage(stage, lifecycle,
-                                                                       cleanup))
+                                                                       cleanup, build))
 
 
 def _model_path(config: RftConfig, sync: CheckpointSynchronizer) -> str | None:

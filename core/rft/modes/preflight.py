@@ -6,33 +6,34 @@ and ends in a traceback. :func:`check_model_sources` says it in one line within 
 instead (a local-looking path that does not exist is already a validation problem).
 
 :func:`data_problems` (``rft validate``) reads the first rows of every data file a stage
-reads — its tasksets, and the dataset of a train-only stage — and returns one line per
-problem: a byte that is not UTF-8, malformed JSON, an empty file (each with file and
-line), a row without the keys its format names.
+reads — its tasksets, the dataset of a train-only stage (SFT or DPO rows) and the
+trainer's auxiliary datasets — and returns one line per problem: a byte that is not
+UTF-8, malformed JSON, an empty file (each with file and line), a row without the keys
+its format names.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import socket
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
+from rft.buffer.offline import RowFormat, check_rows, row_format, rows_config
 from rft.buffer.taskset import TaskPlugins, TasksetError, preview_rows, row_to_task
 from rft.config.plan import RunPlan
-from rft.config.schema import TasksetConfig
+from rft.config.schema import ExperienceBufferConfig
 from rft.config.validate import local_looking
 from rft.errors import RftError
+from rft.hub import HUB_CONNECT_TIMEOUT_S, hub_unreachable, in_hub_cache
 
-HUB_CONNECT_TIMEOUT_S = 3.0
-"""How long the reachability check of the Hub waits for a connection."""
+__all__ = ["HUB_CONNECT_TIMEOUT_S", "check_model_sources", "data_problems", "hub_unreachable",
+           "in_hub_cache", "model_paths", "model_source_problem"]
 
 
 def model_paths(plan: RunPlan) -> Iterator[tuple[str, str]]:
     """``(dotted key, path)`` of every model the stage loads."""
     c = plan.config
-    yield "model.model_path", c.model.model_path
+    if c.model.model_path:  # unset only with an external rollout model (validation)
+        yield "model.model_path", c.model.model_path
     if c.explorer.rollout_model.model_path:
         yield "explorer.rollout_model.model_path", c.explorer.rollout_model.model_path
     if plan.preset.use_critic and c.model.critic_model_path:
@@ -40,33 +41,6 @@ def model_paths(plan: RunPlan) -> Iterator[tuple[str, str]]:
     for i, aux in enumerate(c.explorer.auxiliary_models):
         if aux.model_path:
             yield f"explorer.auxiliary_models[{i}].model_path", aux.model_path
-
-
-def in_hub_cache(repo_id: str) -> bool:
-    """The Hub model ``repo_id`` is in the local Hugging Face cache."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except Exception:  # noqa: BLE001 (not a valid repo id: not cached)
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def hub_unreachable() -> str | None:
-    """Why the Hugging Face Hub cannot be reached from here, or ``None`` when it can."""
-    for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        if os.environ.get(flag, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{flag} is set"
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    parts = urlsplit(endpoint)
-    host = parts.hostname or "huggingface.co"
-    port = parts.port or (80 if parts.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        return f"{host}:{port}: {exc.strerror or exc}"
-    return None
 
 
 def model_source_problem(key: str, path: str) -> str | None:
@@ -106,27 +80,29 @@ def data_problems(plan: RunPlan) -> list[str]:
         reward = taskset.reward
         plugins = TaskPlugins(taskset.workflow.implementation, taskset.workflow.args,
                               reward.implementation if reward else None,
-                              reward.args if reward else None)
+                              reward.args if reward else None,
+                              row_workflows=taskset.row_workflows,
+                              row_rewards=taskset.row_rewards)
         try:
             for index, row in enumerate(preview_rows(taskset.config)):
                 row_to_task(taskset.config, row, index, plugins, is_eval=taskset.is_eval)
         except TasksetError as exc:
             problems.append(str(exc))
+    datasets: list[tuple[ExperienceBufferConfig, RowFormat, str]] = []
     buffer = plan.experience_buffer
-    if plan.train_only and buffer.storage_type != "queue" and _readable_here(buffer.path):
-        dataset = TasksetConfig(name=buffer.name, storage_type="sql" if buffer.storage_type ==
-                                "sql" else "file", path=buffer.path, split=buffer.split,
-                                subset_name=buffer.subset_name, format=buffer.format)
-        fmt, where = buffer.format, f"experience buffer {buffer.name!r} ({buffer.path})"
+    if plan.train_only and buffer.storage_type != "queue":
+        datasets.append((buffer, row_format(plan.preset.experience_format),
+                         f"experience buffer {buffer.name!r} ({buffer.path})"))
+    for name, aux in plan.config.buffer.trainer_input.auxiliary_buffers.items():
+        if aux.storage_type == "file":
+            datasets.append((aux, "sft",
+                             f"buffer.trainer_input.auxiliary_buffers.{name} ({aux.path})"))
+    for dataset, fmt, where in datasets:
+        if not _readable_here(dataset.path):
+            continue
+        reader = rows_config(dataset)
         try:
-            for index, row in enumerate(preview_rows(dataset)):
-                row = {key: value for key, value in row.items() if value is not None}
-                if fmt.prompt_type == "messages" and fmt.messages_key in row:
-                    continue
-                missing = [k for k in (fmt.prompt_key, fmt.response_key) if k not in row]
-                if missing:
-                    raise TasksetError(f"{where}: row {index} has no key {missing[0]!r}; "
-                                       f"keys: {', '.join(row)}")
+            check_rows(preview_rows(reader), dataset, fmt, where)
         except TasksetError as exc:
-            problems.append(str(exc).replace(f"taskset {buffer.name!r} ({buffer.path})", where))
+            problems.append(str(exc).replace(f"taskset {reader.name!r} ({reader.path})", where))
     return list(dict.fromkeys(problems))

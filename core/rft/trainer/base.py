@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from rft.adapter import AdapterWeights
 from rft.config.plan import TrainerPlan
+from rft.config.schema import RftConfig
 from rft.experience import Experience
 
 
@@ -31,6 +33,17 @@ class Trainer(ABC):
     """What the trainer was built from."""
     global_steps: int
     """Training steps done so far (0 before the first ``train_step``)."""
+    supports_lora: ClassVar[bool] = False
+    """The backend trains ``model.lora_configs`` adapters (validation refuses them
+    otherwise); it then implements :meth:`adapter_weights`."""
+
+    @classmethod
+    def check_config(cls, config: RftConfig) -> tuple[list[str], list[str]]:
+        """What this backend finds wrong with a config, at validation (before anything is
+        built): ``(problems, warnings)``, each a one-line ``dotted.key: message`` (a
+        missing dependency, a ``trainer.trainer_config`` key it does not know, …). The
+        default finds nothing; validation calls it on the selected ``trainer_type``."""
+        return [], []
 
     def __init__(self, plan: TrainerPlan) -> None:
         self.plan = plan
@@ -57,6 +70,11 @@ class Trainer(ABC):
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The actor's weights as ``(name, tensor)`` in Hugging Face naming, each shared
         tensor once (the synchronizer pushes them to the inference engines)."""
+
+    def adapter_weights(self) -> AdapterWeights | None:
+        """With LoRA: the adapter (what a weight sync moves instead of
+        :meth:`named_weights`); ``None``: full fine-tuning (the default)."""
+        return None
 
     def save_pretrained(self, path: str) -> None:
         """Write the actor in Hugging Face format (for the next stage, engines, users)."""

@@ -98,7 +98,7 @@ def split_fixed(units: list[list[int]], rows_per_batch: int | None) -> list[list
         if current and len(current) + len(unit) > rows_per_batch:
             groups.append(current)
             current = []
-        current = current + unit
+        current.extend(unit)  # in place: a batch of B rows costs O(B), not O(B²)
     groups.append(current)
     return groups
 
@@ -114,8 +114,9 @@ def split_by_tokens(units: list[list[int]], lengths: torch.Tensor,
     groups: list[list[int]] = []
     current: list[int] = []
     used = 0
+    per_row = lengths.tolist()  # one conversion, not one tensor read per row
     for unit in units:
-        size = int(sum(int(lengths[row]) for row in unit))
+        size = int(sum(per_row[row] for row in unit))
         if size > max_tokens:
             raise RftError(f"trainer.max_token_len_per_gpu: {max_tokens} tokens cannot hold "
                            f"a sequence of {size} tokens (rows {unit}); raise it to at least "
@@ -123,7 +124,7 @@ def split_by_tokens(units: list[list[int]], lengths: torch.Tensor,
         if current and used + size > max_tokens:
             groups.append(current)
             current, used = [], 0
-        current = current + unit
+        current.extend(unit)
         used += size
     if current:
         groups.append(current)

@@ -31,7 +31,8 @@ policy loss fn (``algorithm.policy_loss_fn``)
     ``pg_loss`` ``(B, T)`` is aggregated here with ``inputs.agg``; a 0-dim one is taken as
     already aggregated (sequence-level losses such as DPO). ``metrics`` are reported as
     ``actor/<name>``. For ``sft`` batches ``old_log_prob`` is ``log_prob.detach()`` and
-    ``advantages`` are zeros.
+    ``advantages`` are zeros. ``global_step`` is the trainer's ``global_steps + 1`` (the
+    step being taken); ``teacher_log_prob`` the batch's ``Experience.teacher_logprobs``.
 
 KL fn (``algorithm.kl_loss_fn`` / ``algorithm.kl_penalty_fn``)
     :class:`~rft.contracts.KLInputs` → ``kl`` per token ``(B, T)``; ``kl_coef`` is the
@@ -166,6 +167,10 @@ class LossInputs:
     """Log-probs under the reference model."""
     is_expert_mask: torch.Tensor | None = None
     """(B,) bool: rows that are expert (SFT) data in a mixed batch (``mix``)."""
+    teacher_log_prob: torch.Tensor | None = None
+    """Log-probs under a teacher model (``Experience.teacher_logprobs``)."""
+    global_step: int | None = None
+    """The training step being taken, from 1 (``PolicyLossInputs.global_step``)."""
 
 
 @dataclass
@@ -196,10 +201,15 @@ def policy_loss_term(fns: LossPlan, inputs: LossInputs, agg: AggContext
     if fns.policy_needs_ref and inputs.ref_log_prob is None:
         raise RftError(f"{selected.key}: {selected.name!r} needs ref_log_prob but no "
                        "reference log-probs were computed")
-    result = selected.implementation(
-        PolicyLossInputs(log_prob, old_log_prob, advantages, inputs.response_mask, agg,
-                         inputs.ref_log_prob, inputs.is_expert_mask),
-        args_of(selected))
+    try:
+        result = selected.implementation(
+            PolicyLossInputs(log_prob, old_log_prob, advantages, inputs.response_mask, agg,
+                             inputs.ref_log_prob, inputs.is_expert_mask,
+                             teacher_log_prob=inputs.teacher_log_prob,
+                             global_step=inputs.global_step),
+            args_of(selected))
+    except MissingInputError as exc:
+        raise MissingInputError(f"{selected.key}: {selected.name!r}", exc.field) from exc
     pg_loss, metrics = result if isinstance(result, tuple) else (result, {})
     if not isinstance(pg_loss, torch.Tensor):
         raise RftError(f"{selected.key}: {selected.name!r} must return a tensor loss, got "

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from rft.adapter import AdapterWeights
 from rft.config.plan import TrainerPlan
 from rft.errors import RftError
 from rft.experience import Experience
@@ -431,6 +432,12 @@ class RankedTrainer(Trainer):
         weights = self._all([a.weights.remote() for a in self.actors], "weight gathering")[0]
         return iter(list(weights))
 
+    def adapter_weights(self) -> AdapterWeights | None:
+        """With LoRA: the adapter, gathered on rank 0 (each tensor whole, one at a time)."""
+        if not self.plan.model.lora_configs:
+            return None
+        return self.call_all(_adapter_weights, what="adapter gathering")[0]
+
     def save_pretrained(self, path: str) -> None:
         self._all([a.save_pretrained.remote(path) for a in self.actors], "Hugging Face export")
 
@@ -467,6 +474,11 @@ class RankedTrainer(Trainer):
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+
+
+def _adapter_weights(rank: TrainerRank) -> AdapterWeights | None:
+    """Run on every rank: the LoRA adapter on rank 0, ``None`` on the others."""
+    return rank.trainer.adapter_weights()
 
 
 def _first_line(exc: BaseException) -> str:

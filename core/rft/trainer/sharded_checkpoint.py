@@ -74,12 +74,21 @@ def _models(trainer: TorchTrainer) -> list[tuple[str, Any, Any, Any]]:
     return out
 
 
+def _options(trainer: TorchTrainer, **kwargs: Any) -> Any:
+    """DCP's state-dict options; with LoRA the frozen base weights are left out (the model
+    at ``model_path`` holds them) and loading is not strict about them."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    lora = trainer.lora is not None
+    return StateDictOptions(ignore_frozen_params=lora, strict=not lora, **kwargs)
+
+
 def _dcp_state(trainer: TorchTrainer) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     state: dict[str, Any] = {"global_steps": trainer.global_steps}
     for prefix, model, optimizer, scheduler in _models(trainer):
-        model_state, optimizer_state = get_state_dict(model, optimizer)
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(trainer))
         state[prefix] = model_state
         state[f"{prefix}_optimizer"] = optimizer_state
         state[f"{prefix}_scheduler"] = scheduler.state_dict()
@@ -112,7 +121,7 @@ def load_sharded(trainer: TorchTrainer, directory: str) -> None:
                        f"{type(exc).__name__}: {_first_line(exc)}") from exc
     for prefix, model, optimizer, scheduler in _models(trainer):
         set_state_dict(model, optimizer, model_state_dict=state[prefix],
-                       optim_state_dict=state[f"{prefix}_optimizer"])
+                       optim_state_dict=state[f"{prefix}_optimizer"], options=_options(trainer))
         scheduler.load_state_dict(state[f"{prefix}_scheduler"])
     trainer.global_steps = int(state["global_steps"])
     rng = os.path.join(directory, f"rng_rank{_rank(trainer)}.pt")
@@ -141,8 +150,9 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _parameter_names(model: torch.nn.Module) -> list[str]:
-    """Names of the optimizer's parameters, in its order (``model.parameters()``)."""
-    return [name for name, _ in model.named_parameters()]
+    """Names of the optimizer's parameters, in its order (the trainable ones of
+    ``model.parameters()``: all of them without LoRA)."""
+    return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
 def native_to_named(optimizer_state: dict[str, Any], names: list[str]) -> dict[str, Any]:
@@ -165,16 +175,20 @@ def full_state(trainer: TorchTrainer) -> dict[str, Any] | None:
     of one process), gathered on rank 0 in host memory (``None`` on the other ranks, which
     hold no full copy). Every rank calls it."""
     from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
         get_model_state_dict,
         get_optimizer_state_dict,
     )
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    options = _options(trainer, full_state_dict=True, cpu_offload=True)
     state: dict[str, Any] = {"global_steps": trainer.global_steps}
+    if trainer.lora is not None:
+        state["lora"] = trainer._lora_spec().to_plain()
     for prefix, model, optimizer, scheduler in _models(trainer):
         names = _parameter_names(model)
         model_state = get_model_state_dict(model, options=options)
+        if trainer.lora is not None and prefix == "actor":  # the adapter only
+            keep = set(names)
+            model_state = {k: v for k, v in model_state.items() if k in keep}
         optimizer_state = get_optimizer_state_dict(model, optimizer, options=options)
         key = "optimizer" if prefix == "actor" else f"{prefix}_optimizer"
         state[prefix] = model_state
@@ -187,7 +201,6 @@ def load_full_state(trainer: TorchTrainer, state: dict[str, Any] | None) -> None
     """Load a one-process state (rank 0 passes it, the other ranks ``None`` or the same)
     into the shards of every rank (broadcast from rank 0). Every rank calls it."""
     from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,
     )
@@ -205,7 +218,7 @@ def load_full_state(trainer: TorchTrainer, state: dict[str, Any] | None) -> None
     header = trainer.ranks.gather_objects(header, "checkpoint keys")[0]
     if header["missing"]:
         raise RftError(f"trainer checkpoint: missing {', '.join(header['missing'])}")
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    options = _options(trainer, full_state_dict=True, broadcast_from_rank0=True)
     small: dict[str, Any] = {}
     for prefix, model, optimizer, _ in _models(trainer):
         opt_key = "optimizer" if prefix == "actor" else f"{prefix}_optimizer"

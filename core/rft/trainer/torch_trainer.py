@@ -5,8 +5,9 @@ One :meth:`TorchTrainer.train_step` on a ``rollout`` batch follows veRL's PPO st
 1. pad the experiences (:func:`rft.experience.pad_batch`);
 2. without gradient: old log-probs (when more than one optimizer step uses them, for the
    KL penalty, or with dropout — otherwise the first update's ``logps.detach()`` *is*
-   the recomputed value), reference log-probs (KL loss / penalty, or a policy loss
-   asking for them), critic values;
+   the recomputed value), reference log-probs (a KL loss / penalty with a non-zero
+   ``kl_coef``, or a policy loss asking for them: ``LossPlan.needs_ref``, which also
+   decides whether a reference model is held at all), critic values;
 3. ``token_level_rewards −= kl_coef · kl(old, ref)`` when a KL penalty is selected;
 4. advantages with the selected advantage fn (unless the explorer computed them);
 5. critic update (clipped value loss), then actor update: ``ppo_epochs`` passes over
@@ -42,20 +43,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from rft.adapter import AdapterWeights, LoraSpec
 from rft.algorithm import AlgorithmPreset
 from rft.builtin.policy_loss import clipped_value_loss
 from rft.config.plan import LossPlan, TrainerPlan
 from rft.contracts import AdvantageInputs
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
+from rft.trainer import lora as lora_ops
 from rft.trainer.base import Trainer
 from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
 from rft.trainer.fsdp import (clip_grad_norm, full_tensor, move_optimizer_state, shard_model,
                               unique_state_names)
+from rft.trainer.input_checks import check_experiences
 from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
                               compute_advantages)
 from rft.trainer.metrics import LossMetrics, data_metrics, rollout_probs_diff, timed
-from rft.trainer.models import (frozen_copy, has_dropout, load_causal_lm, load_value_model,
+from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model,
                                 response_logprobs, response_values, unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
 from rft.trainer.options import TorchTrainerOptions
@@ -70,7 +74,8 @@ MicroPlan = list[tuple[list[int], bool]]
 """This rank's micro-batches of a mini-batch: ``(rows, real)``; ``real`` false marks a
 dummy micro-batch (loss × 0) that keeps the ranks' collectives in step."""
 
-_CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns")
+_CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns",
+                   "teacher_logprobs")
 
 
 def _set_training(model: nn.Module, training: bool) -> None:
@@ -78,10 +83,6 @@ def _set_training(model: nn.Module, training: bool) -> None:
     walks every module)."""
     if model.training != training:
         model.train(training)
-
-
-def _where(index: int, experience: Experience) -> str:
-    return f"experience {index} (eid {experience.eid.uid})"
 
 
 class TorchTrainer(Trainer):
@@ -95,7 +96,13 @@ class TorchTrainer(Trainer):
 
     ``TorchTrainer(plan)`` with ``plan.trainer.ranks > 1`` (and neither ``model`` nor
     ``ranks``) builds a :class:`~rft.trainer.ranks.RankedTrainer` instead.
+
+    With ``model.lora_configs`` the actor is a peft model training one adapter
+    (:mod:`rft.trainer.lora`): the reference is the actor with the adapter disabled,
+    checkpoints and syncs hold the adapter only.
     """
+
+    supports_lora = True
 
     def __new__(cls, plan: TrainerPlan, model: nn.Module | None = None, *,
                 ranks: RankGroup | None = None) -> Any:
@@ -120,12 +127,16 @@ class TorchTrainer(Trainer):
         trust = plan.model.trust_remote_code
         if model is None:
             model = load_causal_lm(plan.model.model_path, trust_remote_code=trust)
+        self.lora = lora_ops.lora_of(plan.model)
+        """``model.lora_configs[0]``: the actor is a peft model training that adapter."""
+        if self.lora is not None:
+            model = lora_ops.apply_lora(model, self.lora, base_model_name=plan.model.model_path)
         self.actor: nn.Module = model
         if options.gradient_checkpointing:
             _enable_gradient_checkpointing(self.actor, "actor")
         self.ref: nn.Module | None = None
-        if self.preset.use_reference or self.fns.needs_ref:
-            self.ref = frozen_copy(self.actor)
+        if self.fns.needs_ref:  # an active KL term or a loss reading ref_log_prob
+            self.ref = lora_ops.reference_model(self.actor)  # LoRA: adapter disabled
         self.critic: nn.Module | None = None
         if self.preset.use_critic:
             path = plan.model.critic_model_path or plan.model.model_path
@@ -137,7 +148,7 @@ class TorchTrainer(Trainer):
         if ranks is not None:  # gradient checkpointing was enabled before sharding
             mp = options.dtype if device.type == "cuda" else None
             shard_model(self.actor, ranks, offload=options.param_offload, param_dtype=mp)
-            if self.ref is not None:
+            if self.ref is not None and not lora_ops.shares_actor_weights(self.ref):
                 shard_model(self.ref, ranks, offload=options.ref_param_offload, param_dtype=mp)
             if self.critic is not None:
                 shard_model(self.critic, ranks, offload=options.critic_param_offload,
@@ -159,7 +170,7 @@ class TorchTrainer(Trainer):
             self.critic.train()
         opt_config = plan.algorithm.optimizer
         total = self.options.total_steps
-        self.optimizer = build_optimizer(self.actor.parameters(), opt_config)
+        self.optimizer = build_optimizer(lora_ops.trainable_parameters(self.actor), opt_config)
         self.scheduler = build_scheduler(self.optimizer, opt_config, total)
         self.critic_optimizer = self.critic_scheduler = None
         if self.critic is not None:
@@ -206,10 +217,12 @@ class TorchTrainer(Trainer):
             return sharded_checkpoint.full_state(self)
         state: dict[str, Any] = {
             "global_steps": self.global_steps,
-            "actor": self.actor.state_dict(),
+            "actor": lora_ops.actor_state(self.actor),  # LoRA: the adapter's tensors
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
+        if self.lora is not None:
+            state["lora"] = self._lora_spec().to_plain()
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
             state["critic_optimizer"] = self.critic_optimizer.state_dict()  # type: ignore[union-attr]
@@ -231,7 +244,7 @@ class TorchTrainer(Trainer):
                         if k not in state]
         if missing:
             raise RftError(f"trainer checkpoint: missing {', '.join(missing)}")
-        self.actor.load_state_dict(state["actor"])
+        lora_ops.load_actor_state(self.actor, state["actor"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
@@ -241,9 +254,21 @@ class TorchTrainer(Trainer):
         self.global_steps = int(state["global_steps"])
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        if self.ranks is None:
-            return unique_tensors(self.actor)
-        return self.gathered_weights()
+        weights = unique_tensors(self.actor) if self.ranks is None else self.gathered_weights()
+        if self.lora is not None:  # Hugging Face names: the base with the adapter merged in
+            return lora_ops.merged_weights(weights, self._lora_spec().scale)
+        return weights
+
+    def adapter_weights(self) -> AdapterWeights | None:
+        """The trained adapter (LoRA), gathered whole when sharded (a collective); ``None``
+        without LoRA."""
+        if self.lora is None:
+            return None
+        return lora_ops.adapter_weights(self.actor, self._lora_spec(), keep=self.is_rank0)
+
+    def _lora_spec(self) -> LoraSpec:
+        assert self.lora is not None
+        return lora_ops.lora_spec(self.actor, self.lora, self.plan.model.model_path)
 
     def gathered_weights(self, keep: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """Sharded: the actor's whole tensors, gathered one at a time (a collective: every
@@ -262,6 +287,13 @@ class TorchTrainer(Trainer):
         return self.ranks is None or self.ranks.rank == 0
 
     def save_pretrained(self, path: str) -> None:
+        if self.lora is not None:  # the adapter (peft's format); merged/ when asked
+            stream = self.gathered_weights(keep=False) if self.ranks is not None else None
+            lora_ops.export(self.actor, self._lora_spec(), path,
+                            merged=self.plan.trainer.save_hf_merged,
+                            tokenizer_path=self.plan.model.model_path,
+                            is_rank0=self.is_rank0, stream=stream)
+            return
         if self.ranks is None:
             self.actor.save_pretrained(path)  # type: ignore[operator]
             return
@@ -282,40 +314,11 @@ class TorchTrainer(Trainer):
         return self.preset.batch_layout.arrange(experiences)
 
     def _check(self, experiences: list[Experience]) -> None:
-        """One-line :class:`RftError` naming a malformed experience. Shapes and rewards are
-        checked one experience at a time; the NaN / inf and vocabulary checks run once over
-        the whole batch and look for the culprit only when they fail."""
-        rollout = self.preset.experience_format == "rollout"
-        floats: list[tuple[int, str, torch.Tensor]] = []
-        for i, e in enumerate(experiences):
-            where = _where(i, e)
-            length = e.response_length
-            for name in _CHECKED_FIELDS:
-                value = getattr(e, name)
-                if value is None:
-                    continue
-                if value.dim() != 1 or value.numel() != length:
-                    raise RftError(f"{where}: {name} has shape {tuple(value.shape)} but the "
-                                   f"response has {length} tokens")
-                if value.is_floating_point():
-                    floats.append((i, name, value))
-            if e.reward is not None and not math.isfinite(float(e.reward)):
-                raise RftError(f"{where}: reward is {e.reward}")
-            rewardless = e.reward is None and e.token_level_reward is None
-            if rollout and rewardless and e.advantages is None:
-                raise RftError(f"{where}: has no reward (reward, token_level_reward or "
-                               "advantages must be set)")
-        if floats and not torch.isfinite(torch.cat([v.float() for _, _, v in floats])).all():
-            i, name, _ = next(f for f in floats if not torch.isfinite(f[2]).all())
-            raise RftError(f"{_where(i, experiences[i])}: {name} contains NaN or inf")
-        if self.vocab_size is not None and experiences:
-            tokens = torch.cat([e.tokens for e in experiences])  # (Σ L,)
-            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-                for i, e in enumerate(experiences):
-                    outside = e.tokens[(e.tokens < 0) | (e.tokens >= self.vocab_size)]
-                    if outside.numel():
-                        raise RftError(f"{_where(i, e)}: token id {int(outside[0])} is outside "
-                                       f"the model's vocabulary (size {self.vocab_size})")
+        """One-line :class:`RftError` naming a malformed experience (shapes, rewards,
+        NaN / inf, token ids), batched: :func:`rft.trainer.input_checks.check_experiences`."""
+        check_experiences(experiences, _CHECKED_FIELDS,
+                          rollout=self.preset.experience_format == "rollout",
+                          vocab_size=self.vocab_size)
 
     # ---- preparation (no gradient) ---------------------------------------------------
 
@@ -325,6 +328,8 @@ class TorchTrainer(Trainer):
         if any("is_expert" in e.info for e in batch.experiences):  # mixed expert data (mix)
             tensors["is_expert"] = torch.tensor([bool(e.info.get("is_expert"))
                                                  for e in batch.experiences])  # (B,)
+        if batch.teacher_log_prob is not None:  # a distillation workflow's teacher
+            tensors["teacher_log_prob"] = batch.teacher_log_prob  # (B, R)
         return TensorBatch(batch.prompt_width, tensors)
 
     def _units(self, num_rows: int) -> list[list[int]]:
@@ -469,7 +474,8 @@ class TorchTrainer(Trainer):
         baselines = [e.info.get("reward_baseline") for e in batch.experiences]
         inputs = AdvantageInputs(
             token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
-            values=values,
+            values=values, rollout_log_prob=batch.rollout_log_prob,
+            teacher_log_prob=batch.teacher_log_prob,
             reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
                               if all(b is not None for b in baselines) else None))
         return compute_advantages(selected, inputs)
@@ -535,7 +541,9 @@ class TorchTrainer(Trainer):
                         old_log_prob=on.get("old_log_prob"),
                         advantages=on.get("advantages"), entropy=entropy,
                         ref_log_prob=on.get("ref_log_prob"),
-                        is_expert_mask=on.get("is_expert")), agg)
+                        is_expert_mask=on.get("is_expert"),
+                        teacher_log_prob=on.get("teacher_log_prob"),
+                        global_step=self.global_steps + 1), agg)
                     if real:
                         out.loss.backward()
                         record.add_micro(out.summed, out.averaged)

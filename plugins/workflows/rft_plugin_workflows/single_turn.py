@@ -99,8 +99,9 @@ class SimpleWorkflow(Workflow):
     def score(self, experience: Experience, response: str) -> float:
         """Set ``experience.reward`` (sum of the task's reward parts, the declared extra
         inputs passed) and its ``reward/<part>`` metrics; return it."""
-        parts = reward_parts(self.task, response, self.reward_inputs(experience),
-                             workflow=type(self).__name__)
+        wanted = getattr(self.task.reward_fn, "extra_inputs", ())
+        inputs = self.reward_inputs(experience) if wanted else None  # built only if read
+        parts = reward_parts(self.task, response, inputs, workflow=type(self).__name__)
         experience.reward = sum(parts.values())
         experience.metrics.update({f"reward/{k}": v for k, v in parts.items()})
         return experience.reward

@@ -15,7 +15,7 @@ Each step's experience is one chat call: its prompt is the conversation so far t
 chat template (earlier replies as text), its response the model's reply with the sampling
 log-probs. Experiences carry ``info["episode"]`` (an id unique to the episode:
 ``<random hex>-<index>``, so that episodes stay apart when the explorer splits a task's
-rollouts over several workflow runs), ``info["step"]`` (0, 1, …), eid suffix ``step<k>``
+rollouts over several workflow runs), ``eid.step`` (0, 1, …), eid suffix ``step<k>``
 and the metric ``step_wise/steps`` (the episode's length) — what rft-plugin-multi-step-grpo's
 ``step_wise_grpo`` reads to put the steps back into episodes. With
 ``propagate_final_reward`` every step gets the episode's last reward (Trinity-RFT's
@@ -97,8 +97,8 @@ class StepWiseWorkflow(Workflow):
             reply = self.response_text(exp)
             observation, reward = self.step(reply, step)
             exp.reward = float(reward)
-            exp.eid = EID(suffix=f"step{step}")
-            exp.info.update({"episode": episode_id, "step": step})
+            exp.eid = EID(step=step, suffix=f"step{step}")
+            exp.info["episode"] = episode_id
             steps.append(exp)
             if observation is None:
                 break

@@ -383,7 +383,7 @@ def test_step_wise_gives_one_experience_per_step_with_its_own_reward(rft_model):
     task = make_task(repeat_times=2, workflow_args=StepWiseArgs(max_steps=5))
     experiences = Countdown(task, rft_model).run()
     assert [e.reward for e in experiences] == [0.0, 0.1, 1.0] * 2
-    assert [e.info["step"] for e in experiences] == [0, 1, 2] * 2
+    assert [e.eid.step for e in experiences] == [0, 1, 2] * 2
     episodes = [e.info["episode"] for e in experiences]
     assert episodes[0] == episodes[1] == episodes[2] != episodes[3] == episodes[4] == episodes[5]
     assert episodes[0].endswith("-0") and episodes[3].endswith("-1")

@@ -10,9 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
-
 from rft.contracts import AggContext, PolicyLossInputs, needs_ref_log_prob
-from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
 from rft.testing.checks import check_policy_loss
@@ -133,5 +131,15 @@ def test_preset_fills_defaults(tmp_path) -> None:
     assert (args.beta, args.label_smoothing) == (0.2, 0.0)
     preset = plan.preset
     assert preset.use_reference and preset.train_only and preset.experience_format == "dpo"
-    with pytest.raises(ConfigError, match="repeat_times=2"):
-        validated({"algorithm_type": "dpo", "repeat_times": 4}, str(tmp_path))
+
+
+def test_repeat_times_is_set_to_two_with_a_warning(tmp_path) -> None:
+    """The guide: "In dpo, this is automatically set to 2"; a warning names the value
+    that was replaced (it was a validation error)."""
+    from rft.config import build_stages
+    from rft.testing.algorithms import minimal_config
+
+    loaded = build_stages(minimal_config({"algorithm_type": "dpo", "repeat_times": 4},
+                                         str(tmp_path)), PluginRegistry.create())
+    assert loaded.stages[0].config.algorithm.repeat_times == 2
+    assert "algorithm.repeat_times: dpo uses repeat_times=2; 4 is replaced" in loaded.warnings

@@ -7,7 +7,6 @@ workflow."""
 from __future__ import annotations
 
 import math
-import uuid
 
 import numpy as np
 import pytest
@@ -15,16 +14,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import hookimpl
 from rft.contracts import AdvantageInputs
 from rft.errors import RftError
-from rft.experience import EID, Experience
+from rft.experience import Experience
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, close, validated
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
-from rft.workflow import Workflow
 from rft_plugin_gigpo import PRESET, GiGPO, GiGPOArgs, discounted_returns, gigpo_advantages
+from rft_plugin_multi_step_grpo.testing import (TwoStepWorkflow, assert_operator_is_trainer_side,
+                                                episode_step, workflow_plugin)
 
 torch.set_num_threads(1)
 
@@ -63,18 +62,13 @@ def test_trainer_side_without_std_is_dr_grpo_over_one_plus_eps(inputs: Advantage
 
 def _step(task: int, episode: str, step: int, *, reward: float | None = None,
           state: str | None = None, step_reward: float | None = None) -> Experience:
-    exp = Experience(tokens=torch.arange(5), prompt_length=2, reward=reward,
-                     eid=EID(batch=3, task=task, run=0))
-    exp.info.update({"episode": episode, "step": step})
-    if state is not None:
-        exp.info["env_state_hash"] = state
-    if step_reward is not None:
-        exp.info["step_reward"] = step_reward
-    return exp
+    info = {"env_state_hash": state, "step_reward": step_reward}
+    return episode_step(task, episode, step, reward=reward, batch=3,
+                        **{k: v for k, v in info.items() if v is not None})
 
 
 def _advantage(experiences: list[Experience], episode: str, step: int) -> float:
-    (exp,) = [e for e in experiences if e.info["episode"] == episode and e.info["step"] == step]
+    (exp,) = [e for e in experiences if e.info["episode"] == episode and e.eid.step == step]
     assert torch.equal(exp.advantages, torch.full((3,), exp.advantages[0].item()))
     assert torch.equal(exp.returns, exp.advantages)
     return exp.advantages[0].item()
@@ -125,17 +119,8 @@ def test_discounted_returns() -> None:
                 min_size=1, max_size=12), st.sampled_from(["std", "none"]))
 def test_operator_on_one_step_episodes_is_the_trainer_side_function(rows: list, fnorm: str
                                                                     ) -> None:
-    experiences = [Experience(tokens=torch.arange(5), prompt_length=2, reward=reward,
-                              eid=EID(batch=0, task=task, run=i))
-                   for i, (task, reward) in enumerate(rows)]
     args = GiGPOArgs(fnorm=fnorm)
-    out, _ = GiGPO(args).process(experiences)
-    rewards = torch.zeros(len(rows), 3, dtype=torch.float64)
-    rewards[:, -1] = torch.tensor([r for _, r in rows], dtype=torch.float64)
-    ours, _ = gigpo_advantages(
-        AdvantageInputs(rewards, torch.ones_like(rewards), [e.eid.group for e in experiences]),
-        args)
-    close(torch.stack([e.advantages for e in out]).double(), ours)
+    assert_operator_is_trainer_side(GiGPO(args), gigpo_advantages, args, rows)
 
 
 def test_layout_refuses_anchor_states_without_advantages() -> None:
@@ -170,32 +155,14 @@ def test_preset_fills_defaults(tmp_path) -> None:
     assert plan.preset.use_reference
 
 
-class TwoStepStateWorkflow(Workflow):
-    """Each episode: two answers, the first from the task's state ``t<index>`` (shared by
-    the task's episodes: an anchor state), the reward on the last step."""
+class TwoStepStateWorkflow(TwoStepWorkflow):
+    """Two-step episodes whose first step starts from the task's state ``t<index>``
+    (shared by the task's episodes: an anchor state); the reward on the last step."""
 
-    def run(self) -> list[Experience]:
-        messages = self.task.chat_messages()
-        out = []
-        for _ in range(self.task.repeat_times):
-            episode = uuid.uuid4().hex
-            (first,) = self.model.chat(messages, n=1, **self.task.sampling)
-            again = messages + [{"role": "assistant", "content": self.response_text(first)},
-                                {"role": "user", "content": "Again:"}]
-            (second,) = self.model.chat(again, n=1, **self.task.sampling)
-            self.score(second, self.response_text(second))
-            first.reward = 0.0
-            first.info["env_state_hash"] = f"t{self.task.index}"
-            for step, exp in enumerate((first, second)):
-                exp.info.update({"episode": episode, "step": step})
-                out.append(exp)
-        return out
-
-
-class TwoStepPlugin:
-    @hookimpl
-    def register_workflows(self):
-        return {"two_step_state_test_workflow": TwoStepStateWorkflow}
+    def finish(self, first: Experience, second: Experience) -> None:
+        self.score(second, self.response_text(second))
+        first.reward = 0.0
+        first.info["env_state_hash"] = f"t{self.task.index}"
 
 
 def test_a_tiny_run_with_anchor_states(rft_run) -> None:
@@ -204,7 +171,7 @@ def test_a_tiny_run_with_anchor_states(rft_run) -> None:
         "buffer.train_batch_size": 8,
         "buffer.explorer_input.taskset.default_workflow_type": "two_step_state_test_workflow",
         "data_processor.experience_pipeline.operators": [{"name": "gigpo"}],
-    }, plugins=[TwoStepPlugin()])
+    }, plugins=[workflow_plugin("two_step_state_test_workflow", TwoStepStateWorkflow)])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert step["pipeline/gigpo/anchor_groups_size_gt1"] == 2.0  # one state per task

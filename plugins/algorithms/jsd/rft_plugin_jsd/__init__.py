@@ -1,13 +1,13 @@
 """rft-plugin-jsd: on-policy distillation with a Jensen-Shannon divergence (Trinity-RFT's
 ``jsd``).
 
-As ``on_policy_distill`` (rft-plugin-on-policy-distill: same workflow, teacher log-probs
-and batch layout), but each token's advantage is minus a per-token generalised JSD
+As ``on_policy_distill`` (rft-plugin-on-policy-distill: same workflow and teacher
+log-probs), but each token's advantage is minus a per-token generalised JSD
 between the student's and the teacher's probability of the sampled token, bounded where
 the reverse KL is not.
 
-Registered names: algorithm ``jsd``; experience operator ``jsd`` (the advantages, in the
-explorer).
+Registered names: algorithm ``jsd``; advantage fn ``jsd`` (the advantages, in the
+trainer, from the experiences' ``teacher_logprobs`` and sampling ``logprobs``).
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import AlgorithmPreset
-from rft_plugin_on_policy_distill import TeacherAdvantageOperator, TeacherAdvantageRows
+from rft.contracts import AdvantageInputs
+from rft_plugin_on_policy_distill import student_and_teacher
 
-__all__ = ["JSD", "JSDArgs", "PRESET", "jsd_advantages", "jsd_per_token"]
+__all__ = ["PRESET", "JSDArgs", "jsd_advantages", "jsd_per_token"]
 
 
 @dataclass
 class JSDArgs:
-    """Arguments of the ``jsd`` operator (``data_processor.experience_pipeline.
-    operators[i].args``; Trinity-RFT's ``algorithm.advantage_fn_args``)."""
+    """Arguments of the ``jsd`` advantage fn (``algorithm.advantage_fn_args``, as in
+    Trinity-RFT)."""
 
     kl_coef: float = 1.0
     """``k``: scale of the advantages."""
@@ -61,34 +62,23 @@ def jsd_per_token(student: torch.Tensor, teacher: torch.Tensor, lambda_coef: flo
             + (1.0 - lambda_coef) * torch.exp(student) * (student - log_mix))
 
 
-def jsd_advantages(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor,
-                   args: JSDArgs) -> tuple[torch.Tensor, torch.Tensor]:
-    """``A_t = −k · JSD_t · mask_t`` (:func:`jsd_per_token`), and ``JSD_t``."""
-    divergence = jsd_per_token(student, teacher, args.lambda_coef)
-    return -args.kl_coef * divergence * mask, divergence
+def jsd_advantages(inputs: AdvantageInputs, args: JSDArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``A_t = −k · JSD_t · mask_t`` (:func:`jsd_per_token` of the sampling log-probs
+    ``inputs.rollout_log_prob`` and the teacher's ``inputs.teacher_log_prob``);
+    ``returns = A``. Both ``(B, T)``."""
+    student, teacher = student_and_teacher(inputs, "jsd")  # (B, T)
+    divergence = jsd_per_token(student, teacher, args.lambda_coef)  # (B, T)
+    advantages = -args.kl_coef * divergence * inputs.response_mask  # (B, T)
+    return advantages, advantages.clone()
 
 
-class JSD(TeacherAdvantageOperator):
-    """``jsd`` in the explorer: :func:`jsd_advantages` of each experience's sampling
-    log-probs and ``info["teacher_logprobs"]``, as its ``advantages`` and ``returns``.
-    Metrics ``jsd/mean``, ``jsd/std`` (per-sequence ``Σ JSD_t``), ``advantages/mean``."""
-
-    Args = JSDArgs
-    name = "jsd"
-    divergence = "jsd"
-
-    def advantages(self, student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        return jsd_advantages(student, teacher, mask, self.args)
-
+jsd_advantages.Args = JSDArgs  # type: ignore[attr-defined]
 
 PRESET = AlgorithmPreset(
-    advantage_fn=None, policy_loss_fn="ppo", kl_loss_fn="none", kl_penalty_fn="none",
-    entropy_loss_fn="none", sample_strategy="default", repeat_times=8, min_repeat_times=1,
-    advantage_in_explorer=True, batch_layout=TeacherAdvantageRows("jsd", "jsd"))
-"""JSD distillation: per-token JSD advantages from the explorer, the clipped surrogate,
-no KL, no entropy term, no reference model, 8 rollouts per task (Trinity-RFT's ``jsd``
-preset)."""
+    advantage_fn="jsd", policy_loss_fn="ppo", kl_loss_fn="none", kl_penalty_fn="none",
+    entropy_loss_fn="none", sample_strategy="default", repeat_times=8, min_repeat_times=1)
+"""JSD distillation: per-token JSD advantages, the clipped surrogate, no KL, no entropy
+term, no reference model, 8 rollouts per task (Trinity-RFT's ``jsd`` preset)."""
 
 
 @hookimpl
@@ -97,5 +87,5 @@ def register_algorithms() -> dict[str, Any]:
 
 
 @hookimpl
-def register_experience_operators() -> dict[str, Any]:
-    return {"jsd": JSD}
+def register_advantage_fns() -> dict[str, Any]:
+    return {"jsd": jsd_advantages}

@@ -1,10 +1,11 @@
 """rft-plugin-jsd: the per-token JSD by hand and its properties (zero at equality,
 non-negative, summed over a vocabulary it is the generalised JSD of the two
-distributions), the operator, the preset after validation, a tiny run with an auxiliary
-teacher. veRL 0.9.1 has no JSD advantage, so there is no veRL comparison."""
+distributions), the advantage fn and its contract, the preset after validation, a tiny
+run with an auxiliary teacher. veRL 0.9.1 has no JSD advantage, so there is no veRL comparison."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,12 +13,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft.errors import RftError
-from rft.experience import EID, Experience
+from rft.contracts import AdvantageInputs, MissingInputError
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS, close, validated
-from rft_plugin_jsd import JSD, PRESET, JSDArgs, jsd_per_token
-from rft_plugin_on_policy_distill import TEACHER_KEY
+from rft.testing.checks import check_advantage
+from rft.testing.strategies import advantage_inputs
+from rft_plugin_jsd import JSDArgs, jsd_advantages, jsd_per_token
 
 torch.set_num_threads(1)
 
@@ -60,62 +61,70 @@ def test_summed_over_the_vocabulary_it_is_the_generalised_jsd(vocab: int, seed: 
     close(jsd_per_token(p_s.log(), p_t.log(), lam).sum(), expected)
 
 
-def _experience(student: list[float], teacher: list[float], mask: list[bool]) -> Experience:
-    exp = Experience(tokens=torch.arange(2 + len(student)), prompt_length=2, reward=0.0,
-                     logprobs=torch.tensor(student), action_mask=torch.tensor(mask),
-                     eid=EID(batch=0, task=0, run=0))
-    exp.info[TEACHER_KEY] = teacher
-    return exp
+def test_advantages_are_minus_the_jsd() -> None:
+    s, t = math.log(0.5), math.log(0.25)
+    mask = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    inputs = AdvantageInputs(torch.zeros_like(mask), mask, ["g"],
+                             rollout_log_prob=torch.tensor([[s, -1.0]], dtype=torch.float64),
+                             teacher_log_prob=torch.tensor([[t, -3.0]], dtype=torch.float64))
+    advantages, returns = jsd_advantages(inputs, JSDArgs(kl_coef=2.0))
+    first = jsd_per_token(torch.tensor([s]).double(), torch.tensor([t]).double(), 0.5).item()
+    assert advantages[0].tolist() == pytest.approx([-2.0 * first, 0.0])
+    assert torch.equal(returns, advantages)
 
 
-def test_operator_sets_minus_jsd_as_advantages() -> None:
-    exp = _experience([math.log(0.5), -1.0], [math.log(0.25), -3.0], [True, False])
-    _, metrics = JSD(JSDArgs(kl_coef=2.0)).process([exp])
-    first = jsd_per_token(torch.tensor([math.log(0.5)]).double(),
-                          torch.tensor([math.log(0.25)]).double(), 0.5).item()
-    assert exp.advantages.tolist() == pytest.approx([-2.0 * first, 0.0])
-    assert torch.equal(exp.returns, exp.advantages)
-    assert metrics["jsd/mean"] == pytest.approx(first)
-    assert metrics["advantages/mean"] == pytest.approx(-2.0 * first)
+@SETTINGS
+@given(advantage_inputs(), LAMBDAS)
+def test_keeps_the_advantage_contract(inputs: AdvantageInputs, lam: float) -> None:
+    """Finite, no gradient, zero at masked positions, never positive; the rewards play
+    no part."""
+    gen = torch.Generator().manual_seed(inputs.response_mask.numel())
+    shape = inputs.response_mask.shape
+    inputs = dataclasses.replace(
+        inputs, rollout_log_prob=-torch.rand(shape, generator=gen, dtype=torch.float64) * 3,
+        teacher_log_prob=-torch.rand(shape, generator=gen, dtype=torch.float64) * 3)
+    advantages, _ = check_advantage(jsd_advantages, JSDArgs(lambda_coef=lam), inputs,
+                                    shift_invariant=True, scale_invariant=True)
+    assert (advantages <= 1e-12).all()
 
 
-def test_layout_and_errors() -> None:
-    exp = _experience([-1.0], [-2.0], [True])
-    with pytest.raises(RftError, match=r"experience 0 .*name: jsd"):
-        PRESET.batch_layout.arrange([exp])
-    del exp.info[TEACHER_KEY]
-    with pytest.raises(RftError, match="jsd needs the teacher's log-probs"):
-        JSD(JSDArgs()).process([exp])
+def test_errors() -> None:
+    mask = torch.ones(1, 1, dtype=torch.float64)
+    inputs = AdvantageInputs(torch.zeros_like(mask), mask, ["g"], rollout_log_prob=-mask)
+    with pytest.raises(MissingInputError, match="jsd needs teacher_log_prob"):
+        jsd_advantages(inputs, JSDArgs())
     with pytest.raises(ValueError, match="lambda_coef"):
         JSDArgs(lambda_coef=1.5)
 
 
 def test_registered_by_this_distribution() -> None:
     registry = PluginRegistry.create()
-    for kind in ("algorithm", "experience_operator"):
+    for kind in ("algorithm", "advantage_fn"):
         assert registry.registration(kind, "jsd").distribution == "rft-plugin-jsd"
 
 
 def test_preset_fills_defaults(tmp_path) -> None:
-    algorithm, plan = validated({"algorithm_type": "jsd"}, str(tmp_path))
+    algorithm, plan = validated({"algorithm_type": "jsd",
+                                 "advantage_fn_args": {"lambda_coef": 0.25}}, str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
-            algorithm.repeat_times) == (None, "ppo", "none", "none", "none", "default", 8)
-    assert plan.preset.advantage_in_explorer and not plan.preset.use_reference
+            algorithm.repeat_times) == ("jsd", "ppo", "none", "none", "none", "default", 8)
+    assert not plan.preset.advantage_in_explorer and not plan.preset.use_reference
+    assert plan.loss.advantage.args == JSDArgs(lambda_coef=0.25)
 
 
 def test_a_tiny_run_distils_with_jsd(rft_run, rft_tiny_model) -> None:
+    """The teacher is the initial student: no divergence before the first update."""
     outcome = rft_run({
         "algorithm.algorithm_type": "jsd", "algorithm.repeat_times": 2,
+        "algorithm.advantage_fn_args": {"lambda_coef": 0.5},
         "explorer.auxiliary_models": [{"name": "teacher", "model_path": str(rft_tiny_model),
                                        "engine_type": "hf", "dtype": "float32"}],
         "buffer.explorer_input.taskset.default_workflow_type": "on_policy_distill_workflow",
         "buffer.explorer_input.taskset.workflow_args": {"teacher": "teacher"},
-        "data_processor.experience_pipeline.operators": [
-            {"name": "jsd", "args": {"lambda_coef": 0.5}}],
     })
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
-        assert "pipeline/jsd/jsd/mean" in step and "actor/pg_loss" in step
+        assert "actor/pg_loss" in step
         assert all(math.isfinite(v) for v in step.values() if isinstance(v, float))
-    assert abs(outcome.metrics[0]["pipeline/jsd/jsd/mean"]) < 1e-3  # teacher = initial student
+    assert abs(outcome.metrics[0]["critic/advantages/min"]) < 1e-3

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +105,19 @@ class MixSampleArgs:
     ``ceil(ratio · train_batch_size)`` rows. ``0``: plain RL."""
     expert_buffer: str = "expert"
     """Name of the auxiliary buffer with expert data
-    (``buffer.trainer_input.auxiliary_buffers.<name>``)."""
+    (``buffer.trainer_input.auxiliary_buffers.<name>``). Left at ``expert`` while no
+    buffer has that name, Trinity-RFT's default ``sft_dataset`` is used."""
+    sft_dataset_name: str | None = None
+    """Trinity-RFT's name of ``expert_buffer``; wins when set."""
+
+    def buffer_name(self, configured: Iterable[str]) -> str:
+        """The auxiliary buffer to read among the ``configured`` names."""
+        if self.sft_dataset_name is not None:
+            return self.sft_dataset_name
+        names = set(configured)
+        if self.expert_buffer == "expert" and "expert" not in names and "sft_dataset" in names:
+            return "sft_dataset"
+        return self.expert_buffer
 
 
 class MixSampleStrategy(SampleStrategy):
@@ -125,13 +138,16 @@ class MixSampleStrategy(SampleStrategy):
         self.expert_count = math.ceil(options.expert_data_ratio * self.batch_size)
         self.expert = None
         if self.expert_count:
-            if options.expert_buffer not in self.buffers.auxiliary:
+            name = options.buffer_name(self.buffers.auxiliary)
+            if name not in self.buffers.auxiliary:
+                key = ("sft_dataset_name" if options.sft_dataset_name is not None
+                       else "expert_buffer")
                 raise RftError(
-                    f"algorithm.sample_strategy_args.expert_buffer: mix reads expert data "
-                    f"from buffer.trainer_input.auxiliary_buffers.{options.expert_buffer}, "
+                    f"algorithm.sample_strategy_args.{key}: mix reads expert data "
+                    f"from buffer.trainer_input.auxiliary_buffers.{name}, "
                     f"which is not configured (have: "
                     f"{', '.join(self.buffers.auxiliary) or 'none'})")
-            self.expert = self.buffers.auxiliary[options.expert_buffer]
+            self.expert = self.buffers.auxiliary[name]
 
     def sample(self, step: int, model_version: int) -> tuple[list[Experience], dict[str, float]]:
         usual = self.buffers.experience.read(self.batch_size - self.expert_count, self.timeout)

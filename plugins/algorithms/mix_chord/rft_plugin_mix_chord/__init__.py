@@ -11,11 +11,8 @@ Registered names: algorithm ``mix_chord``; policy loss fns ``mix_chord``, ``sft_
 (the φ-weighted NLL alone) and ``sft_is`` (the NLL weighted by ``p``). The sample
 strategy is ``mix``'s (rft-plugin-mix).
 
-The μ schedule needs the training step, which rft's policy-loss contract does not carry
-yet (:class:`rft.contracts.PolicyLossInputs` has no ``global_step``): until it does,
-only constant schedules (the default, ``μ = μ_valley``) are accepted, and a schedule
-that changes μ is a configuration error. The loss reads ``inputs.global_step`` as soon as
-the contract has it.
+The μ schedule follows the training step the trainer passes in
+``PolicyLossInputs.global_step`` (counted from 1, Trinity-RFT's ``step``).
 """
 
 from __future__ import annotations
@@ -33,16 +30,8 @@ from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
 from rft.contracts import PolicyLossInputs
 from rft.ops import masked_mean
 
-__all__ = ["MixChordArgs", "PRESET", "SFTPhiArgs", "chord_mu",
-           "contract_has_step", "mix_chord_policy_loss", "phi", "sft_is_loss", "sft_phi_loss"]
-
-STEP_FIELD = "global_step"
-"""The :class:`~rft.contracts.PolicyLossInputs` field the μ schedule would read."""
-
-
-def contract_has_step() -> bool:
-    """Whether the installed core's policy-loss inputs carry the training step."""
-    return STEP_FIELD in {f.name for f in dataclasses.fields(PolicyLossInputs)}
+__all__ = ["MixChordArgs", "PRESET", "SFTPhiArgs", "chord_mu", "mix_chord_policy_loss", "phi",
+           "sft_is_loss", "sft_phi_loss"]
 
 
 def phi(prob: torch.Tensor) -> torch.Tensor:
@@ -123,12 +112,6 @@ class MixChordArgs:
         for name in ("mu_warmup_steps", "mu_decay_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.constant() and not contract_has_step():
-            raise ValueError(
-                "a mu schedule that changes over training (mu_warmup_steps > 0, or "
-                "mu_decay_steps > 0 with mu_peak != mu_valley) needs the training step, which "
-                "rft's policy-loss inputs do not carry yet; use a constant mu "
-                "(mu_warmup_steps: 0 and mu_peak == mu_valley)")
 
     def constant(self) -> bool:
         """Whether ``μ`` is the same at every step (then it is ``mu_valley``)."""
@@ -143,7 +126,9 @@ def chord_mu(step: int, args: MixChordArgs) -> float:
         μ = μ_valley + (μ_peak − μ_valley) · ½ (1 + cos(π (step − W) / D))   W ≤ step < W + D
         μ = μ_valley                                            step ≥ W + D
 
-    with ``W = mu_warmup_steps``, ``D = mu_decay_steps``.
+    with ``W = mu_warmup_steps``, ``D = mu_decay_steps`` and ``step`` the training step
+    being taken, counted from 1 (``PolicyLossInputs.global_step``; Trinity-RFT passes the
+    trainer's ``train_step_num + 1``).
     """
     warmup, decay = args.mu_warmup_steps, args.mu_decay_steps
     if step < warmup:
@@ -158,8 +143,8 @@ def mix_chord_policy_loss(inputs: PolicyLossInputs, args: MixChordArgs
                           ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Per token: ``(1 − μ) · ppo_it`` on rollout rows, ``μ · sft_it`` on expert rows
     (``inputs.is_expert_mask``), with ``sft = −log p · sg(φ(p))`` (or ``−log p`` without
-    ``enable_phi_function``) and ``μ`` from :func:`chord_mu`; both parts aggregated
-    together by the trainer's ``loss_agg_mode``.
+    ``enable_phi_function``) and ``μ = chord_mu(inputs.global_step)``; both parts
+    aggregated together by the trainer's ``loss_agg_mode``.
 
     Without ``is_expert_mask`` (no expert data) the loss is exactly the ``ppo`` loss, as
     ``mix``'s is.
@@ -172,11 +157,8 @@ def mix_chord_policy_loss(inputs: PolicyLossInputs, args: MixChordArgs
                    clip_range_high=args.clip_range_high, clip_ratio_c=args.clip_ratio_c)
     if inputs.is_expert_mask is None:
         return ppo_policy_loss(inputs, clip)
-    step = getattr(inputs, STEP_FIELD, None)
-    if step is None and not args.constant():
-        raise ValueError("mix_chord: the mu schedule needs the training step, which these "
-                         "policy-loss inputs do not carry")
-    mu = chord_mu(int(step), args) if step is not None else args.mu_valley
+    mu = args.mu_valley if args.constant() else chord_mu(
+        inputs.require("global_step", "mix_chord's mu schedule"), args)
     mask = inputs.response_mask  # (B, T)
     expert = inputs.is_expert_mask.to(device=mask.device, dtype=torch.bool).unsqueeze(-1)  # (B, 1)
     usual_mask = mask * (~expert).to(mask.dtype)  # (B, T)

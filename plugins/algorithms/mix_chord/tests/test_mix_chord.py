@@ -18,8 +18,7 @@ from rft import hookimpl
 from rft.buffer.sampling import SampleStrategy
 from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
 from rft.builtin.sample_strategies import DefaultSampleStrategy
-from rft.contracts import AggContext, PolicyLossInputs
-from rft.errors import ConfigError
+from rft.contracts import AggContext, MissingInputError, PolicyLossInputs
 from rft.experience import Experience
 from rft.ops import agg_loss
 from rft.plugins import PluginRegistry
@@ -27,8 +26,8 @@ from rft.testing.algorithms import SETTINGS, Batch, batches, close, validated
 from rft.testing.checks import check_policy_loss
 from rft.testing.strategies import policy_loss_inputs
 from rft_plugin_mix import MixArgs, mix_policy_loss
-from rft_plugin_mix_chord import (MixChordArgs, SFTPhiArgs, chord_mu, contract_has_step,
-                                  mix_chord_policy_loss, phi, sft_is_loss, sft_phi_loss)
+from rft_plugin_mix_chord import (MixChordArgs, SFTPhiArgs, chord_mu, mix_chord_policy_loss, phi,
+                                  sft_is_loss, sft_phi_loss)
 
 torch.set_num_threads(1)
 
@@ -100,24 +99,32 @@ def test_mu_schedule() -> None:
     assert chord_mu(7, args) == pytest.approx(0.1 + 0.4 * 0.5 * (1 + math.cos(math.pi * 3 / 4)))
 
 
-def test_schedules_need_the_step_in_the_contract() -> None:
-    assert MixChordArgs().constant() and _constant(0.3, mu_decay_steps=10).constant()
-    if contract_has_step():
-        pytest.skip("the core's policy-loss inputs carry the step: schedules are accepted")
-    with pytest.raises(ValueError, match="needs the training step"):
-        MixChordArgs(mu_warmup_steps=10)
-    with pytest.raises(ValueError, match="needs the training step"):
-        MixChordArgs(mu_decay_steps=10, mu_peak=0.9, mu_valley=0.05)
+SCHEDULE = MixChordArgs(mu_warmup_steps=2, mu_decay_steps=3, mu_peak=0.6, mu_valley=0.1)
+
+
+@SETTINGS
+@given(batches(), st.integers(1, 8))
+def test_the_loss_follows_the_step_it_is_given(batch: Batch, step: int) -> None:
+    """``μ = chord_mu(inputs.global_step)``: the metric, and the loss equals the constant-μ
+    loss at that μ."""
+    expert = torch.arange(batch.B) % 2 == 0
+    inputs = dataclasses.replace(_inputs(batch, expert), global_step=step)
+    mu = chord_mu(step, SCHEDULE)
+    loss, metrics = mix_chord_policy_loss(inputs, SCHEDULE)
+    assert metrics["mu"] == pytest.approx(mu)
+    fixed, _ = mix_chord_policy_loss(inputs, _constant(mu))
+    close(loss, fixed)
+
+
+@SETTINGS
+@given(batches())
+def test_a_schedule_without_the_step_is_one_line(batch: Batch) -> None:
+    inputs = _inputs(batch, torch.ones(batch.B, dtype=torch.bool))
+    with pytest.raises(MissingInputError, match="mix_chord's mu schedule needs global_step"):
+        mix_chord_policy_loss(inputs, SCHEDULE)
+    mix_chord_policy_loss(inputs, _constant(0.3))  # a constant mu needs no step
     with pytest.raises(ValueError, match="mu_peak"):
         MixChordArgs(mu_peak=1.5)
-
-
-def test_a_schedule_is_a_configuration_error(tmp_path) -> None:
-    if contract_has_step():
-        pytest.skip("the core's policy-loss inputs carry the step: schedules are accepted")
-    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_fn_args.*training step"):
-        validated({"algorithm_type": "mix_chord",
-                   "policy_loss_fn_args": {"mu_warmup_steps": 5, "mu_peak": 0.5}}, str(tmp_path))
 
 
 @SETTINGS
@@ -184,13 +191,16 @@ class HalfExpertPlugin:
 
 
 def test_a_tiny_run_mixes_expert_rows(rft_run) -> None:
+    """Three steps with a warm-up of 2 and a decay of 2: the trainer's step reaches the
+    loss, ``μ`` = 0.15, 0.3, then halfway down the cosine to 0.1 (0.2)."""
     outcome = rft_run({"algorithm.algorithm_type": "mix_chord", "algorithm.repeat_times": 2,
                        "algorithm.sample_strategy": "half_expert_test",
-                       "algorithm.policy_loss_fn_args": {"mu_peak": 0.3, "mu_valley": 0.3}},
-                      plugins=[HalfExpertPlugin()])
-    assert len(outcome.metrics) == 2
+                       "algorithm.policy_loss_fn_args": {"mu_warmup_steps": 2,
+                                                         "mu_decay_steps": 2,
+                                                         "mu_peak": 0.3, "mu_valley": 0.1}},
+                      plugins=[HalfExpertPlugin()], steps=3)
+    assert [step["actor/mu"] for step in outcome.metrics] == pytest.approx([0.15, 0.3, 0.2])
     for step in outcome.metrics:
-        assert step["actor/mu"] == pytest.approx(0.3)
         assert step["expert/fraction"] == pytest.approx(0.5)
         assert math.isfinite(step["expert/sft_loss"]) and "actor/pg_loss" in step
         assert all(math.isfinite(v) for v in step.values() if isinstance(v, float))

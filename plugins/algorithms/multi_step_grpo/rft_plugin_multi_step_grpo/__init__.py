@@ -29,10 +29,10 @@ from rft.buffer.operators import ExperienceOperator
 from rft.contracts import AdvantageInputs
 from rft.experience import Experience
 from rft.group_ops import GroupIndex, group_ids, group_stats, outcome_scores
-from rft_plugin_multi_step_grpo.episodes import (EPISODE_KEY, STEP_KEY, Episode, EpisodeRows,
-                                                 episodes, reward_of)
+from rft_plugin_multi_step_grpo.episodes import (EPISODE_KEY, Episode, EpisodeRows, episodes,
+                                                 reward_of)
 
-__all__ = ["EPISODE_KEY", "PRESET", "STEP_KEY", "Episode", "EpisodeRows", "StepWiseGRPO",
+__all__ = ["EPISODE_KEY", "PRESET", "Episode", "EpisodeRows", "StepWiseGRPO",
            "StepWiseGRPOArgs", "episode_scores", "set_advantages",
            "step_wise_grpo_advantages"]
 

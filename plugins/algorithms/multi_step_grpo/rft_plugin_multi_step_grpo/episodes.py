@@ -1,10 +1,10 @@
 """Episodes of multi-step workflows: which experiences are the steps of one rollout.
 
 A step-wise workflow returns one experience per model call (per *step*) of each episode.
-Trinity-RFT identifies them by ``EID(batch, task, run, step)``; rft's explorer numbers
-``eid.run`` itself, one per returned experience, and its :class:`rft.experience.EID` has
-no ``step``. Until it does, a multi-step workflow says where each experience belongs in
-its ``info``:
+Trinity-RFT identifies them by ``EID(batch, task, run, step)``. rft's
+:class:`rft.experience.EID` has the same ``step`` (kept by the explorer), but the
+explorer numbers ``eid.run`` itself, one per returned experience, so the episode is
+named in ``info``:
 
 ``info["episode"]``
     any JSON-able id, the same for every step of one episode and unique among the
@@ -13,9 +13,9 @@ its ``info``:
     index counted by the workflow is unique unless ``explorer.max_repeat_times_per_runner``
     splits the task's rollouts over several workflow runs (each counts from 0); a
     ``uuid4().hex`` is unique in any case.
-``info["step"]``
-    the step's position in the episode (0, 1, …); without it the order the workflow
-    returned the steps in.
+``eid.step``
+    the step's position in the episode (0, 1, …); steps with equal ``eid.step`` keep the
+    order the workflow returned them in.
 
 rft-plugin-workflows' step-wise workflows (``StepWiseWorkflow``) set both.
 
@@ -33,13 +33,11 @@ from dataclasses import dataclass
 from rft.errors import RftError
 from rft.experience import Experience
 
-__all__ = ["EPISODE_KEY", "STEP_KEY", "Episode", "EpisodeRows", "episode_of", "episodes",
-           "reward_of", "step_of"]
+__all__ = ["EPISODE_KEY", "Episode", "EpisodeRows", "episode_of", "episodes", "reward_of",
+           "step_of"]
 
 EPISODE_KEY = "episode"
 """``Experience.info`` key of the episode id (Trinity-RFT's ``eid.run``)."""
-STEP_KEY = "step"
-"""``Experience.info`` key of the step index (Trinity-RFT's ``eid.step``)."""
 
 
 @dataclass
@@ -62,11 +60,9 @@ def episode_of(exp: Experience) -> Hashable:
     return ("run", exp.eid.run)
 
 
-def step_of(exp: Experience) -> float:
-    """The step index of ``exp`` in its episode: ``info["step"]``, else ``eid.step`` if the
-    core's ``EID`` has one, else 0 (order of appearance decides)."""
-    value = exp.info.get(STEP_KEY, getattr(exp.eid, "step", 0))
-    return float(value)
+def step_of(exp: Experience) -> int:
+    """The step index of ``exp`` in its episode: ``eid.step``."""
+    return exp.eid.step
 
 
 def episodes(experiences: Sequence[Experience]) -> list[Episode]:

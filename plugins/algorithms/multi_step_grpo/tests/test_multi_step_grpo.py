@@ -6,24 +6,23 @@ guard; the preset after validation; a tiny run with a two-step workflow."""
 from __future__ import annotations
 
 import math
-import uuid
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft import hookimpl
 from rft.contracts import AdvantageInputs
 from rft.errors import RftError
-from rft.experience import EID, Experience
+from rft.experience import Experience
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import SETTINGS, close, validated
+from rft.testing.algorithms import SETTINGS, validated
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
-from rft.workflow import Workflow
 from rft_plugin_multi_step_grpo import (PRESET, StepWiseGRPO, StepWiseGRPOArgs,
                                         step_wise_grpo_advantages)
+from rft_plugin_multi_step_grpo.testing import (TwoStepWorkflow, assert_operator_is_trainer_side,
+                                                episode_step, workflow_plugin)
 
 torch.set_num_threads(1)
 
@@ -52,13 +51,8 @@ def test_trainer_side_equals_verl_grpo(inputs: AdvantageInputs, case: tuple) -> 
                        norm_adv_by_std_in_grpo=norm)
 
 
-def _step(task: int, episode: str, step: int, reward: float | None, length: int = 3,
-          run: int = 0) -> Experience:
-    exp = Experience(tokens=torch.arange(2 + length), prompt_length=2, reward=reward,
-                     eid=EID(batch=1, task=task, run=run),
-                     action_mask=torch.tensor([True] * (length - 1) + [False]))
-    exp.info.update({"episode": episode, "step": step})
-    return exp
+def _step(task: int, episode: str, step: int, reward: float | None) -> Experience:
+    return episode_step(task, episode, step, reward=reward, mask_last=True, batch=1)
 
 
 def _episodes() -> list[Experience]:
@@ -75,7 +69,7 @@ def _by_episode(experiences: list[Experience]) -> dict[tuple[int, str], list[flo
 
 
 def test_operator_scores_each_episode_by_its_last_step() -> None:
-    """Last steps found by ``info["step"]``, not by order: r = (1, 0, 0.5) for a, b, c;
+    """Last steps found by ``eid.step``, not by order: r = (1, 0, 0.5) for a, b, c;
     μ = 0.5, σ = 0.5 (unbiased); task 1 is a group of one (μ = 0, σ = 1)."""
     experiences = _episodes()
     out, metrics = StepWiseGRPO(StepWiseGRPOArgs()).process(experiences)
@@ -115,19 +109,8 @@ def test_operator_step_norm_batch_std_and_threshold() -> None:
                 min_size=1, max_size=12), LEVELS)
 def test_operator_on_one_step_episodes_is_the_trainer_side_function(rows: list, level: str
                                                                     ) -> None:
-    """Experiences without episode ids are episodes of one step (their ``eid.run``): the
-    operator then gives what the trainer-side function gives on the same batch."""
-    experiences = [Experience(tokens=torch.arange(5), prompt_length=2, reward=reward,
-                              eid=EID(batch=0, task=task, run=i))
-                   for i, (task, reward) in enumerate(rows)]
     args = StepWiseGRPOArgs(std_cal_level=level)
-    out, _ = StepWiseGRPO(args).process(experiences)
-    rewards = torch.zeros(len(rows), 3, dtype=torch.float64)
-    rewards[:, -1] = torch.tensor([r for _, r in rows], dtype=torch.float64)
-    ours, _ = step_wise_grpo_advantages(
-        AdvantageInputs(rewards, torch.ones_like(rewards), [e.eid.group for e in experiences]),
-        args)
-    close(torch.stack([e.advantages for e in out]).double(), ours)
+    assert_operator_is_trainer_side(StepWiseGRPO(args), step_wise_grpo_advantages, args, rows)
 
 
 def test_layout_refuses_episode_steps_without_advantages() -> None:
@@ -163,31 +146,16 @@ def test_preset_fills_defaults(tmp_path) -> None:
     assert plan.preset.use_reference and not plan.preset.advantage_in_explorer
 
 
-class TwoStepWorkflow(Workflow):
-    """Each episode: answer, then answer again after a nudge; both steps carry the final
-    answer's reward (Trinity-RFT's reward propagation)."""
+class LastFirstWorkflow(TwoStepWorkflow):
+    """Two-step episodes returned last step first; the first step's reward is −1, the
+    last step's the task's (0 or 1)."""
 
     def run(self) -> list[Experience]:
-        messages = self.task.chat_messages()
-        out = []
-        for _ in range(self.task.repeat_times):
-            episode = uuid.uuid4().hex
-            (first,) = self.model.chat(messages, n=1, **self.task.sampling)
-            again = messages + [{"role": "assistant", "content": self.response_text(first)},
-                                {"role": "user", "content": "Again:"}]
-            (second,) = self.model.chat(again, n=1, **self.task.sampling)
-            reward = self.score(second, self.response_text(second))
-            first.reward = reward
-            for step, exp in enumerate((first, second)):
-                exp.info.update({"episode": episode, "step": step})
-                out.append(exp)
-        return out
+        return super().run()[::-1]
 
-
-class TwoStepPlugin:
-    @hookimpl
-    def register_workflows(self):
-        return {"two_step_test_workflow": TwoStepWorkflow}
+    def finish(self, first: Experience, second: Experience) -> None:
+        self.score(second, self.response_text(second))
+        first.reward = -1.0
 
 
 def test_a_tiny_run_with_two_step_episodes(rft_run) -> None:
@@ -196,10 +164,23 @@ def test_a_tiny_run_with_two_step_episodes(rft_run) -> None:
         "buffer.train_batch_size": 8,
         "buffer.explorer_input.taskset.default_workflow_type": "two_step_test_workflow",
         "data_processor.experience_pipeline.operators": [{"name": "step_wise_grpo"}],
-    }, plugins=[TwoStepPlugin()])
+    }, plugins=[workflow_plugin("two_step_test_workflow", TwoStepWorkflow)])
     assert len(outcome.metrics) == 2
     for step in outcome.metrics:
         assert step["pipeline/step_wise_grpo/steps_per_episode"] == 2.0
         assert step["pipeline/step_wise_grpo/episodes"] == 4.0
         assert "actor/pg_loss" in step
         assert all(math.isfinite(v) for v in step.values() if isinstance(v, float))
+
+
+def test_the_explorer_keeps_the_workflows_step_numbers(rft_run) -> None:
+    """Steps returned out of order reach the operator with their ``eid.step``: each
+    episode is scored by its last step (reward 0 or 1), never by its first (−1)."""
+    outcome = rft_run({
+        "algorithm.algorithm_type": "multi_step_grpo", "algorithm.repeat_times": 2,
+        "buffer.train_batch_size": 8,
+        "buffer.explorer_input.taskset.default_workflow_type": "last_first_test_workflow",
+        "data_processor.experience_pipeline.operators": [{"name": "step_wise_grpo"}],
+    }, plugins=[workflow_plugin("last_first_test_workflow", LastFirstWorkflow)], steps=1)
+    (step,) = outcome.metrics
+    assert 0.0 <= step["pipeline/step_wise_grpo/reward_mean"] <= 1.0

@@ -9,9 +9,10 @@ reverse KL — and the policy is updated with the clipped surrogate on it.
 Registered names:
 
 - algorithm ``on_policy_distill``;
+- advantage fn ``on_policy_distill``: the advantages, in the trainer, from the
+  experiences' ``teacher_logprobs`` and sampling ``logprobs``;
 - workflow ``on_policy_distill_workflow``: student rollouts scored by an auxiliary
-  teacher model (``info["teacher_logprobs"]``);
-- experience operator ``on_policy_distill``: the advantages, in the explorer.
+  teacher model (``Experience.teacher_logprobs``).
 """
 
 from __future__ import annotations
@@ -23,59 +24,48 @@ import torch
 
 from rft import hookimpl
 from rft.algorithm import AlgorithmPreset
-from rft_plugin_on_policy_distill.teacher import (TEACHER_KEY, OnPolicyDistillWorkflow,
+from rft.contracts import AdvantageInputs
+from rft_plugin_on_policy_distill.teacher import (OnPolicyDistillWorkflow,
                                                   OnPolicyDistillWorkflowArgs,
-                                                  TeacherAdvantageOperator,
-                                                  TeacherAdvantageRows,
-                                                  attach_teacher_logprobs, teacher_and_student)
+                                                  attach_teacher_logprobs, student_and_teacher)
 
-__all__ = ["PRESET", "TEACHER_KEY", "OnPolicyDistill", "OnPolicyDistillArgs",
-           "OnPolicyDistillWorkflow", "OnPolicyDistillWorkflowArgs", "TeacherAdvantageOperator",
-           "TeacherAdvantageRows", "attach_teacher_logprobs", "on_policy_distill_advantages",
-           "teacher_and_student"]
+__all__ = ["PRESET", "OnPolicyDistillArgs", "OnPolicyDistillWorkflow",
+           "OnPolicyDistillWorkflowArgs", "attach_teacher_logprobs",
+           "on_policy_distill_advantages", "student_and_teacher"]
 
 
 @dataclass
 class OnPolicyDistillArgs:
-    """Arguments of the ``on_policy_distill`` operator
-    (``data_processor.experience_pipeline.operators[i].args``; Trinity-RFT's
-    ``algorithm.advantage_fn_args``)."""
+    """Arguments of the ``on_policy_distill`` advantage fn (``algorithm.advantage_fn_args``,
+    as in Trinity-RFT)."""
 
     kl_coef: float = 1.0
     """``k``: scale of the advantages."""
 
 
-def on_policy_distill_advantages(student: torch.Tensor, teacher: torch.Tensor,
-                                 mask: torch.Tensor, args: OnPolicyDistillArgs
+def on_policy_distill_advantages(inputs: AdvantageInputs, args: OnPolicyDistillArgs
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``A_t = k · (log π_T(y_t) − log π_S(y_t)) · mask_t``, and the per-token reverse-KL
-    estimate ``log π_S − log π_T`` (for the metrics). All tensors of one shape."""
-    return args.kl_coef * (teacher - student) * mask, student - teacher
+    """Per token, with ``log π_S`` the sampling log-probs (``inputs.rollout_log_prob``) and
+    ``log π_T`` the teacher's (``inputs.teacher_log_prob``)::
+
+        A_t = k · (log π_T(y_t) − log π_S(y_t)) · mask_t
+
+    minus ``k`` times the per-token reverse-KL estimate; ``returns = A``. Both ``(B, T)``.
+    """
+    student, teacher = student_and_teacher(inputs, "on_policy_distill")  # (B, T)
+    advantages = args.kl_coef * (teacher - student) * inputs.response_mask  # (B, T)
+    return advantages, advantages.clone()
 
 
-class OnPolicyDistill(TeacherAdvantageOperator):
-    """``on_policy_distill`` in the explorer: :func:`on_policy_distill_advantages` of each
-    experience's sampling log-probs and ``info["teacher_logprobs"]``, as its
-    ``advantages`` and ``returns``. Metrics ``kl/mean``, ``kl/std`` (per-sequence
-    ``Σ (log π_S − log π_T)``), ``advantages/mean``."""
-
-    Args = OnPolicyDistillArgs
-    name = "on_policy_distill"
-    divergence = "kl"
-
-    def advantages(self, student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        return on_policy_distill_advantages(student, teacher, mask, self.args)
-
+on_policy_distill_advantages.Args = OnPolicyDistillArgs  # type: ignore[attr-defined]
 
 PRESET = AlgorithmPreset(
-    advantage_fn=None, policy_loss_fn="ppo", kl_loss_fn="none", kl_penalty_fn="none",
-    entropy_loss_fn="none", sample_strategy="default", repeat_times=8, min_repeat_times=1,
-    advantage_in_explorer=True,
-    batch_layout=TeacherAdvantageRows("on_policy_distill", "on_policy_distill"))
-"""On-policy distillation: teacher-student log-ratio advantages from the explorer, the
-clipped surrogate, no KL, no entropy term, no reference model, 8 rollouts per task
-(Trinity-RFT's ``on_policy_distill`` preset)."""
+    advantage_fn="on_policy_distill", policy_loss_fn="ppo", kl_loss_fn="none",
+    kl_penalty_fn="none", entropy_loss_fn="none", sample_strategy="default", repeat_times=8,
+    min_repeat_times=1)
+"""On-policy distillation: teacher-student log-ratio advantages, the clipped surrogate, no
+KL, no entropy term, no reference model, 8 rollouts per task (Trinity-RFT's
+``on_policy_distill`` preset)."""
 
 
 @hookimpl
@@ -84,8 +74,8 @@ def register_algorithms() -> dict[str, Any]:
 
 
 @hookimpl
-def register_experience_operators() -> dict[str, Any]:
-    return {"on_policy_distill": OnPolicyDistill}
+def register_advantage_fns() -> dict[str, Any]:
+    return {"on_policy_distill": on_policy_distill_advantages}
 
 
 @hookimpl

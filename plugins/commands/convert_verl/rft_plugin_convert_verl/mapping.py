@@ -636,7 +636,8 @@ DERIVED: dict[str, Derived] = {
          M + "lora_adapter_path"),
         ("model.lora_configs",),
         "`lora_rank` > 0 → `model.lora_configs[0]` with `lora_rank`, `lora_alpha` (veRL "
-        "default 16), `target_modules` (a string; a list is reported), `exclude_modules`, "
+        "default 16), `target_modules` (a string; a list of names joined by commas), "
+        "`exclude_modules`, "
         "`path` (`lora_adapter_path`); with `lora_rank` 0 (veRL default) the others are "
         "reported as inactive"),
     "gpus": Derived(
@@ -1228,18 +1229,24 @@ class Converter:
         modules = self.get(M + "target_modules")
         if isinstance(modules, str):
             self.put(f"{prefix}.target_modules", modules, self.source(M + "target_modules"))
+        elif isinstance(modules, (list, tuple)) and modules and all(
+                isinstance(m, str) and m.replace("_", "").replace(".", "").isalnum()
+                for m in modules):  # rft's one string: comma-separated module names
+            self.put(f"{prefix}.target_modules", ",".join(modules),
+                     self.source(M + "target_modules"))
         else:
             self.skip(M + "target_modules", "rft's lora_configs[0].target_modules is one "
-                      "string (all-linear or a module pattern); the list was not converted")
+                      "string (all-linear, comma-separated names or a regex); this value "
+                      "was not converted")
         if self.get(M + "exclude_modules") is not None:
             self.put(f"{prefix}.exclude_modules", self.get(M + "exclude_modules"),
                      M + "exclude_modules")
         if self.get(M + "lora_adapter_path") is not None:
             self.put(f"{prefix}.path", self.get(M + "lora_adapter_path"),
                      M + "lora_adapter_path")
-        self.report.note(f"LoRA (rank {rank}) is written to model.lora_configs, but rft's "
-                         "trainer does not train LoRA adapters yet: as converted, the run "
-                         "fine-tunes all weights")
+        self.report.note(f"LoRA (rank {rank}) is written to model.lora_configs: rft trains "
+                         "the adapter (base weights frozen) and syncs only the adapter; "
+                         "docs/lora.md")
 
     def _strategy(self) -> None:
         key = A + "strategy"

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import yaml
 from rft.config.schema import RftConfig
-from rft.errors import ConfigError
 from rft_plugin_convert_verl import convert_text, mapping
 from rft_plugin_convert_verl.mapping import (
     DIRECT,
@@ -113,14 +112,10 @@ def test_lora_goes_to_model_lora_configs(validate_converted: Callable[..., Any])
     model = result.config["trainer"].get("trainer_config", {}).get("actor_rollout_ref", {}).get(
         "model", {})
     assert not {"lora_rank", "lora_alpha", "target_modules"} & set(model)
-    assert any("rft's trainer does not train LoRA adapters yet" in n
-               for n in result.report.notes)
+    assert any("rft trains the adapter" in n for n in result.report.notes)
     reasons = _reasons(result)
     assert "actor_rollout_ref.rollout.load_format" in reasons
-    try:  # rft refuses LoRA until it trains it (a problem naming model.lora_configs)
-        validate_converted(result.yaml)
-    except ConfigError as error:
-        assert [p.split(":")[0] for p in error.problems] == ["model.lora_configs"]
+    validate_converted(result.yaml)  # rft trains LoRA adapters: the conversion validates
 
 
 def test_lora_defaults_and_inactive_settings() -> None:
@@ -133,9 +128,7 @@ def test_lora_defaults_and_inactive_settings() -> None:
         "inactive: actor_rollout_ref.model.lora_rank is 0")
     listed = _convert("actor_rollout_ref.model.lora_rank=8 "
                       "actor_rollout_ref.model.target_modules=[q_proj,v_proj]")
-    assert "target_modules" not in listed.config["model"]["lora_configs"][0]
-    assert "the list was not converted" in _reasons(listed)[
-        "actor_rollout_ref.model.target_modules"]
+    assert listed.config["model"]["lora_configs"][0]["target_modules"] == "q_proj,v_proj"
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,41 @@
+"""Mode ``explore`` with several rollout engines (``explorer.rollout_model.engine_num > 1``).
+
+The explorer stays in this process (:mod:`rft.modes.explore`); its engine is an
+:class:`~rft.distributed.engine_pool.EnginePool` of ``engine_num`` engine actors on the
+run's Ray cluster (joined, or a private one started and stopped with the stage, as
+:func:`~rft.distributed.cluster.ray_cluster` does). The workflows of a step run at once
+(``explorer.runner_per_model`` runners) and their model calls are merged into one engine
+call, whose prompts the pool splits into one chunk per replica: the tasks of a step are
+spread over the engines. Each checkpoint the explorer loads goes to every replica.
+"""
+
+from __future__ import annotations
+
+from rft.config import Stage
+from rft.config.schema import RftConfig
+from rft.distributed.cluster import ray_cluster
+from rft.distributed.engine_pool import EnginePool
+from rft.explorer.engine import InferenceEngine
+from rft.modes.explore import EngineBuilder, run_explore
+from rft.modes.stage import StageResult
+
+
+def pool_builder(config: RftConfig) -> EngineBuilder:
+    """What makes the pool of ``engine_num`` replicas, each with
+    ``tensor_parallel_size`` GPUs when the cluster has GPUs (none on CPU)."""
+    rm = config.explorer.rollout_model
+    gpus = rm.tensor_parallel_size if config.cluster.gpu_per_node else 0
+
+    def build(stage_config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
+        return EnginePool(stage_config, engine_cls, rm.engine_num, gpus)
+
+    return build
+
+
+def run_explore_mode(stage: Stage) -> StageResult:
+    """Mode ``explore``: one engine in this process, or with ``engine_num > 1`` a pool of
+    engine actors on Ray (see the module docstring)."""
+    if stage.config.explorer.rollout_model.engine_num <= 1:
+        return run_explore(stage)
+    with ray_cluster(stage.config):
+        return run_explore(stage, pool_builder(stage.config))

@@ -1,0 +1,492 @@
+"""``trainer_type: verl``: veRL 0.9.1's engine workers driving rft's training step.
+
+:class:`VerlTrainer` is an rft :class:`~rft.trainer.base.Trainer` whose models live in
+veRL's workers, built in the trainer's own process as one data-parallel rank:
+
+- the actor: ``verl.workers.engine_workers.ActorRolloutRefWorker(role="actor")`` (veRL's
+  FSDP / FSDP2 engine, optimizer and LR scheduler), its loss function replaced through
+  veRL's ``set_loss_fn`` hook by :class:`~rft_plugin_verl.losses.ActorLoss` (rft's loss
+  plugins);
+- the reference model, when the preset or a loss needs one: the same worker class with
+  ``role="ref"``;
+- the critic, when the preset uses one: ``verl.workers.engine_workers.TrainingWorker`` on
+  veRL's value-model engine, with :class:`~rft_plugin_verl.losses.CriticLoss`.
+
+One :meth:`VerlTrainer.train_step` follows veRL's ``RayPPOTrainer.fit`` step and the
+native trainer's choices (what is computed when):
+
+1. the experiences are padded and packed into veRL's no-padding batch
+   (:mod:`rft_plugin_verl.batch`);
+2. old log-probs (``compute_log_prob``) when more than one optimizer step uses them, with
+   a KL penalty, or with dropout — otherwise the first update's ``log_prob.detach()`` is
+   the same value; reference log-probs (``compute_ref_log_prob``); critic values
+   (``infer_batch``);
+3. KL penalty and advantages with rft's functions (:mod:`rft.trainer.loss`), on this
+   process, as veRL's driver does;
+4. ``update_critic`` then ``update_actor`` (veRL's ``train_mini_batch``: mini-batches of
+   ``ppo_mini_batch_size × repeat_times`` rows, ``ppo_epochs`` passes, micro-batches,
+   gradient clipping, optimizer and scheduler steps), the actor skipped during
+   ``trainer.critic_warmup`` steps;
+5. metrics under veRL's / the native trainer's names.
+
+State, weights and checkpoints: :meth:`named_weights` gathers the actor's full tensors
+(Hugging Face names, tied weights once) for the synchronizer; :meth:`state_dict` /
+:meth:`load_state_dict` hold the models, optimizers and schedulers in one process's full
+(unsharded) form; :meth:`save_pretrained` writes the actor in Hugging Face format.
+
+Not implemented: several trainer ranks (veRL worker groups on rft's Ray placement),
+Megatron, LoRA, veRL's own checkpoint layout; :meth:`VerlTrainer.check_config`
+refuses what it cannot run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from rft.config.plan import TrainerPlan
+from rft.config.schema import RftConfig
+from rft.contracts import AdvantageInputs
+from rft.errors import RftError
+from rft.experience import Batch, Experience, pad_batch
+from rft.trainer.base import Trainer
+from rft.trainer.fsdp import unique_state_names
+from rft.trainer.loss import apply_kl_penalty, compute_advantages
+from rft.trainer.metrics import data_metrics, rollout_probs_diff, timed
+
+from rft_plugin_verl import cpu_platform, environment
+from rft_plugin_verl.batch import check_experiences, response_tensor, to_tensordict
+from rft_plugin_verl.config import VerlConfig, build_verl_config
+from rft_plugin_verl.losses import ActorLoss, CriticLoss
+
+STATE_FORMAT = "rft-verl"
+"""``state_dict()["format"]``: a state written by this trainer."""
+
+ENGINE_METRICS = ("grad_norm", "lr", "loss")
+"""veRL engine metrics reported under ``actor/`` / ``critic/``."""
+
+
+class VerlTrainer(Trainer):
+    """rft's trainer interface over veRL's workers (see the module docstring)."""
+
+    @classmethod
+    def check_config(cls, config: RftConfig) -> tuple[list[str], list[str]]:
+        """veRL installed and compatible (:mod:`rft_plugin_verl.environment`), the veRL
+        config buildable from ``config`` (:mod:`rft_plugin_verl.config`: unknown or
+        rft-owned ``trainer_config`` keys, strategies this machine cannot run), one rank."""
+        missing = environment.problems()
+        if missing:
+            return [f"trainer.trainer_type: {line}" for line in missing], []
+        c = config
+        if not c.buffer.train_batch_size or not c.model.model_path:
+            return [], []  # reported by the core's checks
+        settings = build_verl_config(model=c.model, algorithm=c.algorithm, trainer=c.trainer,
+                                     train_batch_size=int(c.buffer.train_batch_size),
+                                     total_steps=c.trainer.total_steps, cpu=_cpu_cluster(c))
+        problems = list(settings.problems)
+        if (c.trainer.ranks or 1) > 1:
+            problems.append(f"trainer.ranks: the verl trainer runs veRL's workers as one rank in "
+                            f"the trainer process; {c.trainer.ranks} ranks (veRL worker groups "
+                            "on rft's Ray placement) are not implemented")
+        return problems, settings.warnings
+
+    def __init__(self, plan: TrainerPlan) -> None:
+        super().__init__(plan)
+        missing = environment.problems()
+        if missing:
+            raise RftError(f"trainer.trainer_type: {missing[0]}")
+        self.cpu = cpu_platform.needed()
+        settings = build_verl_config(model=plan.model, algorithm=plan.algorithm,
+                                     trainer=plan.trainer,
+                                     train_batch_size=plan.train_batch_size,
+                                     total_steps=plan.total_steps, cpu=self.cpu)
+        if settings.problems:
+            raise RftError(settings.problems[0])
+        self.settings: VerlConfig = settings
+        self.preset = plan.preset
+        self.fns = plan.loss
+        if self.cpu:
+            cpu_platform.activate()
+        self._own_group = _open_process_group(self.cpu)
+        scale = float(plan.model.max_response_tokens) if plan.model.max_response_tokens else None
+        self.loss_scale_factor = scale
+        self.temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
+        self.critic_warmup = int(settings.get("trainer.critic_warmup", 0) or 0)
+
+        with quiet_verl():
+            from verl.workers.engine_workers import ActorRolloutRefWorker
+
+            tree = settings.tree
+            self.actor_worker = ActorRolloutRefWorker(copy.deepcopy(tree).actor_rollout_ref,
+                                                      role="actor")
+            self.actor_worker.init_model()
+            self.actor_worker.set_loss_fn(ActorLoss(self.fns, scale))
+            self.ref_worker = None
+            if self.preset.use_reference or self.fns.needs_ref:
+                self.ref_worker = ActorRolloutRefWorker(copy.deepcopy(tree).actor_rollout_ref,
+                                                        role="ref")
+                self.ref_worker.init_model()
+            self.critic_worker = None
+            if self.preset.use_critic:
+                self.critic_worker = _critic_worker(tree)
+                self.critic_worker.set_loss_fn(CriticLoss(
+                    self.fns.loss_agg_mode, float(settings.get("critic.cliprange_value", 0.5)),
+                    scale))
+        hf_config = self.actor_engine.model_config.hf_config
+        pad = getattr(hf_config, "pad_token_id", None)
+        self.pad_token_id: int = int(pad) if isinstance(pad, int) else 0
+        self.vocab_size: int | None = getattr(hf_config, "vocab_size", None)
+        self._dropout = any(float(getattr(hf_config, name, 0.0) or 0.0) > 0 for name in (
+            "attention_dropout", "hidden_dropout", "resid_pdrop"))
+
+    # ---- what the workers hold ---------------------------------------------------------
+
+    @property
+    def actor_engine(self) -> Any:
+        """veRL's training engine of the actor (``FSDPEngineWithLMHead`` …)."""
+        return self.actor_worker.actor.engine
+
+    @property
+    def critic_engine(self) -> Any:
+        """veRL's training engine of the critic (``None`` without a critic)."""
+        return self.critic_worker.engine if self.critic_worker is not None else None
+
+    # ---- Trainer interface ---------------------------------------------------------------
+
+    def train_step(self, experiences: Sequence[Experience]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        with timed(metrics, "step"):
+            if not experiences:
+                raise RftError("trainer: train_step got no experiences")
+            rows = self.preset.batch_layout.arrange(list(experiences))
+            check_experiences(rows, self.vocab_size)
+            batch = pad_batch(rows, self.pad_token_id)
+            extra: dict[str, torch.Tensor] = {}
+            if any("is_expert" in e.info for e in batch.experiences):  # mix: expert rows
+                extra["is_expert"] = torch.tensor([bool(e.info.get("is_expert"))
+                                                   for e in batch.experiences])  # (B,)
+            if batch.teacher_log_prob is not None:  # a distillation workflow's teacher
+                extra["teacher_log_prob"] = batch.teacher_log_prob  # (B, T)
+            if self.preset.experience_format == "rollout":
+                self._prepare_rollout(batch, extra, metrics)
+                if self.critic_worker is not None:
+                    with timed(metrics, "update_critic"):
+                        metrics.update(self._update_critic(batch, extra))
+            elif self.ref_worker is not None:
+                with timed(metrics, "ref"):
+                    extra["ref_log_prob"] = self._log_probs(self.ref_worker, batch, ref=True)
+            if self.global_steps >= self.critic_warmup:
+                with timed(metrics, "update_actor"):
+                    metrics.update(self._update_actor(batch, extra))
+        self.global_steps += 1
+        return metrics
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        keep = set(unique_state_names(self.actor_engine.module))  # tied weights once
+        params, _ = self.actor_engine.get_per_tensor_param()
+        for name, tensor in params:
+            if name in keep:
+                yield name, tensor.detach()
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"format": STATE_FORMAT, "global_steps": self.global_steps}
+        state.update(_engine_state(self.actor_engine, "actor", ""))
+        if self.critic_engine is not None:
+            state.update(_engine_state(self.critic_engine, "critic", "critic_"))
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != STATE_FORMAT:
+            raise RftError("trainer checkpoint: not written by trainer_type 'verl' (resume with "
+                           "the trainer that wrote it)")
+        _load_engine_state(self.actor_engine, state, "actor", "")
+        if self.critic_engine is not None:
+            _load_engine_state(self.critic_engine, state, "critic", "critic_")
+        self.global_steps = int(state["global_steps"])
+
+    def save_pretrained(self, path: str) -> None:
+        module = self.actor_engine.module
+        full = dict(_full_model_state(module))
+        module.save_pretrained(path, state_dict=full)
+
+    def close(self) -> None:
+        self.actor_worker = self.ref_worker = self.critic_worker = None  # type: ignore[assignment]
+        if self._own_group:
+            _release_process_group()
+            self._own_group = False
+
+    # ---- one step ------------------------------------------------------------------------
+
+    def _mini_batch_rows(self, rows: int) -> int:
+        n = int(self.plan.algorithm.repeat_times or 1)
+        mini = int(self.settings.get("actor_rollout_ref.actor.ppo_mini_batch_size"))
+        return min(mini * n, rows)
+
+    def _updates(self, rows: int) -> int:
+        epochs = int(self.settings.get("actor_rollout_ref.actor.ppo_epochs", 1))
+        return (rows // self._mini_batch_rows(rows)) * epochs
+
+    def _data(self, batch: Batch, extra: dict[str, torch.Tensor], **meta: Any) -> Any:
+        from verl.utils import tensordict_utils as tu
+
+        data = to_tensordict(batch, extra)
+        tu.assign_non_tensor(data, temperature=self.temperature, **meta)
+        return data
+
+    def _log_probs(self, worker: Any, batch: Batch, *, ref: bool = False) -> torch.Tensor:
+        """``(B, T)`` log-probs of the actor (or the reference model) over the batch."""
+        from verl.utils import tensordict_utils as tu
+
+        data = self._data(batch, {}, calculate_entropy=False, compute_loss=False)
+        output = worker.compute_ref_log_prob(data) if ref else worker.compute_log_prob(data)
+        return response_tensor(tu.get(output, "log_probs"), data)  # (B, T)
+
+    def _values(self, batch: Batch) -> torch.Tensor:
+        from verl.utils import tensordict_utils as tu
+
+        assert self.critic_worker is not None
+        data = self._data(batch, {}, compute_loss=False)
+        output = self.critic_worker.infer_batch(data)
+        values = response_tensor(tu.get(output, "values"), data)  # (B, T)
+        return values * batch.response_mask
+
+    def _prepare_rollout(self, batch: Batch, extra: dict[str, torch.Tensor],
+                         metrics: dict[str, float]) -> None:
+        """Old / reference log-probs, values, KL penalty, advantages and data metrics."""
+        mask = batch.response_mask  # (B, T)
+        rows = batch.input_ids.shape[0]
+        if self._updates(rows) > 1 or self.fns.uses_kl_penalty or self._dropout:
+            with timed(metrics, "old_log_prob"):
+                extra["old_log_probs"] = self._log_probs(self.actor_worker, batch)
+            if batch.rollout_log_prob is not None:
+                metrics.update(rollout_probs_diff(batch.rollout_log_prob,
+                                                  extra["old_log_probs"], mask))
+        if self.ref_worker is not None:
+            with timed(metrics, "ref"):
+                extra["ref_log_prob"] = self._log_probs(self.ref_worker, batch, ref=True)
+        values = None
+        if self.critic_worker is not None:
+            with timed(metrics, "values"):
+                values = extra["values"] = self._values(batch)
+        scores = batch.token_level_rewards  # (B, T)
+        rewards = scores
+        if self.fns.uses_kl_penalty:
+            assert self.fns.kl_penalty is not None
+            rewards, kl_metrics = apply_kl_penalty(scores, extra["old_log_probs"],
+                                                   extra["ref_log_prob"], mask,
+                                                   self.fns.kl_penalty)
+            metrics.update(kl_metrics)
+        with timed(metrics, "adv"):
+            advantages, returns = self._advantages(batch, rewards, mask, values)
+        extra["advantages"], extra["returns"] = advantages, returns
+        response_lengths = batch.attention_mask[:, batch.prompt_width:].sum(-1)  # (B,)
+        metrics.update(data_metrics(
+            token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
+            returns=returns, response_mask=mask, response_lengths=response_lengths,
+            prompt_lengths=batch.attention_mask[:, : batch.prompt_width].sum(-1),
+            max_response_length=self.plan.model.max_response_tokens or mask.shape[1],
+            max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
+            values=values))
+
+    def _advantages(self, batch: Batch, rewards: torch.Tensor, mask: torch.Tensor,
+                    values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages from the batch when the explorer computed them, else the advantage fn
+        resolved from ``algorithm.advantage_fn``."""
+        selected = self.fns.advantage
+        if batch.advantages is not None or self.preset.advantage_in_explorer or selected is None:
+            if batch.advantages is None:
+                raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
+                               f"{self.plan.algorithm.algorithm_type!r} computes none in the "
+                               "trainer")
+            returns = batch.returns if batch.returns is not None else batch.advantages
+            return batch.advantages, returns
+        baselines = [e.info.get("reward_baseline") for e in batch.experiences]
+        inputs = AdvantageInputs(
+            token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
+            values=values, rollout_log_prob=batch.rollout_log_prob,
+            teacher_log_prob=batch.teacher_log_prob,
+            reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
+                              if all(b is not None for b in baselines) else None))
+        return compute_advantages(selected, inputs)
+
+    def _train_meta(self, section: str, rows: int) -> dict[str, Any]:
+        """veRL's ``train_mini_batch`` settings (``RayPPOTrainer._update_actor``)."""
+        mini = self._mini_batch_rows(rows)
+        return {"global_batch_size": mini, "mini_batch_size": mini,
+                "epochs": int(self.settings.get(f"{section}.ppo_epochs", 1)),
+                "seed": int(self.settings.get(f"{section}.data_loader_seed", 42)),
+                "dataloader_kwargs": {"shuffle": bool(self.settings.get(f"{section}.shuffle",
+                                                                        False))}}
+
+    def _update_actor(self, batch: Batch, extra: dict[str, torch.Tensor]) -> dict[str, float]:
+        from verl.utils import tensordict_utils as tu
+
+        rows = batch.input_ids.shape[0]
+        data = self._data(batch, extra, calculate_entropy=True, compute_loss=True,
+                          global_step=self.global_steps + 1,  # the step being taken
+                          **self._train_meta("actor_rollout_ref.actor", rows))
+        output = self.actor_worker.update_actor(data)
+        return _reduce(tu.get(output, "metrics"), "actor")
+
+    def _update_critic(self, batch: Batch, extra: dict[str, torch.Tensor]) -> dict[str, float]:
+        from verl.utils import tensordict_utils as tu
+
+        assert self.critic_worker is not None
+        rows = batch.input_ids.shape[0]
+        data = self._data(batch, extra, **self._train_meta("critic", rows))
+        output = self.critic_worker.train_mini_batch(data)
+        return _reduce(tu.get(output, "metrics"), "critic")
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def _cpu_cluster(config: RftConfig) -> bool:
+    """Whether the run's trainer has no CUDA device: ``cluster.gpu_per_node: 0``, or unset
+    on a machine without one."""
+    gpus = config.cluster.gpu_per_node
+    return cpu_platform.needed() if gpus is None else gpus == 0
+
+
+QUIET = (r"hydra\.utils\.instantiate\(\) resolved _target_",  # once per veRL config object
+         r"\w+ engine is not available")  # veRL's optional engines (torchtitan, megatron, …)
+"""Warnings veRL's worker start-up repeats at every build; silenced there."""
+
+
+@contextlib.contextmanager
+def quiet_verl() -> Iterator[None]:
+    """Building veRL's workers without the :data:`QUIET` warnings."""
+    with warnings.catch_warnings():
+        for message in QUIET:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        yield
+
+
+_GROUP_USERS: list[object] = []
+"""Trainers of this process using the process group :func:`_open_process_group` opened
+(it is destroyed when the last one closes)."""
+
+
+def _open_process_group(cpu: bool) -> bool:
+    """A one-rank process group for veRL's workers (gloo on CPU, veRL's
+    ``cpu:gloo,cuda:nccl`` on GPUs) and the environment veRL's ``Worker`` reads, unless a
+    group is open already. Returns whether the trainer uses a group opened here (it then
+    releases it on :meth:`VerlTrainer.close`)."""
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        if dist.get_world_size() != 1:
+            raise RftError("trainer.trainer_type: the verl trainer runs one rank, but this "
+                           f"process is in a group of {dist.get_world_size()}")
+        if not _GROUP_USERS:
+            return False  # opened by someone else: theirs to close
+    else:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                           ("LOCAL_WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                           ("MASTER_PORT", str(port))):
+            os.environ.setdefault(key, value)
+        backend = "gloo" if cpu else "cpu:gloo,cuda:nccl"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    _GROUP_USERS.append(object())
+    return True
+
+
+def _release_process_group() -> None:
+    import torch.distributed as dist
+
+    _GROUP_USERS.pop()
+    if not _GROUP_USERS and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _critic_worker(tree: Any) -> Any:
+    """veRL's critic: a ``TrainingWorker`` on the value-model engine, configured as
+    ``RayPPOTrainer.init_workers`` does."""
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
+
+    critic = omega_conf_to_dataclass(copy.deepcopy(tree).critic)
+    engine = critic.engine
+    engine.infer_max_token_len_per_gpu = critic.ppo_infer_max_token_len_per_gpu
+    engine.max_token_len_per_gpu = critic.ppo_max_token_len_per_gpu
+    worker = TrainingWorker(config=TrainingWorkerConfig(
+        model_type="value_model", model_config=critic.model, engine_config=engine,
+        optimizer_config=critic.optim, checkpoint_config=critic.checkpoint))
+    worker.reset()
+    return worker
+
+
+def _reduce(metrics: dict[str, Any], role: str) -> dict[str, float]:
+    """veRL's per-mini-batch metric lists → one value each (their mean, veRL's
+    ``reduce_metrics``); the engine's ``grad_norm`` / ``lr`` / ``loss`` named
+    ``<role>/…``, ``mfu`` ``perf/mfu/<role>``."""
+    out: dict[str, float] = {}
+    for name, values in metrics.items():
+        items = values if isinstance(values, list) else [values]
+        numbers = [float(v) for v in items if v is not None]
+        if not numbers:
+            continue
+        value = sum(numbers) / len(numbers)
+        if name in ENGINE_METRICS:
+            out[f"{role}/{name}"] = value
+        elif name == "mfu":
+            out[f"perf/mfu/{role}"] = value
+        else:
+            out[name] = value
+    return out
+
+
+def _full_model_state(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The module's full (unsharded) state, on the CPU."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    yield from get_model_state_dict(module, options=options).items()
+
+
+def _engine_state(engine: Any, model_key: str, prefix: str) -> dict[str, Any]:
+    """Model (``model_key``), optimizer and LR scheduler (``<prefix>optimizer`` /
+    ``<prefix>scheduler``) of a veRL engine, in full form (one process)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return {
+        model_key: dict(_full_model_state(engine.module)),
+        f"{prefix}optimizer": get_optimizer_state_dict(engine.module, engine.optimizer,
+                                                       options=options),
+        f"{prefix}scheduler": engine.lr_scheduler.state_dict(),
+    }
+
+
+def _load_engine_state(engine: Any, state: dict[str, Any], model_key: str, prefix: str) -> None:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    missing = [k for k in (model_key, f"{prefix}optimizer", f"{prefix}scheduler")
+               if k not in state]
+    if missing:
+        raise RftError(f"trainer checkpoint: missing {', '.join(missing)}")
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    set_model_state_dict(engine.module, state[model_key], options=options)
+    set_optimizer_state_dict(engine.module, engine.optimizer, state[f"{prefix}optimizer"],
+                             options=options)
+    engine.lr_scheduler.load_state_dict(state[f"{prefix}scheduler"])
