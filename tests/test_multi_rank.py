@@ -523,7 +523,8 @@ def test_both_with_two_trainer_ranks_syncs_vllm_exactly(ray_two_cpus, registry, 
     diffs = by_step(trainer, "training/rollout_logprobs_diff_max")
     assert sorted(diffs) == [1, 2, 3] and max(diffs.values()) <= 1e-4, diffs
     final = tmp_path / "ck" / "e2e" / "run" / "global_step_3"
-    assert sorted(os.listdir(final)) == ["hf", "state.json", "trainer.pt", "trainer_sharded"]
+    assert sorted(os.listdir(final)) == ["buffer.pt", "hf", "state.json", "trainer.pt",
+                                         "trainer_sharded"]
     assert (final / "trainer_sharded" / "__1_0.distcp").is_file()
     # one more step on a single rank, from the sharded checkpoint
     resumed = both_config(tmp_path, model_hd32, buffer__total_steps=4, trainer__cpu_ranks=1,
@@ -645,3 +646,25 @@ def test_both_on_a_ray_cluster_of_three_nodes(ray_two_cpus, registry, tmp_path, 
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_trainer_rendezvous_listens_on_the_master_address_only():
+    """Rank 0's store of the trainer's process group listens on ``master_addr`` only
+    (127.0.0.2 stands for the node's address) — torch's ``tcp://`` init would listen on
+    ``::`` — and another rank joins it there."""
+    import datetime
+
+    import psutil
+    import torch.distributed as dist
+    from rft.trainer.parallel import free_port, rendezvous_store
+
+    port = free_port()
+    timeout = datetime.timedelta(seconds=10)
+    store = rendezvous_store(0, 2, "127.0.0.2", port, timeout)
+    listening = [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert listening == [("127.0.0.2", port)]
+    client = rendezvous_store(1, 2, "127.0.0.2", port, timeout)
+    client.set("joined", "yes")
+    assert store.get("joined") == b"yes"
+    assert isinstance(client, dist.TCPStore)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,13 +89,14 @@ class RankGroup:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         try:
-            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                    rank=rank, world_size=world_size, timeout=timeout)
+            store = rendezvous_store(rank, world_size, master_addr, master_port, timeout)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                    timeout=timeout)
             mesh = init_device_mesh(device.type, (world_size,))
             cpu_group = (dist.group.WORLD if backend == "gloo"
                          else dist.new_group(backend="gloo", timeout=timeout))
             sync_group = dist.new_group(backend="gloo", timeout=timeout)
-        except (RuntimeError, dist.DistError) as exc:
+        except (RuntimeError, OSError, dist.DistError) as exc:
             raise RftError(f"trainer rank {rank} of {world_size}: could not join the trainer's "
                            f"process group at {master_addr}:{master_port} ({backend}) within "
                            f"{timeout_s:g} s: {_first_line(exc)}") from exc
@@ -141,10 +143,31 @@ class RankGroup:
                 pass
 
 
+def rendezvous_store(rank: int, world_size: int, master_addr: str, master_port: int,
+                     timeout: datetime.timedelta) -> dist.TCPStore:
+    """The group's ``TCPStore``: rank 0 hosts it on ``master_addr`` only (loopback on rft's
+    private local cluster, the node's address otherwise) — torch's own ``tcp://`` store
+    would listen on every interface (``::``) — and the other ranks connect to it."""
+    if rank != 0:
+        return dist.TCPStore(master_addr, master_port, world_size, is_master=False,
+                             timeout=timeout)
+    family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.bind((master_addr, master_port))
+        listener.listen(socket.SOMAXCONN)
+        store = dist.TCPStore(master_addr, master_port, world_size, is_master=True,
+                              wait_for_workers=False, timeout=timeout,
+                              master_listen_fd=listener.fileno(), use_libuv=True)
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store owns the socket now (and closes it)
+    return store
+
+
 def free_port() -> int:
     """A free TCP port on this node (rank 0's rendezvous)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
