@@ -831,6 +831,7 @@ def test_both_killed_twice_resumes_to_the_uninterrupted_weights(tmp_path, tiny_m
         trainer.kill()
         status = processes.wait("second", 120)
         ended = time.monotonic() - killed
+        plan[-1] += f" (the run ended {ended:.1f} s later)"
         context = f"seed {seed}: killed {'; '.join(plan)}"
         output = processes.output("second")
         assert status != 0 and ended < 60, f"{context}: exit {status} after {ended:.0f} s"

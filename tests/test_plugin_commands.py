@@ -160,3 +160,60 @@ def test_missing_known_command_says_what_to_install(capsys: pytest.CaptureFixtur
 def test_command_is_frozen() -> None:
     with pytest.raises(AttributeError):
         ECHO.help = "other"  # type: ignore[misc]
+
+
+class Counting:
+    """Counts the calls of two of its hooks."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    @hookimpl
+    def register_commands(self):
+        self.calls.append("register_commands")
+        return {"echo": ECHO}
+
+    @hookimpl
+    def register_reward_fns(self):
+        self.calls.append("register_reward_fns")
+        return {}
+
+
+def test_a_registry_of_commands_calls_only_register_commands() -> None:
+    """``kinds=("command",)`` (the parser's registry): the other ``register_*`` hooks are
+    not called, and looking up another kind says it was not collected."""
+    counting = Counting()
+    registry = PluginRegistry(create_plugin_manager(autoload=False, builtins=False,
+                                                    extra_plugins=[counting]),
+                              kinds=("command",))
+    assert registry.names("command") == ["echo"]
+    assert counting.calls == ["register_commands"]
+    with pytest.raises(KeyError, match="'reward_fn' was not collected"):
+        registry.has("reward_fn", "x")
+
+
+def test_no_builtin_plugin_registers_a_command() -> None:
+    """What lets the parser's registry leave the built-in plugins out."""
+    registry = PluginRegistry(create_plugin_manager(autoload=False), kinds=("command",))
+    assert registry.names("command") == []
+
+
+def test_help_with_a_light_command_plugin_imports_no_torch() -> None:
+    """``rft --help`` with the installed rft-plugin-convert-verl only (``RFT_PLUGINS``):
+    building the command list imports neither torch nor the built-in plugins. (Each
+    installed plugin whose entry-point module imports torch still costs its import.)"""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from rft.cli import build_parser, command_registry\n"
+            "parser = build_parser(command_registry())\n"
+            "commands = parser._subparsers._group_actions[0].choices\n"
+            "print('convert-verl' in commands, 'torch' in sys.modules,\n"
+            "      any(m.startswith('rft.builtin.') for m in sys.modules))\n")
+    env = {**os.environ, "RFT_PLUGINS": "rft-plugin-convert-verl"}
+    env.pop("RFT_DISABLE_PLUGIN_AUTOLOAD", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120, check=True)
+    assert done.stdout.split() == ["True", "False", "False"], done.stderr[-2000:]

@@ -205,6 +205,14 @@ def add_plugin_commands(commands: argparse._SubParsersAction, registry: PluginRe
         sub.set_defaults(handler=command.run)
 
 
+def command_registry() -> PluginRegistry:
+    """The registry the parser takes its plugin commands from: only ``register_commands``
+    is called, and the core's built-in plugins (none registers a command; they import
+    torch) are left out, so that ``rft --help`` costs no more than importing the
+    installed plugins' entry-point modules."""
+    return PluginRegistry.create(kinds=("command",), builtins=False)
+
+
 def _unknown_command_hint(argv: Sequence[str], registry: PluginRegistry) -> str | None:
     """For a command that is not installed but that a known plugin distribution provides
     (e.g. ``convert-verl``), the line saying what to install; else ``None``."""
@@ -240,12 +248,12 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
     """Run ``rft`` with ``argv`` (default: the process's arguments); the exit status.
 
     :param registry: where plugin commands come from; default: a fresh
-        :meth:`PluginRegistry.create() <rft.plugins.PluginRegistry.create>`.
+        :func:`command_registry`.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if registry is None:
-            registry = PluginRegistry.create()
+            registry = command_registry()
         parser = build_parser(registry)
     except RftError as error:
         if "--debug" in argv:

@@ -21,19 +21,19 @@ from rft.config import LoadedConfig, Stage
 from rft.distributed.both import run_both
 from rft.distributed.colocate_ranks import run_colocate_mode
 from rft.distributed.explore_engines import run_explore_mode
+from rft.distributed.shared_queue import run_train_mode
 from rft.errors import RftError
 from rft.logs import configure_logging, reset_logging
 from rft.modes.bench import run_bench
 from rft.modes.preflight import check_model_sources
 from rft.modes.stage import StageResult
-from rft.modes.train import run_train
 
 ModeRunner = Callable[[Stage], StageResult]
 
 MODE_RUNNERS: dict[str, ModeRunner] = {
     "colocate": run_colocate_mode,
     "both": run_both,
-    "train": run_train,
+    "train": run_train_mode,
     "explore": run_explore_mode,
     "bench": run_bench,
 }

@@ -331,15 +331,18 @@ def create_plugin_manager(
     autoload: bool | None = None,
     allow: Iterable[str] | None = None,
     extra_plugins: Iterable[object] = (),
+    builtins: bool = True,
 ) -> RftPluginManager:
     """Build a fresh pluggy manager with the core built-ins and the ``rft`` entry points.
 
     :param autoload: load entry points; defaults to ``not RFT_DISABLE_PLUGIN_AUTOLOAD``.
     :param allow: distribution or entry-point names to load; defaults to ``RFT_PLUGINS``.
     :param extra_plugins: plugin objects registered after the built-ins (tests, scripts).
+    :param builtins: register the core's built-in plugins (which import torch); ``False``
+        where only kinds no built-in registers are looked up (the CLI's command list).
     """
     manager = RftPluginManager()
-    for module in _builtin_plugin_modules():
+    for module in _builtin_plugin_modules() if builtins else ():
         manager.register(module, name=f"rft.builtin.{module.__name__.rsplit('.', 1)[-1]}")
     if autoload is None:
         autoload = not _env_flag("RFT_DISABLE_PLUGIN_AUTOLOAD")
@@ -420,18 +423,22 @@ def _load_entry_points(manager: RftPluginManager, allow: set[str] | None) -> Non
 
 
 class PluginRegistry:
-    """All names of all kinds, collected once from a plugin manager."""
+    """All names of all kinds (or of ``kinds``), collected once from a plugin manager."""
 
-    def __init__(self, manager: RftPluginManager) -> None:
+    def __init__(self, manager: RftPluginManager, kinds: Iterable[str] | None = None) -> None:
+        """:param kinds: collect only these kinds (only their ``register_*`` hooks are
+            called); looking up another kind is a ``KeyError``. Default: every kind."""
         self.manager = manager
+        selected = KINDS.values() if kinds is None else [KINDS[_check_kind(k)] for k in kinds]
         self._entries: dict[str, dict[str, Registration]] = {
-            kind.name: self._collect(kind) for kind in KINDS.values()
+            kind.name: self._collect(kind) for kind in selected
         }
 
     @classmethod
-    def create(cls, **kwargs: Any) -> PluginRegistry:
-        """A registry over :func:`create_plugin_manager` (same keyword arguments)."""
-        return cls(create_plugin_manager(**kwargs))
+    def create(cls, *, kinds: Iterable[str] | None = None, **kwargs: Any) -> PluginRegistry:
+        """A registry of ``kinds`` over :func:`create_plugin_manager` (same keyword
+        arguments)."""
+        return cls(create_plugin_manager(**kwargs), kinds)
 
     # ---- building ------------------------------------------------------------------
 
@@ -478,19 +485,28 @@ class PluginRegistry:
 
     # ---- lookups -------------------------------------------------------------------
 
+    def _of(self, kind: str) -> dict[str, Registration]:
+        """The registrations of ``kind``; ``KeyError`` if it is not a kind or was not
+        collected."""
+        entries = self._entries.get(_check_kind(kind))
+        if entries is None:
+            raise KeyError(f"plugin kind {kind!r} was not collected by this registry "
+                           f"(kinds: {', '.join(self._entries)})")
+        return entries
+
     def names(self, kind: str) -> list[str]:
         """Sorted names registered for ``kind``."""
-        return sorted(self._entries[_check_kind(kind)])
+        return sorted(self._of(kind))
 
     def has(self, kind: str, name: str) -> bool:
-        return name in self._entries[_check_kind(kind)]
+        return name in self._of(kind)
 
     def registration(self, kind: str, name: str, *, key: str | None = None) -> Registration:
         """The registration of ``name``; :class:`UnknownNameError` if there is none.
 
         :param key: the dotted config key the name came from, put first in the message.
         """
-        entries = self._entries[_check_kind(kind)]
+        entries = self._of(kind)
         if name in entries:
             return entries[name]
         raise UnknownNameError(kind, name, self.unknown_name_message(kind, name, key=key))

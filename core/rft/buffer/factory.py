@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rft.buffer.replay import ReplayStorage
 from rft.buffer.storage import ExperienceStorage, open_storage
-from rft.config.plan import Selected
+from rft.config.plan import RunPlan, Selected
 from rft.config.schema import ExperienceBufferConfig
+
+BufferOpener = Callable[[RunPlan], ExperienceStorage]
+"""Opens a stage's experience buffer in its place (the shared queue of modes ``explore`` +
+``train``, :mod:`rft.distributed.shared_queue`)."""
 
 
 def open_experience_buffer(cfg: ExperienceBufferConfig, priority_fn: Selected[Any] | None = None,

@@ -734,15 +734,13 @@ def check_split_modes(c: RftConfig, v: Validation) -> None:
     if c.mode == "explore" and train_only:
         v.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: there is "
                   "nothing to explore; use mode 'train'")
-    elif c.mode == "explore" and storage.storage_type not in ("sql", "file"):
-        v.problem(buffer_key, f"mode 'explore' hands experiences to another process: use "
-                  f"'sql' (or 'file' to only keep them), got {storage.storage_type!r} (lives "
-                  "in this process)")
     if c.mode == "train" and not train_only:
-        if storage.storage_type != "sql":
+        if storage.storage_type not in ("sql", "queue"):
             v.problem(buffer_key, f"mode 'train' with algorithm {c.algorithm.algorithm_type!r} "
-                      "reads what an 'explore' process writes: use 'sql', got "
-                      f"{storage.storage_type!r}")
+                      "reads what an 'explore' process writes: use 'sql' (or 'queue' on a "
+                      f"shared Ray cluster), got {storage.storage_type!r}")
+    if storage.storage_type == "queue" and c.mode in ("explore", "train") and not train_only:
+        check_shared_queue(c, storage, v)
         if not c.trainer.total_steps and not _tasksets(c):
             v.problem("buffer.total_steps", "mode 'train' cannot tell how many steps to train: "
                       "set it (or trainer.total_steps), or give the explorer's taskset")
@@ -758,6 +756,20 @@ def check_split_modes(c: RftConfig, v: Validation) -> None:
         v.warnings.append(f"continue_from_checkpoint: false gives this {c.mode!r} run its own "
                           "<name>_<timestamp> job dir, which the other side's process will not "
                           "find; set true to share checkpoints")
+
+
+def check_shared_queue(c: RftConfig, storage: ExperienceBufferConfig, v: Validation) -> None:
+    """A ``queue`` between an ``explore`` and a ``train`` process is a Ray actor on a cluster
+    both join (:mod:`rft.distributed.shared_queue`): not a private cluster, not a replay
+    buffer."""
+    if c.cluster.ray_address == "local":
+        v.problem("cluster.ray_address", f"'local' starts a private Ray cluster, but "
+                  f"storage_type 'queue' in mode {c.mode!r} lives on a Ray cluster that the "
+                  "explore and train processes share: give its address, or auto")
+    if storage.replay_buffer is not None and storage.replay_buffer.enable:
+        v.problem("buffer.trainer_input.experience_buffer.replay_buffer.enable",
+                  f"a replay buffer is not shared between processes (mode {c.mode!r}); "
+                  "use it in mode 'both' or 'colocate'")
 
 
 def check_monitor(c: RftConfig, v: Validation) -> None:

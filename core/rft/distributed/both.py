@@ -214,12 +214,23 @@ class Coordinator:
         p.explored_state[step] = ExplorerState.from_checkpoint(step, state)
         # the explorer holds the initial model: its next step syncs to the checkpoint's
         # weights first, as the uninterrupted run's did (and reports it alike)
-        p.handed_out[step] = (found.path if self.config.synchronizer.sync_method == "checkpoint"
-                              else self._hand_out(step))
+        p.handed_out[step] = self._resumed_weights(step, found.path)
         self.result.eval_before = state.get("eval_before", {})
         log.info("resumed from %s", found.path)
         return Resumed(step, self.result.eval_before, initial_weights=False,
                        eval_after=state.get("eval_after"))
+
+    def _resumed_weights(self, step: int, path: str) -> Any:
+        """What the resumed explorer loads first: the checkpoint itself when it holds the
+        ``hf/`` export (``sync_method: checkpoint``, as handed out), a broadcast of the
+        trainer's weights (``nccl``), else the trainer's weights through the object store
+        (a sharded checkpoint without ``hf/`` is no engine's to read)."""
+        checkpoint_sync = self.config.synchronizer.sync_method == "checkpoint"
+        if checkpoint_sync and os.path.isdir(os.path.join(path, "hf")):
+            return path
+        if self.broadcasting:
+            return self._hand_out(step)
+        return self.actors["trainer"].weights.remote()
 
     # ---- the run ---------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
+from rft.distributed.ray_join import configured_address, is_loopback, join_address
 from rft.errors import RftError
 
 LOOPBACK = "127.0.0.1"
@@ -40,26 +41,26 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
     if ray.is_initialized():  # a caller (a notebook, a test) already connected
         yield
         return
-    address = os.environ.get("RAY_ADDRESS") or config.cluster.ray_address
+    address, key = configured_address(config.cluster.ray_address)
     started_here = False
     restore: Callable[[], None] = lambda: None
     try:
-        if address not in ("auto", "local"):
-            ray.init(address=address, namespace=config.ray_namespace)
-        else:
-            try:
-                if address == "local":
-                    raise ConnectionError("a private cluster was asked for")
-                ray.init(address="auto", namespace=config.ray_namespace)
-            except ConnectionError:
-                restore = loopback_only()
-                try:
-                    ray.init(namespace=config.ray_namespace, include_dashboard=False,
-                             _node_ip_address=LOOPBACK)
-                except BaseException:
-                    restore()
-                    raise
+        # bounded: a cluster that does not answer is one line, not minutes of Ray's retries
+        target = None if address == "local" else join_address(address, key)
+        if target is None or is_loopback(target):  # a private or loopback-only cluster
+            restore = loopback_only()
+        try:
+            if target is not None:
+                ray.init(address=target, namespace=config.ray_namespace)
+            else:  # no cluster to join: a private one
+                ray.init(namespace=config.ray_namespace, include_dashboard=False,
+                         _node_ip_address=LOOPBACK)
                 started_here = True
+        except BaseException:
+            restore()
+            raise
+    except RftError:
+        raise
     except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
         where = "a local cluster" if address == "auto" else f"address {address!r}"
         raise RftError(f"cannot connect to Ray ({where}): {str(exc).splitlines()[0]}") from exc
@@ -71,7 +72,7 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
     finally:
         if started_here:
             ray.shutdown()
-            restore()
+        restore()
 
 
 def loopback_only() -> Callable[[], None]:

@@ -15,7 +15,9 @@ from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.engine_pool import EnginePool
+from rft.distributed.shared_queue import run_sharing_queue, shares_queue
 from rft.explorer.engine import InferenceEngine
+from rft.explorer.engine_factory import build_engine
 from rft.modes.explore import EngineBuilder, run_explore
 from rft.modes.stage import StageResult
 
@@ -34,8 +36,14 @@ def pool_builder(config: RftConfig) -> EngineBuilder:
 
 def run_explore_mode(stage: Stage) -> StageResult:
     """Mode ``explore``: one engine in this process, or with ``engine_num > 1`` a pool of
-    engine actors on Ray (see the module docstring)."""
-    if stage.config.explorer.rollout_model.engine_num <= 1:
+    engine actors on Ray (see the module docstring); over a ``queue``, the queue shared
+    with the train process (:mod:`rft.distributed.shared_queue`)."""
+    pooled = stage.config.explorer.rollout_model.engine_num > 1
+    build = pool_builder(stage.config) if pooled else build_engine
+    if shares_queue(stage.config):
+        return run_sharing_queue(stage, "explorer",
+                                 lambda open_buffer: run_explore(stage, build, open_buffer))
+    if not pooled:
         return run_explore(stage)
     with ray_cluster(stage.config):
-        return run_explore(stage, pool_builder(stage.config))
+        return run_explore(stage, build)

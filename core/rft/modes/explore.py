@@ -6,7 +6,8 @@ One step::
 
     [sync point: load the trainer's newest checkpoint — waiting for a newer one with
      synchronizer.wait_for_checkpoint] → explore (batch_size tasks × repeat_times)
-    → experience buffer (sql / file) → monitors (role "explorer") → eval every eval_interval
+    → experience buffer (sql / file / a queue shared on Ray) → monitors (role "explorer")
+    → eval every eval_interval
 
 Sync points are the steps ``s`` with ``s − 1 − sync_offset`` a positive multiple of
 ``sync_interval``: the explorer runs ``sync_offset`` steps ahead of the trainer; with
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rft.buffer.factory import open_experience_buffer
+from rft.buffer.factory import BufferOpener, open_experience_buffer
 from rft.buffer.storage import ExperienceStorage
 from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
@@ -126,7 +127,8 @@ class ExploreStage:
     ``explorer_state.json`` after every step; no checkpoint is written."""
 
     def __init__(self, stage: Stage, lifecycle: StageLifecycle,
-                 cleanup: contextlib.ExitStack, build: EngineBuilder = build_engine) -> None:
+                 cleanup: contextlib.ExitStack, build: EngineBuilder = build_engine,
+                 open_buffer: BufferOpener | None = None) -> None:
         plan = self.plan = stage.plan
         config = plan.config
         self.lifecycle = lifecycle
@@ -134,8 +136,9 @@ class ExploreStage:
         close = getattr(self.engine, "close", None)
         if close is not None:  # last: the explorer (closed before it) may still call it
             cleanup.callback(close)
-        self.storage: ExperienceStorage = open_experience_buffer(plan.experience_buffer,
-                                                                 plan.priority_fn)
+        self.storage: ExperienceStorage = (
+            open_buffer(plan) if open_buffer is not None
+            else open_experience_buffer(plan.experience_buffer, plan.priority_fn))
         cleanup.callback(self.storage.close)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
                                  self.storage)
@@ -211,16 +214,19 @@ class ExploreStage:
         result.final_model_path = _model_path(self.plan.config, self.sync)
 
 
-def run_explore(stage: Stage, build: EngineBuilder = build_engine) -> StageResult:
+def run_explore(stage: Stage, build: EngineBuilder = build_engine,
+                open_buffer: BufferOpener | None = None) -> StageResult:
     """Run the explorer of one stage in this process (see the module docstring), its
     rollout engine made by ``build`` (default: one engine in this process;
     :mod:`rft.distributed.explore_engines` passes a pool of engine actors for
-    ``engine_num > 1``)."""
+    ``engine_num > 1``), its experience buffer opened by ``open_buffer`` (default: the
+    storage the config selects; :mod:`rft.distributed.shared_queue` passes the shared
+    queue's)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
     return run_stage(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets),
-                     open_body=lambda lifecycle, cleanup: ExploreStage(stage, lifecycle,
-                                                                       cleanup, build))
+                     open_body=lambda lifecycle, cleanup: ExploreStage(
+                         stage, lifecycle, cleanup, build, open_buffer))
 
 
 def _model_path(config: RftConfig, sync: CheckpointSynchronizer) -> str | None:

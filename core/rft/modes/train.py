@@ -1,8 +1,9 @@
-"""``train`` mode: the trainer alone, in this process (no Ray).
+"""``train`` mode: the trainer alone, in this process (no Ray but a shared queue's).
 
 A ``train_only`` algorithm (SFT, DPO, …) reads the experience buffer as its dataset:
 that is mode colocate's loop (:func:`rft.modes.colocate.run_colocate`). Any other algorithm reads
-what an ``explore`` run of the same config writes to the ``sql`` experience buffer; one
+what an ``explore`` run of the same config writes to the ``sql`` experience buffer (or a
+``queue`` shared on a Ray cluster, :mod:`rft.distributed.shared_queue`); one
 step::
 
     read train_batch_size experiences (wait ≤ max_read_timeout, then a timeout error
@@ -29,7 +30,7 @@ import contextlib
 import logging
 import os
 
-from rft.buffer.factory import open_experience_buffer
+from rft.buffer.factory import BufferOpener, open_experience_buffer
 from rft.buffer.taskset import read_rows
 from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
@@ -48,12 +49,13 @@ from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 log = logging.getLogger("rft.modes.train")
 
 
-def run_train(stage: Stage) -> StageResult:
+def run_train(stage: Stage, open_buffer: BufferOpener | None = None) -> StageResult:
     """The trainer of one stage: offline for train-only algorithms, else fed by an explorer
-    process (see the module docstring)."""
+    process (see the module docstring) through the buffer ``open_buffer`` opens (default:
+    the storage the config selects)."""
     if stage.plan.train_only:
         return run_colocate(stage)
-    return run_trainer_alone(stage)
+    return run_trainer_alone(stage, open_buffer)
 
 
 def trainer_total_steps(config: RftConfig) -> int:
@@ -75,11 +77,12 @@ class TrainAloneStage:
     process: checkpoints at every sync point carry the weights to it."""
 
     def __init__(self, stage: Stage, lifecycle: StageLifecycle,
-                 cleanup: contextlib.ExitStack) -> None:
+                 cleanup: contextlib.ExitStack, open_buffer: BufferOpener | None = None) -> None:
         self.plan = stage.plan
         self.lifecycle = lifecycle
         self.steps = trainer_total_steps(self.plan.config)
-        self.storage = open_experience_buffer(self.plan.experience_buffer, self.plan.priority_fn)
+        self.storage = (open_buffer(self.plan) if open_buffer is not None else
+                        open_experience_buffer(self.plan.experience_buffer, self.plan.priority_fn))
         cleanup.callback(self.storage.close)
         self.trainer, self.strategy = build_trainer(self.plan, self.storage, self.steps)
         cleanup.callback(self.trainer.close)
@@ -140,10 +143,10 @@ class TrainAloneStage:
         result.final_model_path = os.path.join(self.plan.job_dir, f"global_step_{self.steps}", "hf")
 
 
-def run_trainer_alone(stage: Stage) -> StageResult:
+def run_trainer_alone(stage: Stage, open_buffer: BufferOpener | None = None) -> StageResult:
     """Train on experiences written by another process (see the module docstring)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
     return run_stage(stage, ("trainer",), has_eval=False,
-                     open_body=lambda lifecycle, cleanup: TrainAloneStage(stage, lifecycle,
-                                                                          cleanup))
+                     open_body=lambda lifecycle, cleanup: TrainAloneStage(
+                         stage, lifecycle, cleanup, open_buffer))

@@ -109,8 +109,11 @@ MODEL_ENGINES: dict[str, str] = {
 
 COLOCATE_MAX_GPUS = 4
 """veRL's hybrid engine time-shares every GPU between rollout and training. On up to this
-many GPUs the conversion runs rft's ``colocate`` mode (explorer and trainer take turns on
-one device); on more, rft's explorer gets its own GPUs (:data:`EXPLORER_GPU_SHARE`)."""
+many GPUs the conversion runs rft's ``colocate`` mode, which is the same layout: one trainer
+rank per GPU (validation derives ``trainer.ranks`` = ``cluster.node_num × gpu_per_node``),
+each with its own rollout engine on its device, explorer and trainer taking turns
+(docs/distributed.md, "Colocated on N devices"); on more, rft's explorer gets its own GPUs
+(:data:`EXPLORER_GPU_SHARE`)."""
 
 EXPLORER_GPU_SHARE = 4
 """On more than :data:`COLOCATE_MAX_GPUS` GPUs the rollout engines get
@@ -445,8 +448,9 @@ NO_EQUIVALENT: tuple[Rule, ...] = (
     Rule(R + "val_kwargs.*", note="see buffer.explorer_input.eval_tasksets"),
     Rule(R + "*", note="veRL rollout-worker setting without an explorer.rollout_model "
          "field (the guide: rollout settings in trainer_config have no effect)"),
-    Rule("actor_rollout_ref.hybrid_engine", note="rft alternates explorer and trainer in "
-         "colocate mode, or gives them their own GPUs"),
+    Rule("actor_rollout_ref.hybrid_engine", note="rft's colocate mode is the hybrid engine "
+         "(a trainer rank and its rollout engine on each GPU, taking turns), or rft gives "
+         "explorer and trainer their own GPUs"),
     Rule("algorithm.*", note="no rft algorithm setting corresponds"),
     Rule("data.*", note="no rft taskset setting corresponds"),
     Rule("trainer.*", note="veRL training-loop setting without an rft counterpart"),
@@ -645,9 +649,11 @@ DERIVED: dict[str, Derived] = {
         ("mode", "explorer.rollout_model.engine_num",
          "explorer.rollout_model.tensor_parallel_size", "synchronizer.sync_method"),
         f"veRL's hybrid engine time-shares its GPUs; on up to {COLOCATE_MAX_GPUS} GPUs "
-        "(`nnodes × n_gpus_per_node`, veRL default 1 × 8) → `mode: colocate` (one engine of "
-        "tensor_parallel_size 1 and the trainer take turns on one device, `sync_method: "
-        "memory`); on more GPUs rft splits them: `engine_num = max(1, GPUs / "
+        "(`nnodes × n_gpus_per_node`, veRL default 1 × 8) → `mode: colocate`, the same "
+        "layout: one trainer rank per GPU (`trainer.ranks` = GPUs), each with one rollout "
+        "engine of tensor_parallel_size 1 on its GPU, taking turns (`engine_num: 1` per "
+        "device, `sync_method: memory`); on more GPUs rft splits them: `engine_num = max(1, "
+        "GPUs / "
         f"{EXPLORER_GPU_SHARE} / tensor_parallel_size)` (veRL default TP 2), the trainer "
         "gets the rest"),
     "strategy": Derived(
@@ -1287,19 +1293,22 @@ class Converter:
             return
         why = f"veRL's hybrid engine on {gpus}"
         self.put("mode", "colocate", why)
-        self.put("explorer.rollout_model.engine_num", 1, f"{why}: colocate runs one engine")
+        self.put("explorer.rollout_model.engine_num", 1,
+                 f"{why}: colocate runs one engine per GPU (per trainer rank)")
         self.put("explorer.rollout_model.tensor_parallel_size", 1,
-                 f"{why}: colocate runs one engine of tensor_parallel_size 1")
+                 f"{why}: colocate runs one engine of tensor_parallel_size 1 per GPU")
         self.put("synchronizer.sync_method", "memory",
-                 f"{why}: colocate hands the weights over in memory")
+                 f"{why}: colocate hands the weights over in memory, within each rank")
         if self.has(tp_key) and tp > 1:
-            self.skip(tp_key, "colocate mode runs one engine of tensor_parallel_size 1")
+            self.skip(tp_key, "colocate mode runs one engine of tensor_parallel_size 1 per GPU")
         reason = ("" if total <= COLOCATE_MAX_GPUS else
                   f" (one rollout engine of tensor_parallel_size {tp} would take all of them)")
+        ranks = f"{total} trainer rank{'s' if total > 1 else ''}"
         self.report.note(
             f"GPUs: veRL's hybrid engine time-shares {total} GPU(s) between rollout and "
-            f"training{reason}; rft's colocate mode alternates explorer and trainer on one "
-            "device (rft's multi-device trainer runs in mode both, with GPUs of its own)")
+            f"training{reason}; rft's colocate mode does the same: {ranks} (trainer.ranks, "
+            "derived from cluster.node_num × gpu_per_node), each with one rollout engine on "
+            "its GPU, explorer and trainer taking turns")
 
 
 def _prefix_match(pattern: str, key: str) -> bool:

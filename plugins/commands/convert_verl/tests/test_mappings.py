@@ -93,11 +93,12 @@ def test_gspo_script(validate_converted: Callable[..., Any]) -> None:
     reasons = _reasons(result)
     assert reasons[f"{A}clip_ratio_c"] == ("not used by loss_mode=gspo (rft's gspo loss has "
                                            "no such parameter)")
-    # 4 GPUs: colocate, where the rollout engine has tensor_parallel_size 1
+    # 4 GPUs: colocate, 4 trainer ranks, each rank's rollout engine of tensor_parallel_size 1
     assert result.config["mode"] == "colocate"
-    assert "colocate mode runs one engine" in reasons[
-        "actor_rollout_ref.rollout.tensor_model_parallel_size"]
-    validate_converted(result.yaml)
+    assert reasons["actor_rollout_ref.rollout.tensor_model_parallel_size"] == (
+        "colocate mode runs one engine of tensor_parallel_size 1 per GPU")
+    (stage,) = validate_converted(result.yaml).stages
+    assert stage.config.trainer.ranks == 4
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,15 +298,20 @@ def test_hybrid_engine_gpu_layout(nodes: int, gpus: int, tp: int | None, mode: s
     assert config.get("mode") == mode
     rollout = config["explorer"]["rollout_model"]
     assert (rollout["engine_num"], rollout["tensor_parallel_size"]) == (engines, engine_tp)
+    total = nodes * gpus
     if mode == "colocate":
         assert config["synchronizer"]["sync_method"] == "memory"
-        assert any(n.startswith("GPUs: veRL's hybrid engine time-shares") for n in
-                   result.report.notes)
+        ranks = f"{total} trainer rank{'s' if total > 1 else ''}"
+        assert any(n.startswith("GPUs: veRL's hybrid engine time-shares") and
+                   f"rft's colocate mode does the same: {ranks} (trainer.ranks" in n
+                   for n in result.report.notes), result.report.notes
     else:
         assert any(n.startswith(f"GPU split: explorer {engines * engine_tp} of "
-                                f"{nodes * gpus} GPUs") for n in result.report.notes)
+                                f"{total} GPUs") for n in result.report.notes)
     (stage,) = validate_converted(result.yaml).stages
     assert stage.config.mode == (mode or "both")
+    if mode == "colocate":  # the hybrid engine on N GPUs: N ranks, an engine in each
+        assert stage.config.trainer.ranks == total
 
 
 def test_the_trainer_is_rfts_native_one() -> None:

@@ -1,7 +1,12 @@
-"""``pad_batch`` builds its tensors with batched writes (issue #23); these tests hold it to
-the per-row construction it replaced, kept below as the reference: every tensor equal,
-dtype included, on random batches and on the edge cases (empty responses, token-level and
-scalar rewards mixed, missing rewards, partial action masks, a row without log-probs)."""
+"""Batched construction equals the per-row construction it replaced (issue #23).
+
+``pad_batch`` builds its tensors with batched writes; the tests hold it to the per-row
+construction, kept below as the reference: every tensor equal, dtype included, on random
+batches and on the edge cases (empty responses, token-level and scalar rewards mixed,
+missing rewards, partial action masks, a row without log-probs). The explorer builds the
+experiences of an engine call at once (``experiences_from_completions``); they equal
+``experience_from_completion`` applied to each completion.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,11 @@ import random
 import pytest
 import torch
 from rft.experience import EID, Batch, Experience, pad_batch
+from rft.explorer.call_batching import (
+    experience_from_completion,
+    experiences_from_completions,
+)
+from rft.explorer.engine import Completion
 
 TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids", "response_mask", "rewards",
                  "token_level_rewards", "rollout_log_prob", "advantages", "returns",
@@ -115,3 +125,30 @@ def test_pad_batch_edge_cases() -> None:
     batch = pad_batch(tokens_only, 0)
     assert_same(batch, pad_batch_per_row(tokens_only, 0))
     assert batch.teacher_log_prob is not None and batch.rewards.abs().sum() == 0
+
+
+def test_experiences_of_an_engine_call_equal_one_by_one() -> None:
+    """Every field equal to the per-completion construction, truncated prompts (all-zero
+    action mask) and empty responses included; each experience's tensors are its own
+    length (views of one tensor per call)."""
+    rng = random.Random(3)
+    completions = []
+    for i in range(40):
+        response = [rng.randrange(500) for _ in range(rng.randint(0, 9))]
+        completions.append(Completion(
+            prompt_token_ids=[rng.randrange(500) for _ in range(rng.randint(1, 7))],
+            token_ids=response, logprobs=-torch.rand(len(response)) if i % 5 else None,
+            text=f"text {i}", finish_reason="stop" if i % 2 else "length",
+            prompt_truncated=i % 7 == 3, model_version=i % 3))
+    batched = experiences_from_completions(completions)
+    assert len(batched) == len(completions)
+    for ours, c in zip(batched, completions, strict=True):
+        theirs = experience_from_completion(c)
+        for name in ("tokens", "action_mask"):
+            a, b = getattr(ours, name), getattr(theirs, name)
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+        assert ours.logprobs is c.logprobs
+        assert (ours.prompt_length, ours.model_version, ours.response_text, ours.info) == (
+            theirs.prompt_length, theirs.model_version, theirs.response_text, theirs.info)
+        assert not ours.action_mask.any() if c.prompt_truncated else ours.action_mask.all()
+    assert experiences_from_completions([]) == []
