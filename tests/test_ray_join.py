@@ -141,7 +141,6 @@ def test_a_running_cluster_answers(monkeypatch):
     """The check lets a real cluster through: a private loopback cluster started here (with
     Ray's token authentication, its default for a new cluster) answers at its address."""
     import ray
-
     from rft.distributed.cluster import loopback_only
     from rft.distributed.ray_join import join_address
 

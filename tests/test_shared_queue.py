@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures_models import arithmetic_tasks
 from rft.buffer.leased_queue import LeasedQueueStorage, ReaderSuperseded
 from rft.buffer.storage import BufferTimeout
@@ -92,9 +91,9 @@ def test_a_read_of_a_superseded_reader_takes_nothing():
     queue.recover_leases(2, "resumed")
     thread.join(10)
     assert time.monotonic() - started < 5 and not thread.is_alive()
-    assert [str(e) for e in errors] == ["experience buffer 'exp': another trainer took over "
-                                        "the queue (a trainer resumed while this one still "
-                                        "read)"]
+    assert [str(e) for e in errors] == [("experience buffer 'exp': another trainer took over "
+                                         "the queue (a trainer resumed while this one still "
+                                         "read)")]
     queue.write([experience(3, 0), experience(3, 1)])
     assert ids(queue.read_leased(2, 1.0, 3, "resumed")) == [(3, 0), (3, 1)]
 
@@ -199,7 +198,8 @@ class RayHead:
         script = ("import ray, sys\nray.init(address=sys.argv[1], namespace=sys.argv[2])\n"
                   "try:\n    ray.get_actor(sys.argv[3])\nexcept ValueError:\n    sys.exit(3)\n")
         result = subprocess.run([sys.executable, "-c", script, self.address, namespace, name],
-                                env=self.env, capture_output=True, text=True, timeout=120)
+                                env=self.env, capture_output=True, text=True, timeout=120,
+                                check=False)
         assert result.returncode in (0, 3), result.stderr[-2000:]
         return result.returncode == 0
 
@@ -209,7 +209,7 @@ class RayHead:
         self.proc.wait(30)
         # the processes Ray started in sessions of their own (none expected): by their dir
         for line in subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True,
-                                   text=True).stdout.splitlines():
+                                   text=True, check=True).stdout.splitlines():
             pid, _, args = line.strip().partition(" ")
             if self.temp_dir in args:
                 with contextlib.suppress(ProcessLookupError):
@@ -304,23 +304,27 @@ def test_explore_and_train_processes_share_a_queue_on_one_ray_cluster(tmp_path, 
     assert {(b, b - 1) for b in range(1, steps + 1)} == {
         (r["eid"]["batch"], r["model_version"]) for r in _payloads(tmp_path / "exp.db")}
     assert not ray_head.actor_exists("split/queue", "exp")  # both finished: stopped
+    # the finished trainer run again has nothing to do: it does not bring the queue back
+    again = start("train", configs["train"], tmp_path, ray_head)
+    finish({"train": again}, tmp_path, 180)
+    assert not ray_head.actor_exists("split/queue", "exp")
 
     # run again with one more step: each side has progress but finds a new, empty queue
     # (as after the cluster was restarted): one line naming it, exit status 2
     more = queue_configs(tmp_path, tiny_model_dir, ray_head, "queue", steps + 1)
-    for mode, what in (("train", "this trainer resumes from global_step_3, trained on what "
-                                 "it read from"),
+    for mode, what in (("train", ("this trainer resumes from global_step_3, trained on what "
+                                  "it read from")),
                        ("explore", "this explorer wrote 12 experiences to")):
         (tmp_path / f"{mode}.log").unlink()
         proc = start(mode, more[mode], tmp_path, ray_head)
         assert proc.wait(180) == 2
         lines = (tmp_path / f"{mode}.log").read_text().splitlines()
         errors = [line for line in lines if line.startswith("rft: experience buffer 'exp': ")]
-        assert errors == [
+        assert errors == [(
             f"rft: experience buffer 'exp': {what} the queue actor 'exp' (Ray namespace "
             "'split/queue'), but that queue is gone, with what it held (its Ray cluster "
             "stopped or restarted, or the actor was killed); start the run afresh under "
-            "another name, or use storage_type 'sql', which survives the cluster"
+            "another name, or use storage_type 'sql', which survives the cluster")
         ], "\n".join(lines[-20:])
         assert "Traceback" not in "\n".join(lines)
         assert not ray_head.actor_exists("split/queue", "exp")  # not created again

@@ -39,6 +39,19 @@ def _json_value(value: Any, what: str, where: str) -> Any:
     return value
 
 
+def _dicts(value: Any, what: str, where: str, expected: str) -> list[dict[str, Any]]:
+    """``value`` (or its JSON text) as a list of dicts; one dict is a list of one.
+
+    :raises TasksetError: ``what`` is not ``expected``.
+    """
+    value = _json_value(value, what, where)
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, dict) for v in value):
+        raise TasksetError(f"{where}: {what} must be {expected}, got {type(value).__name__}")
+    return list(value)
+
+
 def parse_messages(value: Any, what: str, where: str) -> list[Message]:
     """A message list from a row value (a list of ``{"role", "content", …}`` or its JSON
     text); keys whose value is ``None`` are dropped from each message (see
@@ -46,12 +59,7 @@ def parse_messages(value: Any, what: str, where: str) -> list[Message]:
 
     :raises TasksetError: not a list of messages with a ``role`` each.
     """
-    value = _json_value(value, what, where)
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(m, dict) for m in value):
-        raise TasksetError(f"{where}: {what} must be a list of messages "
-                           f"({{\"role\": …, \"content\": …}}), got {type(value).__name__}")
+    value = _dicts(value, what, where, 'a list of messages ({"role": …, "content": …})')
     messages = [{k: v for k, v in m.items() if v is not None} for m in value]
     for i, m in enumerate(messages):
         if "role" not in m:
@@ -67,12 +75,7 @@ def parse_tools(value: Any, what: str, where: str) -> list[dict[str, Any]] | Non
     """
     if value is None:
         return None
-    value = _json_value(value, what, where)
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(t, dict) for t in value):
-        raise TasksetError(f"{where}: {what} must be a list of tool definitions (dicts), got "
-                           f"{type(value).__name__}")
+    value = _dicts(value, what, where, "a list of tool definitions (dicts)")
     return [strip_nulls(t) for t in value] or None
 
 

@@ -118,6 +118,7 @@ BOTH = "rft.distributed.both"
 WORKERS = "rft.distributed.workers"
 CLUSTER = "rft.distributed.cluster"
 EXPLORE_ENGINES = "rft.distributed.explore_engines"
+SHARED_QUEUE = "rft.distributed.shared_queue"
 PLAN = "rft.config.plan"
 LOGS = "rft.logs"
 CHAT_TEMPLATE = "rft.chat_template"
@@ -234,7 +235,7 @@ SUPPORT: dict[str, Support] = {
     "ModelConfig.tinker": Structural(),
     "ModelConfig.external_model": Structural(),
     # ---- cluster ------------------------------------------------------------------------
-    "ClusterConfig.ray_address": _c(CLUSTER),
+    "ClusterConfig.ray_address": _c(CLUSTER, SHARED_QUEUE),
     "ClusterConfig.node_num": _c(VALIDATE, note="GPU split check"),
     "ClusterConfig.gpu_per_node": _c(VALIDATE, BOTH, WORKERS),
     "ClusterConfig.explorer_gpu_num": Derived("engine_num × tensor_parallel_size"),
@@ -319,9 +320,9 @@ SUPPORT: dict[str, Support] = {
     "ReplayBufferConfig.reuse_cooldown_time": _c(BUFFER_FACTORY),
     "ReplayBufferConfig.priority_fn_args": _c(VALIDATE, note=_RESOLVED),
     # ---- experience buffers -------------------------------------------------------------
-    "ExperienceBufferConfig.name": _c(BUFFER_FACTORY, BUILDERS),
-    "ExperienceBufferConfig.storage_type": _c(BUFFER_FACTORY, BUILDERS),
-    "ExperienceBufferConfig.path": _c(BUFFER_FACTORY, BUILDERS),
+    "ExperienceBufferConfig.name": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
+    "ExperienceBufferConfig.storage_type": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
+    "ExperienceBufferConfig.path": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
     "ExperienceBufferConfig.capacity": _c(
         BUFFER_FACTORY, note="bounds a replay buffer; a plain queue is unbounded"),
     "ExperienceBufferConfig.max_read_timeout": _c(BUILDERS),
@@ -516,7 +517,7 @@ SUPPORT: dict[str, Support] = {
     "RftConfig.mode": _c("rft.launcher", VALIDATE),
     "RftConfig.checkpoint_root_dir": _c(VALIDATE, BUILD_STAGES),
     "RftConfig.continue_from_checkpoint": _c(BUILDERS, EXPLORE),
-    "RftConfig.ray_namespace": _c(CLUSTER, BOTH, note="unset: <project>/<name>"),
+    "RftConfig.ray_namespace": _c(CLUSTER, BOTH, SHARED_QUEUE, note="unset: <project>/<name>"),
     "RftConfig.ignore_validator_suggestions": Unsupported(
         "not implemented: the validator makes no accelerator-memory suggestions; it has no "
         "effect"),

@@ -734,13 +734,13 @@ def check_split_modes(c: RftConfig, v: Validation) -> None:
     if c.mode == "explore" and train_only:
         v.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: there is "
                   "nothing to explore; use mode 'train'")
+    if storage.storage_type == "queue" and c.mode in ("explore", "train") and not train_only:
+        check_shared_queue(c, storage, v)
     if c.mode == "train" and not train_only:
         if storage.storage_type not in ("sql", "queue"):
             v.problem(buffer_key, f"mode 'train' with algorithm {c.algorithm.algorithm_type!r} "
                       "reads what an 'explore' process writes: use 'sql' (or 'queue' on a "
                       f"shared Ray cluster), got {storage.storage_type!r}")
-    if storage.storage_type == "queue" and c.mode in ("explore", "train") and not train_only:
-        check_shared_queue(c, storage, v)
         if not c.trainer.total_steps and not _tasksets(c):
             v.problem("buffer.total_steps", "mode 'train' cannot tell how many steps to train: "
                       "set it (or trainer.total_steps), or give the explorer's taskset")

@@ -4,7 +4,9 @@
 default ``auto`` it joins the one running on this machine (left by ``ray start --head``, or
 started by another process's ``ray.init``), and with none — or with ``local`` — it starts a
 private local cluster bound to 127.0.0.1 and stops it when the run ends. The run's actors
-live in ``ray_namespace``.
+live in ``ray_namespace``. The cluster to join is checked first, in bounded time
+(:mod:`rft.distributed.ray_join`): one that does not answer is one line, not minutes of
+Ray's retries.
 
 Loopback only: Ray replaces a node address of ``127.0.0.1`` by the machine's network
 address when it runs in cluster mode (the default on Linux), and its gRPC servers (GCS,

@@ -88,9 +88,11 @@ def join_address(address: str, key: str, timeout_s: float = JOIN_TIMEOUT_S) -> s
     if problem.reached:
         raise RftError(f"{key}: {address}: cannot join the Ray cluster at {where}{source}: "
                        f"{problem.reason}")
-    advice = ("run 'ray stop' if that cluster is gone, or set cluster.ray_address: local "
-              "for a private cluster" if address == "auto" else
-              "start it (ray start --head) or set cluster.ray_address: auto or local")
+    instead = (f"unset {ENV_KEY}" if key == ENV_KEY else
+               "set cluster.ray_address: local for a private cluster" if address == "auto"
+               else "set cluster.ray_address: auto or local")
+    advice = (f"run 'ray stop' if that cluster is gone, or {instead}" if address == "auto"
+              else f"start it (ray start --head) or {instead}")
     raise RftError(f"{key}: {address}: no Ray cluster answers at {where}{source} within "
                    f"{timeout_s:g} s ({problem.reason}); {advice}")
 

@@ -147,7 +147,7 @@ class SharedQueue:
                            f"{_first_line(cause)}") from None
         except RayActorError as exc:
             raise RftError(f"experience buffer {self.name!r}: the {self.where()} died: "
-                           f"{_first_line(exc)}; the experiences it held are lost (a "
+                           f"{_first_line(exc).rstrip('.')}; the experiences it held are lost (a "
                            "queue lives in memory; storage_type 'sql' survives)") from None
 
     def check_kept(self, what: str, kept: Callable[[QueueTotals], bool]) -> None:
