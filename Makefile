@@ -23,4 +23,4 @@ both-example: setup
 	OMP_NUM_THREADS=1 .venv/bin/rft run examples/both_cpu.yaml
 
 test: setup-test
-	OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider
+	OMP_NUM_THREADS=1 RFT_REQUIRE_VERL_WORKERS=1 .venv/bin/python -m pytest -q -p no:cacheprovider
