@@ -60,6 +60,7 @@ CALL_TIMEOUT_S = 120.0
 """How long a call other than a read waits for the queue actor (a read: its own timeout
 plus this)."""
 
+
 def shares_queue(config: RftConfig, train_only: bool = False) -> bool:
     """Whether this stage's side talks to the shared queue actor: mode ``explore``, or
     ``train`` with an algorithm that reads an explorer's experiences, over a ``queue``."""
@@ -127,15 +128,16 @@ class SharedQueue:
             self._actor = remote.remote(self.config)
         return self._actor
 
-    def call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S,
+    def call(self, what: str, submit: Callable[[Any], Any], timeout: float = CALL_TIMEOUT_S,
              create: bool = True) -> Any:
-        """``actor.method(*args)``, with Ray's failures as one line naming the queue; an
+        """The result of the call ``submit`` makes on the actor (``what``: its name in
+        messages), with Ray's failures as one line naming the queue; an
         :class:`~rft.errors.RftError` the actor raised (a read's timeout) as it is."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         try:
-            return ray.get(getattr(self.actor(create), method).remote(*args), timeout=timeout)
+            return ray.get(submit(self.actor(create)), timeout=timeout)
         except GetTimeoutError:
             raise RftError(f"experience buffer {self.name!r}: the {self.where()} did not "
                            f"answer within {timeout:g} s (is the Ray cluster alive?)") from None
@@ -143,12 +145,17 @@ class SharedQueue:
             cause = exc.cause if exc.cause is not None else exc
             if isinstance(cause, RftError):
                 raise cause from None
-            raise RftError(f"experience buffer {self.name!r}: {self.where()}, {method}: "
+            raise RftError(f"experience buffer {self.name!r}: {self.where()}, {what}: "
                            f"{_first_line(cause)}") from None
         except RayActorError as exc:
             raise RftError(f"experience buffer {self.name!r}: the {self.where()} died: "
                            f"{_first_line(exc).rstrip('.')}; the experiences it held are lost (a "
                            "queue lives in memory; storage_type 'sql' survives)") from None
+
+    def totals(self) -> QueueTotals:
+        """What the queue holds and has handed out."""
+        totals: QueueTotals = self.call("totals", lambda actor: actor.totals.remote())
+        return totals
 
     def check_kept(self, what: str, kept: Callable[[QueueTotals], bool]) -> None:
         """A side with progress (``what`` it did with the queue) needs the queue it used:
@@ -156,7 +163,7 @@ class SharedQueue:
 
         :raises RftError: it is gone (one line: the queue, what was lost, what to do).
         """
-        if self.actor(create=False) is None or not kept(self.call("totals")):
+        if self.actor(create=False) is None or not kept(self.totals()):
             raise RftError(
                 f"experience buffer {self.name!r}: {what} the {self.where()}, but that queue "
                 "is gone, with what it held (its Ray cluster stopped or restarted, or the "
@@ -178,8 +185,9 @@ class SharedQueue:
 
         if self.actor(create=False) is None:  # stopped already (a finished stage rerun)
             return
-        if self.call("side_finished", self.side, create=False):
-            self.call("close", create=False)
+        if self.call("finish", lambda actor: actor.side_finished.remote(self.side),
+                     create=False):
+            self.call("close", lambda actor: actor.close.remote(), create=False)
             ray.kill(self._actor)
             log.info("both sides have finished: %s stopped", self.where())
 
@@ -194,8 +202,7 @@ class SharedQueueStorage(ExperienceStorage):
         self.queue = queue
 
     def available(self) -> int:
-        totals: QueueTotals = self.queue.call("totals")
-        return totals.available
+        return self.queue.totals().available
 
     def writers_idle(self) -> None:
         """Nothing: the explorer is another process."""
@@ -229,7 +236,7 @@ class SharedQueueWriter(SharedQueueStorage):
         self._checked = True
         with self._lock:
             key = key if key is not None else self._next_key()
-        self.queue.call("write", list(experiences), key)
+        self.queue.call("write", lambda actor: actor.write.remote(list(experiences), key))
         with self._lock:
             self.written += len(experiences)
 
@@ -255,18 +262,21 @@ class SharedQueueReader(SharedQueueStorage):
             self.queue.check_kept(f"this trainer resumes from global_step_{step}, trained on "
                                   "what it read from",
                                   lambda totals: totals.final + totals.leased > 0)
-        made_final, returned = self.queue.call("recover_session", step, self.reader)
+        made_final, returned = self.queue.call(
+            "resume", lambda actor: actor.recover_session.remote(step, self.reader))
         return made_final, returned
 
     def read(self, count: int, timeout: float) -> list[Experience]:
-        taken = self.queue.call("read_session", count, timeout, self._lease, self.reader,
-                                timeout=timeout + CALL_TIMEOUT_S)
+        lease = self._lease
+        taken = self.queue.call(
+            "read", lambda actor: actor.read_session.remote(count, timeout, lease, self.reader),
+            timeout=timeout + CALL_TIMEOUT_S)
         with self._lock:
             self.read_count += len(taken)
         return taken
 
     def commit_leases(self, step: int) -> int:
-        return int(self.queue.call("commit_leases", step))
+        return int(self.queue.call("commit", lambda actor: actor.commit_leases.remote(step)))
 
     def write(self, experiences: Sequence[Experience], key: str | None = None) -> None:
         raise RftError(f"experience buffer {self.name!r}: the trainer does not write it")

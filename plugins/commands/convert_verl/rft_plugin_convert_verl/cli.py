@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from rft_plugin_convert_verl.convert import convert_text
 
     text, source_name = _read_input(args.input)
-    result = convert_text(text, source_name, None if args.input == "-" else args.input)
+    result = convert_text(text, source_name, None if args.input == "-" else args.input,
+                          trainer=args.trainer)
     _check_schema(result)
     if args.output in (None, "-"):
         sys.stdout.write(result.yaml)
@@ -104,6 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="veRL launch script or file of Hydra overrides; '-' for stdin")
     parser.add_argument("-o", "--output", metavar="OUTPUT",
                         help="write the rft config here (default: stdout)")
+    parser.add_argument("--trainer", choices=("torch", "verl"), default=None,
+                        help="write this trainer_type (default: verl when the launch needs "
+                        "veRL's workers and rft-plugin-verl can run it, else torch)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="do not print the report to stderr (it stays in the YAML header)")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rft_plugin_convert_verl import trainer_choice
 from rft_plugin_convert_verl.emit import check_interpolations, env_variables, to_yaml
 from rft_plugin_convert_verl.mapping import Conversion, convert_overrides
 from rft_plugin_convert_verl.parse import ParsedLaunch, VerlConvertError, parse_launch
@@ -56,11 +57,13 @@ def _header(source_name: str, launch: ParsedLaunch, report: Report,
 
 
 def convert_text(text: str, source_name: str = "<stdin>",
-                 script_path: str | None = None) -> ConvertResult:
+                 script_path: str | None = None, trainer: str | None = None) -> ConvertResult:
     """Convert a veRL launch script or override list (the text of the file).
 
     :param script_path: the script's file, when it is one (``$(dirname $0)`` of the script
         is its directory; default: a script in the current directory).
+    :param trainer: ``torch`` or ``verl`` to force ``trainer.trainer_type`` (``--trainer``);
+        ``None``: chosen by :mod:`~rft_plugin_convert_verl.trainer_choice`.
     :raises VerlConvertError: one line naming the culprit.
     """
     launch = parse_launch(text, source_name, script_path)
@@ -71,6 +74,8 @@ def convert_text(text: str, source_name: str = "<stdin>",
         conversion.report.add(argument, None, f"ignored: {why}", line)
     for note in launch.notes:
         conversion.report.note(note)
+    trainer_choice.apply(conversion.config, conversion.sources, conversion.report,
+                         conversion.needs, trainer)
     for path, problem in check_interpolations(conversion.config):
         conversion.report.note(f"{path}: {problem}")
     conversion.report.not_converted.sort(key=lambda entry: (entry.line == 0, entry.line))

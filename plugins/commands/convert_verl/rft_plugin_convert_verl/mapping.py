@@ -35,6 +35,7 @@ from typing import Any
 
 from rft_plugin_convert_verl.parse import Override, VerlConvertError
 from rft_plugin_convert_verl.report import Report
+from rft_plugin_convert_verl.trainer_choice import TrainerNeeds
 
 A = "actor_rollout_ref.actor."
 R = "actor_rollout_ref.rollout."
@@ -664,8 +665,11 @@ DERIVED: dict[str, Derived] = {
         "settings stay in `trainer_config`)"),
     "trainer_type": Derived(
         (), ("trainer.trainer_type",),
-        "always `torch` (rft's native trainer): rft has no `verl` trainer backend yet; "
-        "`trainer_config` keeps veRL's worker settings for one"),
+        "`verl` (rft-plugin-verl, veRL's workers) when the launch needs what only veRL's "
+        "workers provide (ulysses sequence parallel > 1, Megatron, worker settings the "
+        "torch trainer does not read), the plugin is installed and usable, and its config "
+        "check accepts the converted config (one GPU, no LoRA); else `torch` (rft's native "
+        "trainer). `--trainer torch|verl` forces it; the report says which and why"),
 }
 """Rules computed from several keys, by name."""
 
@@ -694,6 +698,8 @@ class Conversion:
     report: Report = field(default_factory=Report)
     defaults: VerlDefaults | None = None
     """The veRL defaults the conversion used."""
+    needs: TrainerNeeds = field(default_factory=TrainerNeeds)
+    """What bears on the trainer choice (:mod:`~rft_plugin_convert_verl.trainer_choice`)."""
 
 
 class Converter:
@@ -716,6 +722,7 @@ class Converter:
         self.passed_through: list[str] = []
         self.sync_interval = 1
         """rft steps per veRL step (set by the batch rule)."""
+        self.needs = TrainerNeeds()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -844,8 +851,8 @@ class Converter:
             if key in self.consumed:
                 continue
             self._apply_table(key, setting)
-        self._passthrough_note()
-        return Conversion(self.config, self.sources, self.report, self.defaults)
+        self._trainer_needs()
+        return Conversion(self.config, self.sources, self.report, self.defaults, self.needs)
 
     def _apply_table(self, key: str, setting: Override) -> None:
         rule = next((r for r in DIRECT if r.matches(key)), None)
@@ -902,22 +909,27 @@ class Converter:
             rule = next(r for r in DIRECT if r.matches(key))
             self._apply_direct(rule, value, self.source(key), None)
 
-    def _passthrough_note(self) -> None:
+    def _trainer_needs(self) -> None:
+        """What only veRL's workers provide, and what the verl trainer cannot run (the
+        choice itself is :func:`~rft_plugin_convert_verl.trainer_choice.apply`'s)."""
         read = torch_trainer_keys()
         unread = [key for key in self.passed_through if key not in read]
+        self.needs.unread = unread
         if unread:
-            self.report.note(
-                f"trainer.trainer_config keeps {len(unread)} veRL worker setting"
-                f"{'s' if len(unread) != 1 else ''} for a veRL trainer backend; rft's torch "
-                "trainer does not read them (memory, offload, kernel and parallelism "
-                "settings of veRL's workers): " + ", ".join(unread))
+            shown = ", ".join(unread[:3]) + (f", … ({len(unread)} in all)"
+                                             if len(unread) > 3 else "")
+            self.needs.verl_only.append(f"veRL worker settings the torch trainer does not "
+                                        f"read: {shown}")
+        sp = self.config.get("trainer", {}).get("ulysses_sequence_parallel_size", 1)
+        if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1:
+            self.needs.verl_only.append(f"ulysses sequence parallel {sp}")
+            self.needs.blockers.append(f"ulysses sequence parallel {sp} needs {sp} ranks and "
+                                       "the verl trainer runs one")
+        if self.get(M + "lora_rank") not in (0, None):
+            self.needs.blockers.append("LoRA is not implemented by the verl trainer")
 
     def _trainer_type(self) -> None:
-        self.put("trainer.trainer_type", "torch",
-                 "rft's native trainer (rft has no veRL trainer backend yet)")
-        self.report.note("trainer.trainer_type is torch, rft's native trainer: rft has no "
-                         "trainer_type verl (veRL's own workers) yet; the veRL worker "
-                         "settings stay in trainer.trainer_config for when it has")
+        self.put("trainer.trainer_type", "torch", "rft's native trainer")
 
     def _algorithm(self) -> None:
         estimator = self.get("algorithm.adv_estimator")
@@ -1260,6 +1272,9 @@ class Converter:
         if strategy in ("fsdp", "fsdp2"):
             self.put("trainer.trainer_strategy", strategy, self.source(key))
             return
+        self.needs.verl_only.append(f"the {strategy} strategy")
+        self.needs.blockers.append(f"the verl trainer does not implement {strategy!r} (it "
+                                   "drives veRL's FSDP engines)")
         self.put("trainer.trainer_strategy", "fsdp",
                  f"{self.source(key)}: rft's torch trainer has no {strategy!r} backend")
         value = (self.settings[key].value_text if self.has(key)
@@ -1279,6 +1294,9 @@ class Converter:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise VerlConvertError(f"{key}={value}: expected a positive integer")
         total = nodes * per_node
+        if total > 1:
+            self.needs.blockers.append(f"it runs one trainer rank and the launch trains on "
+                                       f"{total} GPUs")
         gpus = (f"{total} GPUs ({self.source('trainer.nnodes')} × "
                 f"{self.source('trainer.n_gpus_per_node')})")
         engines = max(1, total // EXPLORER_GPU_SHARE // tp)

@@ -314,15 +314,17 @@ def test_hybrid_engine_gpu_layout(nodes: int, gpus: int, tp: int | None, mode: s
         assert stage.config.trainer.ranks == total
 
 
-def test_the_trainer_is_rfts_native_one() -> None:
+def test_the_trainer_is_rfts_native_one_when_nothing_needs_verl() -> None:
     result = _convert()
     assert result.config["trainer"]["trainer_type"] == "torch"
-    assert any("rft has no trainer_type verl" in note for note in result.report.notes)
+    assert ("trainer: torch — the launch needs nothing only veRL's workers provide"
+            in result.report.notes)
 
 
 def test_passthrough_settings_the_torch_trainer_ignores_are_listed() -> None:
-    result = _convert(f"{A}ppo_epochs=2 {A}fsdp_config.fsdp_size=4 "
-                      "actor_rollout_ref.model.use_remove_padding=True trainer.critic_warmup=3")
+    result = convert_text(BASE + f"{A}ppo_epochs=2 {A}fsdp_config.fsdp_size=4 "
+                          "actor_rollout_ref.model.use_remove_padding=True "
+                          "trainer.critic_warmup=3\n", trainer="torch")
     note = next(n for n in result.report.notes if n.startswith("trainer.trainer_config keeps"))
     assert f"{A}fsdp_config.fsdp_size" in note and "use_remove_padding" in note
     assert "trainer.critic_warmup" in note
