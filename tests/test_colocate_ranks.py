@@ -261,3 +261,13 @@ def test_greedy_colocate_on_two_ranks_equals_one_rank(ray_two_cpus, tmp_path, ti
         assert sorted(w1) == sorted(w2)
         difference = max((w1[k] - w2[k]).abs().max().item() for k in w1)
         assert difference <= 1e-6, (step, difference)
+    # the 2-rank stage checkpoints sharded (every rank its shards) and resumes from them:
+    # a third step after the resume equals the uninterrupted 1-rank run's third step
+    assert (two.job_dir / "global_step_2" / "trainer_sharded").is_dir()
+    resumed = run_tiny(tiny_model_dir, tasks, tmp_path / "two",
+                       {**GREEDY, "trainer.cpu_ranks": 2, "continue_from_checkpoint": True},
+                       plugins=plugins, steps=3)
+    (tmp_path / "one3").mkdir()
+    one3 = run_tiny(tiny_model_dir, tasks, tmp_path / "one3", GREEDY, plugins=plugins, steps=3)
+    w1, w2 = hf_weights(one3.job_dir, 3), hf_weights(resumed.job_dir, 3)
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) <= 1e-6

@@ -343,12 +343,9 @@ class TrainerService:
         shards). Then the buffer's leases of steps ``<= step`` become final."""
         state = {**state, "experiences_read": self.storage.read_count}
         extra = {"buffer": buffer} if buffer is not None else None
-        if self.ranked is not None:
-            path = save_sharded_stage_checkpoint(self.plan, self.ranked, step, state,
-                                                 export_hf=export_hf, extra=extra)
-        else:
-            path = save_stage_checkpoint(self.plan, self.trainer, step, state,
-                                         export_hf=export_hf, extra=extra)
+        trainer = self.ranked if self.ranked is not None else self.trainer
+        path = save_stage_checkpoint(self.plan, trainer, step, state, export_hf=export_hf,
+                                     extra=extra)
         try:
             self.storage.commit_leases(step)
         except Exception as exc:  # noqa: BLE001 (a dead buffer: a resumed run settles them)
@@ -364,33 +361,6 @@ class TrainerService:
             except RftError:
                 pass  # the ranks are gone already
         self.trainer.close()
-
-
-def save_sharded_stage_checkpoint(plan: RunPlan, trainer: RankedTrainer, step: int,
-                                  state: dict[str, Any], *, export_hf: bool,
-                                  extra: dict[str, Any] | None = None) -> str:
-    """``global_step_<step>`` of a sharded trainer, through :func:`rft.checkpoint.
-    save_checkpoint` (atomic: written as ``….partial`` and renamed when complete):
-    ``trainer.pt`` holds a marker, the ranks write ``trainer_sharded/`` (DCP) into the
-    temporary folder, and the Hugging Face export goes to ``hf/`` when asked."""
-    import os
-
-    from rft.checkpoint import save_checkpoint
-    from rft.modes.builders import save_hf_model
-    from rft.trainer.sharded_checkpoint import SHARDED_DIR, sharded_marker
-
-    config = plan.config
-    final = os.path.join(plan.job_dir, f"global_step_{step}")
-
-    def write(hf_path: str) -> None:  # called with <partial folder>/hf
-        trainer.save_sharded(os.path.join(os.path.dirname(hf_path), SHARDED_DIR))
-        if export_hf:
-            save_hf_model(config, trainer, hf_path)
-
-    marker = sharded_marker(final, trainer.world_size, trainer.global_steps)
-    return save_checkpoint(plan.job_dir, step, marker, {"model_version": step, **state},
-                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=write,
-                           extra=extra)
 
 
 # ---- run on the sharded trainer's ranks (RankedTrainer.call_all / call_rank0) ----------

@@ -25,6 +25,7 @@ from rft.errors import RftError
 from rft.experience import Experience
 from rft.monitor.base import Monitor
 from rft.trainer.base import Trainer
+from rft.trainer.ranks import RankedTrainer
 
 
 def quiet_libraries() -> None:
@@ -136,12 +137,41 @@ def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: dic
     """Write ``global_step_<step>`` of the stage's job dir (``model_version = step``), with
     the actor exported to ``hf/`` when ``export_hf`` and the process's random generators
     (``rng``, unless ``state`` has its own); prune to ``trainer.max_checkpoints_to_keep``;
-    return its path. ``extra``: more objects saved as ``<name>.pt``."""
+    return its path. ``extra``: more objects saved as ``<name>.pt``. A sharded trainer
+    (:class:`~rft.trainer.ranks.RankedTrainer`, any mode) writes sharded
+    (``trainer_sharded/``, every rank its shards; ``trainer.pt`` a marker)."""
     config = plan.config
+    if isinstance(trainer, RankedTrainer):
+        return _save_sharded_stage_checkpoint(plan, trainer, step,
+                                              {"rng": rng_state(), **state},
+                                              export_hf=export_hf, extra=extra)
     save_hf = (lambda path: save_hf_model(config, trainer, path)) if export_hf else None
     return save_checkpoint(plan.job_dir, step, trainer.state_dict(),
                            {"model_version": step, "rng": rng_state(), **state},
                            max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf,
+                           extra=extra)
+
+
+def _save_sharded_stage_checkpoint(plan: RunPlan, trainer: RankedTrainer, step: int,
+                                   state: dict[str, Any], *, export_hf: bool,
+                                   extra: dict[str, Any] | None = None) -> str:
+    """``global_step_<step>`` of a sharded trainer, through :func:`rft.checkpoint.
+    save_checkpoint` (atomic: written as ``….partial`` and renamed when complete):
+    ``trainer.pt`` holds a marker, the ranks write ``trainer_sharded/`` (DCP) into the
+    temporary folder, and the Hugging Face export goes to ``hf/`` when asked."""
+    from rft.trainer.sharded_checkpoint import SHARDED_DIR, sharded_marker
+
+    config = plan.config
+    final = os.path.join(plan.job_dir, f"global_step_{step}")
+
+    def write(hf_path: str) -> None:  # called with <partial folder>/hf
+        trainer.save_sharded(os.path.join(os.path.dirname(hf_path), SHARDED_DIR))
+        if export_hf:
+            save_hf_model(config, trainer, hf_path)
+
+    marker = sharded_marker(final, trainer.world_size, trainer.global_steps)
+    return save_checkpoint(plan.job_dir, step, marker, {"model_version": step, **state},
+                           max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=write,
                            extra=extra)
 
 
