@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from ray import cloudpickle
-
 import rft_plugin_grpo
 import rft_plugin_ppo
 import rft_plugin_rewards
 import rft_plugin_selectors
 import rft_plugin_workflows
+import torch
+from ray import cloudpickle
 from rft.config import build_stages, load_config
 from rft.config.plan import TrainerPlan
 from rft.errors import ConfigError, RftError
@@ -46,7 +45,11 @@ from rft.plugins import PluginRegistry
 from rft.testing.tiny_model import build_tiny_model
 from rft.trainer.metrics import LossMetrics
 from rft.trainer.parallel import balance_units
-from rft.trainer.sharded_checkpoint import named_to_native, native_to_named, sharded_marker
+from rft.trainer.sharded_checkpoint import (
+    named_to_native,
+    native_to_named,
+    sharded_marker,
+)
 from rft.trainer.torch_trainer import TorchTrainer
 from rft.trainer.weight_gather import TensorMeta
 
@@ -668,3 +671,30 @@ def test_trainer_rendezvous_listens_on_the_master_address_only():
     client.set("joined", "yes")
     assert store.get("joined") == b"yes"
     assert isinstance(client, dist.TCPStore)
+
+
+def test_an_engine_reads_the_actor_from_a_sharded_checkpoint_without_hf(tmp_path, tiny_model_dir):
+    """A sharded trainer's checkpoint saved without ``hf/`` (``trainer.pt`` a marker, the
+    state in DCP files) still gives an explorer the actor's whole weights (sync_method
+    ``checkpoint`` may hand it any checkpoint); unreadable files: one line."""
+    import torch.distributed.checkpoint as dcp
+    from rft.checkpoint import Checkpoint, CheckpointError, load_actor_weights
+    from rft.trainer.sharded_checkpoint import SHARDED_DIR, sharded_marker
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    folder = tmp_path / "global_step_4"
+    dcp.save({"global_steps": 4, "actor": model_state, "actor_optimizer": optimizer_state},
+             checkpoint_id=str(folder / SHARDED_DIR), no_dist=True)
+    torch.save(sharded_marker(str(folder), 2, 4), folder / "trainer.pt")
+    weights = load_actor_weights(Checkpoint(4, str(folder)))
+    expected = model.state_dict()
+    assert set(weights) <= set(expected) and "model.embed_tokens.weight" in weights
+    assert all(torch.equal(weights[name], expected[name]) for name in weights)
+    for path in (folder / SHARDED_DIR).glob("*.distcp"):
+        path.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="cannot read the sharded actor"):
+        load_actor_weights(Checkpoint(4, str(folder)))

@@ -332,10 +332,45 @@ def load_actor_weights(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
     except Exception as exc:  # missing (pruned meanwhile), truncated or foreign files
         raise CheckpointError(f"checkpoint {checkpoint.path}: cannot read the actor's weights: "
                               f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    if isinstance(trainer_state, dict) and trainer_state.get("format") == SHARDED_FORMAT:
+        return read_sharded_actor(os.path.join(checkpoint.path, str(trainer_state["dir"])))
     actor = trainer_state.get("actor") if isinstance(trainer_state, dict) else None
     if not isinstance(actor, dict):
         raise CheckpointError(f"checkpoint {checkpoint.path}: neither hf/ nor an 'actor' entry "
                               "in trainer.pt holds the actor's weights")
+    return actor
+
+
+SHARDED_FORMAT = "rft-sharded"
+"""``trainer.pt``'s ``format`` when a sharded trainer wrote the checkpoint: its state is in
+DCP files (:mod:`rft.trainer.sharded_checkpoint`)."""
+
+
+def read_sharded_actor(directory: str) -> dict[str, torch.Tensor]:
+    """The actor's whole tensors (Hugging Face naming) from the DCP files a sharded trainer
+    wrote to ``directory``, read in this process (an engine loading a checkpoint that has
+    no ``hf/`` export).
+
+    :raises CheckpointError: unreadable files, or a LoRA run's state (its DCP files hold
+        the adapter only: the explorer needs the ``hf/`` export).
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        metadata = dcp.FileSystemReader(directory).read_metadata()
+        actor = {name.removeprefix("actor."): torch.empty(meta.size, dtype=meta.properties.dtype)
+                 for name, meta in metadata.state_dict_metadata.items()
+                 if name.startswith("actor.") and isinstance(meta, TensorStorageMetadata)}
+        if any(".lora_" in name for name in actor):
+            raise CheckpointError(f"checkpoint {directory}: a LoRA run's sharded state holds "
+                                  "the adapter only; the engine needs the hf/ export")
+        dcp.load({"actor": actor}, checkpoint_id=directory, no_dist=True)
+    except CheckpointError:
+        raise
+    except (Exception, dcp.api.CheckpointException) as exc:  # (the latter: a BaseException)
+        raise CheckpointError(f"checkpoint {directory}: cannot read the sharded actor: "
+                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
     return actor
 
 

@@ -33,16 +33,32 @@ from rft.checkpoint import Checkpoint, load_sync_weights, rng_state, set_rng_sta
 from rft.config.plan import RunPlan
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool
-from rft.distributed.weight_broadcast import (BUCKET_BYTES, Broadcast, BroadcastGroup, EngineEnd,
-                                              GroupAddress, TensorSpec, buckets,
-                                              host_rendezvous, layout, pack, spec_of)
+from rft.distributed.weight_broadcast import (
+    BUCKET_BYTES,
+    Broadcast,
+    BroadcastGroup,
+    EngineEnd,
+    GroupAddress,
+    TensorSpec,
+    buckets,
+    host_rendezvous,
+    layout,
+    pack,
+    spec_of,
+)
 from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine, load_weights
 from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
-from rft.modes.builders import (build_trainer, engine_seed, quiet_libraries,
-                                restore_engine_seed, resume_checkpoint, save_stage_checkpoint)
+from rft.modes.builders import (
+    build_trainer,
+    engine_seed,
+    quiet_libraries,
+    restore_engine_seed,
+    resume_checkpoint,
+    save_stage_checkpoint,
+)
 from rft.tensor_wire import NamedTensors
 from rft.trainer.ranks import RankedTrainer, TrainerRank
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rft.checkpoint import SHARDED_FORMAT
 from rft.errors import RftError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 SHARDED_DIR = "trainer_sharded"
 """Folder of the DCP files inside a checkpoint."""
 
-MARKER_FORMAT = "rft-sharded"
+MARKER_FORMAT = SHARDED_FORMAT
 
 
 def sharded_marker(checkpoint_path: str, world_size: int, global_steps: int) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def load_sharded(trainer: TorchTrainer, directory: str) -> None:
     state = _dcp_state(trainer)
     try:
         dcp.load(state, checkpoint_id=directory, no_dist=trainer.ranks is None)
-    except Exception as exc:  # DCP raises several types for missing / corrupt files
+    except (Exception, dcp.api.CheckpointException) as exc:  # DCP: several types (a BaseException)
         raise RftError(f"checkpoint {directory}: cannot read the sharded trainer state: "
                        f"{type(exc).__name__}: {_first_line(exc)}") from exc
     for prefix, model, optimizer, scheduler in _models(trainer):
