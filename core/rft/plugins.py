@@ -154,12 +154,17 @@ _AGENTSCOPE = ("Trinity-RFT's AgentScope agent workflow: it needs the agentscope
 _ALFWORLD = ("Trinity-RFT's ALFWorld environment: it needs the alfworld package (pip install "
              "alfworld, then alfworld-download) and a workflow plugin that wraps it, which rft "
              "does not ship")
+_MULTIMODAL = ("Trinity-RFT's vision-language workflow: rft does not train on images or video "
+               "yet (format.image_key / video_key are refused); docs/multimodal.md says what it "
+               "would take")
 EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
     **{("workflow", name): _AGENTSCOPE for name in (
         "agentscope*", "as_react_workflow", "email_search_workflow")},
     **{("workflow", name): _ALFWORLD for name in (
         "alfworld_workflow", "alfworld_workflow_v2", "step_wise_alfworld_workflow",
         "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow")},
+    **{("workflow", name): _MULTIMODAL for name in (
+        "simple_mm_workflow", "async_simple_mm_workflow")},
     ("workflow", "sciworld_workflow"): (
         "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
         "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
