@@ -324,6 +324,20 @@ def test_tinker_fails_validation_naming_the_key(env):
         f"model.tinker.enable: {SUPPORT['TinkerConfig.enable'].reason}"]
 
 
+def test_over_rollout_needs_a_dynamic_sync_style_and_dynamic_timeout_a_positive_ratio(env):
+    """As in Trinity-RFT: a step that may go on without some of its tasks needs a dynamic
+    synchronizer.sync_style; each bad value is named in one line."""
+    load_config(BASE_CONFIG, ["explorer.over_rollout.ratio=0.25",
+                              "synchronizer.sync_style=explorer_driven",
+                              "explorer.dynamic_timeout.enable=true"])
+    with pytest.raises(ConfigError) as caught:
+        load_config(BASE_CONFIG, ["explorer.over_rollout.ratio=0.25",
+                                  "explorer.dynamic_timeout.enable=true",
+                                  "explorer.dynamic_timeout.ratio=0"])
+    assert [p.split(": ")[0] for p in caught.value.problems] == [
+        "explorer.over_rollout.ratio", "explorer.dynamic_timeout.ratio"]
+
+
 def test_an_unsupported_field_is_a_warning_of_load_config(env):
     loaded = load_config(BASE_CONFIG, ["buffer.explorer_input.taskset.format.image_key=null",
                                        "trainer.save_strategy=single_node",

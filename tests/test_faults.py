@@ -17,6 +17,7 @@ Every subprocess is bounded in time and killed on the way out.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -42,7 +43,8 @@ from rft.cli import main
 from rft.config import load_config
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.runner import WorkflowRunner
+from rft.explorer.explorer import rollout_metrics
+from rft.explorer.runner import TaskResult, WorkflowRunner
 from rft.launcher import run
 from rft.workflow import Task, Workflow
 
@@ -938,3 +940,143 @@ def test_a_hanging_reward_releases_its_slot_and_the_process_exits(hung, tmp_path
         assert errors(output) == [("rft: step 1: no experiences to train on; 8 task(s) failed "
                                    "so far, the last: task train[7] failed after 1 attempt(s): "
                                    "workflow timed out after 2 s (explorer.max_timeout)")]
+
+
+# ---- explorer.over_rollout / explorer.dynamic_timeout ------------------------------------
+
+
+class Sleepy(Workflow):
+    """Sleeps ``raw['sleep']`` seconds (set per task), then returns one scored experience."""
+
+    def run(self) -> list[Experience]:
+        time.sleep(self.task.raw["sleep"])
+        exp = Experience(tokens=torch.tensor([1, 2]), prompt_length=1)
+        self.score(exp, "1")
+        return [exp]
+
+
+def sleepy_task(i: int, sleep: float) -> Task:
+    return Task(raw={"sleep": sleep}, index=i, taskset="t", prompt="p", truth="1",
+                repeat_times=1, reward_fn=lambda response, truth: {"accuracy": 1.0})
+
+
+@pytest.mark.parametrize("mode", ["sequential", "multi-threading", "asynchronous"])
+def test_over_rollout_goes_on_without_the_stragglers(mode):
+    """8 tasks, 2 of them slow (5 s): with min_done 6 and wait_after_min 0.3 the batch returns
+    after about 0.3 s with the 6 quick results; the 2 slow ones are cut off, and no result of
+    theirs is handed over later."""
+    sleeps = [0.0, 5.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0]
+    handed: list[int] = []
+    runner = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=30, max_retry_times=0,
+                            concurrent_mode=mode, workers=4)
+    started = time.monotonic()
+    results = runner.run_tasks([sleepy_task(i, s) for i, s in enumerate(sleeps)],
+                               on_result=lambda r: handed.append(r.task.index),
+                               min_done=6, wait_after_min=0.3)
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 2.0, elapsed
+    assert [r.cut_off for r in results] == [s > 0 for s in sleeps]
+    assert [r.ok for r in results] == [s == 0 for s in sleeps]
+    assert sorted(handed) == [0, 2, 3, 4, 6, 7]
+    runner.close()
+
+
+def test_over_rollout_keeps_stragglers_that_end_within_wait_after_min():
+    """A straggler of 0.3 s ends within wait_after_min (2 s): nothing is cut, and the batch
+    does not wait the full 2 s once every task ended."""
+    runner = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=30, max_retry_times=0,
+                            concurrent_mode="multi-threading", workers=4)
+    started = time.monotonic()
+    results = runner.run_tasks([sleepy_task(i, 0.3 if i == 0 else 0.0) for i in range(4)],
+                               min_done=3, wait_after_min=2.0)
+    assert time.monotonic() - started < 1.5
+    assert all(r.ok and not r.cut_off for r in results)
+    runner.close()
+
+
+def test_dynamic_timeout_is_ratio_times_the_mean_of_successful_tasks():
+    """Tasks of 0.1 s succeed; with ratio 3 the next timeout is about 0.3 s (max_timeout 30),
+    so a 5 s task is abandoned after ~0.3 s, named in its error; without the dynamic timeout
+    the first timeout is max_timeout."""
+    runner = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=30, max_retry_times=0,
+                            dynamic_timeout_ratio=3.0)
+    assert runner.task_timeout() == 30.0  # no success yet
+    first = runner.run_tasks([sleepy_task(i, 0.1) for i in range(2)])
+    assert all(r.ok for r in first)
+    assert 0.3 <= runner.task_timeout() < 0.5, runner.task_timeout()
+    started = time.monotonic()
+    [slow] = runner.run_tasks([sleepy_task(9, 5.0)])
+    assert time.monotonic() - started < 1.5
+    assert slow.timed_out and not slow.ok
+    assert "explorer.dynamic_timeout" in (slow.error or "")
+    capped = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=1, max_retry_times=0,
+                            dynamic_timeout_ratio=100.0)
+    capped.run_tasks([sleepy_task(0, 0.05)])
+    assert capped.task_timeout() == 1.0  # bounded by max_timeout
+    runner.close()
+    capped.close()
+
+
+def test_over_rollout_cuts_coroutine_workflows_in_asynchronous_mode():
+    """A workflow with ``async def run_async`` (its ``run`` would fail the test) under the
+    asynchronous mode: the slow coroutine is cut off like a thread."""
+
+    class AsyncSleepy(Workflow):
+        def run(self) -> list[Experience]:
+            raise AssertionError("run() called instead of run_async()")
+
+        async def run_async(self) -> list[Experience]:
+            await asyncio.sleep(self.task.raw["sleep"])
+            exp = Experience(tokens=torch.tensor([1, 2]), prompt_length=1)
+            self.score(exp, "1")
+            return [exp]
+
+    runner = WorkflowRunner(lambda t: AsyncSleepy(t, None), max_timeout=30, max_retry_times=0,
+                            concurrent_mode="asynchronous", workers=4)
+    started = time.monotonic()
+    results = runner.run_tasks([sleepy_task(i, 5.0 if i == 3 else 0.0) for i in range(4)],
+                               min_done=3, wait_after_min=0.2)
+    assert time.monotonic() - started < 2.0
+    assert [r.cut_off for r in results] == [False, False, False, True]
+    assert [r.ok for r in results] == [True, True, True, False]
+    runner.close()
+
+
+def test_rollout_metrics_count_cut_off_tasks_apart_from_failures():
+    results = [TaskResult(sleepy_task(0, 0)), TaskResult(sleepy_task(1, 0), ok=False),
+               TaskResult(sleepy_task(2, 0), ok=False, cut_off=True)]
+    metrics = rollout_metrics([], results)
+    assert metrics["rollout/failed_tasks"] == 1.0
+    assert metrics["rollout/over_rollout_dropped_tasks"] == 1.0
+
+
+@pytest.mark.slow
+def test_over_rollout_steps_go_on_without_hung_tasks(tmp_path, tiny_model_dir, processes):
+    """A real run, 8 tasks of which 2 hang in their reward, ``max_timeout: 600``: with
+    ``over_rollout.ratio: 0.25`` the step goes on once 6 ended (+ ``wait_after_min`` 0.5 s),
+    the 2 are dropped and counted, not failed; the trainer trains on the 6."""
+    tasks = arithmetic_tasks(tmp_path, 8)
+    config = test_embedded_run.write_config(
+        tmp_path, tiny_model_dir, tasks, buffer__total_steps=1, buffer__batch_size=8,
+        explorer__max_timeout=600, explorer__runner_per_model=8,
+        explorer__concurrent_mode="multi-threading",
+        explorer__over_rollout={"ratio": 0.25, "wait_after_min": 0.5},
+        synchronizer__sync_style="explorer_driven",
+        buffer__explorer_input__taskset__default_reward_fn_type="hanging_reward")
+    script = tmp_path / "hanging_run.py"
+    script.write_text(HANGING_RUN)
+    os.environ["RFT_HANG_MARK"] = str(tmp_path / "hanging")
+    try:
+        started = time.monotonic()
+        processes.start("run", [sys.executable, str(script), str(config), "2,5"])
+    finally:
+        del os.environ["RFT_HANG_MARK"]
+    status = processes.wait("run", 120)
+    output = processes.output("run")
+    assert status == 0, output[-3000:]
+    assert time.monotonic() - started < 60
+    metrics = monitor_records(tmp_path.joinpath(*JOB), "explorer")[0]["metrics"]
+    assert (metrics["rollout/over_rollout_dropped_tasks"], metrics["rollout/failed_tasks"],
+            metrics["rollout/timed_out_tasks"], metrics["rollout/experiences"]) == \
+        (2.0, 0.0, 0.0, 12.0)
+    assert monitor_steps(tmp_path.joinpath(*JOB), "trainer") == [1]

@@ -138,7 +138,6 @@ _NO_EFFECT = "not implemented by rft; it has no effect"
 _TINKER = "the Tinker training service is not supported by rft; it has no effect"
 _DATA_JUICER = "the Data-Juicer service is not supported by rft; it has no effect"
 _TASK_PIPELINE = "task pipelines are not implemented by rft; tasks are used as read"
-_EXPERIMENTAL = "not implemented by rft (experimental in the guide); it has no effect"
 _TEMPLATE_ORDER = "precedence: docs/configuration.md, chat templates"
 
 
@@ -228,10 +227,11 @@ SUPPORT: dict[str, Support] = {
                                    note="one adapter; docs/lora.md"),
     "ModelConfig.fully_sharded_loras": _c(VLLM, LORA_CHECK, note="vllm engine with LoRA"),
     "ModelConfig.max_cpu_loras": _c(VLLM, LORA_CHECK, note="vllm engine with LoRA"),
-    "ModelConfig.rope_scaling": Unsupported(
-        "not applied: rft loads the checkpoint's RoPE settings unchanged; it has no effect"),
-    "ModelConfig.rope_theta": Unsupported(
-        "not applied: rft loads the checkpoint's RoPE settings unchanged; it has no effect"),
+    "ModelConfig.rope_scaling": _c(TORCH_TRAINER, ENGINE_FACTORY, VLLM,
+                                   note="merged into the checkpoint's RoPE config (rft.rope); "
+                                        "vllm: hf_overrides"),
+    "ModelConfig.rope_theta": _c(TORCH_TRAINER, ENGINE_FACTORY, VLLM,
+                                 note="overrides the checkpoint's; vllm: hf_overrides"),
     "ModelConfig.tinker": Structural(),
     "ModelConfig.external_model": Structural(),
     # ---- cluster ------------------------------------------------------------------------
@@ -391,13 +391,18 @@ SUPPORT: dict[str, Support] = {
     "AuxiliaryModelConfig.name": _c(AUXILIARY),
     "AuxiliaryModelConfig.external_model_config": Structural("engine_type: external"),
     "AuxiliaryModelConfig.engine_num": Unsupported(
-        "an auxiliary model runs one engine; more only reserve GPUs in the split",
+        "an auxiliary model runs one engine (no pool of several yet); engine_num × "
+        "tensor_parallel_size GPUs are still reserved in the cluster split (an error in "
+        "modes colocate and bench)",
         when=lambda value: value > 1),
     # ---- explorer.over_rollout / dynamic_timeout ----------------------------------------
-    "OverRolloutConfig.ratio": Unsupported(_EXPERIMENTAL),
-    "OverRolloutConfig.wait_after_min": Unsupported(_EXPERIMENTAL),
-    "DynamicTimeoutConfig.enable": Unsupported(_EXPERIMENTAL),
-    "DynamicTimeoutConfig.ratio": Unsupported(_EXPERIMENTAL),
+    "OverRolloutConfig.ratio": _c(VALIDATE, EXPLORER, note=(
+        "a step goes on once (1 - ratio) of its tasks ended; the rest are abandoned and "
+        "counted (rollout/over_rollout_dropped_tasks); training steps only, not eval")),
+    "OverRolloutConfig.wait_after_min": _c(EXPLORER, note="seconds more for the stragglers"),
+    "DynamicTimeoutConfig.enable": _c(VALIDATE, EXPLORER, note=(
+        "each attempt's timeout: ratio x mean seconds of the tasks that succeeded so far")),
+    "DynamicTimeoutConfig.ratio": _c(VALIDATE, EXPLORER, note="capped by max_timeout"),
     # ---- explorer -----------------------------------------------------------------------
     "ExplorerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
     "ExplorerConfig.runner_per_model": _c(EXPLORER),
@@ -413,8 +418,9 @@ SUPPORT: dict[str, Support] = {
     "ExplorerConfig.bench_on_latest_checkpoint": _c(BENCH),
     "ExplorerConfig.over_rollout": Structural(),
     "ExplorerConfig.dynamic_timeout": Structural(),
-    "ExplorerConfig.runner_state_report_interval": Unsupported(
-        "not implemented: runners report no status; it has no effect"),
+    "ExplorerConfig.runner_state_report_interval": _c(
+        EXPLORER, note="seconds between log lines of the runners' states (rft.explorer."
+                       "runner_states); 0: off"),
     # ---- synchronizer -------------------------------------------------------------------
     "SynchronizerConfig.sync_method": _c(BOTH, VALIDATE, note="unset: the mode's default"),
     "SynchronizerConfig.sync_style": _c(BOTH, note="mode both"),
@@ -462,8 +468,10 @@ SUPPORT: dict[str, Support] = {
     "MonitorConfig.monitor_args": _c(VALIDATE, note=_RESOLVED),
     "MonitorConfig.detailed_stats": Unsupported(
         "not implemented: evaluation logs the mean only; it has no effect"),
-    "MonitorConfig.enable_ray_timeline": Unsupported(
-        "not implemented: no Ray timeline is exported; it has no effect"),
+    "MonitorConfig.enable_ray_timeline": _c(
+        "rft.distributed.timeline", "rft.config.ray_timeline",
+        note="<monitor dir>/timeline.json when the run leaves Ray; a warning in runs "
+             "without Ray"),
     # ---- service ------------------------------------------------------------------------
     "DataJuicerServiceConfig.server_url": Unsupported(_DATA_JUICER),
     "DataJuicerServiceConfig.auto_start": Unsupported(_DATA_JUICER),
@@ -518,9 +526,9 @@ SUPPORT: dict[str, Support] = {
     "RftConfig.checkpoint_root_dir": _c(VALIDATE, BUILD_STAGES),
     "RftConfig.continue_from_checkpoint": _c(BUILDERS, EXPLORE),
     "RftConfig.ray_namespace": _c(CLUSTER, BOTH, SHARED_QUEUE, note="unset: <project>/<name>"),
-    "RftConfig.ignore_validator_suggestions": Unsupported(
-        "not implemented: the validator makes no accelerator-memory suggestions; it has no "
-        "effect"),
+    "RftConfig.ignore_validator_suggestions": _c(
+        VALIDATE, note="skips the trainer-memory estimate per device and its suggestion "
+        "warning (rft.config.memory_estimate)"),
     "RftConfig.checkpoint_job_dir": Derived("<checkpoint_root_dir>/<project>/<name>"),
     "RftConfig.algorithm": Structural(),
     "RftConfig.model": Structural(),

@@ -22,6 +22,7 @@ from rft.config.dotted import import_dotted, looks_dotted
 from rft.config.external import check_external_engines, derive_external_model, is_remote
 from rft.config.lora import check_lora
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
+from rft.config.ray_timeline import check_ray_timeline
 from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
                                TaskSelectorConfig, TasksetConfig)
 from rft.plugins import KINDS, PluginRegistry, args_type_of
@@ -426,6 +427,11 @@ def check_explorer(c: RftConfig, v: Validation) -> None:
     if not 0.0 <= e.over_rollout.ratio < 1.0:
         v.problem("explorer.over_rollout.ratio", f"must be within [0, 1), got "
                   f"{e.over_rollout.ratio}")
+    if e.over_rollout.ratio > 0 and c.synchronizer.sync_style == "fixed":
+        v.problem("explorer.over_rollout.ratio", "needs a dynamic synchronizer.sync_style "
+                  "(explorer_driven or trainer_driven), got fixed")
+    if e.dynamic_timeout.enable and e.dynamic_timeout.ratio <= 0:
+        v.problem("explorer.dynamic_timeout.ratio", f"must be > 0, got {e.dynamic_timeout.ratio}")
     check_auxiliary_models(c, v)
 
 
@@ -513,6 +519,12 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                          for m in c.explorer.auxiliary_models if not is_remote(v, m.engine_type))
     known = cl.node_num is not None and cl.gpu_per_node is not None
     total = (cl.node_num or 0) * (cl.gpu_per_node or 0)  # None: detected from Ray at launch
+    if c.mode in ("colocate", "bench"):  # one process: an auxiliary model's engine runs there
+        for i, aux in enumerate(c.explorer.auxiliary_models):
+            if aux.engine_num > 1:
+                v.problem(f"explorer.auxiliary_models[{i}].engine_num",
+                          f"mode {c.mode!r} runs an auxiliary model as one engine in its "
+                          f"process, got {aux.engine_num}: use 1")
     if c.mode == "colocate":
         if rm.engine_num != 1 or rm.tensor_parallel_size != 1:
             v.problem("explorer.rollout_model.engine_num",
@@ -667,6 +679,41 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
         v.warnings.extend(warnings)
 
 
+def check_memory(c: RftConfig, v: Validation) -> None:
+    """The trainer's memory per device against the device (:mod:`rft.config.memory_estimate`):
+    a warning with suggestions when it does not fit, unless ``ignore_validator_suggestions``.
+    Skipped for LoRA, and where the model's ``config.json`` or the device is not here."""
+    from rft.config import memory_estimate as me
+
+    if c.ignore_validator_suggestions or c.mode not in ("both", "train", "colocate") \
+            or c.model.lora_configs or not c.model.model_path:
+        return
+    shape = me.read_shape(c.model.model_path)
+    if shape is None:
+        return
+    t = c.trainer
+    ranks = t.ranks or 1
+    memory = me.trainer_memory(t.trainer_config, ranks, t.max_token_len_per_gpu)
+    gpus = c.cluster.gpu_per_node
+    import torch
+
+    local_gpus = torch.cuda.device_count()  # NVML: CUDA stays uninitialised here
+    if gpus == 0 or (gpus is None and not local_gpus):  # CPU ranks share the host's memory
+        host = me.available_host_bytes()
+        if host is None:
+            return
+        device_bytes, device = host, "host (available RAM)"
+        sharing = -(-ranks // max(1, c.cluster.node_num or 1))
+    else:
+        gpu = me.gpu_total_bytes() if local_gpus else None
+        if gpu is None:
+            return  # GPUs elsewhere (none here): their memory is unknown here
+        device_bytes, device, sharing = gpu, "GPU", 1
+    line = me.suggestion(shape, memory, device_bytes, device, sharing)
+    if line is not None:
+        v.warnings.append(line)
+
+
 def check_trainer_ranks(c: RftConfig, v: Validation) -> None:
     """``trainer.ranks`` and what the ``torch`` trainer needs of it."""
     t, cl = c.trainer, c.cluster
@@ -776,6 +823,7 @@ def check_monitor(c: RftConfig, v: Validation) -> None:
     """Monitor plugin and its args."""
     v.monitor = v.select("monitor", "monitor.monitor_type", c.monitor.monitor_type,
                          c.monitor.monitor_args)
+    check_ray_timeline(c, v)
 
 
 def check_data_processor(c: RftConfig, v: Validation) -> None:
@@ -807,7 +855,7 @@ def check_support(c: RftConfig, v: Validation) -> None:
 CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_global, check_algorithm, derive_external_model, check_model, check_buffer,
     check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
-    check_trainer, check_lora, check_split_modes, check_monitor, check_data_processor,
+    check_trainer, check_memory, check_lora, check_split_modes, check_monitor, check_data_processor,
     check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""

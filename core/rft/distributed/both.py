@@ -51,6 +51,7 @@ from rft.config.schema import RftConfig
 from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.sync_policy import SYNC_POLICIES, Decision, SyncPolicy
+from rft.distributed.timeline import timeline_file
 from rft.distributed.workers import (ExplorerService, ExplorerState, ResumePoint,
                                      TrainerService)
 from rft.errors import RftError
@@ -104,7 +105,7 @@ def run_both(stage: Stage) -> StageResult:
         raise RftError(f"trainer.max_checkpoints_to_keep: {keep} could delete a checkpoint before "
                        f"the explorer loads it (sync_offset {offset}); keep at least {offset + 2}")
     check_writable(stage.plan.job_dir)
-    with ray_cluster(config):
+    with ray_cluster(config, timeline_file(stage.plan)):
         return Coordinator(stage).run()
 
 

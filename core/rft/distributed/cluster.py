@@ -27,6 +27,7 @@ from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
 from rft.distributed.ray_join import configured_address, is_loopback, join_address
+from rft.distributed.timeline import write_timeline
 from rft.errors import RftError
 
 LOOPBACK = "127.0.0.1"
@@ -36,12 +37,18 @@ CLUSTER_MODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 @contextmanager
-def ray_cluster(config: RftConfig) -> Iterator[None]:
-    """Ray connected in the run's namespace for the duration of the block."""
+def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None]:
+    """Ray connected in the run's namespace for the duration of the block; ``timeline``
+    (``monitor.enable_ray_timeline``, :mod:`rft.distributed.timeline`): where Ray's
+    timeline is written when the block ends."""
     import ray
 
     if ray.is_initialized():  # a caller (a notebook, a test) already connected
-        yield
+        try:
+            yield
+        finally:
+            if timeline is not None:
+                write_timeline(timeline)
         return
     address, key = configured_address(config.cluster.ray_address)
     started_here = False
@@ -72,6 +79,8 @@ def ray_cluster(config: RftConfig) -> Iterator[None]:
     try:
         yield
     finally:
+        if timeline is not None:
+            write_timeline(timeline)
         if started_here:
             ray.shutdown()
         restore()

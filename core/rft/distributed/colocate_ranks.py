@@ -57,6 +57,7 @@ from rft.config.plan import RunPlan
 from rft.config.schema import RftConfig
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.engine_pool import EngineReplica, chunks
+from rft.distributed.timeline import timeline_file
 from rft.errors import RftError
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
 from rft.explorer.engine_sleep import EngineSleep
@@ -81,7 +82,7 @@ def run_colocate_mode(stage: Stage) -> StageResult:
     plan = stage.plan
     if (plan.config.trainer.ranks or 1) <= 1 or plan.train_only:
         return run_colocate(stage)
-    with ray_cluster(plan.config):
+    with ray_cluster(plan.config, timeline_file(plan)):
         return run_colocate(stage, engines=lambda: RankEngines(plan))
 
 

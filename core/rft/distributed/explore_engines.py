@@ -16,6 +16,7 @@ from rft.config.schema import RftConfig
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.engine_pool import EnginePool
 from rft.distributed.shared_queue import run_sharing_queue, shares_queue
+from rft.distributed.timeline import timeline_file
 from rft.explorer.engine import InferenceEngine
 from rft.explorer.engine_factory import build_engine
 from rft.modes.explore import EngineBuilder, run_explore
@@ -45,5 +46,5 @@ def run_explore_mode(stage: Stage) -> StageResult:
                                  lambda open_buffer: run_explore(stage, build, open_buffer))
     if not pooled:
         return run_explore(stage)
-    with ray_cluster(stage.config):
+    with ray_cluster(stage.config, timeline_file(stage.plan)):
         return run_explore(stage, build)

@@ -45,6 +45,7 @@ from rft.config.schema import ExperienceBufferConfig, RftConfig
 from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.ray_join import configured_address, join_address
+from rft.distributed.timeline import timeline_file
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.modes.explore import ExplorerProgress
@@ -299,7 +300,7 @@ def run_sharing_queue(stage: Stage, side: str,
     """Run ``side``'s stage (``run``, given the opener of its buffer) on the shared queue
     (see the module docstring)."""
     join_shared_cluster(stage.config)
-    with ray_cluster(stage.config):
+    with ray_cluster(stage.config, timeline_file(stage.plan)):
         queue = SharedQueue(stage.plan, side)
         print(f"rft: experience buffer {queue.name!r} is the {queue.where()}",
               file=sys.stderr, flush=True)

@@ -33,8 +33,14 @@ def _build(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEng
     if factory is not None:
         return factory(config)
     m, rm = config.model, config.explorer.rollout_model
+    rope: dict[str, Any] = {}  # model.rope_scaling / rope_theta, as the trainer loads it
+    if m.rope_scaling:
+        rope["rope_scaling"] = m.rope_scaling
+    if m.rope_theta is not None:
+        rope["rope_theta"] = m.rope_theta
     return engine_cls(
         rm.model_path or m.model_path, dtype=rm.dtype, trust_remote_code=m.trust_remote_code,
+        **rope,
         max_model_len=rm.max_model_len or m.max_model_len,
         max_prompt_tokens=rm.max_prompt_tokens or m.max_prompt_tokens,
         max_response_tokens=rm.max_response_tokens or m.max_response_tokens,

@@ -5,7 +5,9 @@ runs each ``repeat_times`` times through its workflow, gives every experience it
 (step / task / run), applies the experience pipeline's operators and writes the result to
 the experience buffer. Failed tasks are counted (``rollout/failed_tasks``; those that
 timed out also in ``rollout/timed_out_tasks``, and the threads of abandoned attempts still
-running in ``rollout/abandoned_threads``) and logged, never fatal — unless the error is fatal
+running in ``rollout/abandoned_threads``; with ``explorer.over_rollout`` a step goes on once
+``(1 − ratio)`` of its tasks ended, the rest dropped and counted in
+``rollout/over_rollout_dropped_tasks``) and logged, never fatal — unless the error is fatal
 (a :class:`~rft.errors.ServerUnavailableError`: an external model's server is down), which
 stops the batch and is raised once the finished tasks were handed over. Evaluation runs
 every task of every eval taskset and reports accuracy and pass@k per taskset; with an
@@ -38,6 +40,7 @@ from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.openai_server import EndpointSettings
 from rft.explorer.reply_parsing import reply_parser_of
 from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
+from rft.explorer.runner_states import start_reporter
 from rft.workflow import Task, Workflow
 
 log = logging.getLogger("rft.explorer")
@@ -126,7 +129,12 @@ class Explorer:
         self.runner = WorkflowRunner(self._make_workflow, max_timeout=e.max_timeout,
                                      max_retry_times=e.max_retry_times,
                                      concurrent_mode=e.concurrent_mode,
-                                     workers=e.runner_per_model)
+                                     workers=e.runner_per_model,
+                                     dynamic_timeout_ratio=(e.dynamic_timeout.ratio
+                                                            if e.dynamic_timeout.enable else None))
+        self.state_reporter = start_reporter(self.runner.states,
+                                             e.runner_state_report_interval, log)
+        self.over_rollout = e.over_rollout
         self.max_repeat_times_per_runner = e.max_repeat_times_per_runner
         self.operators: list[tuple[str, ExperienceOperator]] = []
         for chosen in plan.operators:
@@ -188,8 +196,8 @@ class Explorer:
                 selector.update(indices, [statistics.fmean(rewards[i]) for i in indices])
 
     def run(self, tasks: Sequence[Task], batch_id: int | str, *,
-            on_result: Callable[[list[Experience]], None] | None = None
-            ) -> tuple[list[Experience], list[TaskResult]]:
+            on_result: Callable[[list[Experience]], None] | None = None,
+            over_rollout: bool = False) -> tuple[list[Experience], list[TaskResult]]:
         """Run tasks (split by ``max_repeat_times_per_runner``) and label their experiences;
         ``on_result`` gets the labelled experiences of each task as soon as it succeeds.
 
@@ -210,10 +218,17 @@ class Explorer:
             if on_result is not None:
                 on_result(result.experiences)
 
-        results = self.runner.run_tasks([task for task, _ in units], on_result=finished)
+        min_done = None
+        if over_rollout and self.over_rollout.ratio > 0:  # wait for (1 - ratio) of the units
+            min_done = max(1, math.ceil(round(len(units) * (1 - self.over_rollout.ratio), 6)))
+        results = self.runner.run_tasks([task for task, _ in units], on_result=finished,
+                                        min_done=min_done,
+                                        wait_after_min=self.over_rollout.wait_after_min)
         experiences: list[Experience] = []
         not_run = 0
         for (task, first_run), result in zip(units, results, strict=True):
+            if result.cut_off:  # explorer.over_rollout: dropped, counted in the metrics
+                continue
             if not result.ok:
                 message = f"task {task.taskset}[{task.index}] failed after {result.attempts} " \
                           f"attempt(s): {result.error}"
@@ -242,7 +257,7 @@ class Explorer:
         """One step: run a batch of tasks and write the experiences to the buffer."""
         started = time.monotonic()
         tasks = self.next_tasks(self.config.buffer.batch_size)
-        experiences, results = self.run(tasks, step)
+        experiences, results = self.run(tasks, step, over_rollout=True)
         self.feed_back(experiences)
         metrics = rollout_metrics(experiences, results)
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
@@ -278,6 +293,8 @@ class Explorer:
         return metrics
 
     def close(self) -> None:
+        if self.state_reporter is not None:
+            self.state_reporter.close()
         self.runner.close()
         close_models(self.auxiliary_models)
         self.auxiliary_models = []
@@ -293,7 +310,8 @@ def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) ->
     """Explorer-side metrics of one step (veRL-style names)."""
     metrics: dict[str, float] = {
         "rollout/tasks": float(len(results)),
-        "rollout/failed_tasks": float(sum(not r.ok for r in results)),
+        "rollout/failed_tasks": float(sum(not r.ok and not r.cut_off for r in results)),
+        "rollout/over_rollout_dropped_tasks": float(sum(r.cut_off for r in results)),
         "rollout/timed_out_tasks": float(sum(r.timed_out for r in results)),
         "rollout/experiences": float(len(experiences)),
     }

@@ -30,6 +30,7 @@ from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
 from rft.explorer import decode_loop
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.rope import apply_rope
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -70,6 +71,8 @@ class HFEngine(InferenceEngine):
         reproduces the trainer's log-probs to ~1e-6.
     :param device, max_batch_size, attn_implementation: see :class:`HFEngineArgs`.
     :param trust_remote_code: allow modelling code shipped with the checkpoint.
+    :param rope_scaling, rope_theta: ``model.rope_scaling`` / ``model.rope_theta``
+        overrides of the checkpoint's config (:mod:`rft.rope`).
     :param engine_kwargs: the prompt / template / seed settings of
         :class:`~rft.explorer.engine.InferenceEngine`.
     """
@@ -86,9 +89,11 @@ class HFEngine(InferenceEngine):
         max_batch_size: int | None = None,
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
+        rope_scaling: dict[str, Any] | None = None,
+        rope_theta: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         super().__init__(**engine_kwargs)
         self.model_path = str(model_path)
@@ -102,6 +107,11 @@ class HFEngine(InferenceEngine):
                                        "trust_remote_code": trust_remote_code}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
+        if rope_scaling or rope_theta is not None:  # model.rope_scaling / rope_theta
+            config = AutoConfig.from_pretrained(self.model_path,
+                                                trust_remote_code=trust_remote_code)
+            load_kwargs["config"] = config
+            apply_rope(config, rope_scaling, rope_theta)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
         self.model.to(self.device).eval()
         self.eos_token_ids = self._collect_eos_ids()

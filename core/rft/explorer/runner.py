@@ -35,6 +35,15 @@ started are not run (each recorded as failed, ``not run: …``), and
 kept what finished. ``run_tasks(…, on_result=…)`` hands each result over as soon as its
 task ends (``bench`` writes it to disk), so a stop loses nothing already done.
 
+**Over-rollout and the dynamic timeout** (experimental in Trinity-RFT, as there). With
+``run_tasks(…, min_done=…)`` (``explorer.over_rollout``) a batch returns once ``min_done``
+tasks ended and then at most ``wait_after_min`` seconds more; the tasks still running are
+abandoned as hung ones are (their attempts left to their daemon threads) and those not
+started are not run: each is recorded ``cut_off`` and its result is dropped, even one that
+ends later. With ``dynamic_timeout_ratio`` (``explorer.dynamic_timeout``) each attempt may
+take ``ratio ×`` the mean seconds of the tasks that succeeded so far, at most
+``max_timeout`` (:meth:`WorkflowRunner.task_timeout`).
+
 The model calls of the workflows running at the same time are merged into one engine
 call (:class:`~rft.explorer.model_wrapper.CallBatcher`), in task order, so a step makes
 as few engine calls as its workflows allow.
@@ -58,6 +67,7 @@ from typing import Any
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.explorer.call_batching import CallBatcher
+from rft.explorer.runner_states import RunnerStates
 from rft.workflow import Task, Workflow
 
 WorkflowFactory = Callable[[Task], Workflow]
@@ -78,6 +88,8 @@ class TaskResult:
     """The last attempt ran past ``max_timeout`` and was abandoned."""
     fatal: bool = False
     """The last attempt raised a fatal error (see the module docstring)."""
+    cut_off: bool = False
+    """Not finished when the batch went on without it (``explorer.over_rollout``): dropped."""
 
 
 def split_repeats(task: Task, limit: int | None) -> list[tuple[Task, int]]:
@@ -221,19 +233,28 @@ class WorkflowRunner:
         not after a deterministic error; see the module docstring).
     :param concurrent_mode: ``sequential`` | ``multi-threading`` | ``asynchronous``.
     :param workers: threads for the concurrent modes (``runner_per_model``).
+    :param dynamic_timeout_ratio: ``explorer.dynamic_timeout.ratio`` when enabled (see
+        :meth:`task_timeout`); ``None``: every attempt gets ``max_timeout``.
     """
 
     def __init__(self, make_workflow: WorkflowFactory, *, max_timeout: float,
                  max_retry_times: int, concurrent_mode: str = "sequential",
-                 workers: int = 1) -> None:
+                 workers: int = 1, dynamic_timeout_ratio: float | None = None) -> None:
         self.make_workflow = make_workflow
         self.max_timeout = max_timeout
+        self.dynamic_timeout_ratio = dynamic_timeout_ratio
+        self._success_lock = threading.Lock()
+        self._success_seconds = 0.0
+        self._successes = 0
         self.max_retry_times = max_retry_times
         self.concurrent_mode = concurrent_mode
         self.workers = max(1, workers)
+        self.states = RunnerStates(self.workers)
+        """Tasks running / done (``explorer.runner_state_report_interval`` logs them)."""
         self._participants: concurrent.futures.ThreadPoolExecutor | None = None
         self._participant_count = 0
         self._closing = threading.Event()
+        self._batch_stop: threading.Event | None = None
         self._threads = _AttemptThreads()
         self._abandoned_lock = threading.Lock()
         self._abandoned: list[threading.Thread] = []
@@ -248,12 +269,41 @@ class WorkflowRunner:
             self._abandoned = [t for t in self._abandoned if t.is_alive()]
             return len(self._abandoned)
 
+    def task_timeout(self) -> float:
+        """Seconds the next attempt may take: ``max_timeout``; with the dynamic timeout,
+        ``min(max_timeout, ratio · mean seconds of the tasks that succeeded so far)``
+        (``max_timeout`` until one has)."""
+        with self._success_lock:
+            if self.dynamic_timeout_ratio is None or not self._successes:
+                return float(self.max_timeout)
+            mean = self._success_seconds / self._successes
+        return min(float(self.max_timeout), self.dynamic_timeout_ratio * mean)
+
+    def _timeout_message(self, timeout: float) -> str:
+        if timeout < self.max_timeout:
+            return (f"workflow timed out after {timeout:g} s (explorer.dynamic_timeout: "
+                    f"{self.dynamic_timeout_ratio:g} x the mean time of successful tasks)")
+        return f"workflow timed out after {self.max_timeout:g} s (explorer.max_timeout)"
+
+    def _succeeded(self, result: TaskResult) -> None:
+        with self._success_lock:
+            self._success_seconds += result.seconds
+            self._successes += 1
+
     def run_tasks(self, tasks: Sequence[Task], *,
-                  on_result: Callable[[TaskResult], None] | None = None) -> list[TaskResult]:
+                  on_result: Callable[[TaskResult], None] | None = None,
+                  min_done: int | None = None, wait_after_min: float = 0.0) -> list[TaskResult]:
         """Results in task order, whatever the concurrency; ``on_result`` gets each one as
         its task ends (from the thread that ran it). After a fatal error the tasks not yet
-        started are not run and :attr:`fatal_error` is set (see the module docstring)."""
+        started are not run and :attr:`fatal_error` is set (see the module docstring).
+
+        ``min_done`` (``explorer.over_rollout``): once that many tasks ended, wait at most
+        ``wait_after_min`` seconds more, then return; the tasks not ended by then are
+        abandoned like hung ones (``cut_off``; later results dropped, ``on_result`` not
+        called for them)."""
         self.fatal_error = None
+        if min_done is not None and min_done < len(tasks):
+            return self._run_cut(tasks, on_result, min_done, wait_after_min)
         if self.concurrent_mode == "asynchronous" and len(tasks) > 1:
             return asyncio.run(self._run_async(tasks, on_result))
         workers = len(tasks) if self.concurrent_mode == "multi-threading" else self.workers
@@ -270,13 +320,14 @@ class WorkflowRunner:
         return [self._run_one(task, on_result) for task in tasks]
 
     def _run_one(self, task: Task, on_result: Callable[[TaskResult], None] | None, *,
-                 batcher: CallBatcher | None = None, order: int = 0) -> TaskResult:
+                 batcher: CallBatcher | None = None, order: int = 0,
+                 stop: threading.Event | None = None) -> TaskResult:
         """One task, unless a fatal error came first; then ``on_result``."""
         stopped = self.fatal_error
         if stopped is not None:
             result = TaskResult(task, ok=False, error=f"not run: {_one_line(stopped)}")
         else:
-            result = self.run_task(task, batcher=batcher, order=order)
+            result = self.run_task(task, batcher=batcher, order=order, stop=stop)
         if on_result is not None:
             on_result(result)
         return result
@@ -293,19 +344,21 @@ class WorkflowRunner:
         return self._participants
 
     def run_task(self, task: Task, *, batcher: CallBatcher | None = None,
-                 order: int = 0) -> TaskResult:
-        """One task with retries and the timeout (model calls merged by ``batcher``)."""
+                 order: int = 0, stop: threading.Event | None = None) -> TaskResult:
+        """One task with retries and the timeout (model calls merged by ``batcher``);
+        ``stop`` (set by the runner's close or an over-rollout cut) abandons it at once."""
         result = TaskResult(task)
         started = time.monotonic()
+        self.states.started()
         for attempt_number in range(1, self.max_retry_times + 2):
             result.attempts = attempt_number
             attempt = _Attempt(lambda: self._attempt(task, batcher, order),
                                f"{task.taskset}[{task.index}]", self._threads)
-            if not attempt.wait(self.max_timeout, self._closing):
+            timeout = self.task_timeout()
+            if not attempt.wait(timeout, stop or self._closing):
                 self._abandon(attempt)
                 result.ok, result.timed_out = False, True
-                result.error = (f"workflow timed out after {self.max_timeout:g} s "
-                                f"(explorer.max_timeout)")
+                result.error = self._timeout_message(timeout)
                 break  # a hung workflow is not retried: it would hang again
             if attempt.error is None:
                 assert attempt.result is not None
@@ -320,7 +373,61 @@ class WorkflowRunner:
             if not is_retryable(attempt.error):
                 break
         result.seconds = time.monotonic() - started
+        self.states.ended(result.ok)
+        if result.ok:
+            self._succeeded(result)
         return result
+
+    def _run_cut(self, tasks: Sequence[Task], on_result: Callable[[TaskResult], None] | None,
+                 min_done: int, wait_after_min: float) -> list[TaskResult]:
+        """:meth:`run_tasks` with an over-rollout cut: every task on a participant thread
+        (``runner_per_model`` of them in sequential mode, one per task otherwise; a
+        coroutine workflow in asynchronous mode gets an event loop of its own there)."""
+        stop = self._batch_stop = threading.Event()
+        if self._closing.is_set():
+            stop.set()
+        workers = self.workers if self.concurrent_mode == "sequential" else len(tasks)
+        batcher = CallBatcher(len(tasks), workers) if workers > 1 else None
+        lock, kept, cut = threading.Lock(), {}, [False]
+
+        def one(order: int, task: Task) -> None:
+            try:
+                result = self._run_unit(task, batcher, order, stop)
+            finally:
+                if batcher is not None:
+                    batcher.task_done()
+            with lock:  # a result that ends after the cut is dropped, never handed over
+                if cut[0]:
+                    return
+                kept[order] = result
+                if on_result is not None:
+                    on_result(result)
+
+        pool = self._participant_pool(workers)
+        futures = [pool.submit(one, order, task) for order, task in enumerate(tasks)]
+        pending = set(futures)
+        while len(futures) - len(pending) < min_done and pending:
+            _, pending = concurrent.futures.wait(pending, return_when="FIRST_COMPLETED")
+        if pending:
+            concurrent.futures.wait(pending, timeout=wait_after_min)
+        with lock:
+            cut[0] = True
+        stop.set()  # the unfinished ones give up their attempts at once
+        for future in futures:
+            future.cancel()
+        return [kept.get(order) or TaskResult(
+                    task, ok=False, cut_off=True,
+                    error=f"not finished when {min_done} of {len(tasks)} tasks had "
+                          f"(explorer.over_rollout)")
+                for order, task in enumerate(tasks)]
+
+    def _run_unit(self, task: Task, batcher: CallBatcher | None, order: int,
+                  stop: threading.Event) -> TaskResult:
+        if self.fatal_error is None and self.concurrent_mode == "asynchronous":
+            run_async = getattr(self.make_workflow(task), "run_async", None)
+            if run_async is not None and inspect.iscoroutinefunction(run_async):
+                return asyncio.run(self._await_with_retries(task, run_async))
+        return self._run_one(task, None, batcher=batcher, order=order, stop=stop)
 
     def _abandon(self, attempt: _Attempt) -> None:
         with self._abandoned_lock:
@@ -353,16 +460,18 @@ class WorkflowRunner:
     async def _await_with_retries(self, task: Task, first_call: Callable[[], Any]) -> TaskResult:
         result = TaskResult(task)
         started = time.monotonic()
+        self.states.started()
         call = first_call
         for attempt in range(1, self.max_retry_times + 2):
             result.attempts = attempt
+            timeout = self.task_timeout()
             try:
-                result.experiences = _checked(await asyncio.wait_for(call(), self.max_timeout))
+                result.experiences = _checked(await asyncio.wait_for(call(), timeout))
                 result.ok, result.error = True, None
                 break
             except TimeoutError:
                 result.ok, result.timed_out = False, True
-                result.error = f"workflow timed out after {self.max_timeout:g} s (explorer.max_timeout)"
+                result.error = self._timeout_message(timeout)
                 with self._abandoned_lock:
                     self.abandoned += 1
                 break
@@ -375,6 +484,9 @@ class WorkflowRunner:
                     break
                 call = self.make_workflow(task).run_async
         result.seconds = time.monotonic() - started
+        self.states.ended(result.ok)
+        if result.ok:
+            self._succeeded(result)
         return result
 
     def _attempt(self, task: Task, batcher: CallBatcher | None = None,
@@ -388,6 +500,8 @@ class WorkflowRunner:
         """Stop the waiting threads at once (they give up the attempts they wait for);
         abandoned attempts are left to their daemon threads."""
         self._closing.set()
+        if self._batch_stop is not None:
+            self._batch_stop.set()
         self._threads.close()
         if self._participants is not None:
             self._participants.shutdown(wait=False, cancel_futures=True)

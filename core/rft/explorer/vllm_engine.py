@@ -54,6 +54,7 @@ from rft.chat_template import model_chat_template
 from rft.errors import RftError
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.explorer.hf_engine import _strip_wrappers
+from rft.rope import apply_rope
 
 _DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
                 "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
@@ -80,6 +81,8 @@ class VLLMEngine(InferenceEngine):
     :param enable_chunked_prefill: split long prefills into chunks.
     :param trust_remote_code: allow modelling code shipped with the checkpoint.
     :param ignore_eos: keep generating past EOS (load tests).
+    :param rope_scaling, rope_theta: ``model.rope_scaling`` / ``model.rope_theta``, passed
+        as ``hf_overrides`` (:mod:`rft.rope`), as the trainer loads the model.
     :param llm_kwargs: further keyword arguments of ``vllm.LLM`` (the config's
         ``extra_engine_args``), e.g. ``kv_cache_memory_bytes``, ``max_num_seqs``; they win
         over the values chosen here.
@@ -103,6 +106,8 @@ class VLLMEngine(InferenceEngine):
         lora_rank: int | None = None,
         max_cpu_loras: int | None = None,
         fully_sharded_loras: bool = False,
+        rope_scaling: dict[str, Any] | None = None,
+        rope_theta: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(**engine_kwargs)
@@ -167,6 +172,9 @@ class VLLMEngine(InferenceEngine):
             self._tokenizer.chat_template = self.chat_template
         self.hf_config = AutoConfig.from_pretrained(self.model_path,
                                                     trust_remote_code=trust_remote_code)
+        rope = apply_rope(self.hf_config, rope_scaling, rope_theta)
+        if rope:  # model.rope_scaling / rope_theta: the trainer loads the same (rft.rope)
+            kwargs["hf_overrides"] = {**kwargs.get("hf_overrides", {}), **rope}
         self.tied_embeddings = bool(getattr(self.hf_config, "tie_word_embeddings", False))
         self.eos_token_ids = self._collect_eos_ids()
         self._param_shapes = _hf_parameter_shapes(self.hf_config, trust_remote_code)
@@ -196,7 +204,7 @@ class VLLMEngine(InferenceEngine):
             chat_template=template,
             enable_thinking=(rm.enable_thinking if rm.enable_thinking is not None
                              else m.enable_thinking),
-            seed=rm.seed,
+            seed=rm.seed, rope_scaling=m.rope_scaling, rope_theta=m.rope_theta,
         )
 
     # ---- properties --------------------------------------------------------------------

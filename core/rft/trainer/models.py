@@ -18,29 +18,38 @@ from torch import nn
 
 from rft.errors import RftError
 from rft.ops import entropy_from_logits, logprobs_from_logits
+from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
 
 
 def load_causal_lm(path: str, *, trust_remote_code: bool = False,
-                   key: str = "model.model_path") -> nn.Module:
-    """``AutoModelForCausalLM.from_pretrained(path)`` in float32 (master weights)."""
-    from transformers import AutoModelForCausalLM
+                   key: str = "model.model_path", rope_scaling: dict[str, Any] | None = None,
+                   rope_theta: float | None = None) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(path)`` in float32 (master weights), with
+    the ``model.rope_scaling`` / ``model.rope_theta`` overrides (:mod:`rft.rope`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        apply_rope(config, rope_scaling, rope_theta)
+        return AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32,
                                                     trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise RftError(f"{key}: cannot load a causal LM from {path!r}: "
                        f"{str(exc).splitlines()[0]}") from exc
 
 
-def load_value_model(path: str, *, trust_remote_code: bool = False) -> nn.Module:
+def load_value_model(path: str, *, trust_remote_code: bool = False,
+                     rope_scaling: dict[str, Any] | None = None,
+                     rope_theta: float | None = None) -> nn.Module:
     """A value model: the backbone at ``path`` with a fresh scalar head per token
-    (``AutoModelForTokenClassification``, ``num_labels=1``, no dropout; as veRL's critic)."""
+    (``AutoModelForTokenClassification``, ``num_labels=1``, no dropout; as veRL's critic),
+    with the RoPE overrides of :func:`load_causal_lm`."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        apply_rope(config, rope_scaling, rope_theta)
         config.num_labels = 1
         config.classifier_dropout = 0.0
         return AutoModelForTokenClassification.from_pretrained(

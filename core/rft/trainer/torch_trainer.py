@@ -126,7 +126,9 @@ class TorchTrainer(Trainer):
         options = self.options
         trust = plan.model.trust_remote_code
         if model is None:
-            model = load_causal_lm(plan.model.model_path, trust_remote_code=trust)
+            model = load_causal_lm(plan.model.model_path, trust_remote_code=trust,
+                                   rope_scaling=plan.model.rope_scaling,
+                                   rope_theta=plan.model.rope_theta)
         self.lora = lora_ops.lora_of(plan.model)
         """``model.lora_configs[0]``: the actor is a peft model training that adapter."""
         if self.lora is not None:
@@ -142,7 +144,9 @@ class TorchTrainer(Trainer):
             path = plan.model.critic_model_path or plan.model.model_path
             with torch.random.fork_rng(devices=[]):  # the same fresh head everywhere
                 torch.manual_seed(CRITIC_HEAD_SEED)
-                self.critic = load_value_model(path, trust_remote_code=trust)
+                self.critic = load_value_model(path, trust_remote_code=trust,
+                                               rope_scaling=plan.model.rope_scaling,
+                                               rope_theta=plan.model.rope_theta)
             if options.critic_gradient_checkpointing:
                 _enable_gradient_checkpointing(self.critic, "critic")
         if ranks is not None:  # gradient checkpointing was enabled before sharding

@@ -183,8 +183,12 @@ __rft_source() {
     local real="${abs#"$__RFT_CONVERT_ROOT"}"
     if [ "$real" != "$abs" ] && [ -f "$real" ]; then file="$real"; fi
   fi
+  # a machine's environment file that is not here (an accelerator toolkit's set_env.sh):
+  # its variables cannot be known; the launch is read without them
+  if [ -n "$file" ] && [ ! -e "$file" ] && [ -z "${file##/*}" ]; then return 0; fi
   builtin source "$file" "$@"
 }
+ulimit() { return 0; }
 source() { __rft_source "$@"; }
 .() { __rft_source "$@"; }
 cd() {
@@ -199,7 +203,7 @@ cd() {
   builtin cd "${options[@]}" -- "$target" || return
   case "$PWD/" in "$__RFT_CONVERT_ROOT"/*) ;; *) builtin cd "$__RFT_CONVERT_ROOT";; esac
 }
-export -f command_not_found_handle __rft_source source . cd
+export -f command_not_found_handle __rft_source source . cd ulimit
 """
 
 
