@@ -53,3 +53,23 @@ def test_local_folders_and_local_looking_paths_pass(tmp_path, monkeypatch):
     assert model_source_problem("model.model_path", "./missing") is None
     assert model_source_problem("model.model_path", "org/name") is not None
     preflight.hub_unreachable.cache_clear()
+
+
+def test_missing_data_path_warns_at_validation_and_stops_a_run_in_one_line(tmp_path,
+                                                                           tiny_model_dir):
+    """A config written for another machine validates here with a warning naming the data
+    path; ``rft run`` stops before anything starts, in one line naming the key."""
+    config = write_config(tmp_path, tiny_model_dir, Path("/no/such/data/train.jsonl"))
+    validated = subprocess.run([*RFT, "validate", str(config)], capture_output=True, text=True,
+                               cwd=tmp_path)
+    assert validated.returncode == 0, validated.stderr
+    assert ("rft: warning: buffer.explorer_input.taskset.path: path "
+            "'/no/such/data/train.jsonl' does not exist here; `rft run` stops at start unless "
+            "it exists where it runs") in validated.stderr.splitlines()
+    ran = subprocess.run([*RFT, "run", str(config)], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.splitlines()[-1] == (
+        "rft: buffer.explorer_input.taskset.path: path '/no/such/data/train.jsonl' does not "
+        "exist")
+    assert not (tmp_path / "ck").exists()  # nothing started, nothing written

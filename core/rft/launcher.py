@@ -25,7 +25,7 @@ from rft.distributed.shared_queue import run_train_mode
 from rft.errors import RftError
 from rft.logs import configure_logging, reset_logging
 from rft.modes.bench import run_bench
-from rft.modes.preflight import check_model_sources
+from rft.modes.preflight import check_data_sources, check_model_sources
 from rft.modes.stage import StageResult
 
 ModeRunner = Callable[[Stage], StageResult]
@@ -59,6 +59,8 @@ def _run_stages(loaded: LoadedConfig) -> int:
     results: list[StageResult] = []
     previous_model: str | None = None
     check_stage_chain(loaded.stages)
+    for stage in loaded.stages:  # every stage's data before the first stage runs
+        check_data_sources(stage.plan)
     for index, stage in enumerate(loaded.stages):
         if previous_model is not None:
             start_from(stage, previous_model, loaded.stages[index - 1])

@@ -154,6 +154,17 @@ def _require_local(v: Validation, key: str, path: str | None) -> None:
         v.problem(key, f"path {path!r} does not exist")
 
 
+MISSING_DATA_HERE = "does not exist here; `rft run` stops at start unless it exists where it runs"
+"""The warning for a data path missing on the validating machine (a config written for a
+cluster validates on a laptop; :func:`rft.modes.preflight.check_data_sources` makes it a
+one-line error when a run starts)."""
+
+
+def _data_path_here(v: Validation, key: str, path: str | None) -> None:
+    if path and local_looking(path) and not os.path.exists(os.path.expanduser(path)):
+        v.warnings.append(f"{key}: path {path!r} {MISSING_DATA_HERE}")
+
+
 # --------------------------------------------------------------------------------------
 # Checks, run in order
 # --------------------------------------------------------------------------------------
@@ -329,7 +340,7 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
         if aux.storage_type == "file":
             if not aux.path:
                 v.problem(f"{key}.path", "must be set for storage_type 'file'")
-            _require_local(v, f"{key}.path", aux.path)
+            _data_path_here(v, f"{key}.path", aux.path)
 
 
 def check_replay_buffer(key: str, priority_fn: str, args: dict[str, Any],
@@ -348,7 +359,7 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
     if taskset.storage_type in ("file", "sql"):
         if not taskset.path:
             v.problem(f"{key}.path", f"must be set for storage_type {taskset.storage_type!r}")
-        _require_local(v, f"{key}.path", taskset.path)
+        _data_path_here(v, f"{key}.path", taskset.path)
     if taskset.default_workflow_type is None:
         v.problem(f"{key}.default_workflow_type",
                   "no workflow: set it here or buffer.explorer_input.default_workflow_type")

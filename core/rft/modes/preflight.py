@@ -25,7 +25,8 @@ from rft.config.validate import local_looking
 from rft.errors import RftError
 from rft.hub import HUB_CONNECT_TIMEOUT_S, hub_unreachable, in_hub_cache
 
-__all__ = ["HUB_CONNECT_TIMEOUT_S", "check_model_sources", "data_problems", "hub_unreachable",
+__all__ = ["HUB_CONNECT_TIMEOUT_S", "check_data_sources", "check_model_sources", "data_paths",
+           "data_problems", "hub_unreachable",
            "in_hub_cache", "model_paths", "model_source_problem"]
 
 
@@ -64,10 +65,29 @@ def check_model_sources(plan: RunPlan) -> None:
 
 
 def _readable_here(path: str | None) -> bool:
-    """A local data path (a Hub dataset id is left to ``datasets``)."""
-    if not path:
-        return False
-    return os.path.exists(os.path.expanduser(path)) or local_looking(path)
+    """A data path that exists here (a Hub dataset id is left to ``datasets``; a missing
+    local path is a validation warning and :func:`check_data_sources`' error)."""
+    return bool(path) and os.path.exists(os.path.expanduser(str(path)))
+
+
+def data_paths(plan: RunPlan) -> Iterator[tuple[str, str]]:
+    """``(dotted key, path)`` of every data file or folder the stage reads."""
+    for taskset in (*plan.tasksets, *plan.eval_tasksets):
+        if taskset.config.path:
+            yield taskset.key + ".path", taskset.config.path
+    for name, aux in plan.config.buffer.trainer_input.auxiliary_buffers.items():
+        if aux.storage_type == "file" and aux.path:
+            yield f"buffer.trainer_input.auxiliary_buffers.{name}.path", aux.path
+
+
+def check_data_sources(plan: RunPlan) -> None:
+    """Raise one :class:`RftError` line per local data path of the stage that does not exist
+    here (validation only warned: the config may have been written for another machine)."""
+    problems = [f"{key}: path {path!r} does not exist"
+                for key, path in data_paths(plan)
+                if local_looking(path) and not os.path.exists(os.path.expanduser(path))]
+    if problems:
+        raise RftError("\n".join(dict.fromkeys(problems)))
 
 
 def data_problems(plan: RunPlan) -> list[str]:
