@@ -55,10 +55,11 @@ from typing import Any
 
 import torch
 
-from rft.config.plan import LossPlan, Selected, kl_coef_of
+from rft.config.plan import LossPlan, Selected, TrainerPlan, kl_coef_of
 from rft.contracts import (AdvantageInputs, AggContext, EntropyInputs, KLInputs,
                            MissingInputError, PolicyLossInputs)
 from rft.errors import RftError
+from rft.experience import Batch
 from rft.ops import masked_mean
 from rft.plugins import args_type_of
 
@@ -90,6 +91,30 @@ def args_of(selected: Selected) -> Any:
 # --------------------------------------------------------------------------------------
 # Advantages and KL penalty (before the update)
 # --------------------------------------------------------------------------------------
+
+
+def batch_advantages(plan: TrainerPlan, batch: Batch, rewards: torch.Tensor,
+                     mask: torch.Tensor, values: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages, returns)`` ``(B, T)`` of a rollout batch: the batch's own when the
+    explorer computed them, else the advantage fn resolved from ``algorithm.advantage_fn``
+    on ``rewards`` / ``mask`` ``(B, T)`` and the critic's ``values`` (every trainer backend
+    calls this one rule)."""
+    selected = plan.loss.advantage
+    if batch.advantages is not None or plan.preset.advantage_in_explorer or selected is None:
+        if batch.advantages is None:
+            raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
+                           f"{plan.algorithm.algorithm_type!r} computes none in the trainer")
+        returns = batch.returns if batch.returns is not None else batch.advantages
+        return batch.advantages, returns
+    baselines = [e.info.get("reward_baseline") for e in batch.experiences]
+    inputs = AdvantageInputs(
+        token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
+        values=values, rollout_log_prob=batch.rollout_log_prob,
+        teacher_log_prob=batch.teacher_log_prob,
+        reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
+                          if all(b is not None for b in baselines) else None))
+    return compute_advantages(selected, inputs)
 
 
 def compute_advantages(selected: Selected, inputs: AdvantageInputs

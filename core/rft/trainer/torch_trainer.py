@@ -47,7 +47,6 @@ from rft.adapter import AdapterWeights, LoraSpec
 from rft.algorithm import AlgorithmPreset
 from rft.builtin.policy_loss import clipped_value_loss
 from rft.config.plan import LossPlan, TrainerPlan
-from rft.contracts import AdvantageInputs
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer import lora as lora_ops
@@ -57,7 +56,7 @@ from rft.trainer.fsdp import (clip_grad_norm, full_tensor, move_optimizer_state,
                               unique_state_names)
 from rft.trainer.input_checks import check_experiences
 from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
-                              compute_advantages)
+                              batch_advantages)
 from rft.trainer.metrics import LossMetrics, data_metrics, rollout_probs_diff, timed
 from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model,
                                 response_logprobs, response_values, unique_tensors)
@@ -454,7 +453,7 @@ class TorchTrainer(Trainer):
                                                    mask, self.fns.kl_penalty)
             metrics.update(kl_metrics)
         with timed(metrics, "adv"):
-            advantages, returns = self._advantages(batch, rewards, mask, values)
+            advantages, returns = batch_advantages(self.plan, batch, rewards, mask, values)
         tensors["advantages"], tensors["returns"] = advantages, returns
         metrics.update(data_metrics(
             token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
@@ -463,26 +462,6 @@ class TorchTrainer(Trainer):
             max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
             max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
             values=values))
-
-    def _advantages(self, batch: Batch, rewards: torch.Tensor, mask: torch.Tensor,
-                    values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advantages from the batch when the explorer computed them, else the advantage fn."""
-        selected = self.fns.advantage
-        if batch.advantages is not None or self.preset.advantage_in_explorer or selected is None:
-            if batch.advantages is None:
-                raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
-                               f"{self.plan.algorithm.algorithm_type!r} computes none in the "
-                               "trainer")
-            returns = batch.returns if batch.returns is not None else batch.advantages
-            return batch.advantages, returns
-        baselines = [e.info.get("reward_baseline") for e in batch.experiences]
-        inputs = AdvantageInputs(
-            token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
-            values=values, rollout_log_prob=batch.rollout_log_prob,
-            teacher_log_prob=batch.teacher_log_prob,
-            reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
-                              if all(b is not None for b in baselines) else None))
-        return compute_advantages(selected, inputs)
 
     # ---- updates ---------------------------------------------------------------------
 

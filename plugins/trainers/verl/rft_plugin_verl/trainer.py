@@ -51,12 +51,11 @@ from typing import Any
 import torch
 from rft.config.plan import TrainerPlan
 from rft.config.schema import RftConfig
-from rft.contracts import AdvantageInputs
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer.base import Trainer
 from rft.trainer.fsdp import unique_state_names
-from rft.trainer.loss import apply_kl_penalty, compute_advantages
+from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, rollout_probs_diff, timed
 
 from rft_plugin_verl import cpu_platform, environment
@@ -282,7 +281,7 @@ class VerlTrainer(Trainer):
                                                    self.fns.kl_penalty)
             metrics.update(kl_metrics)
         with timed(metrics, "adv"):
-            advantages, returns = self._advantages(batch, rewards, mask, values)
+            advantages, returns = batch_advantages(self.plan, batch, rewards, mask, values)
         extra["advantages"], extra["returns"] = advantages, returns
         response_lengths = batch.attention_mask[:, batch.prompt_width:].sum(-1)  # (B,)
         metrics.update(data_metrics(
@@ -292,27 +291,6 @@ class VerlTrainer(Trainer):
             max_response_length=self.plan.model.max_response_tokens or mask.shape[1],
             max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
             values=values))
-
-    def _advantages(self, batch: Batch, rewards: torch.Tensor, mask: torch.Tensor,
-                    values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advantages from the batch when the explorer computed them, else the advantage fn
-        resolved from ``algorithm.advantage_fn``."""
-        selected = self.fns.advantage
-        if batch.advantages is not None or self.preset.advantage_in_explorer or selected is None:
-            if batch.advantages is None:
-                raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
-                               f"{self.plan.algorithm.algorithm_type!r} computes none in the "
-                               "trainer")
-            returns = batch.returns if batch.returns is not None else batch.advantages
-            return batch.advantages, returns
-        baselines = [e.info.get("reward_baseline") for e in batch.experiences]
-        inputs = AdvantageInputs(
-            token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
-            values=values, rollout_log_prob=batch.rollout_log_prob,
-            teacher_log_prob=batch.teacher_log_prob,
-            reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
-                              if all(b is not None for b in baselines) else None))
-        return compute_advantages(selected, inputs)
 
     def _train_meta(self, section: str, rows: int) -> dict[str, Any]:
         """veRL's ``train_mini_batch`` settings (``RayPPOTrainer._update_actor``)."""
