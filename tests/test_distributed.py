@@ -244,21 +244,33 @@ def test_killed_explorer_stops_the_run_and_keeps_the_trainer(ray_local, tmp_path
     """Killing the explorer actor mid-run: a one-line error naming it; the trainer's last
     completed step is checkpointed — also when the trainer may be broadcasting to it
     (``nccl``)."""
-    import ray
-
     config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=30,
                          synchronizer__sync_method=sync_method,
                          explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
-    trainer_log = tmp_path / "ck" / "e2e" / "run" / "monitor" / "trainer.jsonl"
+    message, took = run_killing_actor_after_first_step(config, tmp_path, "explorer")
+    assert took < 60  # no wait on a broadcast nobody receives
+    assert "explorer actor 'explorer' died" in message and "\n" not in message
+    saved = list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))
+    trained = len(logged(tmp_path, "trainer"))
+    assert saved and saved[-1].step == trained < 30
 
-    started: list[float] = []
+
+def run_killing_actor_after_first_step(config: Path, tmp_path: Path, actor: str
+                                       ) -> tuple[str, float]:
+    """Run ``config`` and ``ray.kill`` the actor named ``actor`` once the trainer has logged
+    its first step; the run must fail with an :class:`RftError`. Returns its message and
+    the seconds from the kill to the end of the run."""
+    import ray
+
+    trainer_log = tmp_path / "ck" / "e2e" / "run" / "monitor" / "trainer.jsonl"
+    killed: list[float] = []
 
     def kill_after_first_step() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if trainer_log.is_file() and trainer_log.read_text().strip():
-                ray.kill(ray.get_actor("explorer"))
-                started.append(time.monotonic())
+                ray.kill(ray.get_actor(actor))
+                killed.append(time.monotonic())
                 return
             time.sleep(0.05)
 
@@ -268,12 +280,8 @@ def test_killed_explorer_stops_the_run_and_keeps_the_trainer(ray_local, tmp_path
         run(load_config(config))
     ended = time.monotonic()
     killer.join()
-    assert started and ended - started[0] < 60  # no wait on a broadcast nobody receives
-    message = str(caught.value)
-    assert "explorer actor 'explorer' died" in message and "\n" not in message
-    saved = list_checkpoints(str(tmp_path / "ck" / "e2e" / "run"))
-    trained = len(logged(tmp_path, "trainer"))
-    assert saved and saved[-1].step == trained < 30
+    assert killed, f"the trainer logged no step within 120 s; {actor!r} was not killed"
+    return str(caught.value), ended - killed[0]
 
 
 @pytest.mark.slow
@@ -490,30 +498,10 @@ def test_nccl_sync_broadcasts_the_weights(ray_local, tmp_path, model_hd32, tasks
 def test_killed_buffer_actor_is_named(ray_local, tmp_path, tiny_model_dir, tasks):
     """Killing the experience buffer's actor mid-run: the explorer's (or the trainer's)
     call to it fails, and the one-line error names the buffer actor, not its caller."""
-    import ray
-
     config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=30,
                          explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
-    trainer_log = tmp_path / "ck" / "e2e" / "run" / "monitor" / "trainer.jsonl"
-    killed: list[float] = []
-
-    def kill_after_first_step() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if trainer_log.is_file() and trainer_log.read_text().strip():
-                ray.kill(ray.get_actor("exp"))
-                killed.append(time.monotonic())
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_after_first_step)
-    killer.start()
-    with pytest.raises(RftError) as caught:
-        run(load_config(config))
-    ended = time.monotonic()
-    killer.join()
-    message = str(caught.value)
-    assert killed and ended - killed[0] < 60
+    message, took = run_killing_actor_after_first_step(config, tmp_path, "exp")
+    assert took < 60
     assert message.startswith("buffer actor 'exp' died"), message
     assert "explorer actor" not in message and "trainer actor" not in message
     assert "\n" not in message
