@@ -20,7 +20,7 @@ tensors into them, so the engine computes what the trainer's peft model computes
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -355,17 +355,7 @@ class HFEngine(InferenceEngine):
         ``model.embed_tokens.weight`` are one tensor: either name updates both, and the
         tie is restored should a load have split them."""
         with self._lock, torch.no_grad():
-            targets = self.model.state_dict(keep_vars=True)
-            for name, tensor in named_tensors:
-                key = _strip_wrappers(name)
-                target = targets.get(key)
-                if target is None:
-                    raise RftError(f"update_weights: {type(self.model).__name__} has no "
-                                   f"parameter {name!r}")
-                if tuple(target.shape) != tuple(tensor.shape):
-                    raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
-                                   f"the model's is {tuple(target.shape)}")
-                target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+            self._copy_in(named_tensors, _strip_wrappers, "update_weights", "parameter")
             self._retie()
             self._model_version = int(version)
 
@@ -385,18 +375,22 @@ class HFEngine(InferenceEngine):
                                f"{len(spec.target_modules)} modules) differs from the one this "
                                f"engine serves (rank {self._adapter.rank}, "
                                f"{len(self._adapter.target_modules)} modules)")
-            targets = self.model.state_dict(keep_vars=True)
-            for name, tensor in adapter.tensors:
-                key = _adapter_key(name)
-                target = targets.get(key)
-                if target is None:
-                    raise RftError(f"update_adapter: {type(self.model).__name__} has no adapter "
-                                   f"tensor {name!r}")
-                if tuple(target.shape) != tuple(tensor.shape):
-                    raise RftError(f"update_adapter: {name!r} has shape "
-                                   f"{tuple(tensor.shape)}, the model's is {tuple(target.shape)}")
-                target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+            self._copy_in(adapter.tensors, _adapter_key, "update_adapter", "adapter tensor")
             self._model_version = int(version)
+
+    def _copy_in(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                 key_of: Callable[[str], str], what: str, noun: str) -> None:
+        """Copy each tensor in place into the model's tensor ``key_of(name)`` (its device and
+        dtype); a name the model lacks or a shape that differs is one line naming it."""
+        targets = self.model.state_dict(keep_vars=True)
+        for name, tensor in named_tensors:
+            target = targets.get(key_of(name))
+            if target is None:
+                raise RftError(f"{what}: {type(self.model).__name__} has no {noun} {name!r}")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise RftError(f"{what}: {name!r} has shape {tuple(tensor.shape)}, "
+                               f"the model's is {tuple(target.shape)}")
+            target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
 
     def _retie(self) -> None:
         if not getattr(self.model.config, "tie_word_embeddings", False):
