@@ -179,7 +179,7 @@ GUIDE_DEFAULTS = [
     ("trainer.trainer_strategy", "fsdp"),
     ("trainer.save_strategy", "unrestricted"),
     ("trainer.save_hf_checkpoint", "last"),
-    ("trainer.grad_clip", 1.0),
+    ("trainer.grad_clip", None),  # unset: algorithm.optimizer.clip_grad, else 1.0 (validation)
     ("trainer.use_dynamic_bsz", True),
     ("trainer.ulysses_sequence_parallel_size", 1),
     ("trainer.max_checkpoints_to_keep", None),  # keep all

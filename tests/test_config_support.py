@@ -122,7 +122,7 @@ def test_each_consumer_module_reads_the_field(key):
 SHARED_NAMES = {
     "name", "path", "seed", "rank", "enable", "ratio", "base_url", "port", "group", "n",
     "logprobs", "chat_template", "top_k", "operators", "output", "max_retry_times",
-    "reply_prefix", "engine_num",
+    "reply_prefix", "engine_num", "format",
 }
 """Unsupported fields whose names are also attributes of other objects (a taskset's
 ``name``, a sampling ``seed``, a regex match's ``group``, ...): the scan below cannot
@@ -287,17 +287,16 @@ def test_keys_name_list_items_and_mapping_entries():
     config.buffer.explorer_input.tasksets = [schema.TasksetConfig(name="a"),
                                              schema.TasksetConfig(name="b")]
     config.buffer.explorer_input.tasksets[1].format.reply_prefix = "<think>"
-    config.explorer.auxiliary_models = [schema.AuxiliaryModelConfig(engine_num=2)]
+    config.explorer.auxiliary_models = [schema.AuxiliaryModelConfig(use_v1=False)]
     _, warnings = support_messages(config)
     assert [w.split(":")[0] for w in warnings] == [
         "buffer.explorer_input.tasksets[1].format.reply_prefix",
-        "explorer.auxiliary_models[0].engine_num"]
+        "explorer.auxiliary_models[0].use_v1"]
 
 
 def test_an_unsupported_value_that_matches_when_only():
     config = schema.RftConfig()
     config.model.logprobs = 0  # only the sampled token's: what rft does
-    config.explorer.auxiliary_models = [schema.AuxiliaryModelConfig(engine_num=1)]
     config.model.lora_configs = []  # empty: full fine-tuning, as written
     assert support_messages(config) == ([], [])
 
@@ -340,11 +339,11 @@ def test_over_rollout_needs_a_dynamic_sync_style_and_dynamic_timeout_a_positive_
 
 def test_an_unsupported_field_is_a_warning_of_load_config(env):
     loaded = load_config(BASE_CONFIG, ["buffer.explorer_input.taskset.format.image_key=null",
-                                       "trainer.save_strategy=single_node",
-                                       "monitor.detailed_stats=true"])
+                                       "explorer.rollout_model.use_v1=false",
+                                       "model.logprobs=5"])
     assert loaded.warnings == [
-        f"trainer.save_strategy: {SUPPORT['TrainerConfig.save_strategy'].reason}",
-        f"monitor.detailed_stats: {SUPPORT['MonitorConfig.detailed_stats'].reason}"]
+        f"model.logprobs: {SUPPORT['ModelConfig.logprobs'].reason}",
+        f"explorer.rollout_model.use_v1: {SUPPORT['InferenceModelConfig.use_v1'].reason}"]
 
 
 # --------------------------------------------------------------------------------------
@@ -403,14 +402,14 @@ def test_trainer_config_warning_through_load_config(env):
 
 def test_a_key_an_earlier_check_reported_is_not_reported_again():
     config = schema.RftConfig()
-    config.monitor.detailed_stats = True
-    config.trainer.save_strategy = "single_node"
+    config.model.logprobs = 5
+    config.explorer.rollout_model.use_v1 = False
     found = Validation(PluginRegistry.create())
-    found.warnings.append("monitor.detailed_stats: said before")
+    found.warnings.append("model.logprobs: said before")
     check_support(config, found)
     assert found.warnings == [
-        "monitor.detailed_stats: said before",
-        f"trainer.save_strategy: {SUPPORT['TrainerConfig.save_strategy'].reason}"]
+        "model.logprobs: said before",
+        f"explorer.rollout_model.use_v1: {SUPPORT['InferenceModelConfig.use_v1'].reason}"]
     assert check_support in CHECKS and CHECKS[-1] is check_support
 
 

@@ -206,3 +206,58 @@ def test_stop_strings_end_rows_inside_the_decode_loop(tiny_model_dir: Path) -> N
     assert free.tokens.shape == (3, 10)
     assert torch.equal(free.tokens[0, :3], out.tokens[0, :3])
     assert torch.equal(free.tokens[2, :5], out.tokens[2, :5])
+
+
+@pytest.mark.parametrize("which", ["qwen2", "llama"])
+@torch.no_grad()
+def test_shared_prompt_prefill_equals_repeated_rows_bit_for_bit(tiny_model_dir: Path,
+                                                                which: str) -> None:
+    """``prefill(…, repeats=n)`` runs each prompt once: its logits, cache and the decode
+    steps after it equal those of the prompt rows repeated ``n`` times, bit for bit (also
+    against the model's own forward) at several batch shapes. One prompt of 6 tokens
+    (a matrix product over few rows may take another CPU kernel) agrees to rounding."""
+    model = _qwen2(tiny_model_dir) if which == "qwen2" else _llama()
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(5)
+    for rows, repeats, width in ((3, 8, 9), (1, 4, 6), (5, 2, 13), (2, 3, 9)):
+        ids = torch.randint(3, vocab, (rows, width), generator=generator)
+        mask = torch.ones(rows, width, dtype=torch.long)
+        mask[0, : width // 2] = 0  # left padding
+        ids[mask == 0] = 0
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        new = torch.randint(3, vocab, (rows * repeats, 3), generator=generator)
+        big = [t.repeat_interleave(repeats, dim=0) for t in (ids, mask, positions)]
+        shared = LeanDecoder(model)
+        logits = [shared.prefill(ids, mask, positions, 3, repeats=repeats)]
+        step_positions = big[2][:, -1:]
+        for column in range(3):
+            step_positions = step_positions + 1
+            logits.append(shared.step(new[:, column:column + 1], step_positions))
+        repeated = _lean_logits(model, *big, new)
+        reference = _reference_logits(model, *big, new)
+        for a, b, c in zip(logits, repeated, reference, strict=True):
+            assert a.shape == (rows * repeats, vocab)
+            if rows == 1:
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+                continue
+            assert torch.equal(a, b), (rows, repeats, width, (a - b).abs().max())
+            assert torch.equal(a, c), (rows, repeats, width, (a - c).abs().max())
+
+
+def test_sample_tokens_with_repeats_draws_what_repeated_rows_draw(tiny_model_dir: Path) -> None:
+    """``sample_tokens(…, repeats=n)`` on the distinct prompts draws the same tokens and
+    returns the same logits as on the rows repeated ``n`` times (lean decoder and the
+    model's own forward)."""
+    model = _qwen2(tiny_model_dir)
+    ids, mask, _ = _batch(model.config.vocab_size)
+    settings = DecodeSettings(max_new_tokens=5, min_new_tokens=0, temperature=1.0, top_k=0,
+                              top_p=1.0, stop_token_ids=[2], pad_token_id=0)
+    for lean in (True, False):
+        torch.manual_seed(7)
+        shared = sample_tokens(model, ids, mask, settings, lean=lean, repeats=4)
+        torch.manual_seed(7)
+        repeated = sample_tokens(model, ids.repeat_interleave(4, 0),
+                                 mask.repeat_interleave(4, 0), settings, lean=lean)
+        assert shared.tokens.shape == (12, 5)
+        assert torch.equal(shared.tokens, repeated.tokens)
+        assert all(torch.equal(a, b) for a, b in zip(shared.logits, repeated.logits, strict=True))

@@ -61,6 +61,18 @@ PLUGINS = [rft_plugin_grpo, rft_plugin_ppo, rft_plugin_workflows, rft_plugin_rew
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _model_forward_in_one_process():
+    """The ranks run the model's own forward (sharded); so do the one-process trainers they
+    are compared with (the shared-prompt forward agrees with it to rounding only:
+    tests/test_lean_forward.py)."""
+    from rft.trainer import models
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "uses_shared_prompts", lambda *args: False)
+        yield
+
+
 @pytest.fixture(scope="module")
 def registry() -> PluginRegistry:
     """Built-ins and the plugins these runs use (no entry-point scan)."""

@@ -456,8 +456,14 @@ def test_ppo_with_critic(registry, model_dir, tmp_path) -> None:
     assert "score.weight" in changed
 
 
-def test_memory_controls_in_one_process_give_the_same_step(registry, model_dir, tmp_path) -> None:
-    """Gradient checkpointing and chunked entropies change memory, not the step (exactly)."""
+def test_memory_controls_in_one_process_give_the_same_step(registry, model_dir, tmp_path,
+                                                          monkeypatch) -> None:
+    """Gradient checkpointing and chunked entropies change memory, not the step (exactly).
+    Checkpointing runs the model's own forward, so the plain trainer does too here (the
+    shared-prompt forward agrees with it to rounding: tests/test_lean_forward.py)."""
+    from rft.trainer import models
+
+    monkeypatch.setattr(models, "uses_shared_prompts", lambda *args: False)
     plain = make_trainer(registry, model_dir, tmp_path)
     controlled = make_trainer(registry, model_dir, tmp_path, trainer={"trainer_config": {
         "torch": {"entropy_chunk_size": 3},
@@ -554,3 +560,62 @@ def test_teacher_log_probs_and_the_step_reach_the_functions(model_dir, tmp_path)
         exp.teacher_logprobs = None
     trainer.train_step(experiences)
     assert recorder.advantages[-1][0] is None and recorder.losses[-1][1] is None
+
+
+def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
+        registry, model_dir, tmp_path, monkeypatch) -> None:
+    """A GRPO batch (each prompt twice) with a KL loss: the actor and reference forwards run
+    each distinct prompt once (:mod:`rft.trainer.lean_forward`), and the step — metrics and
+    updated parameters — is the one through the model's own forward, to float32 rounding."""
+    from rft.trainer import models
+
+    g = torch.Generator().manual_seed(3)
+    experiences = []
+    for task in range(3):
+        prompt = torch.randint(0, VOCAB, (2 + task,), generator=g)
+        for run in range(2):
+            response = torch.randint(0, VOCAB, (3 + 2 * run + task,), generator=g)
+            experiences.append(Experience(
+                tokens=torch.cat([prompt, response]), prompt_length=len(prompt),
+                reward=float(run), eid=EID(batch=0, task=task, run=run)))
+    calls = []
+    shared = models.shared_prompt_logits
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(args[1].shape)
+        return shared(*args, **kwargs)
+
+    grads: list[dict[str, torch.Tensor]] = []  # the accumulated gradient of every step
+    step = TorchTrainer._step
+
+    def recorded(self: TorchTrainer, model: Any, *args: Any) -> float:
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
+        return step(self, model, *args)
+
+    monkeypatch.setattr(TorchTrainer, "_step", recorded)
+    kl = {"kl_loss_fn": "low_var_kl", "kl_loss_fn_args": {"kl_coef": 0.1},
+          "optimizer": {"lr": 1e-2}}
+    monkeypatch.setattr(models, "shared_prompt_logits", counted)
+    lean = make_trainer(registry, model_dir, tmp_path, algorithm=kl)
+    lean_metrics = [lean.train_step(experiences) for _ in range(2)]
+    assert len(calls) == 4  # reference and actor forwards of both steps
+    monkeypatch.setattr(models, "uses_shared_prompts", lambda *args: False)
+    plain = make_trainer(registry, model_dir, tmp_path, algorithm=kl)
+    initial = params(plain)
+    plain_metrics = [plain.train_step(experiences) for _ in range(2)]
+    assert len(calls) == 4
+    assert lean_metrics[1]["actor/kl_loss"] > 0
+    for ours, theirs in zip(lean_metrics, plain_metrics, strict=True):
+        for key, value in theirs.items():
+            if not key.startswith("timing_s/"):
+                assert ours[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert len(grads) == 4
+    # the same weights, float32 sums in other orders; then from weights that differ by that
+    for ours, theirs, bound in zip(grads[:2], grads[2:], (1e-5, 1e-3), strict=True):
+        for name, grad in theirs.items():
+            scale = grad.abs().max().item()
+            assert scale > 0 and (ours[name] - grad).abs().max().item() <= bound * scale, name
+    after, reference = params(lean), params(plain)
+    for name, tensor in reference.items():  # Adam magnifies the rounding of tiny gradients
+        update = (tensor - initial[name]).abs().max().item()
+        assert update > 0 and (after[name] - tensor).abs().max().item() <= 1e-2 * update, name

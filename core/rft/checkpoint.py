@@ -1,7 +1,10 @@
 """Checkpoints of a run: ``<job dir>/global_step_<N>/`` written atomically.
 
-A checkpoint folder holds ``trainer.pt`` (the trainer's state), ``state.json`` (step,
-model version, task-selector states, counters, random-generator states), optionally
+A checkpoint folder holds ``trainer.pt`` (the trainer's state, or a marker of the files a
+backend with its own layout wrote next to it:
+:meth:`rft.trainer.base.Trainer.write_checkpoint`), ``state.json`` (step, model version,
+task-selector states, counters, random-generator states, and the size of every other file
+of the folder), optionally
 ``<name>.pt`` files for what the mode keeps besides (e.g. ``buffer.pt``: the experience
 buffer's contents) and optionally ``hf/`` (the actor in Hugging Face format). It is
 written under a temporary name, every file synced to disk, and renamed when complete, so
@@ -11,8 +14,10 @@ its temporary folder and raises one :class:`CheckpointError` line naming the fol
 the cause ("No space left on device"). ``max_checkpoints_to_keep`` prunes the oldest.
 
 Resuming takes the newest checkpoint that is complete *and readable*
-(:func:`newest_readable_checkpoint`): one that cannot be read is moved aside to
-``global_step_<N>.corrupt`` with a warning naming it, and the next older one is used.
+(:func:`newest_readable_checkpoint`: every file there with the size ``state.json``
+lists, ``trainer.pt`` and ``state.json`` readable): one that cannot be read is moved
+aside to ``global_step_<N>.corrupt`` with a warning naming it, and the next older one is
+used.
 
 :func:`rng_state` / :func:`set_rng_state` capture and restore every process-wide random
 generator (Python's ``random``, NumPy's, torch's CPU and CUDA ones) as JSON, so a resumed
@@ -79,12 +84,16 @@ def newest_checkpoint(job_dir: str) -> Checkpoint | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(job_dir: str, step: int, trainer_state: dict[str, Any],
+def save_checkpoint(job_dir: str, step: int,
+                    trainer_state: dict[str, Any] | Callable[[str], dict[str, Any]],
                     state: dict[str, Any], *, max_to_keep: int | None = None,
                     save_hf: Callable[[str], None] | None = None,
                     extra: dict[str, Any] | None = None) -> str:
     """Write ``global_step_<step>`` atomically; prune to ``max_to_keep``; return its path.
 
+    ``trainer_state``: what ``trainer.pt`` holds, or a function called with the temporary
+    folder that writes the trainer's own files there and returns it
+    (:meth:`rft.trainer.base.Trainer.write_checkpoint`).
     ``extra``: more objects to keep, each saved as ``<name>.pt`` (read back with
     :func:`load_extra`).
 
@@ -96,13 +105,16 @@ def save_checkpoint(job_dir: str, step: int, trainer_state: dict[str, Any],
     try:
         shutil.rmtree(partial, ignore_errors=True)
         os.makedirs(partial)
+        if callable(trainer_state):
+            trainer_state = trainer_state(partial)
         torch.save(trainer_state, os.path.join(partial, "trainer.pt"))
         for name, value in (extra or {}).items():
             torch.save(value, os.path.join(partial, f"{name}.pt"))
         if save_hf is not None:
             save_hf(os.path.join(partial, "hf"))
+        files = _file_sizes(partial)
         with open(os.path.join(partial, "state.json"), "w", encoding="utf-8") as handle:
-            json.dump({**state, "step": step}, handle)
+            json.dump({**state, "step": step, FILES_KEY: files}, handle)
         _sync_tree(partial)
         if os.path.exists(final):
             _remove(final)
@@ -115,6 +127,35 @@ def save_checkpoint(job_dir: str, step: int, trainer_state: dict[str, Any],
         for old in list_checkpoints(job_dir)[:-max_to_keep]:
             _remove(old.path)
     return final
+
+
+FILES_KEY = "files"
+"""``state.json``'s list of the checkpoint's other files: ``{relative path: bytes}``."""
+
+
+def _file_sizes(folder: str) -> dict[str, int]:
+    """``{path relative to folder: size in bytes}`` of every file under ``folder``."""
+    sizes: dict[str, int] = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            sizes[os.path.relpath(path, folder)] = os.path.getsize(path)
+    return sizes
+
+
+def _check_file_sizes(checkpoint: Checkpoint, files: dict[str, Any]) -> None:
+    """Every file ``state.json`` lists is there with its size (a trainer's own files, the
+    ``hf/`` export, DCP shards: a truncated or missing one makes the checkpoint
+    unreadable before anything reads it)."""
+    for name, size in sorted(files.items()):
+        path = os.path.join(checkpoint.path, name)
+        try:
+            found = os.path.getsize(path)
+        except OSError:
+            raise CheckpointError(f"checkpoint {path} is corrupt: missing") from None
+        if found != size:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {found} bytes, {size} "
+                                  "written (truncated or overwritten)")
 
 
 def _remove(path: str) -> None:
@@ -178,6 +219,8 @@ def load_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], dict[str, A
         raise CheckpointError(f"checkpoint {state_path} is corrupt: {exc}") from exc
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise CheckpointError(f"checkpoint {state_path} is corrupt: no step")
+    if isinstance(state.get(FILES_KEY), dict):  # (checkpoints of older rft have no list)
+        _check_file_sizes(checkpoint, state[FILES_KEY])
     try:
         trainer_state = torch.load(trainer_path, weights_only=False, map_location="cpu")
     except Exception as exc:  # torch raises several types for truncated files

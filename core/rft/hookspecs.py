@@ -434,9 +434,11 @@ def register_trainers() -> dict[str, Any]:
 def register_monitors() -> dict[str, Any]:
     """Register metric monitors, selected by ``monitor.monitor_type``.
 
-    :return: ``{name: class}``; the class receives ``{metric_name: float}`` per step and
-        writes it somewhere (console, jsonl, tensorboard, wandb, mlflow). Its ``Args``
-        dataclass is filled from ``monitor.monitor_args``.
+    :return: ``{name: class}``; the class (a :class:`rft.monitor.base.Monitor`) receives
+        ``{metric_name: float}`` per step and writes it somewhere (console, jsonl,
+        tensorboard, wandb, mlflow), and may show small tables (``log_table``: the rollout
+        preview of ``trainer.enable_preview``). Its ``Args`` dataclass is filled from
+        ``monitor.monitor_args``.
 
     Example::
 

@@ -165,6 +165,25 @@ EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
         "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow")},
     **{("workflow", name): _MULTIMODAL for name in (
         "simple_mm_workflow", "async_simple_mm_workflow")},
+    ("workflow", "RAFT_baseline_*"): (
+        "Trinity-RFT's R3L example workflow (examples/R3L; its alfworld, scienceworld and "
+        "webshop variants also need those environments): rft does not ship it; a workflow "
+        "plugin (register_workflows) can add it"),
+    ("workflow", "bots_math_boxed_workflow"): (
+        "Trinity-RFT's BOTS example plugin (examples/bots/plugins), not part of Trinity-RFT "
+        "or rft: register it from an rft workflow plugin, or use math_boxed_workflow"),
+    ("workflow", "learn2ask_workflow"): (
+        "Trinity-RFT's Learn-to-Ask example workflow (examples/learn_to_ask): rft does not "
+        "ship it; a workflow plugin (register_workflows) can add it"),
+    ("workflow", "medicine_ruler_workflow"): (
+        "Trinity-RFT's RULER workflow of its RaR-Medicine example: rft ships "
+        "math_ruler_workflow only; a workflow plugin (register_workflows) can add it"),
+    ("workflow", "bcp_simple_react_workflow"): (
+        "Trinity-RFT's BrowseComp-Plus agent workflow: it needs the BrowseComp-Plus searcher "
+        "and its index, and a workflow plugin that wraps them, which rft does not ship"),
+    ("workflow", "agentopia_workflow"): (
+        "Trinity-RFT's workflow for an environment service (taskset storage_type "
+        "env_service): rft has no environment-service storage or workflow"),
     ("workflow", "sciworld_workflow"): (
         "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
         "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),

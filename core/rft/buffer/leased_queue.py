@@ -3,7 +3,8 @@ outlives the processes reading and writing it (the shared queue actor of modes `
 + ``train``, :mod:`rft.distributed.shared_queue`).
 
 :class:`LeasedQueueStorage` is a :class:`~rft.buffer.storage.QueueStorage` (optionally
-mirrored to SQLite) that, like :class:`~rft.buffer.storage.SQLStorage`:
+backed up to a SQLite or JSON lines file) that, like
+:class:`~rft.buffer.storage.SQLStorage`:
 
 - keeps a leased read (:meth:`read_leased`, training step ``s``) until
   :meth:`commit_leases` covers ``s``; :meth:`recover_leases` ``(N)`` makes the leases of

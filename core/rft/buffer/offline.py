@@ -29,10 +29,14 @@ def row_format(experience_format: str) -> RowFormat:
 
 
 def rows_config(cfg: ExperienceBufferConfig) -> TasksetConfig:
-    """The reader's view of a dataset buffer (what :func:`read_rows` takes)."""
+    """The reader's view of a dataset buffer (what :func:`read_rows` takes), with its
+    retries and progress bar."""
     return TasksetConfig(name=cfg.name, storage_type="sql" if cfg.storage_type == "sql"
                          else "file", path=cfg.path, split=cfg.split,
-                         subset_name=cfg.subset_name, format=cfg.format)
+                         subset_name=cfg.subset_name, format=cfg.format,
+                         max_retry_times=cfg.max_retry_times,
+                         max_retry_interval=cfg.max_retry_interval,
+                         enable_progress_bar=cfg.enable_progress_bar)
 
 
 def read_dataset_rows(cfg: ExperienceBufferConfig, where: str) -> list[dict[str, Any]]:

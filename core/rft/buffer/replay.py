@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rft.buffer.storage import ExperienceStorage
+from rft.buffer.storage import ExperienceStorage, write_backup
 from rft.experience import Experience
 
 
@@ -39,12 +39,16 @@ class ReplayStorage(ExperienceStorage):
     """In-process replay buffer (see the module docstring).
 
     :param capacity: most experiences kept; the lowest-priority ones are evicted.
+    :param backup: where every write is also appended (the queue's ``path``,
+        :func:`~rft.buffer.storage.queue_backup`); ``None``: nowhere.
     """
 
     def __init__(self, name: str, priority_fn: PriorityFn, priority_fn_args: Any,
                  reuse_cooldown_time: float | None, capacity: int = 10000,
-                 seed: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+                 seed: int = 0, clock: Callable[[], float] = time.monotonic,
+                 backup: ExperienceStorage | None = None) -> None:
         super().__init__(name)
+        self._backup = backup
         self._priority = priority_fn
         self._args = priority_fn_args
         self._cooldown = reuse_cooldown_time
@@ -52,6 +56,14 @@ class ReplayStorage(ExperienceStorage):
         self._rng = random.Random(seed)
         self._clock = clock
         self._items: list[ReplayItem] = []
+
+    def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
+        write_backup(self._backup, experiences, key)
+        self._append(experiences)
+
+    def close(self) -> None:
+        if self._backup is not None:
+            self._backup.close()
 
     def _append(self, experiences: list[Experience]) -> None:
         self._items += [ReplayItem(e) for e in experiences]

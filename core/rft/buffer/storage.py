@@ -2,8 +2,10 @@
 
 ``buffer.trainer_input.experience_buffer.storage_type`` selects one:
 
-- ``queue`` — in-process FIFO; with a ``path`` ending in ``.db`` every write is also kept
-  in SQLite (a durable copy of everything explored).
+- ``queue`` — in-process FIFO; with a ``path`` every write is also appended to its backup
+  (a durable copy of everything explored, :func:`queue_backup`): a SQLite file
+  (``sqlite:///…``, ``.db``) or JSON lines (``.jsonl`` / ``.json``), readable afterwards
+  as a ``sql`` / ``file`` buffer.
 - ``sql`` — SQLite table: durable, survives restarts; reads mark rows as consumed. One
   process may write while another reads (``explore`` + ``train`` modes).
 - ``file`` — JSON lines, append-only; for explore-only runs and debugging.
@@ -22,8 +24,8 @@ Crashes (see ``docs/faults.md``):
   the buffer and are read again, in the same order (``sql``; in-memory storages are
   restored from the checkpoint instead, :meth:`~ExperienceStorage.state_dict`).
 - **Idempotent writes.** Inside :meth:`~ExperienceStorage.idempotent_writes` ``(key)`` a
-  storage that outlives the process (``sql``, a ``queue``'s SQLite mirror) skips a write
-  whose key it already holds, so a step redone after a crash writes its experiences once.
+  storage that outlives the process (``sql``, ``file``, a ``queue``'s backup) skips a
+  write whose key it already holds, so a step redone after a crash writes its experiences once.
 """
 
 from __future__ import annotations
@@ -37,12 +39,16 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from rft.buffer.retry import NO_RETRY, RetryPolicy, retrying
+from rft.config.buffer_paths import queue_backup_kind, sqlite_file
 from rft.errors import RftError
 from rft.experience import EID, Experience
+
+T = TypeVar("T")
 
 
 class BufferTimeout(RftError):
@@ -240,23 +246,19 @@ class ExperienceStorage(ABC):
 
 
 class QueueStorage(ExperienceStorage):
-    """In-process FIFO, optionally mirrored to a SQLite file (``path`` ending in ``.db``)."""
+    """In-process FIFO; with a ``path`` every write is also appended to its backup, a
+    SQLite file or JSON lines (:func:`queue_backup`)."""
 
     def __init__(self, name: str, path: str | None = None) -> None:
         super().__init__(name)
         self._queue: deque[Experience] = deque()
-        self._mirror = SQLStorage(name, path) if path else None
+        self._mirror = queue_backup(name, path)
 
     def _append(self, experiences: list[Experience]) -> None:
         self._append_keyed(experiences, None)
 
     def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
-        if self._mirror is not None:
-            if key is None:
-                self._mirror.write(experiences)
-            else:
-                with self._mirror.idempotent_writes(key):
-                    self._mirror.write(experiences)
+        write_backup(self._mirror, experiences, key)
         self._queue.extend(experiences)
 
     def _available(self) -> int:
@@ -296,23 +298,41 @@ class SQLStorage(ExperienceStorage):
       sets ``leased`` until :meth:`commit_leases`; :meth:`recover_leases` returns the
       uncovered ones (``consumed`` back to 0);
     - keyed writes (:meth:`idempotent_writes`) record their key in table ``writes`` in the
-      same transaction as their rows.
+      same transaction as their rows;
+    - an operation that fails on a database still locked after the busy timeout (or with a
+      disk I/O error) is tried again ``retry.times`` times every ``retry.interval``
+      seconds (``max_retry_times`` / ``max_retry_interval``, :mod:`rft.buffer.retry`),
+      then one line names the buffer and the last cause.
     """
 
     BUSY_TIMEOUT_S = 60.0
     """Seconds a statement waits for another connection's lock."""
     poll_interval = 0.2
 
-    def __init__(self, name: str, path: str) -> None:
+    def __init__(self, name: str, path: str, retry: RetryPolicy = NO_RETRY) -> None:
         super().__init__(name)
+        self.path = path
+        self.retry = retry
         directory = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(directory, exist_ok=True)
-            self._db = self._connect(path)
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             raise RftError(f"experience buffer {name!r}: cannot open SQLite file {path!r}: "
                            f"{exc}") from exc
-        self.path = path
+
+        def connect() -> sqlite3.Connection:
+            try:
+                return self._connect(path)
+            except sqlite3.Error as exc:
+                raise RftError(f"experience buffer {name!r}: cannot open SQLite file "
+                               f"{path!r}: {exc}") from exc
+
+        self._db = self._retrying(connect)
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        """``operation()`` tried again after a transient SQLite error (:attr:`retry`)."""
+        return retrying(self.retry, f"experience buffer {self.name!r} ({self.path})",
+                        operation, _sqlite_transient)
 
     def _connect(self, path: str) -> sqlite3.Connection:
         """Open, switch to WAL, create the tables (adding the lease columns to a file of an
@@ -356,18 +376,27 @@ class SQLStorage(ExperienceStorage):
 
     def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
         payloads = [(json.dumps(experience_to_dict(e)),) for e in experiences]
-        with self._immediate():
-            if key is not None:
-                if self._db.execute("SELECT 1 FROM writes WHERE key = ?", (key,)).fetchone():
-                    return  # written before a crash: the redone step's rows are there
-                self._db.execute("INSERT INTO writes (key, rows) VALUES (?, ?)",
-                                 (key, len(payloads)))
-            self._db.executemany("INSERT INTO experiences (payload) VALUES (?)", payloads)
+
+        def append() -> None:
+            with self._immediate():
+                if key is not None:
+                    if self._db.execute("SELECT 1 FROM writes WHERE key = ?",
+                                        (key,)).fetchone():
+                        return  # written before a crash: the redone step's rows are there
+                    self._db.execute("INSERT INTO writes (key, rows) VALUES (?, ?)",
+                                     (key, len(payloads)))
+                self._db.executemany("INSERT INTO experiences (payload) VALUES (?)", payloads)
+
+        self._retrying(append)
 
     def _available(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM experiences WHERE consumed = 0").fetchone()[0]
+        return self._retrying(lambda: self._db.execute(
+            "SELECT COUNT(*) FROM experiences WHERE consumed = 0").fetchone()[0])
 
     def _take(self, count: int) -> list[Experience]:
+        return self._retrying(lambda: self._take_once(count))
+
+    def _take_once(self, count: int) -> list[Experience]:
         with self._immediate():
             rows = self._db.execute("SELECT id, payload FROM experiences WHERE consumed = 0 "
                                     "ORDER BY id LIMIT ?", (count,)).fetchall()
@@ -381,33 +410,55 @@ class SQLStorage(ExperienceStorage):
         return [experience_from_dict(json.loads(row[1])) for row in rows]
 
     def commit_leases(self, step: int) -> int:
-        with self._lock, self._immediate():
-            return self._db.execute("UPDATE experiences SET leased = 0 WHERE leased = 1 AND "
-                                    "read_step <= ?", (step,)).rowcount
+        def commit() -> int:
+            with self._immediate():
+                return self._db.execute("UPDATE experiences SET leased = 0 WHERE leased = 1 "
+                                        "AND read_step <= ?", (step,)).rowcount
+
+        with self._lock:
+            return self._retrying(commit)
 
     def recover_leases(self, step: int) -> tuple[int, int]:
-        with self._lock, self._immediate():
-            final = self._db.execute("UPDATE experiences SET leased = 0 WHERE leased = 1 AND "
-                                     "read_step <= ?", (step,)).rowcount
-            returned = self._db.execute(
-                "UPDATE experiences SET consumed = consumed - 1, leased = 0, read_step = NULL "
-                "WHERE leased = 1 AND read_step > ?", (step,)).rowcount
+        def recover() -> tuple[int, int]:
+            with self._immediate():
+                final = self._db.execute("UPDATE experiences SET leased = 0 WHERE leased = 1 "
+                                         "AND read_step <= ?", (step,)).rowcount
+                returned = self._db.execute(
+                    "UPDATE experiences SET consumed = consumed - 1, leased = 0, "
+                    "read_step = NULL WHERE leased = 1 AND read_step > ?", (step,)).rowcount
+            return final, returned
+
+        with self._lock:
+            counts = self._retrying(recover)
             self._lock.notify_all()
-        return final, returned
+        return counts
 
     def leased(self) -> int:
         """Rows read under a lease that is not final yet."""
-        return int(self._db.execute("SELECT COUNT(*) FROM experiences WHERE leased = 1"
-                                    ).fetchone()[0])
+        return int(self._retrying(lambda: self._db.execute(
+            "SELECT COUNT(*) FROM experiences WHERE leased = 1").fetchone()[0]))
 
     def totals(self) -> tuple[int, int]:
         """``(rows written, rows read)`` by every process, from the database."""
-        written, read = self._db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(consumed > 0), 0) FROM experiences").fetchone()
+        written, read = self._retrying(lambda: self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(consumed > 0), 0) FROM experiences").fetchone())
         return int(written), int(read)
 
     def close(self) -> None:
         self._db.close()
+
+
+_TRANSIENT_SQLITE = ("locked", "busy", "disk i/o error")
+"""Words of an SQLite ``OperationalError`` that may pass when tried again."""
+
+
+def _sqlite_transient(exc: BaseException) -> bool:
+    """An error that may pass when tried again: SQLite's ``OperationalError`` of a locked
+    or busy database or a disk I/O error, raw or as the cause of a :class:`_Transaction`'s
+    one-line error (not, e.g., "no such table")."""
+    cause = exc.__cause__ if isinstance(exc, RftError) else exc
+    return isinstance(cause, sqlite3.OperationalError) and any(
+        word in str(cause).lower() for word in _TRANSIENT_SQLITE)
 
 
 class _Transaction:
@@ -438,7 +489,9 @@ class _Transaction:
 
 
 class FileStorage(ExperienceStorage):
-    """Append-only JSON lines; reads go through the file from the start."""
+    """Append-only JSON lines; reads go through the file from the start. A keyed write
+    (:meth:`~ExperienceStorage.idempotent_writes`) stores its key in its first line
+    (``"write_key"``), so a reopened file skips a key it already holds."""
 
     def __init__(self, name: str, path: str) -> None:
         super().__init__(name)
@@ -450,11 +503,25 @@ class FileStorage(ExperienceStorage):
                            f"{exc.strerror}") from exc
         self.path = path
         self._file.seek(0)
-        self._lines = sum(1 for _ in self._file)
+        self._lines = 0
+        self._keys: set[str] = set()
+        for line in self._file:
+            self._lines += 1
+            if '"write_key"' in line:
+                with contextlib.suppress(ValueError, KeyError):  # a line cut by a kill
+                    self._keys.add(str(json.loads(line)["write_key"]))
         self._offset = 0
 
     def _append(self, experiences: list[Experience]) -> None:
-        text = "".join(json.dumps(experience_to_dict(exp)) + "\n" for exp in experiences)
+        self._append_keyed(experiences, None)
+
+    def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
+        if key is not None and key in self._keys:
+            return  # written before a crash: the redone step's lines are there
+        rows = [experience_to_dict(exp) for exp in experiences]
+        if key is not None and rows:
+            rows[0]["write_key"] = key
+        text = "".join(json.dumps(row) + "\n" for row in rows)
         try:
             self._file.write(text)
             self._file.flush()
@@ -463,6 +530,8 @@ class FileStorage(ExperienceStorage):
             raise RftError(f"experience buffer {self.name!r}: cannot write to {self.path}: "
                            f"{exc.strerror or exc}") from exc
         self._lines += len(experiences)
+        if key is not None:
+            self._keys.add(key)
 
     def _available(self) -> int:
         return self._lines - self._offset
@@ -487,9 +556,37 @@ class FileStorage(ExperienceStorage):
         self._file.close()
 
 
+def queue_backup(name: str, path: str | None) -> ExperienceStorage | None:
+    """The backup of queue ``name`` at ``path`` (:mod:`rft.config.buffer_paths`): a
+    :class:`SQLStorage` (a SQLite file or ``sqlite:///`` URL), a :class:`FileStorage`
+    (``.jsonl`` / ``.json``: JSON lines) or ``None`` (no path). The queue writes to it and
+    never reads it; a later stage reads it as a ``sql`` / ``file`` buffer."""
+    try:
+        kind = queue_backup_kind(path)
+    except ValueError as exc:
+        raise RftError(f"experience buffer {name!r}: path: {exc}") from None
+    if path is None or kind is None:
+        return None
+    if kind == "sql":
+        return SQLStorage(name, sqlite_file(path))
+    return FileStorage(name, path)
+
+
+def write_backup(backup: ExperienceStorage | None, experiences: list[Experience],
+                 key: str | None) -> None:
+    """Append a queue's write to its ``backup`` (when there is one) under the write's
+    idempotency ``key``: a write the backup already holds is skipped."""
+    if backup is None:
+        return
+    if key is None:
+        backup.write(experiences)
+    else:
+        with backup.idempotent_writes(key):
+            backup.write(experiences)
+
+
 STORAGES: dict[str, Callable[[str, str | None], ExperienceStorage]] = {
-    "queue": lambda name, path: QueueStorage(name, path if path and path.endswith(".db")
-                                             else None),
+    "queue": lambda name, path: QueueStorage(name, path),
     "sql": lambda name, path: SQLStorage(name, path or f"{name}.db"),
     "file": lambda name, path: FileStorage(name, path or f"{name}.jsonl"),
 }
@@ -499,8 +596,12 @@ STORAGES: dict[str, Callable[[str, str | None], ExperienceStorage]] = {
 SQLITE_URL_PREFIX = "sqlite:///"
 
 
-def open_storage(storage_type: str, name: str, path: str | None) -> ExperienceStorage:
-    """Open the storage selected by ``storage_type``; ``sqlite:///x.db`` paths are accepted."""
+def open_storage(storage_type: str, name: str, path: str | None,
+                 retry: RetryPolicy = NO_RETRY) -> ExperienceStorage:
+    """Open the storage selected by ``storage_type``; ``sqlite:///x.db`` paths are accepted.
+    ``retry``: how often a failed ``sql`` operation is tried again."""
     if path and path.startswith(SQLITE_URL_PREFIX):
         path = path[len(SQLITE_URL_PREFIX):]
+    if storage_type == "sql" and retry != NO_RETRY:
+        return SQLStorage(name, path or f"{name}.db", retry)
     return STORAGES[storage_type](name, path)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from rft.buffer.chat_render import parse_tools
 from rft.buffer.errors import TasksetError
+from rft.buffer.retry import RetryPolicy, retrying
 from rft.config.schema import TasksetConfig
 from rft.hub import hub_unreachable
 from rft.workflow import Task
@@ -56,18 +57,31 @@ def _where(cfg: TasksetConfig) -> str:
     return f"taskset {cfg.name!r} ({cfg.path})"
 
 
+class DataNotReady(TasksetError):
+    """A read that may succeed when tried again: the file or folder is not there (yet), the
+    SQLite file is locked (``max_retry_times`` retries it)."""
+
+
 def read_rows(cfg: TasksetConfig) -> list[dict[str, Any]]:
-    """All rows of a taskset as dicts, in file order.
+    """All rows of a taskset as dicts, in file order. A read that failed with
+    :class:`DataNotReady` is tried again ``cfg.max_retry_times`` times, every
+    ``cfg.max_retry_interval`` seconds (:mod:`rft.buffer.retry`); with
+    ``cfg.enable_progress_bar`` loading shows progress bars on stderr.
 
     :raises TasksetError: missing path, unreadable file, or zero rows.
     """
     if not cfg.path:
         raise TasksetError(f"taskset {cfg.name!r}: no path")
     path = os.path.expanduser(cfg.path)
-    if cfg.storage_type == "sql":
-        rows = _read_sqlite(cfg, path)
-    else:
-        rows = _read_with_datasets(cfg, path)
+
+    def read() -> list[dict[str, Any]]:
+        if cfg.storage_type == "sql":
+            return _read_sqlite(cfg, path, progress=cfg.enable_progress_bar)
+        return _read_with_datasets(cfg, path)
+
+    policy = RetryPolicy(cfg.max_retry_times, cfg.max_retry_interval)
+    rows = retrying(policy, _where(cfg), read, lambda exc: isinstance(exc, DataNotReady),
+                    TasksetError)
     if not rows:
         raise TasksetError(f"{_where(cfg)}: the taskset is empty (split {cfg.split!r})")
     return rows
@@ -79,15 +93,15 @@ def _read_with_datasets(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
     ``datasets`` cache), else one line says why within seconds."""
     import datasets
 
-    datasets.disable_progress_bars()
     extension = os.path.splitext(path)[1].lower()
     matches = sorted(glob.glob(path)) if any(c in path for c in "*?[") else []
     hub_id = not (os.path.exists(path) or matches or _local_looking(path))
     if hub_id and extension in FILE_BUILDERS:
-        raise TasksetError(f"{_where(cfg)}: no such file or folder")
+        raise DataNotReady(f"{_where(cfg)}: no such file or folder")
     unreachable = hub_unreachable() if hub_id else None
     try:
-        with _hub_offline(not hub_id or unreachable is not None):
+        with _hub_offline(not hub_id or unreachable is not None), \
+                _progress_bars(cfg.enable_progress_bar):
             if os.path.isfile(path):
                 if extension not in FILE_BUILDERS:
                     raise TasksetError(f"{_where(cfg)}: unsupported file type {extension!r}; "
@@ -102,7 +116,7 @@ def _read_with_datasets(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
             elif os.path.isdir(path):
                 dataset = _load_folder(cfg, path)
             elif not hub_id:
-                raise TasksetError(f"{_where(cfg)}: no such file or folder")
+                raise DataNotReady(f"{_where(cfg)}: no such file or folder")
             else:
                 dataset = _load_hub(cfg, path, unreachable)
         return [dict(row) for row in dataset]  # inside: arrow decodes text lazily
@@ -118,6 +132,20 @@ def _read_with_datasets(cfg: TasksetConfig, path: str) -> list[dict[str, Any]]:
 def _local_looking(path: str) -> bool:
     """Paths that must exist here (absolute, ``./``, ``../``, ``~``) rather than Hub ids."""
     return os.path.isabs(path) or path.startswith((".", "~"))
+
+
+@contextlib.contextmanager
+def _progress_bars(enabled: bool) -> Iterator[None]:
+    """``datasets``' own progress bars (tqdm, on stderr) on or off for the duration
+    (``enable_progress_bar``)."""
+    import datasets
+
+    before = datasets.is_progress_bar_enabled()
+    (datasets.enable_progress_bars if enabled else datasets.disable_progress_bars)()
+    try:
+        yield
+    finally:
+        (datasets.enable_progress_bars if before else datasets.disable_progress_bars)()
 
 
 @contextlib.contextmanager
@@ -348,10 +376,12 @@ def _non_blank(lines: Any) -> Iterator[str]:
     return (line for line in lines if line.strip())
 
 
-def _read_sqlite(cfg: TasksetConfig, path: str, limit: int | None = None
-                 ) -> list[dict[str, Any]]:
+def _read_sqlite(cfg: TasksetConfig, path: str, limit: int | None = None, *,
+                 progress: bool = False) -> list[dict[str, Any]]:
+    """The rows of table ``split`` (else ``tasks``); ``progress``: a tqdm bar on stderr
+    over the rows read."""
     if not os.path.isfile(path):
-        raise TasksetError(f"{_where(cfg)}: no such SQLite file")
+        raise DataNotReady(f"{_where(cfg)}: no such SQLite file")
     try:
         with sqlite3.connect(path) as db:
             db.row_factory = sqlite3.Row
@@ -363,7 +393,18 @@ def _read_sqlite(cfg: TasksetConfig, path: str, limit: int | None = None
             query = f'SELECT * FROM "{table}" ORDER BY rowid'
             if limit is not None:
                 query += f" LIMIT {int(limit)}"
-            return [dict(row) for row in db.execute(query)]
+            cursor = db.execute(query)
+            if progress:
+                from tqdm import tqdm
+
+                total = db.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0]
+                return [dict(row) for row in tqdm(cursor, total=total, unit="rows",
+                                                  desc=f"Reading {cfg.name}")]
+            return [dict(row) for row in cursor]
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            raise DataNotReady(f"{_where(cfg)}: cannot read SQLite file: {exc}") from exc
+        raise TasksetError(f"{_where(cfg)}: cannot read SQLite file: {exc}") from exc
     except sqlite3.Error as exc:
         raise TasksetError(f"{_where(cfg)}: cannot read SQLite file: {exc}") from exc
 

@@ -81,9 +81,27 @@ def _interpolation_problem(key: str, raw: Any, exc: Exception) -> str:
     return f"{key}: cannot resolve {raw}: {message}"
 
 
+def unset_env_variable(value: Any) -> str | None:
+    """The variable of a data path left as ``${oc.env:VAR}`` text because ``VAR`` is not
+    set here (see :func:`resolve`); ``None`` for any other value."""
+    if isinstance(value, str) and value.startswith("${oc.env:") and value.endswith("}"):
+        return value[len("${oc.env:"):-1].split(",", 1)[0].strip()
+    return None
+
+
+def _data_path_key(key: str) -> bool:
+    """A data file's ``path`` under ``buffer`` (also in a stage's ``buffer``)."""
+    parts = key.replace("[", ".").split(".")
+    return parts[-1] == "path" and "buffer" in parts[:-1]
+
+
 def resolve(node: DictConfig | ListConfig, key: str, problems: list[str]) -> Any:
     """Plain data of ``node`` with every interpolation resolved, leaf by leaf, so that all
-    unresolvable leaves are reported (each with its dotted key), not just the first."""
+    unresolvable leaves are reported (each with its dotted key), not just the first.
+
+    A data path (``buffer....path``) naming an environment variable unset here keeps its
+    ``${oc.env:VAR}`` text: the config may be meant for another machine, so validation
+    warns and a run stops at start (:func:`unset_env_variable`)."""
     if isinstance(node, DictConfig):
         items: list[tuple[str | int, Any]] = [(str(k), k) for k in node.keys()]
     else:
@@ -95,8 +113,12 @@ def resolve(node: DictConfig | ListConfig, key: str, problems: list[str]) -> Any
         try:
             value = node[index]
         except OmegaConfBaseException as exc:
-            problems.append(_interpolation_problem(child_key, raw, exc))
-            continue
+            if _data_path_key(child_key) and unset_env_variable(raw) \
+                    and "Environment variable" in str(exc):
+                value = raw
+            else:
+                problems.append(_interpolation_problem(child_key, raw, exc))
+                continue
         if isinstance(value, (DictConfig, ListConfig)):
             value = resolve(value, child_key, problems)
         if isinstance(result, dict):

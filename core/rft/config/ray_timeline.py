@@ -7,8 +7,9 @@ from typing import Protocol
 
 from rft.config.schema import RftConfig
 
-NO_RAY = ("this run does not use Ray (modes both; explore with engine_num > 1 or a queue; "
-          "train over a queue; colocate with trainer ranks > 1); it has no effect")
+NO_RAY = ("this run does not use Ray (modes both; explore with engine_num > 1 (of the rollout "
+          "model or an auxiliary model) or a queue; train over a queue; colocate with trainer "
+          "ranks > 1); it has no effect")
 
 
 class _Warns(Protocol):
@@ -23,7 +24,8 @@ def uses_ray(c: RftConfig) -> bool:
     if c.mode == "both":
         return True
     if c.mode == "explore":
-        return c.explorer.rollout_model.engine_num > 1 or queue
+        return (c.explorer.rollout_model.engine_num > 1 or queue
+                or any(aux.engine_num > 1 for aux in c.explorer.auxiliary_models))
     if c.mode == "train":
         return queue
     if c.mode == "colocate":

@@ -59,6 +59,19 @@ This module holds no loading or validation logic.
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+DEFAULT_GRAD_CLIP = 1.0
+"""``trainer.grad_clip`` when neither it nor ``algorithm.optimizer.clip_grad`` is set."""
+
+
+def resolved_grad_clip(trainer: "TrainerConfig", optimizer: "OptimizerConfig") -> float:
+    """The gradient clip a trainer applies: ``trainer.grad_clip``, else
+    ``algorithm.optimizer.clip_grad`` (Trinity-RFT's name), else :data:`DEFAULT_GRAD_CLIP`.
+    Validation fills ``trainer.grad_clip`` with the same value; trainers built from an
+    unvalidated config (a converter's probe) read it through here."""
+    if trainer.grad_clip is not None:
+        return float(trainer.grad_clip)
+    return float(optimizer.clip_grad) if optimizer.clip_grad is not None else DEFAULT_GRAD_CLIP
+
 # ---------------------------------------------------------------------------------------
 # algorithm
 # ---------------------------------------------------------------------------------------
@@ -87,9 +100,10 @@ class OptimizerConfig:
     """Adam ``(beta1, beta2)`` coefficients."""
     weight_decay: float = 0.01
     """Decoupled weight decay coefficient."""
-    clip_grad: float = 1.0
-    """Gradient-norm clip of the optimizer (the trainer's ``grad_clip`` is what the native
-    and veRL trainers apply; kept for Trinity compatibility)."""
+    clip_grad: float | None = None
+    """Gradient-norm clip of the actor (Trinity-RFT's name, veRL's ``optim.clip_grad``): the
+    trainer's gradient clip when ``trainer.grad_clip`` is unset; both set to different
+    values is an error. ``None``: ``trainer.grad_clip``."""
 
 
 @dataclass
@@ -113,6 +127,10 @@ class AlgorithmConfig:
     ``staleness_control``, ``mix``, ... ``None``: preset default."""
     sample_strategy_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the sample strategy; empty means the strategy's own defaults."""
+    add_strategy: str | None = None
+    """Trinity-RFT's older field that computed advantages in the explorer as experiences were
+    written; refused in one line (step-wise GRPO: ``algorithm_type: multi_step_grpo``, or
+    an operator in ``data_processor.experience_pipeline``)."""
     advantage_fn: str | None = None
     """Advantage estimator (plugin), e.g. ``ppo`` (GAE), ``grpo``, ``rloo``,
     ``reinforceplusplus``. ``None``: preset default."""
@@ -199,6 +217,8 @@ class TinkerConfig:
     """Train the unembedding (LM head) layer."""
     base_url: str | None = None
     """Tinker service URL; ``None``: the client's default / ``TINKER_BASE_URL``."""
+    base_model: str | None = None
+    """The base model Tinker trains (Trinity-RFT's field); ``None``: ``model.model_path``."""
 
 
 @dataclass
@@ -430,11 +450,12 @@ class TasksetConfig:
     """Trinity-RFT's current name of ``task_selector`` (which it keeps as a deprecated
     alias); either may be written, not both."""
     max_retry_times: int = 3
-    """``sql``: retries of a failed database read."""
+    """Retries of a read that failed because the file or folder is not there (yet) or the
+    SQLite file is locked; then one line names the taskset and the last cause."""
     max_retry_interval: int = 1
-    """``sql``: seconds between retries."""
+    """Seconds between those retries."""
     enable_progress_bar: bool = False
-    """Show a progress bar while loading the dataset."""
+    """Show a progress bar (stderr) while loading the dataset."""
 
 
 @dataclass
@@ -493,10 +514,13 @@ class ExperienceBufferConfig:
     explore step it takes the batch there is (fewer experiences when tasks failed) at once."""
     replay_buffer: ReplayBufferConfig | None = field(default_factory=ReplayBufferConfig)
     """``queue``: experience reuse; ``None`` disables it like ``enable: false``."""
+    use_priority_queue: bool = False
+    """Trinity-RFT's older name of ``replay_buffer.enable`` (``true`` enables it)."""
     max_retry_times: int = 3
-    """``sql``: retries of a failed database operation."""
+    """``sql``: retries of a database operation that failed on a locked / busy database or
+    a disk I/O error; ``file`` datasets: of a read, as a taskset's."""
     max_retry_interval: int = 1
-    """``sql``: seconds between retries."""
+    """Seconds between those retries."""
     split: str = "train"
     """``file`` datasets (SFT / DPO): split to read."""
     subset_name: str | None = None
@@ -674,6 +698,9 @@ class ExplorerConfig:
     """Unique name; also the explorer's Ray actor name."""
     runner_per_model: int = 8
     """Parallel workflow runners per rollout engine."""
+    runner_num: int | None = None
+    """Deprecated in Trinity-RFT and ignored there; rft ignores it too, with a warning
+    (runners: ``runner_per_model`` per engine)."""
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = "sequential"
     """How one runner executes the repeats of a task: one after another, as asyncio tasks,
     or in threads."""
@@ -721,9 +748,11 @@ class SynchronizerConfig:
     through the Ray object store (``both``). Unset: the mode's default — ``nccl`` in
     ``both``, ``memory`` in ``colocate``, ``checkpoint`` in ``train`` / ``explore`` /
     ``bench``."""
-    sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = "fixed"
+    sync_style: Literal["fixed", "explorer_driven", "trainer_driven", "dynamic_by_explorer",
+                        "dynamic_by_trainer"] = "fixed"
     """``fixed``: sync every ``sync_interval`` steps on both sides; ``explorer_driven`` /
-    ``trainer_driven``: that side triggers a sync after ``sync_interval`` of its steps."""
+    ``trainer_driven``: that side triggers a sync after ``sync_interval`` of its steps
+    (``dynamic_by_explorer`` / ``dynamic_by_trainer``: Trinity-RFT's names of them)."""
     sync_interval: int = 1
     """Steps between weight syncs."""
     sync_offset: int = 0
@@ -778,19 +807,27 @@ class TrainerConfig:
     max_checkpoints_to_keep: int | None = None
     """Older checkpoints beyond this many are deleted; ``None``: keep all."""
     enable_preview: bool = True
-    """Log a preview of rollouts to the monitor (wandb tables)."""
-    grad_clip: float = 1.0
-    """Clip the gradient norm of the actor to this value."""
+    """Log a preview of each train step's rollouts (highest / lowest reward: prompt,
+    response, reward) to the monitors as table ``rollout_examples`` (:mod:`rft.monitor.
+    preview`)."""
+    grad_clip: float | None = None
+    """Clip the gradient norm of the actor to this value. ``None``: validation fills in
+    ``algorithm.optimizer.clip_grad``, else :data:`DEFAULT_GRAD_CLIP` (1.0)."""
     use_dynamic_bsz: bool = True
     """Pack micro-batches by token count (``max_token_len_per_gpu``) instead of by samples."""
     max_token_len_per_gpu: int | None = None
     """Tokens per micro-batch and rank with ``use_dynamic_bsz``; ``None``: derived,
     ``⌈2 · model.max_model_len / ulysses_sequence_parallel_size⌉`` (Trinity-RFT's rule)."""
+    ppo_max_token_len_per_gpu: int | None = None
+    """Trinity-RFT's older name of ``max_token_len_per_gpu`` (read into it)."""
     ulysses_sequence_parallel_size: int = 1
     """Ulysses sequence-parallel degree."""
     trainer_config: dict[str, Any] | None = None
     """Free-form backend configuration passed through (for ``verl``: veRL's
     ``actor_rollout_ref`` / ``critic`` / ``trainer`` tree); ``None``: backend defaults."""
+    trainer_config_path: str | None = None
+    """A veRL YAML file read into ``trainer_config`` when that is unset (Trinity-RFT's
+    form); missing here: a warning at validation, an error when a run starts."""
 
 
 @dataclass
@@ -864,6 +901,23 @@ class TaskPipelineConfig:
     ``quality``)."""
     top_k: int = -1
     """Keep the ``top_k`` highest-priority tasks; ``-1``: all."""
+    # Trinity-RFT's older task pipeline (a Data-Juicer service driven by an agent model)
+    input_buffers: list[dict[str, Any]] = field(default_factory=list)
+    """Older form of ``inputs``: raw buffers to process."""
+    output_buffer: dict[str, Any] | None = None
+    """Older form of ``output``."""
+    format: dict[str, Any] = field(default_factory=dict)
+    """Older form: the prompt / response keys of the raw data."""
+    dj_process_desc: str | None = None
+    """Older form: what the agent model asks Data-Juicer to compute."""
+    agent_model_name: str | None = None
+    """Older form: the agent model that writes the Data-Juicer recipe."""
+    agent_model_config: dict[str, Any] = field(default_factory=dict)
+    """Older form: that agent model's settings."""
+    clean_strategy: str | None = None
+    """Older form: ``iterative`` cleaning."""
+    dynamic: bool = False
+    """Older form: process tasks while exploring."""
 
 
 @dataclass
@@ -889,6 +943,8 @@ class DataProcessorConfig:
 
     task_pipeline: TaskPipelineConfig | None = None
     """Task preprocessing; ``None``: tasks are used as read."""
+    data_processor_url: str | None = None
+    """Trinity-RFT's older form: the URL of its Data-Juicer data processor service."""
     experience_pipeline: ExperiencePipelineConfig | None = field(
         default_factory=ExperiencePipelineConfig)
     """Experience processing; with no operators experiences pass through unchanged."""

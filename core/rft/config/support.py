@@ -92,6 +92,7 @@ Support = Consumed | Unsupported | Derived | Structural
 # --------------------------------------------------------------------------------------
 
 VALIDATE = "rft.config.validate"
+TRINITY_FORMS = "rft.config.trinity_forms"
 BUILD_STAGES = "rft.config"
 OPTIM = "rft.trainer.optim"
 OPTIONS = "rft.trainer.options"
@@ -127,6 +128,7 @@ DATA_CHECKS = "rft.config.data_checks"
 OFFLINE = "rft.buffer.offline"
 LORA_CHECK = "rft.config.lora"
 TRAINER_LORA = "rft.trainer.lora"
+VERL_LORA = "rft_plugin_verl.lora"
 
 
 def _c(*modules: str, note: str = "", unsupported: Unsupported | None = None) -> Consumed:
@@ -139,6 +141,11 @@ _TINKER = "the Tinker training service is not supported by rft; it has no effect
 _DATA_JUICER = "the Data-Juicer service is not supported by rft; it has no effect"
 _TASK_PIPELINE = "task pipelines are not implemented by rft; tasks are used as read"
 _TEMPLATE_ORDER = "precedence: docs/configuration.md, chat templates"
+_RETRY_READ = ("a read that failed because the file is not there (yet) or the SQLite file is "
+               "locked is tried again; then one line names it")
+_RETRY_SQL = ("sql: an operation that failed on a locked / busy database or a disk I/O error "
+              "is tried again; file datasets: as a taskset's read")
+_PROGRESS = "datasets' progress bars (sql: a tqdm bar) on stderr while loading"
 
 
 def _positive(value: Any) -> bool:
@@ -160,14 +167,19 @@ SUPPORT: dict[str, Support] = {
     "OptimizerConfig.optimizer_type": _c(OPTIM, note="adam / adamw only"),
     "OptimizerConfig.betas": _c(OPTIM),
     "OptimizerConfig.weight_decay": _c(OPTIM),
-    "OptimizerConfig.clip_grad": Unsupported(
-        "not applied: the trainer clips gradients with trainer.grad_clip; set that instead"),
+    "OptimizerConfig.clip_grad": _c(VALIDATE, OPTIONS, note="the trainer's gradient clip when "
+                                    "trainer.grad_clip is unset; both set: must agree"),
     # ---- algorithm ----------------------------------------------------------------------
     "AlgorithmConfig.algorithm_type": _c(VALIDATE, note=_RESOLVED),
     "AlgorithmConfig.repeat_times": _c(VALIDATE, TASKSET),
     "AlgorithmConfig.optimizer": Structural(),
     "AlgorithmConfig.sample_strategy": _c(VALIDATE, note=_RESOLVED),
     "AlgorithmConfig.sample_strategy_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.add_strategy": Unsupported(
+        "Trinity-RFT's older way to compute advantages in the explorer, not supported by rft "
+        "(running without it would train on other advantages): for step-wise GRPO use "
+        "algorithm_type: multi_step_grpo, or name the operator in "
+        "data_processor.experience_pipeline.operators", severity="error"),
     "AlgorithmConfig.advantage_fn": _c(VALIDATE, note=_RESOLVED),
     "AlgorithmConfig.advantage_fn_args": _c(VALIDATE, note=_RESOLVED),
     "AlgorithmConfig.policy_loss_fn": _c(VALIDATE, note=_RESOLVED),
@@ -181,13 +193,15 @@ SUPPORT: dict[str, Support] = {
     "AlgorithmConfig.loss_agg_mode": _c(VALIDATE, TORCH_TRAINER),
     # ---- model.lora_configs[i] (reported through model.lora_configs) ------------------
     "LoRAConfig.name": _c(TRAINER_LORA, note="the adapter's name in syncs and exports"),
-    "LoRAConfig.path": _c(TRAINER_LORA, LORA_CHECK, note="start from this peft adapter"),
+    "LoRAConfig.path": _c(TRAINER_LORA, LORA_CHECK, VERL_LORA,
+                          note="start from this peft adapter"),
     "LoRAConfig.base_model_name": _c(TRAINER_LORA, note="written to adapter_config.json"),
-    "LoRAConfig.lora_rank": _c(TRAINER_LORA, LORA_CHECK, VLLM),
-    "LoRAConfig.lora_alpha": _c(LORA_CHECK),
-    "LoRAConfig.lora_dtype": _c(TRAINER_LORA, LORA_CHECK),
-    "LoRAConfig.target_modules": _c(LORA_CHECK, note="all-linear, names, or a regex"),
-    "LoRAConfig.exclude_modules": _c(LORA_CHECK),
+    "LoRAConfig.lora_rank": _c(TRAINER_LORA, LORA_CHECK, VLLM, VERL_LORA),
+    "LoRAConfig.lora_alpha": _c(LORA_CHECK, VERL_LORA),
+    "LoRAConfig.lora_dtype": _c(TRAINER_LORA, LORA_CHECK, VERL_LORA,
+                                note="verl: auto only"),
+    "LoRAConfig.target_modules": _c(LORA_CHECK, VERL_LORA, note="all-linear, names, or a regex"),
+    "LoRAConfig.exclude_modules": _c(LORA_CHECK, VERL_LORA),
     # ---- model.tinker -------------------------------------------------------------------
     "TinkerConfig.enable": Unsupported(
         "the Tinker training service is not supported by rft (a remote service it cannot "
@@ -198,6 +212,7 @@ SUPPORT: dict[str, Support] = {
     "TinkerConfig.train_attn": Unsupported(_TINKER),
     "TinkerConfig.train_unembed": Unsupported(_TINKER),
     "TinkerConfig.base_url": Unsupported(_TINKER),
+    "TinkerConfig.base_model": Unsupported(_TINKER),
     # ---- model.external_model -----------------------------------------------------------
     "ExternalModelConfig.enable": _c(EXTERNAL_CHECKS,
                                      note="engine 'external': modes bench and explore"),
@@ -300,12 +315,9 @@ SUPPORT: dict[str, Support] = {
     "TasksetConfig.reward_fn_args": _c(VALIDATE, note=_RESOLVED),
     "TasksetConfig.task_selector": Structural(),
     "TasksetConfig.data_selector": _c(VALIDATE, note="Trinity's newer name of task_selector"),
-    "TasksetConfig.max_retry_times": Unsupported(
-        "not implemented: a failed taskset read is not retried; it has no effect"),
-    "TasksetConfig.max_retry_interval": Unsupported(
-        "not implemented: a failed taskset read is not retried; it has no effect"),
-    "TasksetConfig.enable_progress_bar": Unsupported(
-        "not implemented: datasets load without a progress bar; it has no effect"),
+    "TasksetConfig.max_retry_times": _c(TASKSET, OFFLINE, note=_RETRY_READ),
+    "TasksetConfig.max_retry_interval": _c(TASKSET, OFFLINE, note=_RETRY_READ),
+    "TasksetConfig.enable_progress_bar": _c(TASKSET, OFFLINE, note=_PROGRESS),
     # ---- buffer.explorer_input ----------------------------------------------------------
     "ExplorerInputConfig.taskset": Structural(),
     "ExplorerInputConfig.tasksets": Structural(),
@@ -322,21 +334,24 @@ SUPPORT: dict[str, Support] = {
     # ---- experience buffers -------------------------------------------------------------
     "ExperienceBufferConfig.name": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
     "ExperienceBufferConfig.storage_type": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
-    "ExperienceBufferConfig.path": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
+    "ExperienceBufferConfig.path": _c(
+        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, VALIDATE, note="queue: optional backup of "
+        "every write, SQLite (sqlite:///…, .db, .sqlite) or JSON lines (.jsonl, .json)"),
     "ExperienceBufferConfig.capacity": _c(
         BUFFER_FACTORY, note="bounds a replay buffer; a plain queue is unbounded"),
     "ExperienceBufferConfig.max_read_timeout": _c(BUILDERS),
     "ExperienceBufferConfig.replay_buffer": Structural(),
-    "ExperienceBufferConfig.max_retry_times": Unsupported(
-        "not implemented: a failed database operation is not retried; it has no effect"),
-    "ExperienceBufferConfig.max_retry_interval": Unsupported(
-        "not implemented: a failed database operation is not retried; it has no effect"),
+    "ExperienceBufferConfig.use_priority_queue": _c(
+        TRINITY_FORMS, note="Trinity's older replay_buffer.enable"),
+    "ExperienceBufferConfig.max_retry_times": _c(BUFFER_FACTORY, BUILDERS, OFFLINE,
+                                                 note=_RETRY_SQL),
+    "ExperienceBufferConfig.max_retry_interval": _c(BUFFER_FACTORY, BUILDERS, OFFLINE,
+                                                    note=_RETRY_SQL),
     "ExperienceBufferConfig.split": _c(OFFLINE, note="file datasets (SFT / DPO / auxiliary)"),
     "ExperienceBufferConfig.subset_name": _c(OFFLINE,
                                              note="file datasets (SFT / DPO / auxiliary)"),
     "ExperienceBufferConfig.format": Structural("file datasets (SFT / DPO)"),
-    "ExperienceBufferConfig.enable_progress_bar": Unsupported(
-        "not implemented: datasets load without a progress bar; it has no effect"),
+    "ExperienceBufferConfig.enable_progress_bar": _c(OFFLINE, note=_PROGRESS),
     "ExperienceBufferConfig.total_epochs": _c(BUILDERS, DATA_CHECKS,
                                               note="auxiliary datasets; unset: as needed"),
     "ExperienceBufferConfig.schema_type": _c(DATA_CHECKS, note="checked against what rft reads"),
@@ -390,11 +405,10 @@ SUPPORT: dict[str, Support] = {
     # ---- explorer.auxiliary_models[i] (own entries) -------------------------------------
     "AuxiliaryModelConfig.name": _c(AUXILIARY),
     "AuxiliaryModelConfig.external_model_config": Structural("engine_type: external"),
-    "AuxiliaryModelConfig.engine_num": Unsupported(
-        "an auxiliary model runs one engine (no pool of several yet); engine_num × "
-        "tensor_parallel_size GPUs are still reserved in the cluster split (an error in "
-        "modes colocate and bench)",
-        when=lambda value: value > 1),
+    "AuxiliaryModelConfig.engine_num": _c(
+        AUXILIARY, EXPLORE_ENGINES, VALIDATE, note="modes both / explore: a pool of engine_num "
+        "engine actors (tensor_parallel_size GPUs each), calls spread over them in turn; "
+        "an error in modes colocate / bench (one process)"),
     # ---- explorer.over_rollout / dynamic_timeout ----------------------------------------
     "OverRolloutConfig.ratio": _c(VALIDATE, EXPLORER, note=(
         "a step goes on once (1 - ratio) of its tasks ended; the rest are abandoned and "
@@ -406,6 +420,8 @@ SUPPORT: dict[str, Support] = {
     # ---- explorer -----------------------------------------------------------------------
     "ExplorerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
     "ExplorerConfig.runner_per_model": _c(EXPLORER),
+    "ExplorerConfig.runner_num": _c(
+        TRINITY_FORMS, note="deprecated in Trinity; ignored with a warning"),
     "ExplorerConfig.concurrent_mode": _c(EXPLORER),
     "ExplorerConfig.max_repeat_times_per_runner": _c(EXPLORER),
     "ExplorerConfig.max_timeout": _c(EXPLORER),
@@ -432,28 +448,40 @@ SUPPORT: dict[str, Support] = {
     "TrainerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
     "TrainerConfig.trainer_type": _c(VALIDATE, note=_RESOLVED),
     "TrainerConfig.trainer_strategy": _c(
-        "rft.trainer.ranks", note="fsdp and fsdp2 run as FSDP2 (sharded trainers)",
+        "rft.trainer.ranks", "rft_plugin_verl.config",
+        note="fsdp and fsdp2 run as FSDP2 (sharded trainers); verl: veRL's engines (megatron: "
+             "GPU only, untested)",
         unsupported=Unsupported(
             "megatron is not supported by the torch trainer; it shards with FSDP2 instead",
             when=lambda value: value == "megatron", example="megatron")),
-    "TrainerConfig.cpu_ranks": _c(VALIDATE, note="trainer ranks on a CPU-only cluster (mode "
-                                  "colocate: each with its rollout engine)"),
+    "TrainerConfig.cpu_ranks": _c(VALIDATE, note="trainer ranks on a CPU-only cluster (torch: "
+                                  "FSDP2 ranks, mode colocate: each with its rollout engine; "
+                                  "verl: veRL worker-group ranks)"),
     "TrainerConfig.ranks": Derived("cluster.trainer_gpu_num on GPUs (mode colocate: every "
                                    "GPU), cpu_ranks on CPU"),
     "TrainerConfig.rank_timeout": Derived("synchronizer.sync_timeout"),
     "TrainerConfig.total_steps": _c(BUILDERS, TRAIN),
     "TrainerConfig.save_interval": _c(STAGE),
-    "TrainerConfig.save_strategy": Unsupported(
-        "not implemented: checkpoint saving is not serialised across threads / processes / "
-        "nodes; it has no effect"),
+    "TrainerConfig.save_strategy": _c(
+        "rft.trainer.ranks", note="sharded torch trainer: its ranks write a checkpoint all at "
+        "once, rank after rank (single_process / single_thread) or node after node "
+        "(single_node); one process is one writer"),
     "TrainerConfig.save_hf_checkpoint": _c(COLOCATE, TRAIN, BOTH),
     "TrainerConfig.save_hf_merged": _c(TORCH_TRAINER, LORA_CHECK, note="with LoRA: hf/merged/"),
     "TrainerConfig.max_checkpoints_to_keep": _c(BUILDERS, BOTH),
-    "TrainerConfig.enable_preview": Unsupported(
-        "not implemented: no rollout previews are logged; it has no effect"),
-    "TrainerConfig.grad_clip": _c(OPTIONS, TORCH_TRAINER),
+    "TrainerConfig.enable_preview": _c(
+        TRAIN, COLOCATE, WORKERS, BOTH,
+        note="table rollout_examples per train step (highest / lowest reward: prompt, "
+             "response, reward): tensorboard text, wandb / mlflow table, jsonl "
+             "<monitor dir>/rollout_examples/trainer.jsonl"),
+    "TrainerConfig.grad_clip": _c(OPTIONS, TORCH_TRAINER, VALIDATE,
+                                  note="unset: algorithm.optimizer.clip_grad, else 1.0"),
     "TrainerConfig.use_dynamic_bsz": _c(OPTIONS),
     "TrainerConfig.max_token_len_per_gpu": _c(OPTIONS),
+    "TrainerConfig.ppo_max_token_len_per_gpu": _c(
+        TRINITY_FORMS, note="Trinity's older max_token_len_per_gpu"),
+    "TrainerConfig.trainer_config_path": _c(
+        TRINITY_FORMS, note="a veRL YAML file read into trainer_config"),
     "TrainerConfig.ulysses_sequence_parallel_size": _c(
         OPTIONS, note="divides the derived max_token_len_per_gpu",
         unsupported=Unsupported(
@@ -466,8 +494,8 @@ SUPPORT: dict[str, Support] = {
     # ---- monitor ------------------------------------------------------------------------
     "MonitorConfig.monitor_type": _c(VALIDATE, note=_RESOLVED),
     "MonitorConfig.monitor_args": _c(VALIDATE, note=_RESOLVED),
-    "MonitorConfig.detailed_stats": Unsupported(
-        "not implemented: evaluation logs the mean only; it has no effect"),
+    "MonitorConfig.detailed_stats": _c(
+        EXPLORER, note="eval/<taskset>/<metric>/mean|std|max|min over the tasks"),
     "MonitorConfig.enable_ray_timeline": _c(
         "rft.distributed.timeline", "rft.config.ray_timeline",
         note="<monitor dir>/timeline.json when the run leaves Ray; a warning in runs "
@@ -489,13 +517,20 @@ SUPPORT: dict[str, Support] = {
     "TaskPipelineConfig.target_fields": Unsupported(_TASK_PIPELINE),
     "TaskPipelineConfig.priority_weights": Unsupported(_TASK_PIPELINE),
     "TaskPipelineConfig.top_k": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.input_buffers": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.output_buffer": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.format": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.dj_process_desc": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.agent_model_name": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.agent_model_config": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.clean_strategy": Unsupported(_TASK_PIPELINE),
+    "TaskPipelineConfig.dynamic": Unsupported(_TASK_PIPELINE),
     "ExperiencePipelineConfig.operators": Structural("each operator resolved by validation"),
-    "ExperiencePipelineConfig.save_input": Unsupported(
-        "not implemented: the experiences before the operators are not saved; it has no "
-        "effect"),
-    "ExperiencePipelineConfig.input_save_path": Unsupported(
-        "not implemented: the experiences before the operators are not saved; it has no "
-        "effect"),
+    "ExperiencePipelineConfig.save_input": _c(
+        EXPLORER, note="with operators: each explore step's experiences before them"),
+    "ExperiencePipelineConfig.input_save_path": _c(
+        EXPLORER, note="JSON lines (.db: SQLite); unset: <job dir>/buffer/"
+                       "experience_pipeline_input.jsonl"),
     "ExperiencePipelineConfig.inputs": Unsupported(
         "not implemented: the pipeline reads the explorer's experiences only; it has no "
         "effect"),
@@ -505,6 +540,7 @@ SUPPORT: dict[str, Support] = {
     "DataProcessorConfig.task_pipeline": Unsupported(
         _TASK_PIPELINE, example=schema.TaskPipelineConfig(num_process=2)),
     "DataProcessorConfig.experience_pipeline": Structural(),
+    "DataProcessorConfig.data_processor_url": Unsupported(_DATA_JUICER),
     # ---- log ----------------------------------------------------------------------------
     "LogConfig.level": _c(LOGS),
     "LogConfig.group_by_node": _c(LOGS),
@@ -690,6 +726,9 @@ def support_messages(config: schema.RftConfig) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     warnings: list[str] = []
     for key, entry in unsupported_settings(config):
+        if key == "trainer.trainer_strategy" and \
+                config.trainer.trainer_type not in TRAINER_CONFIG_TRAINERS:
+            continue  # about the torch trainer; another backend's check_config speaks for it
         (problems if entry.severity == "error" else warnings).append(f"{key}: {entry.reason}")
     for path in unhonoured_trainer_config_keys(config.trainer):
         warnings.append(f"trainer.trainer_config.{path}: {TRAINER_CONFIG_REASON}")

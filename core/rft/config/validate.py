@@ -16,15 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from rft.algorithm import AlgorithmPreset
+from rft.config.buffer_paths import queue_backup_kind
 from rft.config.convert import INVALID, to_dataclass
 from rft.config.data_checks import check_datasets
 from rft.config.dotted import import_dotted, looks_dotted
 from rft.config.external import check_external_engines, derive_external_model, is_remote
+from rft.config.load import unset_env_variable
 from rft.config.lora import check_lora
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
 from rft.config.ray_timeline import check_ray_timeline
-from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
-                               TaskSelectorConfig, TasksetConfig)
+from rft.config.schema import (DEFAULT_GRAD_CLIP, ExperienceBufferConfig, InferenceModelConfig,
+                               RftConfig, TaskSelectorConfig, TasksetConfig)
+from rft.config.trinity_forms import check_trinity_forms
 from rft.plugins import KINDS, PluginRegistry, args_type_of
 
 GPU_MODES = ("both", "train", "explore", "bench")
@@ -144,9 +147,10 @@ def build_args(implementation: Any, name: str, args: dict[str, Any], key: str,
 
 
 def local_looking(path: str) -> bool:
-    """True for paths that must exist here (absolute, ``./``, ``../``, ``~``), as opposed
-    to hub ids such as ``Qwen/Qwen2.5-1.5B-Instruct``."""
-    return os.path.isabs(path) or path.startswith((".", "~"))
+    """True for paths that must exist here (absolute, ``./``, ``../``, ``~``, an unset
+    ``${oc.env:VAR}``), as opposed to hub ids such as ``Qwen/Qwen2.5-1.5B-Instruct``."""
+    return (os.path.isabs(path) or path.startswith((".", "~"))
+            or unset_env_variable(path) is not None)
 
 
 def _require_local(v: Validation, key: str, path: str | None) -> None:
@@ -161,7 +165,11 @@ one-line error when a run starts)."""
 
 
 def _data_path_here(v: Validation, key: str, path: str | None) -> None:
-    if path and local_looking(path) and not os.path.exists(os.path.expanduser(path)):
+    variable = unset_env_variable(path)
+    if variable is not None:
+        v.warnings.append(f"{key}: environment variable {variable} is not set here (used in "
+                          f"{path}); `rft run` stops at start unless it is set where it runs")
+    elif path and local_looking(path) and not os.path.exists(os.path.expanduser(path)):
         v.warnings.append(f"{key}: path {path!r} {MISSING_DATA_HERE}")
 
 
@@ -332,6 +340,13 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
     if replay is not None and replay.enable:
         check_replay_buffer("buffer.trainer_input.experience_buffer.replay_buffer",
                             replay.priority_fn, replay.priority_fn_args, v)
+    if storage.storage_type == "queue":
+        try:
+            queue_backup_kind(storage.path)
+        except ValueError as exc:
+            v.problem("buffer.trainer_input.experience_buffer.path", str(exc))
+    if storage.storage_type == "file" and unset_env_variable(storage.path):
+        _data_path_here(v, "buffer.trainer_input.experience_buffer.path", storage.path)
     if storage.storage_type in ("sql", "file") and not storage.path and c.checkpoint_job_dir:
         suffix = ".db" if storage.storage_type == "sql" else ".jsonl"
         storage.path = os.path.join(c.checkpoint_job_dir, "buffer", storage.name + suffix)
@@ -530,12 +545,17 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                          for m in c.explorer.auxiliary_models if not is_remote(v, m.engine_type))
     known = cl.node_num is not None and cl.gpu_per_node is not None
     total = (cl.node_num or 0) * (cl.gpu_per_node or 0)  # None: detected from Ray at launch
-    if c.mode in ("colocate", "bench"):  # one process: an auxiliary model's engine runs there
-        for i, aux in enumerate(c.explorer.auxiliary_models):
-            if aux.engine_num > 1:
-                v.problem(f"explorer.auxiliary_models[{i}].engine_num",
-                          f"mode {c.mode!r} runs an auxiliary model as one engine in its "
-                          f"process, got {aux.engine_num}: use 1")
+    for i, aux in enumerate(c.explorer.auxiliary_models):
+        if aux.engine_num <= 1:
+            continue
+        if c.mode in ("colocate", "bench"):  # one process: the model's engine runs there
+            v.problem(f"explorer.auxiliary_models[{i}].engine_num",
+                      f"mode {c.mode!r} runs an auxiliary model as one engine in its "
+                      f"process, got {aux.engine_num}: use 1")
+        elif is_remote(v, aux.engine_type):
+            v.warnings.append(f"explorer.auxiliary_models[{i}].engine_num: an external model "
+                              "is served by its own server and rft opens one client to it; "
+                              "it has no effect")
     if c.mode == "colocate":
         if rm.engine_num != 1 or rm.tensor_parallel_size != 1:
             v.problem("explorer.rollout_model.engine_num",
@@ -681,13 +701,27 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
     if t.max_checkpoints_to_keep is not None and t.max_checkpoints_to_keep <= 0:
         v.problem("trainer.max_checkpoints_to_keep",
                   f"must be > 0 (or null to keep all), got {t.max_checkpoints_to_keep}")
-    if t.grad_clip is not None and t.grad_clip <= 0:
-        v.problem("trainer.grad_clip", f"must be > 0, got {t.grad_clip}")
+    check_grad_clip(c, v)
     check = getattr(v.trainer.implementation, "check_config", None) if v.trainer else None
     if check is not None:  # the backend's own checks (Trainer.check_config)
         problems, warnings = check(c)
         v.problems.extend(problems)
         v.warnings.extend(warnings)
+
+
+def check_grad_clip(c: RftConfig, v: Validation) -> None:
+    """``trainer.grad_clip`` unset: ``algorithm.optimizer.clip_grad`` (Trinity-RFT's name,
+    veRL's ``optim.clip_grad``), else ``DEFAULT_GRAD_CLIP``; both set must agree."""
+    t, clip_grad = c.trainer, c.algorithm.optimizer.clip_grad
+    if clip_grad is not None and clip_grad <= 0:
+        v.problem("algorithm.optimizer.clip_grad", f"must be > 0, got {clip_grad}")
+    if t.grad_clip is not None and t.grad_clip <= 0:
+        v.problem("trainer.grad_clip", f"must be > 0, got {t.grad_clip}")
+    if t.grad_clip is not None and clip_grad is not None and t.grad_clip != clip_grad:
+        v.problem("trainer.grad_clip", f"{t.grad_clip} differs from algorithm.optimizer."
+                  f"clip_grad {clip_grad} (the same gradient clip); set one of them")
+    if t.grad_clip is None:
+        t.grad_clip = clip_grad if clip_grad is not None else DEFAULT_GRAD_CLIP
 
 
 def check_memory(c: RftConfig, v: Validation) -> None:
@@ -864,6 +898,7 @@ def check_support(c: RftConfig, v: Validation) -> None:
 
 
 CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
+    check_trinity_forms,
     check_global, check_algorithm, derive_external_model, check_model, check_buffer,
     check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
     check_trainer, check_memory, check_lora, check_split_modes, check_monitor, check_data_processor,

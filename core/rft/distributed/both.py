@@ -57,6 +57,7 @@ from rft.distributed.workers import (ExplorerService, ExplorerState, ResumePoint
 from rft.errors import RftError
 from rft.modes.builders import steps_over_tasks
 from rft.modes.stage import Resumed, StageLifecycle, StageResult
+from rft.monitor.preview import ROLLOUT_EXAMPLES
 
 log = logging.getLogger("rft.distributed")
 
@@ -375,6 +376,9 @@ class Coordinator:
             p.trained = call.step
             # the buffer's counts after this step, asked before the explorer goes on
             counts = self.actors["buffer"].counts.remote()
+            # the step's rollout preview, asked before the trainer's next step is submitted
+            preview = (self.actors["trainer"].rollout_examples.remote(call.step)
+                       if self.config.trainer.enable_preview else None)
             if self.policy.hands_out_after(call.step) or call.step == self.steps:
                 if p.explored >= self.steps:  # only the final evaluation needs weights now
                     p.handed_out.clear()
@@ -383,16 +387,21 @@ class Coordinator:
             if self.lifecycle.save_due(call.step) and call.step != p.last_saved:
                 saving = self._save_or_defer(call.step)  # before the trainer's next step
             self._schedule()  # the explorer may go on at once; the bookkeeping comes after
-            self._log_trained(call.step, value, counts)
+            self._log_trained(call.step, value, counts, preview)
             if saving is not None:
                 self._get(saving, Call("trainer", "save", call.step))
                 p.last_saved = call.step
 
-    def _log_trained(self, step: int, metrics: dict[str, float], counts: Any) -> None:
-        """Log train step ``step`` with the buffer's counts (``counts``: their object ref)."""
+    def _log_trained(self, step: int, metrics: dict[str, float], counts: Any,
+                     preview: Any = None) -> None:
+        """Log train step ``step`` with the buffer's counts (``counts``: their object ref)
+        and its rollout preview (``preview``: the ref of its rows; ``None``: off)."""
         counted = self._get(counts, Call("buffer", "counts", step))
         self.lifecycle.log("trainer", {**metrics, "buffer/written": float(counted["written"]),
                                        "buffer/read": float(counted["read"])}, step)
+        if preview is not None:
+            rows = self._get(preview, Call("trainer", "rollout_examples", step))
+            self.lifecycle.log_table("trainer", ROLLOUT_EXAMPLES, rows, step)
 
     def _evaluating(self, step: int) -> bool:
         """An evaluation due at ``step`` (or before) is still running."""

@@ -1,8 +1,9 @@
 """The experience buffer as a Ray actor, and the storage proxy the other actors use.
 
-The actor owns the storage the config selects (queue, optionally mirrored to SQLite;
-sql; file; replay) and serves it to the explorer (``write``) and the trainer (``read``)
-from several threads, so a read that waits for experiences never blocks a write.
+The actor owns the storage the config selects (queue, optionally backed up to SQLite or
+JSON lines; sql; file; replay) and serves it to the explorer (``write``) and the trainer
+(``read``) from several threads, so a read that waits for experiences never blocks a
+write.
 
 Writes carry the explorer's idempotency key (``explore step <s>``) and reads the trainer's
 lease (its step), so a durable buffer (``sql``) resumes after a crash as in mode

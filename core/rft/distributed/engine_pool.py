@@ -7,7 +7,10 @@ and the workflows use it like a single engine:
 
 - ``generate`` / ``compute_logprobs`` split the call's prompts into one contiguous chunk
   per replica and run the chunks at once; results come back in prompt order. Chunk ``j``
-  samples with seed ``seed + j`` (with one chunk: exactly a single engine's call).
+  samples with seed ``seed + j`` (with one chunk: exactly a single engine's call). The
+  replica of chunk 0 turns with every call (round robin), so calls of fewer prompts than
+  replicas — an auxiliary model's one-prompt calls — are spread over all of them (the
+  replicas hold the same weights: which one serves a chunk does not change its result).
 - ``update_weights`` puts the tensors in the object store once and loads them into every
   replica in parallel; the pool's ``model_version`` changes when all have them. With
   ``sync_method: nccl`` each replica (or each of its workers) is a rank of the trainer's
@@ -17,6 +20,8 @@ and the workflows use it like a single engine:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,10 +30,13 @@ import torch
 from rft.adapter import AdapterWeights
 from rft.config.schema import RftConfig
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
+from rft.explorer.auxiliary import AuxiliaryEngineBuilder
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
 from rft.explorer.engine_factory import build_engine
 from rft.modes.builders import quiet_libraries
 from rft.tensor_wire import NamedTensors
+
+log = logging.getLogger("rft.distributed.engine_pool")
 
 
 class EngineReplica:
@@ -38,6 +46,11 @@ class EngineReplica:
         quiet_libraries()
         self.engine = build_engine(config, engine_cls)
         self.broadcast_end = EngineEnd(self.engine)
+        self.calls = 0
+        """``generate`` / ``compute_logprobs`` calls served."""
+
+    def served(self) -> int:
+        return self.calls
 
     def settings(self) -> dict[str, Any]:
         """What the pool needs to act as this engine: limits, template, tokenizer, EOS."""
@@ -50,10 +63,12 @@ class EngineReplica:
 
     def generate(self, prompts: list[list[int]], sampling: SamplingArgs,
                  n: int) -> list[list[Completion]]:
+        self.calls += 1
         return self.engine.generate(prompts, sampling, n)
 
     def compute_logprobs(self, token_ids: list[list[int]], prompt_lengths: list[int],
                          temperature: float) -> list[torch.Tensor]:
+        self.calls += 1
         return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature=temperature)
 
     def update_weights(self, weights: list[tuple[str, torch.Tensor]], version: int) -> int:
@@ -124,6 +139,20 @@ class EnginePool(InferenceEngine):
         super().__init__(**settings)
         self.eos_token_ids = list(eos)
         self._ranks: list[int] | None = None
+        self._turns = itertools.count()
+        self.model_path = config.explorer.rollout_model.model_path or config.model.model_path
+        """The model the replicas serve (for logs)."""
+
+    def _rotated(self) -> list[Any]:
+        """The replicas, starting with the next one in turn (round robin over calls)."""
+        start = next(self._turns) % len(self.replicas)
+        return self.replicas[start:] + self.replicas[:start]
+
+    def served(self) -> list[int]:
+        """Calls each replica has served, in replica order."""
+        import ray
+
+        return [int(calls) for calls in ray.get([r.served.remote() for r in self.replicas])]
 
     @property
     def tokenizer(self) -> Any:
@@ -139,7 +168,7 @@ class EnginePool(InferenceEngine):
         seed = self.next_seed(sampling)
         calls = [replica.generate.remote([prompts[i] for i in part],
                                          dataclasses.replace(sampling, seed=seed + j), n)
-                 for j, (replica, part) in enumerate(zip(self.replicas,
+                 for j, (replica, part) in enumerate(zip(self._rotated(),
                                                          chunks(len(prompts), len(self.replicas)),
                                                          strict=False))]
         return [group for result in ray.get(calls) for group in result]
@@ -154,8 +183,8 @@ class EnginePool(InferenceEngine):
             return []
         calls = [replica.compute_logprobs.remote([sequences[i] for i in part],
                                                  [lengths[i] for i in part], temperature)
-                 for replica, part in zip(self.replicas, chunks(len(sequences),
-                                                                len(self.replicas)),
+                 for replica, part in zip(self._rotated(), chunks(len(sequences),
+                                                                  len(self.replicas)),
                                           strict=False)]
         return [logps for result in ray.get(calls) for logps in result]
 
@@ -211,6 +240,25 @@ class EnginePool(InferenceEngine):
 
         try:
             ray.get([replica.close.remote() for replica in self.replicas], timeout=60)
+            log.info("engine pool of %s: its %d replicas served %s calls", self.model_path,
+                     len(self.replicas), ", ".join(map(str, self.served())))
         finally:
             for replica in self.replicas:
                 ray.kill(replica)
+
+
+def auxiliary_pools(config: RftConfig) -> AuxiliaryEngineBuilder:
+    """The auxiliary models' engine builder of the modes on Ray: for ``engine_num > 1`` an
+    :class:`EnginePool` of that many replicas (each with the model's
+    ``tensor_parallel_size`` GPUs when the cluster has GPUs, none on CPU), its calls spread
+    over them in turn; else one engine in this process (a remote engine: one client)."""
+    on_gpus = bool(config.cluster.gpu_per_node)
+
+    def build(aux_config: RftConfig, engine_cls: type[InferenceEngine],
+              engine_num: int) -> InferenceEngine:
+        if engine_num <= 1 or engine_cls.remote:
+            return build_engine(aux_config, engine_cls)
+        tp = aux_config.explorer.rollout_model.tensor_parallel_size
+        return EnginePool(aux_config, engine_cls, engine_num, tp if on_gpus else 0)
+
+    return build

@@ -77,8 +77,7 @@ class SharedQueueService(BufferService):
 
     def __init__(self, config: ExperienceBufferConfig) -> None:
         # not BufferService's __init__: the storage is the leased queue, whatever the config
-        path = config.path if config.path and config.path.endswith(".db") else None
-        self.storage: LeasedQueueStorage = LeasedQueueStorage(config.name, path)
+        self.storage: LeasedQueueStorage = LeasedQueueStorage(config.name, config.path)
         self.finished: set[str] = set()
 
     def read_session(self, count: int, timeout: float, lease: int | None,

@@ -29,10 +29,11 @@ from typing import Any
 import torch
 
 from rft.adapter import AdapterWeights
+from rft.chat_template import load_tokenizer
 from rft.checkpoint import Checkpoint, load_sync_weights, rng_state, set_rng_state
 from rft.config.plan import RunPlan
 from rft.distributed.buffer_actor import RemoteStorage
-from rft.distributed.engine_pool import EnginePool
+from rft.distributed.engine_pool import EnginePool, auxiliary_pools
 from rft.distributed.weight_broadcast import (
     BUCKET_BYTES,
     Broadcast,
@@ -59,6 +60,7 @@ from rft.modes.builders import (
     resume_checkpoint,
     save_stage_checkpoint,
 )
+from rft.monitor.preview import Previewer
 from rft.tensor_wire import NamedTensors
 from rft.trainer.ranks import RankedTrainer, TrainerRank
 
@@ -128,7 +130,7 @@ class ExplorerService:
             self.engine = build_engine(config, engine_cls)
         self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
-                                 self.storage)
+                                 self.storage, auxiliary_pools(config))
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
@@ -234,6 +236,9 @@ class TrainerService:
         self._snapshot_ready = threading.Condition()
         self.ranked: RankedTrainer | None = (self.trainer if isinstance(self.trainer,
                                                                         RankedTrainer) else None)
+        self.previewer = (Previewer(lambda: load_tokenizer(plan.config))
+                          if plan.config.trainer.enable_preview else None)
+        self._previews: dict[int, list[dict[str, Any]]] = {}  # step → preview rows
         self._shard_specs: dict[int, tuple[Any, ...]] = {}  # ranked: version → spec
 
     def placement(self) -> str | None:
@@ -252,7 +257,14 @@ class TrainerService:
         self.storage.lease_reads(step)
         experiences, metrics = self.strategy.sample(step, self.trainer.global_steps)
         metrics.update(self.trainer.train_step(experiences))
+        if self.previewer is not None:
+            self._previews[step] = self.previewer.rows(experiences, step)
         return metrics
+
+    def rollout_examples(self, step: int) -> list[dict[str, Any]]:
+        """The rollout preview rows of train step ``step`` (``trainer.enable_preview``;
+        taken once)."""
+        return self._previews.pop(step, [])
 
     def weights(self) -> NamedTensors | AdapterWeights:
         """A CPU copy of the actor's weights (it goes to the object store as raw buffers);
@@ -343,7 +355,7 @@ class TrainerService:
         if self.ranked is not None:
             self.ranked.load_checkpoint(loaded.checkpoint.path)
         else:
-            self.trainer.load_state_dict(loaded.trainer_state)
+            self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
         state = loaded.state
         self.storage.read_count = int(state.get("experiences_read", 0))
         if "rng" in state:

@@ -13,26 +13,37 @@ for a model behind an OpenAI-compatible server, set by ``external_model_config``
 An auxiliary model takes the ``model`` section's limits (``max_model_len``,
 ``max_prompt_tokens``, …) unless it sets its own, never the policy's chat template; its
 weights never change. With ``enable_openai_api`` it gets an OpenAI endpoint of its own.
+
+``engine_num > 1`` (modes ``both`` and ``explore``, which run on Ray): the model is a pool
+of that many engine actors (:class:`~rft.distributed.engine_pool.EnginePool`, built by the
+:data:`AuxiliaryEngineBuilder` the mode passes), its calls spread over them in turn. The
+one-process modes (``colocate``, ``bench``) refuse it at validation.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from rft.config.plan import ModelPlan
 from rft.config.schema import (
     AuxiliaryModelConfig,
     InferenceModelConfig,
     RftConfig,
     RolloutModelConfig,
 )
-from rft.config.plan import ModelPlan
+from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine, SamplingArgs
 from rft.explorer.engine_factory import build_engine
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.openai_server import EndpointSettings
 from rft.explorer.reply_parsing import reply_parser_of
+
+AuxiliaryEngineBuilder = Callable[[RftConfig, type[InferenceEngine], int], InferenceEngine]
+"""Makes an auxiliary model's engine from its engine config (:func:`engine_config`), the
+engine plugin's class and the model's ``engine_num`` (:mod:`rft.distributed.engine_pool`
+makes a pool of actors for ``engine_num > 1``)."""
 
 
 def auxiliary_name(aux: AuxiliaryModelConfig, index: int) -> str:
@@ -67,16 +78,29 @@ def default_sampling(config: RftConfig, aux: AuxiliaryModelConfig) -> SamplingAr
                         ignore_eos=aux.ignore_eos)
 
 
-def build_auxiliary_models(config: RftConfig, plans: Sequence[ModelPlan]) -> list[ModelWrapper]:
+def one_engine(config: RftConfig, engine_cls: type[InferenceEngine],
+               engine_num: int) -> InferenceEngine:
+    """An :data:`AuxiliaryEngineBuilder`: one engine in this process (a remote engine is
+    one client whatever ``engine_num``; more than one local engine needs a mode on Ray)."""
+    if engine_num > 1 and not engine_cls.remote:
+        raise RftError(f"auxiliary model {config.model.model_path!r}: engine_num "
+                       f"{engine_num} needs engine actors on Ray (modes both and explore); "
+                       "this mode runs one engine in its process")
+    return build_engine(config, engine_cls)
+
+
+def build_auxiliary_models(config: RftConfig, plans: Sequence[ModelPlan],
+                           build: AuxiliaryEngineBuilder = one_engine) -> list[ModelWrapper]:
     """Start the engines of ``explorer.auxiliary_models`` (and their OpenAI endpoints);
-    ``plans`` are their resolved engines and parsers, in order. On failure the ones already
-    started are closed again."""
+    ``plans`` are their resolved engines and parsers, in order; ``build`` makes each
+    engine (default: one in this process). On failure the ones already started are closed
+    again."""
     models: list[ModelWrapper] = []
     try:
         for i, (aux, plan) in enumerate(zip(config.explorer.auxiliary_models, plans,
                                             strict=True)):
-            engine: InferenceEngine = build_engine(engine_config(config, aux),
-                                                   plan.engine.implementation)
+            engine: InferenceEngine = build(engine_config(config, aux),
+                                            plan.engine.implementation, aux.engine_num)
             model = ModelWrapper(engine, default_sampling(config, aux),
                                  name=auxiliary_name(aux, i), enable_history=aux.enable_history)
             models.append(model)
@@ -100,5 +124,5 @@ def close_models(models: list[ModelWrapper]) -> None:
             close()
 
 
-__all__ = ["auxiliary_name", "build_auxiliary_models", "close_models", "default_sampling",
-           "engine_config"]
+__all__ = ["AuxiliaryEngineBuilder", "auxiliary_name", "build_auxiliary_models", "close_models",
+           "default_sampling", "engine_config", "one_engine"]

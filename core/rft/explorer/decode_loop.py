@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from rft.explorer.engine import SamplingArgs
-from rft.explorer.lean_decoder import lean_decoder_for
+from rft.explorer.lean_decoder import LeanDecoder, lean_decoder_for
 
 
 @dataclass
@@ -147,22 +147,38 @@ class _ModelForward:
 def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   settings: DecodeSettings, *,
                   draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf,
-                  lean: bool = True) -> DecodeResult:
-    """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``,
-    stopping when every row has drawn a stop token. Uses the global torch RNG.
+                  lean: bool = True, repeats: int = 1) -> DecodeResult:
+    """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
+    repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
+    prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
+    token. Uses the global torch RNG.
 
-    :param draw: picks one token per row from the step's probabilities ``(B, V)``.
+    :param draw: picks one token per row from the step's probabilities ``(B·repeats, V)``.
     :param lean: use :class:`~rft.explorer.lean_decoder.LeanDecoder` when it supports the
         model (``False``: always the model's own forward).
+    :param repeats: completions per prompt row. The lean decoder runs each prompt once and
+        copies its cache to the repeats (the same logits as on repeated rows); the model's
+        own forward runs the repeated rows.
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (B, P)
     stop_ids = torch.tensor(settings.stop_token_ids, dtype=torch.long, device=device)
-    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=device)  # (B,)
     can_stop = bool(stop_ids.numel()) or settings.stop_check is not None
-    forward = (lean_decoder_for(model) if lean else None) or _ModelForward(model)
-    step_logits = forward.prefill(input_ids, mask, positions, settings.max_new_tokens)
+    lean_forward = lean_decoder_for(model) if lean else None
+    if lean_forward is not None:
+        step_logits = lean_forward.prefill(input_ids, mask, positions, settings.max_new_tokens,
+                                           repeats=repeats)  # (B·n, V)
+        forward: LeanDecoder | _ModelForward = lean_forward
+        positions = positions[:, -1:].repeat_interleave(repeats, dim=0)  # (B·n, 1)
+    else:
+        if repeats > 1:
+            input_ids = input_ids.repeat_interleave(repeats, dim=0)  # (B·n, P)
+            mask = mask.repeat_interleave(repeats, dim=0)
+            positions = positions.repeat_interleave(repeats, dim=0)
+        forward = _ModelForward(model)
+        step_logits = forward.prefill(input_ids, mask, positions, settings.max_new_tokens)
+    unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (B·n,)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []
     for step in range(settings.max_new_tokens):

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -29,13 +30,18 @@ from typing import Any, Protocol
 
 from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
-from rft.buffer.storage import ExperienceStorage
+from rft.buffer.storage import SQLITE_URL_PREFIX, ExperienceStorage, open_storage
 from rft.buffer.taskset import TaskPlugins, load_tasks
 from rft.config.plan import RunPlan, TasksetPlan
 from rft.config.schema import TasksetConfig
 from rft.errors import RftError
 from rft.experience import EID, Experience
-from rft.explorer.auxiliary import build_auxiliary_models, close_models
+from rft.explorer.auxiliary import (
+    AuxiliaryEngineBuilder,
+    build_auxiliary_models,
+    close_models,
+    one_engine,
+)
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.explorer.openai_server import EndpointSettings
 from rft.explorer.reply_parsing import reply_parser_of
@@ -105,6 +111,8 @@ class Explorer:
     :param plan: the stage's run plan (config and resolved plugins).
     :param model: the rollout model.
     :param storage: the experience buffer to write to.
+    :param auxiliary_build: makes the auxiliary models' engines (default: one each in this
+        process; modes on Ray pass a builder of engine pools for ``engine_num > 1``).
 
     It also starts what the workflows use besides the model: the model's OpenAI endpoint
     (``rollout_model.enable_openai_api``) and the auxiliary models; :meth:`close` stops them.
@@ -112,7 +120,8 @@ class Explorer:
     its own call history when ``enable_history`` is set.
     """
 
-    def __init__(self, plan: RunPlan, model: ModelWrapper, storage: ExperienceStorage) -> None:
+    def __init__(self, plan: RunPlan, model: ModelWrapper, storage: ExperienceStorage,
+                 auxiliary_build: AuxiliaryEngineBuilder = one_engine) -> None:
         config = self.config = plan.config
         self.model = model
         self.storage = storage
@@ -139,6 +148,7 @@ class Explorer:
         self.operators: list[tuple[str, ExperienceOperator]] = []
         for chosen in plan.operators:
             self.operators.append((chosen.name, chosen.implementation(chosen.args)))
+        self.pipeline_input = pipeline_input_storage(plan)
         self.failed_tasks: list[str] = []
         self.algorithm_type = config.algorithm.algorithm_type
         self.greedy_baseline = plan.preset.reward_baseline == "greedy"
@@ -152,7 +162,8 @@ class Explorer:
                                                                 rm.enable_auto_tool_choice),
                                    settings=EndpointSettings.of(rm))
         try:
-            self.auxiliary_models = build_auxiliary_models(config, plan.auxiliary_models)
+            self.auxiliary_models = build_auxiliary_models(config, plan.auxiliary_models,
+                                                           auxiliary_build)
         except BaseException:
             self._stop_server()
             raise
@@ -260,6 +271,8 @@ class Explorer:
         experiences, results = self.run(tasks, step, over_rollout=True)
         self.feed_back(experiences)
         metrics = rollout_metrics(experiences, results)
+        if self.pipeline_input is not None and experiences:
+            self.pipeline_input.write(experiences)
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
         metrics.update(pipeline_metrics)
         self.storage.write(experiences)
@@ -287,7 +300,8 @@ class Explorer:
             todo = [task for task in taskset.tasks if task.index not in done]
             add = functools.partial(record.add, name) if record is not None else None
             experiences, _ = self.run(todo, f"eval/{name}", on_result=add)
-            metrics.update(eval_metrics(name, taskset.tasks, kept + experiences, k))
+            metrics.update(eval_metrics(name, taskset.tasks, kept + experiences, k,
+                                        detailed_stats=self.config.monitor.detailed_stats))
             if record is not None:
                 record.finish(name)
         return metrics
@@ -298,12 +312,34 @@ class Explorer:
         self.runner.close()
         close_models(self.auxiliary_models)
         self.auxiliary_models = []
+        if self.pipeline_input is not None:
+            self.pipeline_input.close()
+            self.pipeline_input = None
         self._stop_server()
 
     def _stop_server(self) -> None:
         if self._owns_server:
             self.model.close()
             self._owns_server = False
+
+
+PIPELINE_INPUT_FILE = "experience_pipeline_input.jsonl"
+"""Under ``<job dir>/buffer/``: the experiences before the operators, unless
+``input_save_path`` says where."""
+
+
+def pipeline_input_storage(plan: RunPlan) -> ExperienceStorage | None:
+    """Where ``data_processor.experience_pipeline.save_input`` keeps each explore step's
+    experiences as they were before the operators: ``input_save_path`` (JSON lines; a
+    ``.db`` / ``sqlite:///`` path: SQLite), unset: ``<job dir>/buffer/`` +
+    :data:`PIPELINE_INPUT_FILE`. ``None`` without operators (the buffer holds the same)."""
+    pipeline = plan.config.data_processor.experience_pipeline
+    if pipeline is None or not pipeline.save_input or not plan.operators:
+        return None
+    path = pipeline.input_save_path or os.path.join(plan.job_dir, "buffer",
+                                                    PIPELINE_INPUT_FILE)
+    sql = path.startswith(SQLITE_URL_PREFIX) or path.endswith(".db")
+    return open_storage("sql" if sql else "file", "experience_pipeline_input", path)
 
 
 def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) -> dict[str, float]:
@@ -330,8 +366,9 @@ def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) ->
 
 
 def eval_metrics(name: str, tasks: Sequence[Task], experiences: list[Experience],
-                 k: int) -> dict[str, Any]:
-    """``eval/<name>/accuracy`` (mean over rollouts), ``…/reward/mean``, ``…/pass@k``."""
+                 k: int, *, detailed_stats: bool = False) -> dict[str, Any]:
+    """``eval/<name>/accuracy`` (mean over rollouts), ``…/reward/mean``, ``…/pass@k``; with
+    ``detailed_stats`` (``monitor.detailed_stats``) also :func:`task_stats`."""
     by_task: dict[Any, list[Experience]] = {}
     for exp in experiences:
         by_task.setdefault(exp.eid.task, []).append(exp)
@@ -348,4 +385,30 @@ def eval_metrics(name: str, tasks: Sequence[Task], experiences: list[Experience]
     if k > 1:
         metrics[f"{prefix}/pass@{k}"] = statistics.fmean(
             pass_at_k(n, c, k) if n >= k else float(c > 0) for n, c in zip(samples, correct, strict=True))
+    if detailed_stats:
+        metrics.update(task_stats(prefix, list(by_task.values())))
     return metrics
+
+
+def task_stats(prefix: str, groups: list[list[Experience]]) -> dict[str, float]:
+    """Trinity-RFT's detailed evaluation statistics: for ``accuracy``, ``reward`` and every
+    metric the rollouts carry, each task's value ``x_t`` (the mean over its rollouts), then
+    ``<prefix>/<metric>/mean|std|max|min`` over the tasks ``t = 1..n``; ``std`` is the
+    sample standard deviation ``sqrt(Σ (x_t − x̄)² / (n − 1))`` (0 for one task)."""
+    per_task: dict[str, list[float]] = {}
+    for group in groups:
+        values: dict[str, list[float]] = {
+            "accuracy": [float(is_correct(e)) for e in group],
+            "reward": [e.reward or 0.0 for e in group]}
+        for exp in group:
+            for key, value in exp.metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    values.setdefault(key, []).append(float(value))
+        for key, seen in values.items():
+            per_task.setdefault(key, []).append(statistics.fmean(seen))
+    stats: dict[str, float] = {}
+    for key, xs in per_task.items():
+        stats.update({f"{prefix}/{key}/mean": statistics.fmean(xs),
+                      f"{prefix}/{key}/std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                      f"{prefix}/{key}/max": max(xs), f"{prefix}/{key}/min": min(xs)})
+    return stats

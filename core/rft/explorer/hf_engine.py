@@ -201,16 +201,15 @@ class HFEngine(InferenceEngine):
         # like repeating each prompt n times); greedy rows are repeated explicitly.
         stop_ids = self.stop_token_ids(sampling)
         if decode_loop.covers(sampling):
-            if not greedy and n > 1:  # num_return_sequences: each prompt row n times
-                input_ids = input_ids.repeat_interleave(n, dim=0)
-                attention_mask = attention_mask.repeat_interleave(n, dim=0)
             settings = decode_loop.DecodeSettings(
                 max_new_tokens=max_new, min_new_tokens=min(sampling.min_tokens, max_new),
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
                 top_p=sampling.top_p, stop_token_ids=stop_ids,
                 pad_token_id=self.pad_token_id,
                 stop_check=self._stop_string_check(sampling) if sampling.stop else None)
-            decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings)
+            # num_return_sequences: each prompt row n times (the prompt runs once per row)
+            decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
+                                                repeats=1 if greedy else n)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
         else:
             config = self._generation_config(sampling, 1 if greedy else n, max_new)

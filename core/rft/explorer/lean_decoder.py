@@ -24,6 +24,13 @@ Per layer, with hidden states ``h`` ``(B, S, H)`` at absolute columns ``s … s+
 
 A query may attend to the keys at or before its column that are not padding. A padding
 query (left padding) attends to itself only, so its (never read) states stay finite.
+
+**Shared prompts** (``prefill(…, repeats=n)``, sampling ``n`` completions per prompt): the
+prompt's layers run once per distinct row, then its keys / values and last hidden state
+are copied to the ``n`` rows that continue it (row ``i·n + j`` continues prompt ``i``,
+``repeat_interleave`` order). Every row's computation is the same as on the repeated
+rows; the final norm and LM head run on the ``B·n`` copies so that they see the batch
+shape the unshared prefill gives them (tests: logits and caches equal bit for bit).
 """
 
 from __future__ import annotations
@@ -99,36 +106,58 @@ class LeanDecoder:
         self._filled = 0
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+                position_ids: torch.Tensor, max_new_tokens: int,
+                repeats: int = 1) -> torch.Tensor:
         """Start a call: ``input_ids`` ``(B, P)`` left-padded; returns the last position's
-        logits ``(B, V)``. The cache holds ``P + max_new_tokens`` positions."""
+        logits ``(B·repeats, V)``. The cache holds ``B·repeats`` rows of
+        ``P + max_new_tokens`` positions; with ``repeats > 1`` row ``i·repeats + j``
+        continues prompt row ``i`` (the prompt's layers run once per prompt row)."""
         batch, width = input_ids.shape
         total = width + max_new_tokens
         first = self.model.model.layers[0].self_attn
         kv_heads = first.k_proj.out_features // first.head_dim
         dtype, device = first.k_proj.weight.dtype, input_ids.device
-        shape = (batch, kv_heads, total, first.head_dim)
-        self._keys = [torch.empty(shape, dtype=dtype, device=device)
-                      for _ in self.model.model.layers]
-        self._values = [torch.empty(shape, dtype=dtype, device=device)
-                        for _ in self.model.model.layers]
         self._valid = torch.ones(batch, total, dtype=torch.bool, device=device)  # (B, T)
         self._valid[:, :width] = attention_mask.bool()
         causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # (P, P)
         allowed = (causal[None] & self._valid[:, None, :width]) | torch.eye(
             width, dtype=torch.bool, device=device)[None]  # (B, P, P)
         self._filled = 0
-        return self._forward(input_ids, position_ids, allowed[:, None])
+        shape = (batch, kv_heads, total if repeats == 1 else width, first.head_dim)
+        self._keys = [torch.empty(shape, dtype=dtype, device=device)
+                      for _ in self.model.model.layers]
+        self._values = [torch.empty(shape, dtype=dtype, device=device)
+                        for _ in self.model.model.layers]
+        hidden = self._layers(input_ids, position_ids, allowed[:, None])  # (B, P, H)
+        last = hidden[:, -1]  # (B, H)
+        if repeats > 1:  # copy the prompt's cache and last state to its repeats
+            full = (batch * repeats, kv_heads, total, first.head_dim)
+            for cache in (self._keys, self._values):
+                for index, small in enumerate(cache):
+                    big = torch.empty(full, dtype=dtype, device=device)
+                    big.view(batch, repeats, *full[1:])[:, :, :, :width] = small[:, None]
+                    cache[index] = big
+            self._valid = self._valid.repeat_interleave(repeats, dim=0)  # (B·n, T)
+            last = last.repeat_interleave(repeats, dim=0)  # (B·n, H)
+        return self._head(last)
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``input_ids`` ``(B, 1)``; returns logits ``(B, V)``."""
         end = self._filled + 1
         allowed = self._valid[:, None, None, :end]  # (B, 1, 1, s+1)
-        return self._forward(input_ids, position_ids, allowed)
+        return self._head(self._layers(input_ids, position_ids, allowed)[:, -1])
 
-    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                 allowed: torch.Tensor) -> torch.Tensor:
-        """``allowed`` ``(B, 1, S, s+S)`` bool: which keys each query may attend to."""
+    def _head(self, last: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, V)`` of the last hidden states ``(B, H)`` (final norm, LM head)."""
+        decoder: Any = self.model.model
+        last = _rms(last, decoder.norm.weight, decoder.norm.variance_epsilon)  # (B, H)
+        head = self.model.lm_head
+        return F.linear(last, head.weight, head.bias)  # (B, V)
+
+    def _layers(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                allowed: torch.Tensor) -> torch.Tensor:
+        """Hidden states ``(B, S, H)`` after the decoder layers, filling the cache;
+        ``allowed`` ``(B, 1, S, s+S)`` bool: which keys each query may attend to."""
         decoder: Any = self.model.model
         batch, width = input_ids.shape
         start, end = self._filled, self._filled + width
@@ -160,6 +189,4 @@ class LeanDecoder:
             hidden = hidden + F.linear(gated * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias),
                                        mlp.down_proj.weight, mlp.down_proj.bias)
         self._filled = end
-        last = _rms(hidden[:, -1], decoder.norm.weight, decoder.norm.variance_epsilon)  # (B, H)
-        head = self.model.lm_head
-        return F.linear(last, head.weight, head.bias)  # (B, V)
+        return hidden

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from rft.buffer.offline import dataset_experiences, row_format
+from rft.buffer.retry import RetryPolicy
 from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage
 from rft.buffer.storage import BufferEmpty, ExperienceStorage, open_storage
@@ -77,7 +78,8 @@ def open_auxiliary_buffers(plan: RunPlan, steps: int, tokenizer: Any = None
     opened: dict[str, ExperienceStorage] = {}
     for name, cfg in config.buffer.trainer_input.auxiliary_buffers.items():
         if cfg.storage_type != "file":
-            opened[name] = open_storage(cfg.storage_type, cfg.name or name, cfg.path)
+            opened[name] = open_storage(cfg.storage_type, cfg.name or name, cfg.path,
+                                        RetryPolicy(cfg.max_retry_times, cfg.max_retry_interval))
             continue
         if tokenizer is None:
             tokenizer = load_tokenizer(config)
@@ -137,7 +139,9 @@ def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: dic
     """Write ``global_step_<step>`` of the stage's job dir (``model_version = step``), with
     the actor exported to ``hf/`` when ``export_hf`` and the process's random generators
     (``rng``, unless ``state`` has its own); prune to ``trainer.max_checkpoints_to_keep``;
-    return its path. ``extra``: more objects saved as ``<name>.pt``. A sharded trainer
+    return its path. ``extra``: more objects saved as ``<name>.pt``. The trainer writes its
+    part with :meth:`~rft.trainer.base.Trainer.write_checkpoint` (``trainer.pt``, and the
+    files of a backend with its own layout). A sharded trainer
     (:class:`~rft.trainer.ranks.RankedTrainer`, any mode) writes sharded
     (``trainer_sharded/``, every rank its shards; ``trainer.pt`` a marker)."""
     config = plan.config
@@ -146,7 +150,7 @@ def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: dic
                                               {"rng": rng_state(), **state},
                                               export_hf=export_hf, extra=extra)
     save_hf = (lambda path: save_hf_model(config, trainer, path)) if export_hf else None
-    return save_checkpoint(plan.job_dir, step, trainer.state_dict(),
+    return save_checkpoint(plan.job_dir, step, trainer.write_checkpoint,
                            {"model_version": step, "rng": rng_state(), **state},
                            max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf,
                            extra=extra)

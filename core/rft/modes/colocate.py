@@ -55,6 +55,7 @@ from rft.modes.builders import (
     steps_over_tasks,
 )
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
+from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
 from rft.synchronizer import MemorySynchronizer
 from rft.trainer.base import Trainer
 
@@ -145,6 +146,8 @@ class ColocateStage:
         self.steps = steps
         self.saved_step = -1
         self.saved_eval_after: dict[str, float] | None = None
+        self.previewer = (Previewer(lambda: self.engine.tokenizer)
+                          if config.trainer.enable_preview else None)
 
     def resume(self) -> Resumed:
         """Restore everything a step depends on from the newest readable checkpoint: the
@@ -157,7 +160,7 @@ class ColocateStage:
         if loaded is None:
             return Resumed()
         state = loaded.state
-        self.trainer.load_state_dict(loaded.trainer_state)
+        self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
         if self.explorer is not None:
             for selector, selector_state in zip(self.explorer.selectors,
                                                 state.get("selectors", []), strict=False):
@@ -197,6 +200,9 @@ class ColocateStage:
             metrics = {**sample_metrics, **self.trainer.train_step(experiences)}
         metrics.update(self.engines.sync(step))
         self.lifecycle.log("trainer", metrics, step)
+        if self.previewer is not None:
+            self.lifecycle.log_table("trainer", ROLLOUT_EXAMPLES,
+                                     self.previewer.rows(experiences, step), step)
 
     def evaluate(self) -> dict[str, float]:
         assert self.explorer is not None

@@ -40,6 +40,7 @@ from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.errors import RftError
+from rft.explorer.auxiliary import AuxiliaryEngineBuilder, one_engine
 from rft.explorer.engine import InferenceEngine
 from rft.explorer.engine_factory import build_engine, default_sampling
 from rft.explorer.explorer import Explorer
@@ -128,7 +129,8 @@ class ExploreStage:
 
     def __init__(self, stage: Stage, lifecycle: StageLifecycle,
                  cleanup: contextlib.ExitStack, build: EngineBuilder = build_engine,
-                 open_buffer: BufferOpener | None = None) -> None:
+                 open_buffer: BufferOpener | None = None,
+                 auxiliary_build: AuxiliaryEngineBuilder = one_engine) -> None:
         plan = self.plan = stage.plan
         config = plan.config
         self.lifecycle = lifecycle
@@ -141,7 +143,7 @@ class ExploreStage:
             else open_experience_buffer(plan.experience_buffer, plan.priority_fn))
         cleanup.callback(self.storage.close)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
-                                 self.storage)
+                                 self.storage, auxiliary_build)
         cleanup.callback(self.explorer.close)
         # a remote engine (external) takes no weights: it is explored as it is served
         self.takes_weights = not self.engine.remote
@@ -215,18 +217,19 @@ class ExploreStage:
 
 
 def run_explore(stage: Stage, build: EngineBuilder = build_engine,
-                open_buffer: BufferOpener | None = None) -> StageResult:
+                open_buffer: BufferOpener | None = None,
+                auxiliary_build: AuxiliaryEngineBuilder = one_engine) -> StageResult:
     """Run the explorer of one stage in this process (see the module docstring), its
     rollout engine made by ``build`` (default: one engine in this process;
     :mod:`rft.distributed.explore_engines` passes a pool of engine actors for
-    ``engine_num > 1``), its experience buffer opened by ``open_buffer`` (default: the
-    storage the config selects; :mod:`rft.distributed.shared_queue` passes the shared
-    queue's)."""
+    ``engine_num > 1``, and ``auxiliary_build`` for auxiliary models' ``engine_num > 1``),
+    its experience buffer opened by ``open_buffer`` (default: the storage the config
+    selects; :mod:`rft.distributed.shared_queue` passes the shared queue's)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
     return run_stage(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets),
                      open_body=lambda lifecycle, cleanup: ExploreStage(
-                         stage, lifecycle, cleanup, build, open_buffer))
+                         stage, lifecycle, cleanup, build, open_buffer, auxiliary_build))
 
 
 def _model_path(config: RftConfig, sync: CheckpointSynchronizer) -> str | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from rft.buffer.offline import RowFormat, check_rows, row_format, rows_config
 from rft.buffer.taskset import TaskPlugins, TasksetError, preview_rows, row_to_task
+from rft.config.load import unset_env_variable
 from rft.config.plan import RunPlan
 from rft.config.schema import ExperienceBufferConfig
 from rft.config.validate import local_looking
@@ -78,14 +79,23 @@ def data_paths(plan: RunPlan) -> Iterator[tuple[str, str]]:
     for name, aux in plan.config.buffer.trainer_input.auxiliary_buffers.items():
         if aux.storage_type == "file" and aux.path:
             yield f"buffer.trainer_input.auxiliary_buffers.{name}.path", aux.path
+    buffer = plan.experience_buffer  # a file an earlier stage may write: only an unset variable
+    if buffer.storage_type == "file" and unset_env_variable(buffer.path):
+        yield "buffer.trainer_input.experience_buffer.path", str(buffer.path)
 
 
 def check_data_sources(plan: RunPlan) -> None:
     """Raise one :class:`RftError` line per local data path of the stage that does not exist
     here (validation only warned: the config may have been written for another machine)."""
-    problems = [f"{key}: path {path!r} does not exist"
+    problems = [f"{key}: environment variable {unset_env_variable(path)} is not set (used "
+                f"in {path})" if unset_env_variable(path) else
+                f"{key}: path {path!r} does not exist"
                 for key, path in data_paths(plan)
                 if local_looking(path) and not os.path.exists(os.path.expanduser(path))]
+    trainer = plan.config.trainer
+    if trainer.trainer_config_path and trainer.trainer_config is None:  # not read: not here
+        problems.append(f"trainer.trainer_config_path: file {trainer.trainer_config_path!r} "
+                        "does not exist")
     if problems:
         raise RftError("\n".join(dict.fromkeys(problems)))
 

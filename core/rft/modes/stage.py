@@ -20,7 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from rft.config import Stage
 from rft.modes.builders import open_monitors
@@ -124,6 +124,12 @@ class StageLifecycle:
         """Log ``metrics`` of ``step`` to ``role``'s monitors."""
         for monitor in self.monitors.get(role, []):
             monitor.log(metrics, step)
+
+    def log_table(self, role: str, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Log a table of ``step`` (the rollout preview) to ``role``'s monitors."""
+        if rows:
+            for monitor in self.monitors.get(role, []):
+                monitor.log_table(name, rows, step)
 
     def rewind(self, step: int) -> None:
         """The stage goes on after ``step`` (0: from the start): every monitor forgets what

@@ -32,6 +32,7 @@ import os
 
 from rft.buffer.factory import BufferOpener, open_experience_buffer
 from rft.buffer.taskset import read_rows
+from rft.chat_template import load_tokenizer
 from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
@@ -45,6 +46,7 @@ from rft.modes.builders import (
 )
 from rft.modes.colocate import run_colocate
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
+from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
 
 log = logging.getLogger("rft.modes.train")
 
@@ -87,6 +89,9 @@ class TrainAloneStage:
         self.trainer, self.strategy = build_trainer(self.plan, self.storage, self.steps)
         cleanup.callback(self.trainer.close)
         self.version = self.read_before = self.last_saved = 0
+        config = self.plan.config
+        self.previewer = (Previewer(lambda: load_tokenizer(config))
+                          if config.trainer.enable_preview else None)
 
     def resume(self) -> Resumed:
         """Resume from the newest readable checkpoint (step 0: none) and settle the buffer's
@@ -96,7 +101,7 @@ class TrainAloneStage:
         step = 0
         if loaded is not None:
             state = loaded.state
-            self.trainer.load_state_dict(loaded.trainer_state)
+            self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
             step = self.version = self.last_saved = state["step"]
             self.read_before = int(state.get("experiences_read", 0))
             if "rng" in state:
@@ -119,6 +124,9 @@ class TrainAloneStage:
         # logged before the checkpoint: a crash in between leaves a line that the resumed
         # run drops (monitors rewind) and logs again, so each step is recorded once
         self.lifecycle.log("trainer", metrics, step)
+        if self.previewer is not None:
+            self.lifecycle.log_table("trainer", ROLLOUT_EXAMPLES,
+                                     self.previewer.rows(experiences, step), step)
         if sync_due or self.lifecycle.save_due(step):
             self._save(step, export_hf=sync_due)
             if sync_due:

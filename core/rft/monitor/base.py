@@ -8,7 +8,7 @@ explorer and the trainer each open their own monitor (``role`` ``"explorer"`` or
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -42,6 +42,11 @@ class Monitor(ABC):
     @abstractmethod
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Record the metrics of one step."""
+
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Record a small table of ``step`` (``rows``: dicts with the same keys), e.g. the
+        rollout preview ``rollout_examples`` (``trainer.enable_preview``,
+        :mod:`rft.monitor.preview`). Default: ignored (monitors without tables)."""
 
     def rewind(self, step: int) -> None:
         """A resumed run goes on after ``step`` (``-1``: from the very start): forget what

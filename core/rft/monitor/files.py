@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -113,34 +114,59 @@ class JsonlMonitor(Monitor):
             raise RftError(f"monitor jsonl: cannot write {self.path}: "
                            f"{exc.strerror or exc}") from exc
 
+    def table_path(self, name: str) -> str:
+        """``<log_dir>/<name>/<role>.jsonl``: where :meth:`log_table` appends (a folder of
+        its own: ``<log_dir>/*.jsonl`` are the metric files)."""
+        return os.path.join(self.log_dir, name, f"{self.role}.jsonl")
+
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """One line per row, ``{"step": N, **row}``, appended to :meth:`table_path`."""
+        path = self.table_path(name)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.writelines(json.dumps({"step": step, **row}) + "\n" for row in rows)
+        except OSError as exc:
+            raise RftError(f"monitor jsonl: cannot write {path}: "
+                           f"{exc.strerror or exc}") from exc
+
     def rewind(self, step: int) -> None:
-        """Keep the lines of steps ``<= step`` (and drop a last line a crash cut short);
-        the file is replaced atomically."""
+        """Keep the lines of steps ``<= step`` (and drop a last line a crash cut short), in
+        the metrics file and in this role's table files; each file is replaced
+        atomically."""
         self._file.close()
-        with open(self.path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-        kept = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a crash
-            if isinstance(record, dict) and isinstance(record.get("step"), int) \
-                    and record["step"] <= step:
-                kept.append(line + "\n")
-        if len(kept) != len(lines):
-            partial = f"{self.path}.{os.getpid()}.tmp"
-            try:
-                with open(partial, "w", encoding="utf-8") as handle:
-                    handle.writelines(kept)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(partial, self.path)
-            except OSError as exc:
-                raise RftError(f"monitor jsonl: cannot rewrite {self.path}: "
-                               f"{exc.strerror or exc}") from exc
+        _keep_steps(self.path, step)
+        for table in sorted(glob.glob(os.path.join(glob.escape(self.log_dir), "*",
+                                                   f"{self.role}.jsonl"))):
+            _keep_steps(table, step)  # this role's tables: <log_dir>/<name>/<role>.jsonl
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def _keep_steps(path: str, step: int) -> None:
+    """Rewrite the JSON-lines file ``path`` with the records of steps ``<= step`` only."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines = handle.read().splitlines()
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a crash
+        if isinstance(record, dict) and isinstance(record.get("step"), int) \
+                and record["step"] <= step:
+            kept.append(line + "\n")
+    if len(kept) != len(lines):
+        partial = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(partial, "w", encoding="utf-8") as handle:
+                handle.writelines(kept)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(partial, path)
+        except OSError as exc:
+            raise RftError(f"monitor jsonl: cannot rewrite {path}: "
+                           f"{exc.strerror or exc}") from exc

@@ -9,9 +9,10 @@ import os
 import re
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from rft.errors import RftError
@@ -135,6 +136,14 @@ class MlflowMonitor(Monitor):
                 batch.append(self._metric(metric_key(name), number, timestamp, step))
         for begin in range(0, len(batch), MAX_METRICS_PER_BATCH):
             self._client.log_batch(self.run_id, metrics=batch[begin:begin + MAX_METRICS_PER_BATCH])
+
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """The rows as the run's artifact ``<name>/step_<N>.json`` (``log_table``)."""
+        if rows:
+            columns = list(rows[0])
+            self._client.log_table(self.run_id, {c: [row.get(c) for row in rows]
+                                                 for c in columns},
+                                   artifact_file=f"{name}/step_{step}.json")
 
     def close(self) -> None:
         if not self._closed:

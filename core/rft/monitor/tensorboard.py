@@ -7,7 +7,7 @@ installed (``pip install 'rft[tensorboard]'``), else ``tensorboardX.SummaryWrite
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,8 +84,27 @@ class TensorboardMonitor(Monitor):
                 self._writer.add_scalar(key, number, step)
         self._writer.flush()
 
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """The rows as a Markdown table in TensorBoard's Text tab (tag ``name``)."""
+        if rows:
+            self._writer.add_text(name, markdown_table(rows), step)
+            self._writer.flush()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._writer.close()
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``rows`` (dicts with the keys of the first) as a Markdown table; ``|`` and line
+    breaks inside a cell are escaped so that each row stays one table line."""
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import netrc
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from rft.errors import RftError
@@ -107,6 +107,15 @@ class WandbMonitor(Monitor):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self._run.log(dict(metrics), step=step)
+
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """A ``wandb.Table`` under ``name`` at ``step``."""
+        import wandb
+
+        if rows:
+            columns = list(rows[0])
+            self._run.log({name: wandb.Table(columns=columns, data=[
+                [row.get(c) for c in columns] for row in rows])}, step=step)
 
     def close(self) -> None:
         if not self._closed:

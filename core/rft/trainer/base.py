@@ -9,7 +9,7 @@ and the step count) and then driven by the run::
     for step in ...:
         metrics = trainer.train_step(experiences)   # {"actor/pg_loss": ..., ...}
         synchronizer.push(trainer.named_weights())
-        checkpoint.save(trainer.state_dict())
+        checkpoint.save(trainer.write_checkpoint(folder))  # trainer.pt: state_dict()
 """
 
 from __future__ import annotations
@@ -65,6 +65,34 @@ class Trainer(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+    def write_checkpoint(self, directory: str) -> dict[str, Any]:
+        """The trainer's part of the checkpoint folder ``directory`` (``global_step_<N>``,
+        written under its temporary name and renamed when complete: see
+        :mod:`rft.checkpoint`); returns what the folder's ``trainer.pt`` holds.
+
+        The default writes no file and returns :meth:`state_dict` (the whole state in
+        ``trainer.pt``). A backend with its own on-disk layout (veRL's ``actor/`` and
+        ``critic/`` folders) writes its files under ``directory`` and returns a small
+        marker saying what it wrote; those files are then part of the atomic checkpoint
+        (renamed, pruned by ``trainer.max_checkpoints_to_keep`` and moved aside with it).
+        rft's own metadata (step, counters, random generators, explorer state) stays in
+        ``state.json`` whatever the backend writes.
+
+        :raises rft.errors.RftError: the files cannot be written (one line).
+        """
+        return self.state_dict()
+
+    def read_checkpoint(self, directory: str, trainer_state: dict[str, Any]) -> None:
+        """Resume from the checkpoint folder ``directory`` (its final name), whose
+        ``trainer.pt`` held ``trainer_state`` (what :meth:`write_checkpoint` returned).
+        The default is :meth:`load_state_dict` of ``trainer_state``; a backend that
+        overrides :meth:`write_checkpoint` reads its files back here.
+
+        :raises rft.errors.RftError: a missing, truncated or foreign checkpoint (one line
+            naming the file).
+        """
+        self.load_state_dict(trainer_state)
 
     @abstractmethod
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -3,7 +3,9 @@
 Shifts: the logit (or value) at column ``c`` predicts token ``c + 1``, so the response
 tokens at columns ``P … P+R−1`` are scored by the outputs at ``P−1 … P+R−2`` — the last
 ``R + 1`` outputs minus the final one (veRL's ``[:, -R-1:-1]``). Only those positions go
-through the LM head (``logits_to_keep``).
+through the LM head (``logits_to_keep``). In one process the torch trainer's log-prob
+passes run each distinct prompt of the batch once where the model allows it
+(:mod:`rft.trainer.lean_forward`; GRPO batches hold every prompt ``repeat_times`` times).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from rft.errors import RftError
 from rft.ops import entropy_from_logits, logprobs_from_logits
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
+from rft.trainer.lean_forward import shared_prompt_logits
+from rft.trainer.lean_forward import unsupported_reason as lean_unsupported_reason
 
 
 def load_causal_lm(path: str, *, trust_remote_code: bool = False,
@@ -88,25 +93,39 @@ def _model_inputs(batch: TensorBatch, device: torch.device) -> dict[str, torch.T
 def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.device,
                       temperature: float = 1.0, with_entropy: bool = False,
                       entropy_grad: bool = True, dtype: torch.dtype | None = None,
-                      entropy_chunk: int | None = None
+                      entropy_chunk: int | None = None, shared_prompts: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs ``(B, R)`` of the response tokens and, optionally, entropies
     (computed without autograd when ``entropy_grad`` is false: metric only; over chunks
     of ``entropy_chunk`` positions when set, see :func:`chunked_entropy`).
 
     ``logits / temperature`` (the sampling temperature, as veRL) in float32.
+    ``shared_prompts``: run each distinct prompt once
+    (:func:`rft.trainer.lean_forward.shared_prompt_logits`) where the model and the
+    batch allow it (:func:`uses_shared_prompts`); else the model's forward.
     """
     width = batch.response_width
     inputs = _model_inputs(batch, device)
-    with autocast_context(device, dtype):
-        try:
-            output = model(**inputs, use_cache=False, logits_to_keep=width + 1)
-        except TypeError:  # custom modelling code without ``logits_to_keep``
-            output = model(**inputs, use_cache=False)
-    logits = output.logits[:, -width - 1: -1, :].float()  # (B, R, V)
+    if shared_prompts and uses_shared_prompts(model, batch, dtype):
+        logits = shared_prompt_logits(model, inputs["input_ids"], inputs["attention_mask"],
+                                      inputs["position_ids"], batch.prompt_width)  # (B, R, V)
+    else:
+        with autocast_context(device, dtype):
+            try:
+                output = model(**inputs, use_cache=False, logits_to_keep=width + 1)
+            except TypeError:  # custom modelling code without ``logits_to_keep``
+                output = model(**inputs, use_cache=False)
+        logits = output.logits[:, -width - 1: -1, :].float()  # (B, R, V)
     if temperature != 1.0:
         logits = logits / temperature
     labels = inputs["input_ids"][:, batch.prompt_width:]  # (B, R)
+    metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
+    if metric_entropy and entropy_chunk is None:  # one logsumexp for both (the same values)
+        lse = torch.logsumexp(logits, dim=-1)  # (B, R)
+        logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (B, R)
+        with torch.no_grad():
+            entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
+        return logps, entropy
     logps = logprobs_from_logits(logits, labels)  # (B, R)
     entropy = None
     if with_entropy:
@@ -114,6 +133,16 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
             entropy = (entropy_from_logits(logits) if entropy_chunk is None
                        else chunked_entropy(logits, entropy_chunk))  # (B, R)
     return logps, entropy
+
+
+def uses_shared_prompts(model: nn.Module, batch: TensorBatch,
+                        dtype: torch.dtype | None) -> bool:
+    """Whether :func:`response_logprobs` runs ``batch`` through
+    :func:`~rft.trainer.lean_forward.shared_prompt_logits`: a model it supports, float32
+    without autocast, 2-D position ids, at least one prompt and one response column."""
+    return (dtype in (None, torch.float32) and batch.prompt_width > 0
+            and batch.response_width > 0 and batch["position_ids"].dim() == 2
+            and lean_unsupported_reason(model) is None)
 
 
 def chunked_entropy(logits: torch.Tensor, chunk: int) -> torch.Tensor:

@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from rft.config.plan import TrainerPlan
+from rft.config.schema import resolved_grad_clip
 from rft.errors import RftError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -152,7 +153,7 @@ class TorchTrainerOptions:
             use_dynamic_bsz=t.use_dynamic_bsz,
             max_token_len=max_token_len,
             ppo_epochs=epochs,
-            grad_clip=t.grad_clip,
+            grad_clip=resolved_grad_clip(t, plan.algorithm.optimizer),
             cliprange_value=float(lookup(tree, "critic.cliprange_value", 0.5)),
             critic_lr=float(lookup(tree, "critic.optim.lr", plan.algorithm.optimizer.lr)),
             device=device,

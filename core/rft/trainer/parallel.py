@@ -124,6 +124,13 @@ class RankGroup:
             raise self._failed(what, exc) from exc
         return out
 
+    def barrier(self, what: str) -> None:
+        """Wait until every rank has called it (on the host-side group)."""
+        try:
+            dist.barrier(group=self.cpu_group)
+        except (RuntimeError, dist.DistError) as exc:
+            raise self._failed(what, exc) from exc
+
     def _all_reduce(self, tensor: torch.Tensor, op: Any, what: str) -> None:
         try:
             dist.all_reduce(tensor, op=op, group=self.cpu_group)

@@ -43,6 +43,7 @@ from rft.errors import RftError
 from rft.experience import Experience
 from rft.trainer.base import Trainer
 from rft.trainer.parallel import RankGroup, cpu_threads, free_port
+from rft.trainer.save_turns import SaveStrategy, SaveTurn, SaveWindow, save_turns
 
 log = logging.getLogger("rft.trainer.ranks")
 
@@ -152,10 +153,15 @@ class TrainerRank:
 
         sharded_checkpoint.load_checkpoint_folder(self.trainer, path)
 
-    def save_sharded(self, directory: str) -> None:
+    def save_sharded(self, directory: str, turn: int = 0, turns: int = 1) -> SaveWindow:
+        """Write this rank's shards in its ``turn`` of ``turns`` (``trainer.save_strategy``,
+        :mod:`rft.trainer.save_turns`)."""
         from rft.trainer import sharded_checkpoint
 
-        sharded_checkpoint.save_sharded(self.trainer, directory)
+        group = self.group
+        barrier = None if group is None else (lambda: group.barrier("checkpoint turn"))
+        return sharded_checkpoint.save_sharded(self.trainer, directory,
+                                               SaveTurn(turn, turns, barrier))
 
     def save_pretrained(self, path: str) -> None:
         self.trainer.save_pretrained(path)
@@ -424,9 +430,23 @@ class RankedTrainer(Trainer):
         self._all([a.load_checkpoint.remote(path) for a in self.actors], "resume")
         self.global_steps = int(self._all([self.actors[0].global_steps.remote()], "resume")[0])
 
-    def save_sharded(self, directory: str) -> None:
-        """Every rank writes its shards to ``directory`` (DCP)."""
-        self._all([a.save_sharded.remote(directory) for a in self.actors], "checkpoint")
+    def save_sharded(self, directory: str, strategy: SaveStrategy | None = None
+                     ) -> list[SaveWindow]:
+        """Every rank writes its shards to ``directory`` (DCP), in the turns of ``strategy``
+        (``None``: ``trainer.save_strategy``; :mod:`rft.trainer.save_turns`); returns when
+        each rank wrote, in rank order."""
+        strategy = strategy or self.plan.trainer.save_strategy
+        turns = save_turns(strategy, [place.node_id for place in self.places])
+        count = max(turns) + 1
+        started = time.perf_counter()
+        windows: list[SaveWindow] = self._all(
+            [a.save_sharded.remote(directory, turn, count)
+             for a, turn in zip(self.actors, turns, strict=True)], "checkpoint")
+        if count > 1:
+            log.info("trainer %r: %d ranks wrote %s in %d turns (save_strategy %s) in %.2f s",
+                     self.name, self.world_size, directory, count, strategy,
+                     time.perf_counter() - started)
+        return windows
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         weights = self._all([a.weights.remote() for a in self.actors], "weight gathering")[0]

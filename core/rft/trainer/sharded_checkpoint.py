@@ -11,6 +11,10 @@ A checkpoint written by a sharded trainer (``trainer.ranks > 1``) is the usual a
 - ``hf/`` when exported: the full actor, gathered tensor by tensor on rank 0 (the other
   ranks hold no full copy) and written as safetensors.
 
+The ranks write their files in the turns of ``trainer.save_strategy`` (all at once,
+rank after rank, or node after node: :mod:`rft.trainer.save_turns`,
+:class:`TurnTakingWriter`).
+
 The folder is written under its temporary name (``global_step_<N>.partial``) by
 :func:`rft.checkpoint.save_checkpoint` and renamed only when complete, so a killed save
 never becomes the newest checkpoint. All ranks must see the same file system (one node,
@@ -27,12 +31,16 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.checkpoint import FileSystemWriter
 
 from rft.checkpoint import SHARDED_FORMAT
 from rft.errors import RftError
+from rft.trainer.save_turns import SaveTurn, SaveWindow
 
 if TYPE_CHECKING:
     from rft.trainer.torch_trainer import TorchTrainer
@@ -96,16 +104,60 @@ def _dcp_state(trainer: TorchTrainer) -> dict[str, Any]:
     return state
 
 
-def save_sharded(trainer: TorchTrainer, directory: str) -> None:
-    """Write ``trainer``'s state to ``directory`` (every rank calls it)."""
+class TurnTakingWriter(FileSystemWriter):
+    """DCP's file-system writer (one thread) that writes only in its rank's turn, then
+    ``also()`` (the rank's other files), and records when (:attr:`window`)."""
+
+    def __init__(self, path: str, turn: SaveTurn, also: Callable[[], None] = lambda: None
+                 ) -> None:
+        super().__init__(path, thread_count=1)
+        self.turn = turn
+        self.also = also
+        self.window: tuple[float, float] | None = None
+
+    def write_data(self, plan: Any, planner: Any) -> Any:
+        result: Any = None
+        failure: BaseException | None = None
+        for turn in range(self.turn.turns):
+            if turn == self.turn.turn:
+                start = time.time()
+                try:
+                    result = super().write_data(plan, planner)
+                    result.wait()
+                    self.also()
+                except Exception as exc:  # noqa: BLE001 (raised after the last turn)
+                    failure = exc
+                self.window = (start, time.time())
+            if self.turn.barrier is not None and self.turn.turns > 1:
+                self.turn.barrier()
+        if failure is not None:
+            raise failure
+        return result
+
+
+def save_sharded(trainer: TorchTrainer, directory: str, turn: SaveTurn | None = None
+                 ) -> SaveWindow:
+    """Write ``trainer``'s state to ``directory`` (every rank calls it): its shards and
+    random generators in its ``turn`` of ``trainer.save_strategy``
+    (:mod:`rft.trainer.save_turns`; ``None``: at once); returns when it wrote them."""
     import torch.distributed.checkpoint as dcp
 
-    os.makedirs(directory, exist_ok=True)
+    rank = _rank(trainer)
+    turn = turn or SaveTurn()
+    rng_path = os.path.join(directory, f"rng_rank{rank}.pt")
+    writer = TurnTakingWriter(directory, turn, also=lambda: torch.save(_rng_state(), rng_path))
     try:
-        dcp.save(_dcp_state(trainer), checkpoint_id=directory, no_dist=trainer.ranks is None)
-        torch.save(_rng_state(), os.path.join(directory, f"rng_rank{_rank(trainer)}.pt"))
+        os.makedirs(directory, exist_ok=True)
+        dcp.save(_dcp_state(trainer), storage_writer=writer, no_dist=trainer.ranks is None)
     except OSError as exc:
         raise RftError(f"checkpoint {directory}: cannot write: {exc.strerror or exc}") from exc
+    except dcp.api.CheckpointException as exc:  # a rank's write failed (DCP gathers them)
+        failed = "; ".join(f"rank {r}: {type(e).__name__}: {_first_line(e)}"
+                           for r, (e, _) in sorted(exc.failures.items()))
+        raise RftError(f"checkpoint {directory}: cannot write the sharded trainer state "
+                       f"({failed})") from exc
+    start, end = writer.window or (0.0, 0.0)
+    return SaveWindow(rank, turn.turn, start, end)
 
 
 def load_sharded(trainer: TorchTrainer, directory: str) -> None:
@@ -318,7 +370,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-__all__ = ["SHARDED_DIR", "full_state", "is_sharded_marker", "load_checkpoint_folder",
-           "load_full_state", "load_sharded", "marker_dir", "named_to_native",
-           "native_to_named", "save_pretrained_from_shards", "save_sharded", "sharded_marker",
-           "write_hf_folder"]
+__all__ = ["SHARDED_DIR", "TurnTakingWriter", "full_state", "is_sharded_marker",
+           "load_checkpoint_folder", "load_full_state", "load_sharded", "marker_dir",
+           "named_to_native", "native_to_named", "save_pretrained_from_shards", "save_sharded",
+           "sharded_marker", "write_hf_folder"]

@@ -396,7 +396,8 @@ class TorchTrainer(Trainer):
                 micro = tensors.select(rows)
                 logps, _ = response_logprobs(model, micro, device=self.options.device,
                                              temperature=self.options.temperature,
-                                             dtype=self.options.dtype)
+                                             dtype=self.options.dtype,
+                                             shared_prompts=self.ranks is None)
                 if real:
                     out[rows, : micro.response_width] = logps.cpu()
         finally:
@@ -517,7 +518,8 @@ class TorchTrainer(Trainer):
                     log_prob, entropy = response_logprobs(
                         self.actor, micro, device=device, temperature=self.options.temperature,
                         with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype,
-                        entropy_chunk=self.options.entropy_chunk_size)
+                        entropy_chunk=self.options.entropy_chunk_size,
+                        shared_prompts=self.ranks is None)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     out = actor_loss(self.fns, LossInputs(
                         log_prob=log_prob, response_mask=on["response_mask"],

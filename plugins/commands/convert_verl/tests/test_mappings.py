@@ -205,6 +205,8 @@ DEFAULT_EXCEPTIONS = {
     M + "path" if (M := "actor_rollout_ref.model.") else "": "every launch sets the model",
     A + "ppo_max_token_len_per_gpu": "only read with use_dynamic_bsz (veRL default false)",
     A + "loss_agg_mode": "rft's None means token-mean, veRL's default",
+    A + "grad_clip": "rft's None: validation fills 1.0, veRL's default",
+    A + "optim.clip_grad": "rft's None: trainer.grad_clip, 1.0 unset, veRL's default",
     A + "optim.optimizer": "AdamW → adam (the transform)",
     "actor_rollout_ref.rollout.name": "mandatory in veRL (???)",
     "actor_rollout_ref.rollout.max_num_batched_tokens": "rft leaves it to vLLM",

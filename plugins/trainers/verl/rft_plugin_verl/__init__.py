@@ -13,6 +13,9 @@ Modules: :mod:`~rft_plugin_verl.environment` (is veRL installed and compatible),
 :mod:`~rft_plugin_verl.config` (rft's config → veRL's), :mod:`~rft_plugin_verl.batch`
 (experiences → veRL's batch), :mod:`~rft_plugin_verl.losses` (the hooks),
 :mod:`~rft_plugin_verl.cpu_platform` (rft's shim that runs veRL's workers on a CPU),
+:mod:`~rft_plugin_verl.worker_group` (several trainer ranks: veRL's worker groups),
+:mod:`~rft_plugin_verl.lora` (``model.lora_configs`` on veRL's peft path),
+:mod:`~rft_plugin_verl.megatron` (``trainer_strategy: megatron``, GPU only, untested),
 :mod:`~rft_plugin_verl.trainer`.
 
 This module is imported on every ``rft`` start: the trainer (and with it torch) is

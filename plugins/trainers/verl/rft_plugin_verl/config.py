@@ -1,7 +1,8 @@
 """rft's config → veRL 0.9.1's config tree (what veRL's workers are built from).
 
 :func:`build_verl_config` starts from veRL's own flattened default config
-(``verl/trainer/config/_generated_ppo_trainer.yaml``; Megatron is not wired), read with
+(``verl/trainer/config/_generated_ppo_trainer.yaml``; with ``trainer_strategy: megatron``
+its Megatron one, :mod:`rft_plugin_verl.megatron`, GPU only and untested), read with
 OmegaConf (no Hydra composition), and sets:
 
 1. the values rft's fields decide, per the veRL alignment guide (:data:`rft_plugin_verl.
@@ -33,7 +34,11 @@ import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from rft_plugin_verl import keys
+from rft.config.schema import resolved_grad_clip
+from rft.trainer.lora import lora_of
+
+from rft_plugin_verl import keys, megatron
+from rft_plugin_verl import lora as verl_lora
 
 CONFIG_FILE = "_generated_ppo_trainer.yaml"
 """veRL's flattened default config of its FSDP / FSDP2 workers."""
@@ -99,10 +104,7 @@ def build_verl_config(*, model: Any, algorithm: Any, trainer: Any, train_batch_s
 
     strategy = trainer.trainer_strategy
     result = VerlConfig(tree=None, strategy=strategy, cpu=cpu)
-    if strategy == "megatron":
-        result.problems.append("trainer.trainer_strategy: 'megatron' is not implemented by the "
-                               "verl trainer (it drives veRL's FSDP engines); use fsdp or fsdp2")
-        return result
+    is_megatron = strategy == megatron.STRATEGY  # GPU only, untested (rft_plugin_verl.megatron)
     if cpu and strategy == "fsdp":
         result.strategy = "fsdp2"
         result.warnings.append("trainer.trainer_strategy: 'fsdp' (FSDP1) needs an accelerator; "
@@ -111,12 +113,18 @@ def build_verl_config(*, model: Any, algorithm: Any, trainer: Any, train_batch_s
     if folder is None:
         result.problems.append("trainer.trainer_type: veRL is not installed")
         return result
-    path = os.path.join(folder, CONFIG_FILE)
+    path = os.path.join(folder, megatron.CONFIG_FILE if is_megatron else CONFIG_FILE)
     result.tree = OmegaConf.load(path)
     _apply_rft_fields(result, model, algorithm, trainer, total_steps)
     _apply_user_tree(result, OmegaConf.load(path), trainer.trainer_config or {})
-    _apply_defaults(result, algorithm, train_batch_size)
-    if cpu:
+    _apply_defaults(result, algorithm, train_batch_size, int(trainer.ranks or 1))
+    if is_megatron:
+        vanilla = bool(result.get("actor_rollout_ref.actor.megatron.vanilla_mbridge", False))
+        problem = megatron.environment_problem(cpu, vanilla)
+        if problem is not None:
+            result.problems.insert(0, problem)
+        result.problems.extend(megatron.parallel_problems(result.get, int(trainer.ranks or 1)))
+    elif cpu:
         _apply_cpu(result)
     _check_unsupported(result)
     return result
@@ -142,7 +150,7 @@ def _optimizer(algorithm: Any, trainer: Any, total_steps: int | None) -> dict[st
         "lr_warmup_steps_ratio": float(o.lr_warmup_steps_ratio),
         "min_lr_ratio": float(o.min_lr_ratio),
         "lr_scheduler_type": o.warmup_style or o.lr_scheduler_type,
-        "clip_grad": float(trainer.grad_clip),
+        "clip_grad": resolved_grad_clip(trainer, algorithm.optimizer),
         "total_training_steps": int(total_steps) if total_steps else -1,
     }
 
@@ -170,17 +178,27 @@ def _apply_rft_fields(result: VerlConfig, model: Any, algorithm: Any, trainer: A
             int(trainer.ulysses_sequence_parallel_size),
         f"{ref}.ulysses_sequence_parallel_size": int(trainer.ulysses_sequence_parallel_size),
         "critic.ulysses_sequence_parallel_size": int(trainer.ulysses_sequence_parallel_size),
-        f"{actor}.grad_clip": float(trainer.grad_clip),
-        "critic.grad_clip": float(trainer.grad_clip),
+        f"{actor}.grad_clip": resolved_grad_clip(trainer, algorithm.optimizer),
+        "critic.grad_clip": resolved_grad_clip(trainer, algorithm.optimizer),
         f"{actor}.loss_agg_mode": algorithm.loss_agg_mode or "token-mean",
     }
     if trainer.max_token_len_per_gpu:
         tokens = int(trainer.max_token_len_per_gpu)
         values[f"{actor}.ppo_max_token_len_per_gpu"] = tokens
         values["critic.ppo_max_token_len_per_gpu"] = tokens
+    lora = lora_of(model)
+    if lora is not None and result.strategy == megatron.STRATEGY:
+        result.problems.append(megatron.lora_problem())
+    elif lora is not None:  # veRL's peft path (rft_plugin_verl.lora)
+        result.problems.extend(verl_lora.config_problems(lora, int(trainer.ranks or 1)))
+        for name, value in verl_lora.model_values(lora).items():
+            values[f"{verl_lora.MODEL}.{name}"] = value
+    optim = _optimizer(algorithm, trainer, total_steps)
+    if result.strategy == megatron.STRATEGY:  # its tree's keys (rft_plugin_verl.megatron)
+        result.problems.extend(megatron.adapt_rft_values(
+            values, optim, int(trainer.ulysses_sequence_parallel_size)))
     for path, value in values.items():
         _set(result, path, value)
-    optim = _optimizer(algorithm, trainer, total_steps)
     for name, value in optim.items():
         _set(result, f"{actor}.optim.{name}", value)
         _set(result, f"critic.optim.{name}", value)  # the user's critic.optim wins (step 2)
@@ -279,7 +297,8 @@ def _dataclass_field(node: Any, name: str) -> bool:
 # ---- 3. defaults the adapter needs ---------------------------------------------------
 
 
-def _apply_defaults(result: VerlConfig, algorithm: Any, train_batch_size: int) -> None:
+def _apply_defaults(result: VerlConfig, algorithm: Any, train_batch_size: int,
+                    ranks: int = 1) -> None:
     actor, ref = "actor_rollout_ref.actor", "actor_rollout_ref.ref"
     n = int(algorithm.repeat_times or 1)
     user = result.user_paths
@@ -296,13 +315,26 @@ def _apply_defaults(result: VerlConfig, algorithm: Any, train_batch_size: int) -
             f"{KEY}.{actor}.ppo_mini_batch_size: {mini_prompts} prompts × repeat_times {n} = "
             f"{rows} rows must divide buffer.train_batch_size ({train_batch_size}) (veRL "
             "splits each batch into whole mini-batches)")
+    if rows % ranks:
+        result.problems.append(
+            f"trainer.ranks: veRL splits each mini-batch of {rows} experiences "
+            f"(ppo_mini_batch_size × repeat_times) evenly over its {ranks} ranks; choose a "
+            "number of ranks that divides it")
+        return
+    per_rank = rows // ranks  # what each data-parallel rank gets of a mini-batch
     if not result.get(f"{actor}.use_dynamic_bsz"):
         for path in (f"{actor}.ppo_micro_batch_size_per_gpu",
                      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
                      f"{ref}.log_prob_micro_batch_size_per_gpu",
                      "critic.ppo_micro_batch_size_per_gpu"):
             if path not in user and result.get(path) is None:
-                _set(result, path, rows)
+                _set(result, path, per_rank)
+            micro = int(result.get(path) or 0)
+            if ranks > 1 and micro > 0 and per_rank % micro:
+                result.problems.append(
+                    f"{KEY}.{path}: {micro} rows per micro-batch must divide the {per_rank} "
+                    f"rows each of the {ranks} ranks gets of a mini-batch (veRL splits it "
+                    "into whole micro-batches)")
 
 
 def _apply_cpu(result: VerlConfig) -> None:
@@ -335,10 +367,11 @@ def _apply_cpu(result: VerlConfig) -> None:
 
 
 def _check_unsupported(result: VerlConfig) -> None:
-    """LoRA through veRL's model config (``model.lora_configs`` is refused by the core: the
-    trainer does not declare ``supports_lora``)."""
-    for section in ("actor_rollout_ref.model", "critic.model"):
-        if int(result.get(f"{section}.lora_rank", 0) or 0) > 0 or int(
-                result.get(f"{section}.lora.rank", 0) or 0) > 0:
-            result.problems.append(f"{KEY}.{section}: LoRA is not implemented by the verl "
-                                   "trainer (use trainer_type torch)")
+    """LoRA on the critic (the actor's adapter is ``model.lora_configs``, whose veRL keys
+    are rft fields: :data:`rft_plugin_verl.keys.RFT_FIELDS`)."""
+    section = "critic.model"
+    if int(result.get(f"{section}.lora_rank", 0) or 0) > 0 or int(
+            result.get(f"{section}.lora.rank", 0) or 0) > 0:
+        result.problems.append(f"{KEY}.{section}: a LoRA critic is not implemented by the verl "
+                               "trainer (model.lora_configs trains the actor's adapter; the "
+                               "critic trains in full, as with trainer_type torch)")

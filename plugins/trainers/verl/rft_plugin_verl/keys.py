@@ -29,6 +29,16 @@ RFT_FIELDS: dict[str, str] = {
     "actor_rollout_ref.model.trust_remote_code": "model.trust_remote_code",
     "critic.model.path": "model.critic_model_path",
     "critic.model.trust_remote_code": "model.trust_remote_code",
+    "actor_rollout_ref.model.lora_rank": "model.lora_configs[0].lora_rank",
+    "actor_rollout_ref.model.lora_alpha": "model.lora_configs[0].lora_alpha",
+    "actor_rollout_ref.model.target_modules": "model.lora_configs[0].target_modules",
+    "actor_rollout_ref.model.exclude_modules": "model.lora_configs[0].exclude_modules",
+    "actor_rollout_ref.model.lora_adapter_path": "model.lora_configs[0].path",
+    "actor_rollout_ref.model.target_parameters": (
+        "model.lora_configs[0].target_modules (rft's adapter adapts modules; LoRA on bare "
+        "parameters is not wired)"),
+    "actor_rollout_ref.model.lora": ("model.lora_configs (veRL's Megatron LoRA block; the "
+                                     "adapter is synced by rft, never merged by veRL)"),
     "actor_rollout_ref.rollout.n": "algorithm.repeat_times",
     "actor_rollout_ref.rollout.temperature": "model.temperature",
     A + "optim": "algorithm.optimizer",

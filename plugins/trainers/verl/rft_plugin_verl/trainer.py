@@ -1,7 +1,8 @@
 """``trainer_type: verl``: veRL 0.9.1's engine workers driving rft's training step.
 
 :class:`VerlTrainer` is an rft :class:`~rft.trainer.base.Trainer` whose models live in
-veRL's workers, built in the trainer's own process as one data-parallel rank:
+veRL's workers — with ``trainer.ranks`` 1 built in the trainer's own process as one
+data-parallel rank, with more as veRL worker groups (see "Several ranks" below):
 
 - the actor: ``verl.workers.engine_workers.ActorRolloutRefWorker(role="actor")`` (veRL's
   FSDP / FSDP2 engine, optimizer and LR scheduler), its loss function replaced through
@@ -30,12 +31,32 @@ native trainer's choices (what is computed when):
 5. metrics under veRL's / the native trainer's names.
 
 State, weights and checkpoints: :meth:`named_weights` gathers the actor's full tensors
-(Hugging Face names, tied weights once) for the synchronizer; :meth:`state_dict` /
-:meth:`load_state_dict` hold the models, optimizers and schedulers in one process's full
-(unsharded) form; :meth:`save_pretrained` writes the actor in Hugging Face format.
+(Hugging Face names, tied weights once) for the synchronizer; :meth:`write_checkpoint` /
+:meth:`read_checkpoint` have veRL's workers write and read their checkpoints in veRL's
+layout (``actor/``, ``critic/``) inside rft's checkpoint folder
+(:mod:`rft_plugin_verl.checkpoint`); :meth:`state_dict` / :meth:`load_state_dict` hold
+the models, optimizers and schedulers in one process's full (unsharded) form;
+:meth:`save_pretrained` writes the actor in Hugging Face format.
 
-Not implemented: several trainer ranks (veRL worker groups on rft's Ray placement),
-Megatron, LoRA, veRL's own checkpoint layout; :meth:`VerlTrainer.check_config`
+LoRA (``model.lora_configs``): veRL's peft actor, its reference the actor with the adapter
+disabled, syncs / checkpoints / exports of the adapter only (:mod:`rft_plugin_verl.lora`).
+
+Several ranks (``trainer.ranks > 1``, :mod:`rft_plugin_verl.worker_group`): this process
+is veRL's driver; veRL's single controller (``RayWorkerGroup`` on a ``RayResourcePool``
+over one placement group of a bundle per rank, placed as the native trainer's ranks) starts
+one fused worker per rank holding its actor / reference / critic, with rft's CPU shim and
+a gloo group in each rank on a CPU. :attr:`actor_worker`, :attr:`ref_worker` and
+:attr:`critic_worker` are then worker groups with the same registered methods: veRL splits
+each batch over the data-parallel ranks and gathers the outputs; weights, state and the
+export are gathered by the ranks and handed over by rank 0 (``rft_*`` methods); a rank that
+fails or dies is one :class:`RftError` line naming it. Tested on CPU (2 ranks equal 1 rank
+within 1e-5); the GPU path (NCCL, GPU bundles) is untested.
+
+``trainer_strategy: megatron`` (:mod:`rft_plugin_verl.megatron`): veRL's Megatron tree and
+engines, weights and export from the bridge's ``get_per_tensor_param``, checkpoints in
+veRL's layout only — written with care, untested (GPU only: it cannot run on a CPU).
+
+Not implemented: LoRA with several ranks or with Megatron; :meth:`VerlTrainer.check_config`
 refuses what it cannot run.
 """
 
@@ -49,16 +70,19 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from rft.adapter import AdapterWeights, LoraSpec
 from rft.config.plan import TrainerPlan
 from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
+from rft.trainer import lora as lora_ops
 from rft.trainer.base import Trainer
 from rft.trainer.fsdp import unique_state_names
 from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, rollout_probs_diff, timed
 
-from rft_plugin_verl import cpu_platform, environment
+from rft_plugin_verl import checkpoint, cpu_platform, environment, megatron
+from rft_plugin_verl import lora as verl_lora
 from rft_plugin_verl.batch import check_experiences, response_tensor, to_tensordict
 from rft_plugin_verl.config import VerlConfig, build_verl_config
 from rft_plugin_verl.losses import ActorLoss, CriticLoss
@@ -73,11 +97,15 @@ ENGINE_METRICS = ("grad_norm", "lr", "loss")
 class VerlTrainer(Trainer):
     """rft's trainer interface over veRL's workers (see the module docstring)."""
 
+    supports_lora = True
+    """``model.lora_configs``: veRL's peft actor (:mod:`rft_plugin_verl.lora`)."""
+
     @classmethod
     def check_config(cls, config: RftConfig) -> tuple[list[str], list[str]]:
         """veRL installed and compatible (:mod:`rft_plugin_verl.environment`), the veRL
         config buildable from ``config`` (:mod:`rft_plugin_verl.config`: unknown or
-        rft-owned ``trainer_config`` keys, strategies this machine cannot run), one rank."""
+        rft-owned ``trainer_config`` keys, strategies this machine cannot run, batch sizes the
+        ranks do not divide)."""
         missing = environment.problems()
         if missing:
             return [f"trainer.trainer_type: {line}" for line in missing], []
@@ -87,12 +115,7 @@ class VerlTrainer(Trainer):
         settings = build_verl_config(model=c.model, algorithm=c.algorithm, trainer=c.trainer,
                                      train_batch_size=int(c.buffer.train_batch_size),
                                      total_steps=c.trainer.total_steps, cpu=_cpu_cluster(c))
-        problems = list(settings.problems)
-        if (c.trainer.ranks or 1) > 1:
-            problems.append(f"trainer.ranks: the verl trainer runs veRL's workers as one rank in "
-                            f"the trainer process; {c.trainer.ranks} ranks (veRL worker groups "
-                            "on rft's Ray placement) are not implemented")
-        return problems, settings.warnings
+        return list(settings.problems), settings.warnings
 
     def __init__(self, plan: TrainerPlan) -> None:
         super().__init__(plan)
@@ -100,6 +123,10 @@ class VerlTrainer(Trainer):
         if missing:
             raise RftError(f"trainer.trainer_type: {missing[0]}")
         self.cpu = cpu_platform.needed()
+        if self._ranks() > 1:  # the ranks' devices, not this driver's
+            from rft_plugin_verl.worker_group import ranks_use_gpus
+
+            self.cpu = not ranks_use_gpus()
         settings = build_verl_config(model=plan.model, algorithm=plan.algorithm,
                                      trainer=plan.trainer,
                                      train_batch_size=plan.train_batch_size,
@@ -111,22 +138,85 @@ class VerlTrainer(Trainer):
         self.fns = plan.loss
         if self.cpu:
             cpu_platform.activate()
-        self._own_group = _open_process_group(self.cpu)
+        self.groups: Any = None
+        """With ``trainer.ranks > 1``: the ranks' worker groups
+        (:class:`rft_plugin_verl.worker_group.VerlGroups`); ``None``: one rank here."""
+        self._own_group = _open_process_group(self.cpu) if self._ranks() == 1 else False
         scale = float(plan.model.max_response_tokens) if plan.model.max_response_tokens else None
         self.loss_scale_factor = scale
         self.temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
         self.critic_warmup = int(settings.get("trainer.critic_warmup", 0) or 0)
+        self.lora = lora_ops.lora_of(plan.model)
+        """``model.lora_configs[0]``: veRL's actor trains that adapter (its reference is the
+        actor with the adapter disabled, syncs and checkpoints hold the adapter only)."""
 
+        if self._ranks() > 1:
+            self._start_ranks(scale)
+        else:
+            self._start_in_process(scale)
+        facts = (self._rank0(self.actor_worker.rft_model_facts()) if self.groups is not None
+                 else _model_facts(self.actor_engine.model_config.hf_config))
+        self.pad_token_id: int = facts.pad_token_id
+        self.vocab_size: int | None = facts.vocab_size
+        self._dropout = facts.dropout
+
+    def _start_ranks(self, scale: float | None) -> None:
+        """``trainer.ranks`` veRL ranks on rft's Ray placement
+        (:mod:`rft_plugin_verl.worker_group`): the worker groups become
+        :attr:`actor_worker` / :attr:`ref_worker` / :attr:`critic_worker`."""
+        from rft_plugin_verl import worker_group as wg
+
+        plan, settings = self.plan, self.settings
+        tree = settings.tree
+        roles: dict[str, tuple[type, tuple[Any, ...], dict[str, Any]]] = {
+            "actor": (wg.ActorWorker, (copy.deepcopy(tree).actor_rollout_ref,), {"role": "actor"})}
+        if self.preset.use_reference or self.fns.needs_ref:
+            roles["ref"] = (wg.ActorWorker, (copy.deepcopy(tree).actor_rollout_ref,),
+                            {"role": "ref"})
+        if self.preset.use_critic:
+            roles["critic"] = (wg.CriticWorker, (_critic_config(tree),), {})
+        timeout = float(plan.trainer.rank_timeout or wg.DEFAULT_TIMEOUT_S)
+        with quiet_verl():
+            self.groups = wg.build(name=plan.trainer.name, ranks=self._ranks(), cpu=self.cpu,
+                                   timeout_s=timeout, roles=roles)
+            try:
+                self.actor_worker = self.groups.actor
+                self.actor_worker.init_model()
+                self.actor_worker.set_loss_fn(ActorLoss(self.fns, scale))
+                self.ref_worker = self.groups.ref
+                if self.ref_worker is not None:
+                    self.ref_worker.init_model()
+                self.critic_worker = self.groups.critic
+                if self.critic_worker is not None:
+                    self.critic_worker.reset()
+                    self.critic_worker.set_loss_fn(CriticLoss(
+                        self.fns.loss_agg_mode,
+                        float(settings.get("critic.cliprange_value", 0.5)), scale))
+            except BaseException:
+                self.groups.close()
+                raise
+        wg.announce(self.groups.line)
+
+    def _rank0(self, results: Any) -> Any:
+        """Rank 0's result of a registered ``rft_*`` method called on a worker group."""
+        return results[0]
+
+    def _start_in_process(self, scale: float | None) -> None:
+        """veRL's workers in this process, one rank."""
+        plan, settings = self.plan, self.settings
         with quiet_verl():
             from verl.workers.engine_workers import ActorRolloutRefWorker
 
             tree = settings.tree
-            self.actor_worker = ActorRolloutRefWorker(copy.deepcopy(tree).actor_rollout_ref,
-                                                      role="actor")
-            self.actor_worker.init_model()
+            actor_tree = copy.deepcopy(tree).actor_rollout_ref
+            with verl_lora.initial_adapter(plan.model, self.lora, actor_tree):
+                self.actor_worker = ActorRolloutRefWorker(actor_tree, role="actor")
+                self.actor_worker.init_model()
             self.actor_worker.set_loss_fn(ActorLoss(self.fns, scale))
             self.ref_worker = None
-            if self.preset.use_reference or self.fns.needs_ref:
+            if self.lora is not None and (self.preset.use_reference or self.fns.needs_ref):
+                self.ref_worker = verl_lora.AdapterDisabledRef(self.actor_worker)  # ref_in_actor
+            elif self.preset.use_reference or self.fns.needs_ref:
                 self.ref_worker = ActorRolloutRefWorker(copy.deepcopy(tree).actor_rollout_ref,
                                                         role="ref")
                 self.ref_worker.init_model()
@@ -136,24 +226,28 @@ class VerlTrainer(Trainer):
                 self.critic_worker.set_loss_fn(CriticLoss(
                     self.fns.loss_agg_mode, float(settings.get("critic.cliprange_value", 0.5)),
                     scale))
-        hf_config = self.actor_engine.model_config.hf_config
-        pad = getattr(hf_config, "pad_token_id", None)
-        self.pad_token_id: int = int(pad) if isinstance(pad, int) else 0
-        self.vocab_size: int | None = getattr(hf_config, "vocab_size", None)
-        self._dropout = any(float(getattr(hf_config, name, 0.0) or 0.0) > 0 for name in (
-            "attention_dropout", "hidden_dropout", "resid_pdrop"))
 
     # ---- what the workers hold ---------------------------------------------------------
 
     @property
     def actor_engine(self) -> Any:
-        """veRL's training engine of the actor (``FSDPEngineWithLMHead`` …)."""
+        """veRL's training engine of the actor (``FSDPEngineWithLMHead`` …), in this
+        process (one rank only)."""
+        if self.groups is not None:
+            raise RftError("trainer: with trainer.ranks > 1 the engines live in the veRL rank "
+                           "processes (use the worker groups' registered methods)")
         return self.actor_worker.actor.engine
 
     @property
     def critic_engine(self) -> Any:
-        """veRL's training engine of the critic (``None`` without a critic)."""
-        return self.critic_worker.engine if self.critic_worker is not None else None
+        """veRL's training engine of the critic (``None`` without a critic), in this
+        process (one rank only)."""
+        if self.critic_worker is None:
+            return None
+        if self.groups is not None:
+            raise RftError("trainer: with trainer.ranks > 1 the engines live in the veRL rank "
+                           "processes (use the worker groups' registered methods)")
+        return self.critic_worker.engine
 
     # ---- Trainer interface ---------------------------------------------------------------
 
@@ -163,6 +257,9 @@ class VerlTrainer(Trainer):
             if not experiences:
                 raise RftError("trainer: train_step got no experiences")
             rows = self.preset.batch_layout.arrange(list(experiences))
+            if len(rows) % self._ranks():
+                raise RftError(f"trainer.ranks: veRL splits each batch evenly over its "
+                               f"{self._ranks()} ranks; this step has {len(rows)} experiences")
             check_experiences(rows, self.vocab_size)
             batch = pad_batch(rows, self.pad_token_id)
             extra: dict[str, torch.Tensor] = {}
@@ -186,15 +283,48 @@ class VerlTrainer(Trainer):
         return metrics
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        if self.groups is not None:  # gathered by the ranks, handed over by rank 0
+            yield from self._rank0(self.actor_worker.rft_weights())
+            return
+        if self.settings.strategy == megatron.STRATEGY:  # the bridge's HF export (untested)
+            params, _ = self.actor_engine.get_per_tensor_param()
+            yield from ((name, tensor.detach()) for name, tensor in params)
+            return
         keep = set(unique_state_names(self.actor_engine.module))  # tied weights once
+        if self.lora is not None:  # Hugging Face names: the base with the adapter merged in
+            yield from verl_lora.merged_weights(_full_model_state(self.actor_engine.module),
+                                                keep, self._lora_spec())
+            return
         params, _ = self.actor_engine.get_per_tensor_param()
         for name, tensor in params:
             if name in keep:
                 yield name, tensor.detach()
 
+    def adapter_weights(self) -> AdapterWeights | None:
+        """With LoRA: the adapter (veRL's adapter-only ``get_per_tensor_param``) for the
+        synchronizer; ``None`` without."""
+        if self.lora is None:
+            return None
+        return verl_lora.adapter_weights(self.actor_engine, self._lora_spec())
+
+    def _lora_spec(self) -> LoraSpec:
+        assert self.lora is not None
+        return verl_lora.spec_of(self.actor_engine.module, self.lora, self.plan.model.model_path)
+
     def state_dict(self) -> dict[str, Any]:
+        if self.settings.strategy == megatron.STRATEGY:
+            raise RftError("trainer.trainer_strategy: with 'megatron' the trainer's state is "
+                           "veRL's checkpoint layout (write_checkpoint); no in-memory state_dict")
         state: dict[str, Any] = {"format": STATE_FORMAT, "global_steps": self.global_steps}
-        state.update(_engine_state(self.actor_engine, "actor", ""))
+        if self.groups is not None:  # gathered by the ranks, handed over by rank 0
+            state.update(self._rank0(self.actor_worker.rft_state("actor", "")))
+            if self.critic_worker is not None:
+                state.update(self._rank0(self.critic_worker.rft_state("critic", "critic_")))
+            return state
+        state.update(_engine_state(self.actor_engine, "actor", "",
+                                   frozen=self.lora is None))  # LoRA: the adapter only
+        if self.lora is not None:
+            state["lora"] = self._lora_spec().to_plain()
         if self.critic_engine is not None:
             state.update(_engine_state(self.critic_engine, "critic", "critic_"))
         return state
@@ -203,18 +333,75 @@ class VerlTrainer(Trainer):
         if state.get("format") != STATE_FORMAT:
             raise RftError("trainer checkpoint: not written by trainer_type 'verl' (resume with "
                            "the trainer that wrote it)")
-        _load_engine_state(self.actor_engine, state, "actor", "")
+        if self.groups is not None:  # every rank loads the full state, keeps its shards
+            import ray
+
+            shared = ray.put(state)
+            self.actor_worker.rft_load_state(shared, "actor", "")
+            if self.critic_worker is not None:
+                self.critic_worker.rft_load_state(shared, "critic", "critic_")
+            self.global_steps = int(state["global_steps"])
+            return
+        if self.lora is not None and "actor" in state:
+            verl_lora.check_adapter_state(self.actor_engine.module, state["actor"])
+        _load_engine_state(self.actor_engine, state, "actor", "", strict=self.lora is None)
         if self.critic_engine is not None:
             _load_engine_state(self.critic_engine, state, "critic", "critic_")
         self.global_steps = int(state["global_steps"])
 
+    def write_checkpoint(self, directory: str) -> dict[str, Any]:
+        """veRL's layout: the actor's (and the critic's) workers write ``actor/``
+        (``critic/``) under ``directory`` with their own ``save_checkpoint``; ``trainer.pt``
+        gets the marker listing those files (:func:`rft_plugin_verl.checkpoint.save`). The
+        reference model is not saved."""
+        return checkpoint.save(directory, self._checkpointed_workers(),
+                               global_steps=self.global_steps, ranks=self._ranks())
+
+    def read_checkpoint(self, directory: str, trainer_state: dict[str, Any]) -> None:
+        """The workers read ``actor/`` (``critic/``) back with veRL's ``load_checkpoint``
+        after the marker's file list is checked (:func:`rft_plugin_verl.checkpoint.load`);
+        a ``trainer.pt`` holding a whole :meth:`state_dict` (this trainer's checkpoints
+        before veRL's layout) is loaded as such."""
+        if isinstance(trainer_state, dict) and trainer_state.get("format") == STATE_FORMAT:
+            self.load_state_dict(trainer_state)
+            return
+        self.global_steps = checkpoint.load(directory, trainer_state,
+                                            self._checkpointed_workers(), ranks=self._ranks())
+
+    def _checkpointed_workers(self) -> dict[str, Any]:
+        """Role (veRL's sub-folder name) → the worker (group) that saves it."""
+        workers = {"actor": self.actor_worker}
+        if self.critic_worker is not None:
+            workers["critic"] = self.critic_worker
+        return workers
+
+    def _ranks(self) -> int:
+        """Data-parallel ranks of the workers (veRL's file names hold the world size)."""
+        return int(self.plan.trainer.ranks or 1)
+
     def save_pretrained(self, path: str) -> None:
+        if self.groups is not None:  # gathered by the ranks, written by rank 0
+            self.actor_worker.rft_save_pretrained(path)
+            return
+        if self.settings.strategy == megatron.STRATEGY:  # the bridge's HF export (untested)
+            params, _ = self.actor_engine.get_per_tensor_param()
+            megatron.save_hf_folder(self.actor_engine.model_config.hf_config, params, path)
+            return
         module = self.actor_engine.module
+        if self.lora is not None:  # the adapter (peft's format); merged/ when asked
+            verl_lora.export(module, self._lora_spec(), path,
+                             merged=self.plan.trainer.save_hf_merged,
+                             tokenizer_path=self.plan.model.model_path,
+                             state=_full_model_state(module))
+            return
         full = dict(_full_model_state(module))
         module.save_pretrained(path, state_dict=full)
 
     def close(self) -> None:
         self.actor_worker = self.ref_worker = self.critic_worker = None  # type: ignore[assignment]
+        if self.groups is not None:
+            self.groups.close()
+            self.groups = None
         if self._own_group:
             _release_process_group()
             self._own_group = False
@@ -387,21 +574,37 @@ def _release_process_group() -> None:
         dist.destroy_process_group()
 
 
-def _critic_worker(tree: Any) -> Any:
-    """veRL's critic: a ``TrainingWorker`` on the value-model engine, configured as
-    ``RayPPOTrainer.init_workers`` does."""
+def _critic_config(tree: Any) -> Any:
+    """veRL's ``TrainingWorkerConfig`` of the critic (the value-model engine), as
+    ``RayPPOTrainer.init_workers`` builds it."""
     from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
+    from verl.workers.engine_workers import TrainingWorkerConfig
 
     critic = omega_conf_to_dataclass(copy.deepcopy(tree).critic)
     engine = critic.engine
     engine.infer_max_token_len_per_gpu = critic.ppo_infer_max_token_len_per_gpu
     engine.max_token_len_per_gpu = critic.ppo_max_token_len_per_gpu
-    worker = TrainingWorker(config=TrainingWorkerConfig(
+    return TrainingWorkerConfig(
         model_type="value_model", model_config=critic.model, engine_config=engine,
-        optimizer_config=critic.optim, checkpoint_config=critic.checkpoint))
+        optimizer_config=critic.optim, checkpoint_config=critic.checkpoint)
+
+
+def _critic_worker(tree: Any) -> Any:
+    """veRL's critic in this process: a ``TrainingWorker`` on :func:`_critic_config`."""
+    from verl.workers.engine_workers import TrainingWorker
+
+    worker = TrainingWorker(config=_critic_config(tree))
     worker.reset()
     return worker
+
+
+def _model_facts(hf_config: Any) -> Any:
+    """Pad token, vocabulary size, dropout of the actor's model config
+    (:func:`rft_plugin_verl.worker_group.model_facts`)."""
+    from rft_plugin_verl.worker_group import model_facts
+
+    return model_facts(hf_config)
+
 
 
 def _reduce(metrics: dict[str, Any], role: str) -> dict[str, float]:
@@ -424,20 +627,28 @@ def _reduce(metrics: dict[str, Any], role: str) -> dict[str, float]:
     return out
 
 
-def _full_model_state(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The module's full (unsharded) state, on the CPU."""
+def _full_model_state(module: torch.nn.Module, frozen: bool = True
+                      ) -> Iterator[tuple[str, torch.Tensor]]:
+    """The module's full (unsharded) state, on the CPU; ``frozen`` false: its trainable
+    parameters only (a LoRA actor's adapter)."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_model_state_dict,
     )
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    yield from get_model_state_dict(module, options=options).items()
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True,
+                               ignore_frozen_params=not frozen)
+    trainable = None if frozen else set(verl_lora.adapter_names(module))
+    for name, tensor in get_model_state_dict(module, options=options).items():
+        if trainable is None or name in trainable:  # (a tied frozen weight slips through)
+            yield name, tensor
 
 
-def _engine_state(engine: Any, model_key: str, prefix: str) -> dict[str, Any]:
-    """Model (``model_key``), optimizer and LR scheduler (``<prefix>optimizer`` /
-    ``<prefix>scheduler``) of a veRL engine, in full form (one process)."""
+def _engine_state(engine: Any, model_key: str, prefix: str, frozen: bool = True
+                  ) -> dict[str, Any]:
+    """Model (``model_key``; ``frozen`` false: its trainable parameters only), optimizer
+    and LR scheduler (``<prefix>optimizer`` / ``<prefix>scheduler``) of a veRL engine, in
+    full form (one process)."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_optimizer_state_dict,
@@ -445,14 +656,15 @@ def _engine_state(engine: Any, model_key: str, prefix: str) -> dict[str, Any]:
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return {
-        model_key: dict(_full_model_state(engine.module)),
+        model_key: dict(_full_model_state(engine.module, frozen)),
         f"{prefix}optimizer": get_optimizer_state_dict(engine.module, engine.optimizer,
                                                        options=options),
         f"{prefix}scheduler": engine.lr_scheduler.state_dict(),
     }
 
 
-def _load_engine_state(engine: Any, state: dict[str, Any], model_key: str, prefix: str) -> None:
+def _load_engine_state(engine: Any, state: dict[str, Any], model_key: str, prefix: str,
+                       strict: bool = True) -> None:
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -463,7 +675,7 @@ def _load_engine_state(engine: Any, state: dict[str, Any], model_key: str, prefi
                if k not in state]
     if missing:
         raise RftError(f"trainer checkpoint: missing {', '.join(missing)}")
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=strict)
     set_model_state_dict(engine.module, state[model_key], options=options)
     set_optimizer_state_dict(engine.module, engine.optimizer, state[f"{prefix}optimizer"],
                              options=options)

@@ -5,15 +5,17 @@ guide maps them. Nothing here builds a veRL worker (fast)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rft.config import build_stages
+from rft.config.schema import LoRAConfig
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 from rft.testing.runs import apply_overrides
-from rft_plugin_verl import environment
+from rft_plugin_verl import environment, megatron
 from rft_plugin_verl.config import VerlConfig, build_verl_config
 from rft_plugin_verl.trainer import VerlTrainer
 
@@ -182,20 +184,142 @@ def test_unknown_or_rft_owned_trainer_config_keys_are_errors(registry, rft_tiny_
     ])
 
 
-def test_native_options_are_a_warning_and_one_rank_only(registry, rft_tiny_model: Path,
-                                                        installed) -> None:
+def test_native_options_are_a_warning(registry, rft_tiny_model: Path, installed) -> None:
     loaded = build_stages(plain(str(rft_tiny_model), **{
         "trainer.trainer_config": {"torch": {"device": "cpu"}}}), registry)
     assert "trainer.trainer_config.torch.device: an option of the native trainer (trainer_type " \
            "torch); the verl trainer ignores it" in loaded.stages[0].warnings
-    found = problems_of(registry, plain(str(rft_tiny_model), mode="both",
-                                        **{"trainer.cpu_ranks": 2}))
-    assert any(line.startswith("trainer.ranks: the verl trainer runs veRL's workers as one rank")
+
+
+def test_several_ranks_split_the_mini_batch(registry, rft_tiny_model: Path, installed) -> None:
+    """``trainer.cpu_ranks: 2`` (2 veRL ranks), fixed micro-batches: each rank's default to its
+    share of the mini-batch (8 rows → 4); a mini-batch the ranks do not divide, a
+    micro-batch that does not divide a rank's share, LoRA with ranks: one line each."""
+    two = plain(str(rft_tiny_model), **{"trainer.cpu_ranks": 2, "trainer.use_dynamic_bsz": False})
+    assert build_stages(two, registry).stages[0].config.trainer.ranks == 2
+    got = verl_config(registry, two)
+    assert got.get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == 4
+    assert got.get("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu") == 4
+    assert got.get("actor_rollout_ref.actor.ppo_mini_batch_size") == 4  # prompts, as veRL's
+    found = problems_of(registry, plain(str(rft_tiny_model), **{"trainer.cpu_ranks": 3}))
+    assert "trainer.ranks: veRL splits each mini-batch of 8 experiences (ppo_mini_batch_size " \
+           "× repeat_times) evenly over its 3 ranks; choose a number of ranks that divides " \
+           "it" in found, found
+    micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    found = problems_of(registry, apply_overrides(two, {f"trainer.trainer_config.{micro}": 3}))
+    assert found == [(f"trainer.trainer_config.{micro}: 3 rows per micro-batch must divide "
+                      "the 4 rows each of the 2 ranks gets of a mini-batch (veRL splits it "
+                      "into whole micro-batches)")]
+    found = problems_of(registry, apply_overrides(two, {"model.lora_configs": [
+        {"lora_rank": 4}], "synchronizer.sync_method": "checkpoint"}))
+    assert any(line.startswith("model.lora_configs[0]: ") and "one rank" in line
                for line in found), found
 
 
-def test_megatron_is_refused(registry, rft_tiny_model: Path, installed) -> None:
+def test_megatron_is_one_line_where_it_cannot_run(registry, rft_tiny_model: Path, installed,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CUDA (``cluster.gpu_per_node: 0``) and none of veRL's Megatron dependencies
+    (their absence simulated: whatever is installed here)."""
+    monkeypatch.setattr(megatron, "_importable", lambda module: False)
     found = problems_of(registry, plain(str(rft_tiny_model),
                                         **{"trainer.trainer_strategy": "megatron"}))
-    assert found == ["trainer.trainer_strategy: 'megatron' is not implemented by the verl "
-                     "trainer (it drives veRL's FSDP engines); use fsdp or fsdp2"]
+    assert found == [
+        "trainer.trainer_strategy: 'megatron' runs veRL's Megatron engine, which needs CUDA "
+        "GPUs with megatron-core, Megatron-Bridge and Transformer Engine; missing here: a CUDA "
+        "device, megatron-core, Megatron-Bridge, Transformer Engine (untested by rft: "
+        "docs/verl-backend.md; use fsdp / fsdp2)"]
+
+
+def test_megatron_strategy_reaches_verls_megatron_config(registry, rft_tiny_model: Path,
+                                                         installed,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a GPU machine with Megatron installed (the environment check answers ``None``
+    here): the tree is veRL's Megatron one, the strategy reaches actor, reference and
+    critic, ``algorithm.optimizer`` lands in Megatron-Core's optimizer keys, Megatron keys
+    of ``trainer_config`` pass; what has no Megatron counterpart is one line each."""
+    monkeypatch.setattr(megatron, "environment_problem", lambda cpu, vanilla: None)
+    validated = build_stages(plain(str(rft_tiny_model), **{"trainer.trainer_strategy":
+                                                           "megatron"}), registry).stages[0]
+    assert validated.warnings == ()  # nothing about the torch trainer's lack of Megatron
+    c = build_stages(plain(str(rft_tiny_model), **{
+        "algorithm.optimizer": {"min_lr_ratio": 0.1, "lr_scheduler_type": "cosine"}}),
+        registry).stages[0].config
+    tree: dict[str, Any] = {
+        "actor_rollout_ref": {"actor": {"megatron": {"sequence_parallel": False}}},
+        "critic": {"megatron": {"param_offload": True}}}
+
+    def build(**fields: Any) -> VerlConfig:
+        trainer = dataclasses.replace(c.trainer, trainer_strategy="megatron",
+                                      **{"trainer_config": tree, **fields})
+        return build_verl_config(model=c.model, algorithm=c.algorithm, trainer=trainer,
+                                 train_batch_size=c.buffer.train_batch_size,
+                                 total_steps=c.trainer.total_steps, cpu=False)
+
+    got = build()
+    assert not got.problems, got.problems
+    a = "actor_rollout_ref.actor."
+    assert [got.get(p + "strategy") for p in (a, "actor_rollout_ref.ref.", "critic.")] == [
+        "megatron"] * 3
+    assert got.get(a + "megatron.sequence_parallel") is False
+    assert got.get("critic.megatron.param_offload") is True
+    optim = got.get(a + "optim")
+    assert optim["_target_"] == "verl.workers.config.McoreOptimizerConfig"
+    assert (optim["lr"], optim["clip_grad"], optim["lr_decay_style"]) == (2e-6, 0.5, "cosine")
+    assert optim["min_lr"] == pytest.approx(2e-7) and "min_lr_ratio" not in optim
+    assert got.get(a + "grad_clip") is None and got.get(a + "fsdp_config") is None
+    assert got.get("actor_rollout_ref.model.use_remove_padding") is True  # no CPU changes
+    found = build(ulysses_sequence_parallel_size=2).problems
+    assert found == ["trainer.ulysses_sequence_parallel_size: veRL's Megatron engine has no "
+                     "Ulysses sequence parallelism; set trainer.trainer_config.actor_rollout_"
+                     "ref.actor.megatron.context_parallel_size instead"]
+    parallel = {"actor_rollout_ref": {"actor": {"megatron": {
+        "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}}}}
+    assert build(trainer_config=parallel).problems == [
+        "trainer.trainer_config.actor_rollout_ref.actor.megatron: tensor_model_parallel_size 2 "
+        "× pipeline_model_parallel_size 2 × context_parallel_size 1 = 4 ranks per model "
+        "replica, but the trainer has 1 (trainer.ranks; the core derives 1 for "
+        "trainer_strategy megatron)"]
+    assert not build(trainer_config=parallel, ranks=8).problems
+    with_lora = dataclasses.replace(c.model, lora_configs=[LoRAConfig(lora_rank=4)])
+    trainer = dataclasses.replace(c.trainer, trainer_strategy="megatron")
+    found = build_verl_config(model=with_lora, algorithm=c.algorithm, trainer=trainer,
+                              train_batch_size=c.buffer.train_batch_size, total_steps=5,
+                              cpu=False).problems
+    assert found == [megatron.lora_problem()]
+
+
+def test_lora_configs_map_onto_verls_model_config(registry, rft_tiny_model: Path,
+                                                  installed) -> None:
+    """``model.lora_configs[0]`` → veRL's ``actor_rollout_ref.model`` LoRA keys (the
+    trainer sets ``lora_adapter_path`` to the fresh adapter's folder when ``path`` is
+    unset); veRL's own LoRA keys are the rft field's; what veRL cannot honour (a LoRA
+    critic, an adapter dtype other than the base's) is one line each."""
+    lora = {"lora_rank": 8, "lora_alpha": 16, "target_modules": "q_proj, v_proj",
+            "exclude_modules": ".*layers\\.0\\..*"}
+    got = verl_config(registry, plain(str(rft_tiny_model),
+                                      **{"model.lora_configs": [lora],
+                                         "synchronizer.sync_method": "checkpoint"}))
+    m = "actor_rollout_ref.model."
+    assert (got.get(m + "lora_rank"), got.get(m + "lora_alpha")) == (8, 16)
+    assert got.get(m + "target_modules") == ["q_proj", "v_proj"]
+    assert got.get(m + "exclude_modules") == ".*layers\\.0\\..*"
+    assert got.get(m + "lora_adapter_path") is None
+    assert got.get("critic.model.lora_rank") == 0 and not got.problems
+    k = "trainer.trainer_config."
+    tree = {"actor_rollout_ref": {"model": {"lora_rank": 4, "lora": {"merge": True}}},
+            "critic": {"model": {"lora_rank": 4}}}
+    found = problems_of(registry, plain(str(rft_tiny_model), **{
+        "model.lora_configs": [{**lora, "lora_dtype": "bfloat16"}],
+        "trainer.trainer_config": tree}))
+    assert sorted(found) == sorted([
+        f"{k}actor_rollout_ref.model.lora_rank: set by rft's model.lora_configs[0].lora_rank, "
+        "not here (veRL alignment guide)",
+        f"{k}actor_rollout_ref.model.lora.merge: set by rft's model.lora_configs (veRL's "
+        "Megatron LoRA block; the adapter is synced by rft, never merged by veRL), not here "
+        "(veRL alignment guide)",
+        "model.lora_configs[0].lora_dtype: the verl trainer keeps the adapter in the base "
+        "model's dtype (veRL's FSDP engine casts it); got 'bfloat16', use auto",
+        f"{k}critic.model: a LoRA critic is not implemented by the verl trainer "
+        "(model.lora_configs trains the actor's adapter; the critic trains in full, as with "
+        "trainer_type torch)",
+    ])

@@ -254,7 +254,10 @@ def test_state_round_trip_and_hugging_face_export(registry, rft_tiny_model, tmp_
 
     second = plan.trainer.implementation(plan.trainer_plan())
     try:
-        second.load_state_dict(torch.load(tmp_path / "trainer.pt", weights_only=False))
+        # a trainer.pt holding the whole state (this trainer's checkpoints before veRL's
+        # layout) resumes through the checkpoint interface too
+        second.read_checkpoint(str(tmp_path), torch.load(tmp_path / "trainer.pt",
+                                                         weights_only=False))
         assert second.global_steps == 1
         after_second = second.train_step(rollouts(seed=1))
         assert max_difference(dict(second.named_weights()), expected) < 1e-6
@@ -324,3 +327,171 @@ def test_both_run_with_a_vllm_explorer_trains_and_syncs(ray_local, tmp_path) -> 
     assert sorted(by_step("trainer", "actor/pg_loss")) == [1, 2, 3]
     diffs = by_step("trainer", "training/rollout_logprobs_diff_max")
     assert sorted(diffs) == [1, 2, 3] and max(diffs.values()) <= 1e-4, diffs
+
+
+# ---- checkpoints in veRL's layout --------------------------------------------------------
+
+
+def optimizer_state(engine: Any) -> dict[str, torch.Tensor]:
+    """The engine's AdamW state in full form, flattened to ``{"<param>.<key>": tensor}``."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+    )
+
+    state = get_optimizer_state_dict(engine.module, engine.optimizer,
+                                     options=StateDictOptions(full_state_dict=True,
+                                                              cpu_offload=True))
+    return {f"{name}.{key}": torch.as_tensor(value)
+            for name, moments in state["state"].items() for key, value in moments.items()}
+
+
+def snapshot(trainer: Any) -> dict[str, torch.Tensor]:
+    """Actor and critic parameters and AdamW moments / step counts, by name."""
+    out = {f"actor.{k}": v.clone() for k, v in full_state(trainer.actor_engine.module).items()}
+    out.update({f"actor_optim.{k}": v for k, v in optimizer_state(trainer.actor_engine).items()})
+    out.update({f"critic.{k}": v.clone()
+                for k, v in full_state(trainer.critic_engine.module).items()})
+    out.update({f"critic_optim.{k}": v
+                for k, v in optimizer_state(trainer.critic_engine).items()})
+    return out
+
+
+VERL_FILES = ("model_world_size_1_rank_0.pt", "optim_world_size_1_rank_0.pt",
+              "extra_state_world_size_1_rank_0.pt", "fsdp_config.json",
+              "huggingface/config.json")
+"""What veRL 0.9.1's FSDP checkpoint manager writes for one rank (``huggingface/``: the
+model's config and tokenizer, always)."""
+
+
+def test_verl_layout_checkpoint_resumes_bit_exact(registry, rft_tiny_model, tmp_path) -> None:
+    """PPO with a critic, LR warm-up: two steps, a checkpoint written through rft's atomic
+    :func:`rft.checkpoint.save_checkpoint` (veRL's workers write ``actor/`` and
+    ``critic/`` in veRL's layout), a third step; a fresh trainer that resumes from the
+    folder takes the same third step: actor and critic parameters, AdamW moments and step
+    counts, and the step's metrics are bit-identical (tolerance 0). Damaged or foreign
+    checkpoints are one line each."""
+    from rft.checkpoint import (
+        Checkpoint,
+        CheckpointError,
+        load_actor_weights,
+        newest_readable_checkpoint,
+        save_checkpoint,
+    )
+    from rft.errors import RftError
+
+    config = plain(rft_tiny_model, tmp_path, "ppo",
+                   **{"algorithm.optimizer.lr_warmup_steps": 5,
+                      "trainer.trainer_config.critic": {"optim": {"lr": 1e-4}}})
+    plan = build_stages(config, registry).stages[0].plan
+    job = tmp_path / "job"
+    first = plan.trainer.implementation(plan.trainer_plan())
+    try:
+        for step in range(2):
+            first.train_step(rollouts(seed=step))
+        folder = Path(save_checkpoint(str(job), 2, first.write_checkpoint, {"model_version": 2}))
+        expected_metrics = first.train_step(rollouts(seed=2))
+        expected = snapshot(first)
+    finally:
+        first.close()
+
+    for role in ("actor", "critic"):
+        for name in VERL_FILES:
+            assert (folder / role / name).is_file(), (role, name)
+    assert not (folder / "ref").exists()  # the reference model is not saved
+    marker = torch.load(folder / "trainer.pt", weights_only=False)
+    assert marker["format"] == "rft-verl-layout" and marker["global_steps"] == 2
+    assert (folder / "trainer.pt").stat().st_size < 10_000  # a marker, not the models
+    with pytest.raises(CheckpointError, match="neither hf/ nor an 'actor' entry"):
+        load_actor_weights(Checkpoint(2, str(folder)))  # engines need the hf/ export
+
+    second = plan.trainer.implementation(plan.trainer_plan())
+    try:
+        assert max_difference(snapshot(second), expected) > 1e-4  # fresh: far from it
+        loaded = newest_readable_checkpoint(str(job))
+        assert loaded is not None and loaded.step == 2
+        second.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
+        assert second.global_steps == 2
+        got_metrics = second.train_step(rollouts(seed=2))
+        got = snapshot(second)
+        assert got.keys() == expected.keys()
+        assert max_difference(got, expected) == 0.0  # bit-exact
+        assert got_metrics["actor/lr"] == expected_metrics["actor/lr"] < 1e-3  # warming up
+        for name in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm"):
+            assert got_metrics[name] == expected_metrics[name], name
+
+        def refused(state: Any = marker) -> str:
+            with pytest.raises(RftError) as info:
+                second.read_checkpoint(str(folder), state)
+            assert "\n" not in str(info.value)
+            return str(info.value)
+
+        native = {"format": "rft-torch", "actor": {}}
+        assert "not a checkpoint of trainer_type 'verl' in veRL's layout" in refused(native)
+        assert refused({**marker, "roles": ["actor"]}) == (
+            f"checkpoint {folder}: holds actor, this run trains actor, critic (a different "
+            "algorithm?)")
+        assert "written by 2 trainer rank(s)" in refused({**marker, "ranks": 2})
+        optim = folder / "actor" / "optim_world_size_1_rank_0.pt"
+        whole = optim.read_bytes()
+        optim.write_bytes(whole[:100])  # truncated
+        assert refused() == (f"checkpoint {optim}: 100 bytes, veRL wrote {len(whole)} "
+                             "(truncated or overwritten)")
+        with pytest.raises(CheckpointError, match=f"^checkpoint {optim} is corrupt: 100 "):
+            newest_readable_checkpoint(str(job))  # rft's resume: no readable checkpoint
+        optim.write_bytes(whole)
+        critic_model = folder / "critic" / "model_world_size_1_rank_0.pt"
+        critic_bytes = critic_model.read_bytes()
+        critic_model.unlink()
+        assert refused() == f"checkpoint {critic_model}: missing (veRL wrote it at step 2)"
+        critic_model.write_bytes(critic_bytes)
+        # garbage of the right size passes the size check; veRL's own load then fails
+        model = folder / "actor" / "model_world_size_1_rank_0.pt"
+        model.write_bytes(b"\0" * model.stat().st_size)
+        assert refused().startswith(f"checkpoint {folder / 'actor'}: veRL cannot load the "
+                                    "actor's checkpoint: ")
+    finally:
+        second.close()
+
+
+def test_a_resumed_run_continues_from_verls_layout(rft_tiny_model, rft_tiny_taskset,
+                                                    tmp_path, monkeypatch) -> None:
+    """``rft run`` (mode ``colocate``) with ``trainer_type: verl``: every checkpoint holds
+    veRL's ``actor/`` folder, ``trainer.max_checkpoints_to_keep`` prunes whole folders, and
+    a run stopped after step 2 and started again (``continue_from_checkpoint``) resumes
+    from ``global_step_2/actor`` and ends with the uninterrupted run's weights and step-3
+    metrics (bit-identical)."""
+    from rft.testing.runs import run_tiny
+    from rft_plugin_verl.trainer import VerlTrainer
+    from safetensors.torch import load_file
+
+    reads: list[tuple[str, int]] = []
+    read_checkpoint = VerlTrainer.read_checkpoint
+
+    def recorded(self: VerlTrainer, directory: str, trainer_state: dict[str, Any]) -> None:
+        read_checkpoint(self, directory, trainer_state)
+        reads.append((directory, self.global_steps))
+
+    monkeypatch.setattr(VerlTrainer, "read_checkpoint", recorded)
+
+    overrides = {"trainer.trainer_type": "verl", "trainer.save_interval": 1,
+                 "trainer.max_checkpoints_to_keep": 2}
+    for root in ("whole", "split"):
+        (tmp_path / root).mkdir()
+    whole = run_tiny(rft_tiny_model, rft_tiny_taskset, tmp_path / "whole", overrides, steps=3)
+    run_tiny(rft_tiny_model, rft_tiny_taskset, tmp_path / "split", overrides, steps=2)
+    resumed = run_tiny(rft_tiny_model, rft_tiny_taskset, tmp_path / "split", overrides, steps=3)
+
+    assert sorted(p.name for p in whole.job_dir.glob("global_step_*")) == [
+        "global_step_2", "global_step_3"]
+    for name in VERL_FILES:
+        assert (whole.job_dir / "global_step_3" / "actor" / name).is_file(), name
+    assert sorted(p.name for p in (whole.job_dir / "global_step_3").iterdir()
+                  if p.is_dir()) == ["actor", "hf"]  # GRPO: no critic; the reference not saved
+    assert reads == [(str(resumed.job_dir / "global_step_2"), 2)]  # the second start only
+    assert len(resumed.metrics) == 3
+    for key in ("actor/pg_loss", "actor/grad_norm", "rollout/reward/mean"):
+        assert resumed.metrics[2][key] == whole.metrics[2][key], key
+    expected = load_file(whole.job_dir / "global_step_3" / "hf" / "model.safetensors")
+    got = load_file(resumed.job_dir / "global_step_3" / "hf" / "model.safetensors")
+    assert max_difference(got, expected) == 0.0

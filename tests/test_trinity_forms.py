@@ -1,0 +1,327 @@
+"""Trinity-RFT's other spellings of rft fields (:mod:`rft.config.trinity_forms`), and a
+cluster config's data paths named by environment variables unset here.
+
+Each test writes a small config the way Trinity-RFT's example configs write it; before
+these forms were read, each one failed validation with an unknown key or value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rft.config import load_config
+from rft.errors import ConfigError, RftError
+from rft.modes.preflight import check_data_sources
+from rft.plugins import PluginRegistry
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry.create()
+
+
+def write_config(tmp_path: Path, model: Path, body: str) -> Path:
+    """A GRPO config on the tiny model, CPU cluster, with ``body`` appended (YAML text)."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "1+1", "answer": "2"}\n')
+    path = tmp_path / "trinity.yaml"
+    path.write_text(f"""\
+project: trinity-forms
+name: test
+mode: both
+checkpoint_root_dir: {tmp_path / 'ck'}
+algorithm:
+  algorithm_type: grpo
+  repeat_times: 2
+model:
+  model_path: {model}
+  max_prompt_tokens: 32
+  max_response_tokens: 16
+cluster:
+  node_num: 1
+  gpu_per_node: 0
+buffer:
+  batch_size: 2
+  explorer_input:
+    taskset:
+      name: tasks
+      storage_type: file
+      path: {tasks}
+      format:
+        prompt_key: question
+        response_key: answer
+    default_workflow_type: math_workflow
+""" + body)
+    return path
+
+
+def test_trinity_sync_style_names(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+synchronizer:
+  sync_style: dynamic_by_explorer
+  sync_method: nccl
+""")
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.synchronizer.sync_style == "explorer_driven"
+    path.write_text(path.read_text().replace("dynamic_by_explorer", "dynamic_by_trainer"))
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.synchronizer.sync_style == "trainer_driven"
+
+
+def test_vllm_async_engine_is_rfts_vllm_engine(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+explorer:
+  rollout_model:
+    engine_type: vllm_async
+""")
+    loaded = load_config(path, registry=registry)
+    assert loaded.stages[0].config.explorer.rollout_model.engine_type == "vllm"
+    assert loaded.stages[0].plan.rollout_model.engine.name == "vllm"
+
+
+def test_runner_num_is_ignored_with_a_warning(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+explorer:
+  runner_num: 32
+  runner_per_model: 4
+""")
+    loaded = load_config(path, registry=registry)
+    assert loaded.stages[0].config.explorer.runner_per_model == 4
+    assert ("explorer.runner_num: deprecated in Trinity-RFT and ignored (there too); each "
+            "rollout engine runs explorer.runner_per_model=4 workflow runners"
+            in loaded.warnings)
+
+
+def test_ppo_max_token_len_per_gpu_is_max_token_len_per_gpu(tmp_path, tiny_model_dir,
+                                                            registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+trainer:
+  ppo_max_token_len_per_gpu: 4096
+""")
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.trainer.max_token_len_per_gpu == 4096
+    path.write_text(path.read_text() + "  max_token_len_per_gpu: 2048\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == [
+        ("trainer.ppo_max_token_len_per_gpu: 4096 differs from trainer.max_token_len_per_gpu "
+         "2048 (Trinity-RFT's older name of it); set one")]
+
+
+def test_use_priority_queue_enables_the_replay_buffer(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+  trainer_input:
+    experience_buffer:
+      name: exp
+      storage_type: queue
+      use_priority_queue: true
+""")
+    loaded = load_config(path, registry=registry)
+    assert loaded.stages[0].config.buffer.trainer_input.experience_buffer.replay_buffer.enable
+    assert loaded.stages[0].plan.priority_fn.name == "linear_decay"
+
+
+def test_loss_agg_mode_in_policy_loss_args_and_warmup_strategy(tmp_path, tiny_model_dir,
+                                                              registry):
+    path = write_config(tmp_path, tiny_model_dir, "")
+    text = path.read_text().replace("  repeat_times: 2\n", """\
+  repeat_times: 2
+  sample_strategy: warmup
+  policy_loss_fn_args:
+    loss_agg_mode: seq-mean-token-sum
+    clip_range_high: 0.28
+""")
+    path.write_text(text)
+    loaded = load_config(path, registry=registry)
+    config = loaded.stages[0].config
+    assert config.algorithm.loss_agg_mode == "seq-mean-token-sum"
+    assert loaded.stages[0].plan.loss.loss_agg_mode == "seq-mean-token-sum"
+    assert config.algorithm.sample_strategy == "default"
+    path.write_text(text.replace("seq-mean-token-sum", "sum"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == [
+        ("algorithm.policy_loss_fn_args.loss_agg_mode: 'sum' is not allowed; expected one of "
+         "'token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean', 'seq-mean-token-sum-norm'")]
+
+
+def test_trainer_config_path_is_read_into_trainer_config(tmp_path, tiny_model_dir, registry):
+    verl = tmp_path / "train_verl.yaml"
+    verl.write_text("""\
+actor_rollout_ref:
+  actor:
+    optim:
+      lr: 3.0e-6
+    ppo_mini_batch_size: 4
+  ref:
+    log_prob_micro_batch_size_per_gpu: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+""")
+    path = write_config(tmp_path, tiny_model_dir, f"""\
+trainer:
+  trainer_config_path: {verl}
+""")
+    loaded = load_config(path, registry=registry)
+    tree = loaded.stages[0].config.trainer.trainer_config
+    assert tree["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3.0e-6
+    assert tree["actor_rollout_ref"]["ref"]["log_prob_micro_batch_size_per_gpu"] == 4
+    check_data_sources(loaded.stages[0].plan)  # the file is here: no error
+
+
+def test_trainer_config_path_missing_here_warns_then_stops_a_run(tmp_path, tiny_model_dir,
+                                                                registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+trainer:
+  trainer_config_path: examples/x/train_x.yaml
+""")
+    loaded = load_config(path, registry=registry)
+    assert ("trainer.trainer_config_path: file 'examples/x/train_x.yaml' does not exist "
+            "here: its veRL settings are not checked; `rft run` stops at start unless it "
+            "exists where it runs" in loaded.warnings)
+    with pytest.raises(RftError, match=r"^trainer.trainer_config_path: file "
+                                       r"'examples/x/train_x.yaml' does not exist$"):
+        check_data_sources(loaded.stages[0].plan)
+
+
+def test_data_path_from_an_unset_environment_variable_warns_then_stops_a_run(
+        tmp_path, tiny_model_dir, registry, monkeypatch):
+    monkeypatch.delenv("RFT_TEST_TASKSET", raising=False)
+    path = write_config(tmp_path, tiny_model_dir, """\
+    eval_tasksets:
+      - name: eval
+        storage_type: file
+        path: ${oc.env:RFT_TEST_TASKSET}
+""")
+    loaded = load_config(path, registry=registry)
+    assert ("buffer.explorer_input.eval_tasksets[0].path: environment variable "
+            "RFT_TEST_TASKSET is not set here (used in ${oc.env:RFT_TEST_TASKSET}); `rft run` "
+            "stops at start unless it is set where it runs" in loaded.warnings)
+    with pytest.raises(RftError) as caught:
+        check_data_sources(loaded.stages[0].plan)
+    assert str(caught.value) == ("buffer.explorer_input.eval_tasksets[0].path: environment "
+                                 "variable RFT_TEST_TASKSET is not set (used in "
+                                 "${oc.env:RFT_TEST_TASKSET})")
+    # anywhere else an unset variable stays a problem
+    path.write_text(path.read_text() + "monitor:\n  monitor_type: ${oc.env:RFT_TEST_TASKSET}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == [
+        ("monitor.monitor_type: environment variable RFT_TEST_TASKSET is not set (used in "
+         "${oc.env:RFT_TEST_TASKSET})")]
+
+
+def test_add_strategy_is_refused_in_one_line(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace("  repeat_times: 2\n",
+                                             "  repeat_times: 2\n  add_strategy: step_wise_grpo\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == [
+        ("algorithm.add_strategy: Trinity-RFT's older way to compute advantages in the explorer, "
+         "not supported by rft (running without it would train on other advantages): for "
+         "step-wise GRPO use algorithm_type: multi_step_grpo, or name the operator in "
+         "data_processor.experience_pipeline.operators")]
+
+
+def test_tinker_base_model_is_read_and_tinker_refused_by_enable(tmp_path, tiny_model_dir,
+                                                                registry):
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace("  max_response_tokens: 16\n", """\
+  max_response_tokens: 16
+  tinker:
+    enable: true
+    base_model: Qwen/Qwen3-4B-Instruct-2507
+"""))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert [p.split(":")[0] for p in caught.value.problems] == ["model.tinker.enable"]
+
+
+@pytest.mark.parametrize("name, words", [
+    ("RAFT_baseline_countdown_workflow", "R3L example workflow"),
+    ("bots_math_boxed_workflow", "BOTS example plugin"),
+    ("learn2ask_workflow", "Learn-to-Ask example workflow"),
+])
+def test_trinity_example_workflows_are_named_as_such(tmp_path, tiny_model_dir, registry,
+                                                     name, words):
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace("math_workflow", name))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    [line] = caught.value.problems
+    assert line.startswith(f"buffer.explorer_input.taskset.default_workflow_type: unknown "
+                           f"workflow {name!r} (Trinity-RFT's {words}")
+    assert "registered:" not in line
+
+
+def test_older_task_pipeline_fields_are_named_in_warnings(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, """\
+data_processor:
+  data_processor_url: 'http://127.0.0.1:5005/data_processor'
+  task_pipeline:
+    input_buffers:
+      - name: raw_input
+        path: openai/gsm8k
+    format:
+      prompt_key: question
+    dj_process_desc: 'Please compute difficulty scores for these math questions.'
+    agent_model_name: qwen-max
+    clean_strategy: iterative
+""")
+    loaded = load_config(path, registry=registry)
+    assert {w.split(":")[0] for w in loaded.warnings} >= {
+        "data_processor.task_pipeline", "data_processor.data_processor_url"}
+
+
+def test_rollout_n_equal_to_repeat_times_is_read_as_unset(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, "")
+    text = path.read_text().replace("      format:\n", "      rollout_args:\n        n: 2\n"
+                                    "      format:\n", 1)
+    path.write_text(text)
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.buffer.explorer_input.taskset.rollout_args.n is None
+    path.write_text(text.replace("n: 2", "n: 3"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert [p.split(":")[0] for p in caught.value.problems] == [
+        ("buffer.explorer_input.taskset.rollout_args.n")]
+
+
+def test_file_experience_buffer_from_an_unset_variable_warns_then_stops_a_run(
+        tmp_path, tiny_model_dir, registry, monkeypatch):
+    monkeypatch.delenv("RFT_TEST_SFT", raising=False)
+    path = tmp_path / "sft.yaml"
+    path.write_text(f"""\
+project: trinity-forms
+name: sft
+mode: train
+checkpoint_root_dir: {tmp_path / 'ck'}
+algorithm:
+  algorithm_type: sft
+model:
+  model_path: {tiny_model_dir}
+  max_prompt_tokens: 32
+  max_response_tokens: 16
+cluster:
+  node_num: 1
+  gpu_per_node: 0
+buffer:
+  train_batch_size: 2
+  trainer_input:
+    experience_buffer:
+      name: sft_data
+      storage_type: file
+      path: ${{oc.env:RFT_TEST_SFT}}
+      format:
+        prompt_type: messages
+        messages_key: messages
+""")
+    loaded = load_config(path, registry=registry)
+    assert ("buffer.trainer_input.experience_buffer.path: environment variable RFT_TEST_SFT "
+            "is not set here (used in ${oc.env:RFT_TEST_SFT}); `rft run` stops at start "
+            "unless it is set where it runs" in loaded.warnings)
+    with pytest.raises(RftError) as caught:
+        check_data_sources(loaded.stages[0].plan)
+    assert str(caught.value) == ("buffer.trainer_input.experience_buffer.path: environment "
+                                 "variable RFT_TEST_SFT is not set (used in "
+                                 "${oc.env:RFT_TEST_SFT})")
