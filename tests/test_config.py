@@ -456,3 +456,42 @@ def test_workflows_and_rewards_by_import_path(base, registry, tmp_path, monkeypa
         "buffer.explorer_input.taskset.default_reward_fn_type: cannot use "
         "'my_examples.nope.exact' as a reward function: importing 'my_examples.nope' failed: "
         "ModuleNotFoundError: No module named 'my_examples.nope'"]
+
+
+def test_an_empty_section_means_its_defaults_and_an_optional_null_stays_null() -> None:
+    """YAML reads ``algorithm:`` followed only by comments as null (the guide's skeleton):
+    a section, list or mapping that is null takes its defaults; an ``Optional`` field
+    keeps its null meaning (``replay_buffer: null`` disables reuse); a null scalar is
+    still a problem."""
+    from rft.config.schema import ExperienceBufferConfig, RftConfig
+
+    problems: list[str] = []
+    config = to_dataclass(RftConfig, {"algorithm": None, "stages": None, "monitor": None},
+                          "", problems)
+    assert problems == []
+    assert config.algorithm == RftConfig().algorithm and config.stages == []
+    buffer = to_dataclass(ExperienceBufferConfig, {"replay_buffer": None}, "buf", problems)
+    assert problems == [] and buffer.replay_buffer is None
+    to_dataclass(ExperienceBufferConfig, {"capacity": None}, "buf", problems)
+    assert problems == ["buf.capacity: expected an integer, got null"]
+
+
+def test_verl_interpolations_in_trainer_config_resolve_within_the_block(tmp_path: Path) -> None:
+    """The guide's veRL block refers to its own keys (``${actor_rollout_ref.actor.…}``);
+    inline under ``trainer.trainer_config`` they resolve with the block as the root when
+    the config's root has no such key; a key neither has is still one line."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"model_path": "m"}, "trainer": {"trainer_config": {
+        "actor_rollout_ref": {"actor": {"use_dynamic_bsz": True},
+                              "ref": {"log_prob_use_dynamic_bsz":
+                                      "${actor_rollout_ref.actor.use_dynamic_bsz}",
+                                      "path": "${model.model_path}"}}}}}), encoding="utf-8")
+    plain = load_plain(path)
+    ref = plain["trainer"]["trainer_config"]["actor_rollout_ref"]["ref"]
+    assert ref == {"log_prob_use_dynamic_bsz": True, "path": "m"}
+    path.write_text(yaml.safe_dump({"trainer": {"trainer_config": {"a": "${nowhere.key}"}}}),
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_plain(path)
+    assert caught.value.problems == [
+        "trainer.trainer_config.a: ${nowhere.key} refers to a key that is not in the config"]

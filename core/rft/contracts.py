@@ -56,6 +56,7 @@ __all__ = [
     "AdvantageFn", "AdvantageInputs", "AggContext", "EntropyInputs", "EntropyLossFn",
     "KLFn", "KLInputs", "MissingInputError", "PolicyLossFn", "PolicyLossInputs",
     "needs_ref_log_prob",
+    "needs_values",
 ]
 
 ArgsT = TypeVar("ArgsT", contravariant=True)
@@ -253,6 +254,13 @@ class PolicyLossFn(Protocol[ArgsT]):
 
     def __call__(self, inputs: PolicyLossInputs, args: ArgsT
                  ) -> tuple[Tensor, dict[str, Tensor | float]]: ...
+
+
+def needs_values(fn: Any) -> bool:
+    """Whether the advantage fn ``fn`` declares ``fn.needs_values = True`` (it reads
+    ``inputs.values``, so only an algorithm with a critic can use it; validation says so
+    in one line instead of the first train step)."""
+    return getattr(fn, "needs_values", False) is True
 
 
 def needs_ref_log_prob(fn: Any) -> bool:

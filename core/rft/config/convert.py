@@ -175,6 +175,16 @@ def field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
 
 
+def _empty_section(tp: Any) -> bool:
+    """Whether a null value of a field typed ``tp`` is an empty section (YAML reads
+    ``algorithm:`` followed only by comments as null): a section, list or mapping that
+    has no null meaning of its own (not ``Optional``)."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return False
+    return dataclasses.is_dataclass(tp) or origin in (list, dict)
+
+
 def to_dataclass(cls: type[T], data: dict[str, Any], key: str, problems: list[str]) -> T:
     """Build ``cls`` from ``data``; unknown keys and bad values are appended to ``problems``.
 
@@ -195,6 +205,8 @@ def to_dataclass(cls: type[T], data: dict[str, Any], key: str, problems: list[st
                 message += f" {where}; known keys: {', '.join(types_by_name)}"
             problems.append(message)
             continue
+        if value is None and _empty_section(types_by_name[name]):
+            continue  # `section:` with nothing (or only comments) under it: its defaults
         converted = convert_value(types_by_name[name], value, join_key(key, name), problems)
         if converted is not INVALID:  # an invalid value keeps the default
             kwargs[name] = converted

@@ -95,13 +95,36 @@ def _data_path_key(key: str) -> bool:
     return parts[-1] == "path" and "buffer" in parts[:-1]
 
 
-def resolve(node: DictConfig | ListConfig, key: str, problems: list[str]) -> Any:
+VERL_TREE = "trainer.trainer_config"
+"""The veRL block (also under a stage): its own ``${...}`` root when the config's is not."""
+
+
+def _verl_tree_key(key: str) -> bool:
+    return key == VERL_TREE or key.endswith("." + VERL_TREE)
+
+
+def _resolve_in_verl_tree(tree: tuple[str, DictConfig] | None, key: str) -> Any:
+    """The leaf ``key`` resolved with the veRL block as the root (veRL's own
+    interpolations such as ``${actor_rollout_ref.actor.use_dynamic_bsz}``, as in the
+    separate veRL file the guide's block comes from); raises when that fails too."""
+    if tree is None:
+        raise KeyError(key)
+    prefix, root = tree
+    return OmegaConf.select(root, key[len(prefix) + 1:], throw_on_missing=True)
+
+
+def resolve(node: DictConfig | ListConfig, key: str, problems: list[str],
+            verl_tree: tuple[str, DictConfig] | None = None) -> Any:
     """Plain data of ``node`` with every interpolation resolved, leaf by leaf, so that all
     unresolvable leaves are reported (each with its dotted key), not just the first.
 
     A data path (``buffer....path``) naming an environment variable unset here keeps its
     ``${oc.env:VAR}`` text: the config may be meant for another machine, so validation
-    warns and a run stops at start (:func:`unset_env_variable`)."""
+    warns and a run stops at start (:func:`unset_env_variable`).
+
+    Under ``trainer.trainer_config`` an interpolation naming a key the config does not
+    have is resolved with the veRL block itself as the root (``verl_tree``: its dotted
+    key and a detached copy), where veRL's own ``${...}`` point."""
     if isinstance(node, DictConfig):
         items: list[tuple[str | int, Any]] = [(str(k), k) for k in node.keys()]
     else:
@@ -109,7 +132,7 @@ def resolve(node: DictConfig | ListConfig, key: str, problems: list[str]) -> Any
     result: Any = {} if isinstance(node, DictConfig) else []
     for label, index in items:
         child_key = join_key(key, label)
-        raw = node._get_node(index)._value()  # noqa: SLF001 (raw text for messages)
+        raw = node._get_node(index)._value()
         try:
             value = node[index]
         except OmegaConfBaseException as exc:
@@ -117,10 +140,16 @@ def resolve(node: DictConfig | ListConfig, key: str, problems: list[str]) -> Any
                     and "Environment variable" in str(exc):
                 value = raw
             else:
-                problems.append(_interpolation_problem(child_key, raw, exc))
-                continue
-        if isinstance(value, (DictConfig, ListConfig)):
-            value = resolve(value, child_key, problems)
+                try:
+                    value = _resolve_in_verl_tree(verl_tree, child_key)
+                except (OmegaConfBaseException, KeyError):
+                    problems.append(_interpolation_problem(child_key, raw, exc))
+                    continue
+        if isinstance(value, DictConfig) and _verl_tree_key(child_key):
+            detached = OmegaConf.create(OmegaConf.to_container(value, resolve=False))
+            value = resolve(value, child_key, problems, (child_key, detached))
+        elif isinstance(value, (DictConfig, ListConfig)):
+            value = resolve(value, child_key, problems, verl_tree)
         if isinstance(result, dict):
             result[str(label)] = value
         else:

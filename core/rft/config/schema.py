@@ -449,11 +449,12 @@ class TasksetConfig:
     data_selector: TaskSelectorConfig | None = None
     """Trinity-RFT's current name of ``task_selector`` (which it keeps as a deprecated
     alias); either may be written, not both."""
-    max_retry_times: int = 3
+    max_retry_times: int | None = None
     """Retries of a read that failed because the file or folder is not there (yet) or the
-    SQLite file is locked; then one line names the taskset and the last cause."""
-    max_retry_interval: int = 1
-    """Seconds between those retries."""
+    SQLite file is locked; then one line names the taskset and the last cause. ``None``:
+    ``buffer.max_retry_times``."""
+    max_retry_interval: int | None = None
+    """Seconds between those retries; ``None``: ``buffer.max_retry_interval``."""
     enable_progress_bar: bool = False
     """Show a progress bar (stderr) while loading the dataset."""
 
@@ -516,11 +517,12 @@ class ExperienceBufferConfig:
     """``queue``: experience reuse; ``None`` disables it like ``enable: false``."""
     use_priority_queue: bool = False
     """Trinity-RFT's older name of ``replay_buffer.enable`` (``true`` enables it)."""
-    max_retry_times: int = 3
+    max_retry_times: int | None = None
     """``sql``: retries of a database operation that failed on a locked / busy database or
-    a disk I/O error; ``file`` datasets: of a read, as a taskset's."""
-    max_retry_interval: int = 1
-    """Seconds between those retries."""
+    a disk I/O error; ``file`` datasets: of a read, as a taskset's. ``None``:
+    ``buffer.max_retry_times``."""
+    max_retry_interval: int | None = None
+    """Seconds between those retries; ``None``: ``buffer.max_retry_interval``."""
     split: str = "train"
     """``file`` datasets (SFT / DPO): split to read."""
     subset_name: str | None = None
@@ -537,6 +539,9 @@ class ExperienceBufferConfig:
     """What the rows are (Trinity-RFT derives it; rft too): ``sft`` / ``dpo`` rows of a
     dataset, ``experience`` from an explorer. ``None``: derived from the algorithm (auxiliary
     buffers: ``sft``); a value that disagrees is a validation problem."""
+    algorithm_type: str | None = None
+    """Trinity-RFT 0.2's way to say what the rows are (``sft``, ``dpo``, or an RL algorithm
+    for experiences): read as ``schema_type``."""
 
 
 @dataclass
@@ -548,6 +553,9 @@ class TrainerInputConfig:
     ``experience_buffer``)."""
     auxiliary_buffers: dict[str, ExperienceBufferConfig] = field(default_factory=dict)
     """Extra named buffers for the trainer (e.g. an SFT dataset for ``mix``)."""
+    sft_warmup_dataset: ExperienceBufferConfig | None = None
+    """Trinity-RFT 0.2's place of ``mix``'s expert data: read as
+    ``auxiliary_buffers.sft_dataset`` (rft has no SFT warm-up steps; use ``stages``)."""
 
 
 @dataclass
@@ -568,6 +576,11 @@ class BufferConfig:
     """Tasksets of the explorer."""
     trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
     """Buffers of the trainer."""
+    max_retry_times: int = 3
+    """``max_retry_times`` of every taskset and experience buffer that sets none (Trinity-RFT
+    0.2's one setting for all its storages)."""
+    max_retry_interval: int = 1
+    """``max_retry_interval`` of every taskset and experience buffer that sets none."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -142,9 +142,11 @@ _DATA_JUICER = "the Data-Juicer service is not supported by rft; it has no effec
 _TASK_PIPELINE = "task pipelines are not implemented by rft; tasks are used as read"
 _TEMPLATE_ORDER = "precedence: docs/configuration.md, chat templates"
 _RETRY_READ = ("a read that failed because the file is not there (yet) or the SQLite file is "
-               "locked is tried again; then one line names it")
+               "locked is tried again; then one line names it; unset: buffer's value")
 _RETRY_SQL = ("sql: an operation that failed on a locked / busy database or a disk I/O error "
-              "is tried again; file datasets: as a taskset's read")
+              "is tried again; file datasets: as a taskset's read; unset: buffer's value")
+_RETRY_DEFAULT = ("the value of every taskset and experience buffer that sets none "
+                  "(Trinity-RFT 0.2's buffer-level setting)")
 _PROGRESS = "datasets' progress bars (sql: a tqdm bar) on stderr while loading"
 
 
@@ -167,7 +169,7 @@ SUPPORT: dict[str, Support] = {
     "OptimizerConfig.optimizer_type": _c(OPTIM, note="adam / adamw only"),
     "OptimizerConfig.betas": _c(OPTIM),
     "OptimizerConfig.weight_decay": _c(OPTIM),
-    "OptimizerConfig.clip_grad": _c(VALIDATE, OPTIONS, note="the trainer's gradient clip when "
+    "OptimizerConfig.clip_grad": _c(VALIDATE, "rft.config.schema", note="the trainer's gradient clip when "
                                     "trainer.grad_clip is unset; both set: must agree"),
     # ---- algorithm ----------------------------------------------------------------------
     "AlgorithmConfig.algorithm_type": _c(VALIDATE, note=_RESOLVED),
@@ -355,10 +357,14 @@ SUPPORT: dict[str, Support] = {
     "ExperienceBufferConfig.total_epochs": _c(BUILDERS, DATA_CHECKS,
                                               note="auxiliary datasets; unset: as needed"),
     "ExperienceBufferConfig.schema_type": _c(DATA_CHECKS, note="checked against what rft reads"),
+    "ExperienceBufferConfig.algorithm_type": _c(
+        TRINITY_FORMS, note="Trinity 0.2's schema_type: sft, dpo, else experience"),
     # ---- buffer.trainer_input -----------------------------------------------------------
     "TrainerInputConfig.experience_buffer": Structural("unset: a queue named experience_buffer"),
     "TrainerInputConfig.auxiliary_buffers": _c(
         BUILDERS, DATA_CHECKS, note="file: SFT rows (mix's expert data); sql: experiences"),
+    "TrainerInputConfig.sft_warmup_dataset": _c(
+        TRINITY_FORMS, note="Trinity 0.2's mix expert data: auxiliary_buffers.sft_dataset"),
     # ---- buffer -------------------------------------------------------------------------
     "BufferConfig.batch_size": _c(EXPLORER, BUILDERS),
     "BufferConfig.train_batch_size": _c(BUILDERS, PLAN,
@@ -367,6 +373,8 @@ SUPPORT: dict[str, Support] = {
     "BufferConfig.total_steps": _c(BUILDERS),
     "BufferConfig.explorer_input": Structural(),
     "BufferConfig.trainer_input": Structural(),
+    "BufferConfig.max_retry_times": _c(VALIDATE, note=_RETRY_DEFAULT),
+    "BufferConfig.max_retry_interval": _c(VALIDATE, note=_RETRY_DEFAULT),
     # ---- explorer.rollout_model / auxiliary_models[i] (shared fields) ------------------
     "InferenceModelConfig.model_path": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
     "InferenceModelConfig.engine_type": _c(VALIDATE, note=_RESOLVED),
@@ -474,7 +482,7 @@ SUPPORT: dict[str, Support] = {
         note="table rollout_examples per train step (highest / lowest reward: prompt, "
              "response, reward): tensorboard text, wandb / mlflow table, jsonl "
              "<monitor dir>/rollout_examples/trainer.jsonl"),
-    "TrainerConfig.grad_clip": _c(OPTIONS, TORCH_TRAINER, VALIDATE,
+    "TrainerConfig.grad_clip": _c("rft.config.schema", TORCH_TRAINER, VALIDATE,
                                   note="unset: algorithm.optimizer.clip_grad, else 1.0"),
     "TrainerConfig.use_dynamic_bsz": _c(OPTIONS),
     "TrainerConfig.max_token_len_per_gpu": _c(OPTIONS),

@@ -25,9 +25,16 @@ from rft.config.load import unset_env_variable
 from rft.config.lora import check_lora
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
 from rft.config.ray_timeline import check_ray_timeline
-from rft.config.schema import (DEFAULT_GRAD_CLIP, ExperienceBufferConfig, InferenceModelConfig,
-                               RftConfig, TaskSelectorConfig, TasksetConfig)
+from rft.config.schema import (
+    DEFAULT_GRAD_CLIP,
+    ExperienceBufferConfig,
+    InferenceModelConfig,
+    RftConfig,
+    TaskSelectorConfig,
+    TasksetConfig,
+)
 from rft.config.trinity_forms import check_trinity_forms
+from rft.contracts import needs_values
 from rft.plugins import KINDS, PluginRegistry, args_type_of
 
 GPU_MODES = ("both", "train", "explore", "bench")
@@ -226,6 +233,12 @@ def check_algorithm(c: RftConfig, v: Validation) -> None:
                   f"got {a.repeat_times}")
     v.advantage = v.select("advantage_fn", "algorithm.advantage_fn", a.advantage_fn,
                            a.advantage_fn_args)
+    if v.advantage is not None and needs_values(v.advantage.implementation) \
+            and not preset.use_critic:
+        v.problem("algorithm.advantage_fn",
+                  f"{a.advantage_fn!r} needs critic values, but {a.algorithm_type!r} trains no "
+                  "critic; choose an advantage fn without a critic (e.g. the preset's "
+                  f"{preset.advantage_fn!r}) or an algorithm with one (ppo)")
     v.policy_loss = v.select("policy_loss_fn", "algorithm.policy_loss_fn", a.policy_loss_fn,
                              a.policy_loss_fn_args)
     v.kl_loss = v.select("kl_fn", "algorithm.kl_loss_fn", a.kl_loss_fn, a.kl_loss_fn_args)
@@ -356,6 +369,35 @@ def check_buffer(c: RftConfig, v: Validation) -> None:
             if not aux.path:
                 v.problem(f"{key}.path", "must be set for storage_type 'file'")
             _data_path_here(v, f"{key}.path", aux.path)
+    _storage_retries(c, v)
+
+
+def _storage_retries(c: RftConfig, v: Validation) -> None:
+    """``buffer.max_retry_times`` / ``max_retry_interval`` fill every taskset and experience
+    buffer that sets none (Trinity-RFT 0.2's buffer-level setting, the default of its
+    storages' own since); negative values are problems."""
+    b = c.buffer
+    for field_name in ("max_retry_times", "max_retry_interval"):
+        if getattr(b, field_name) < 0:
+            v.problem(f"buffer.{field_name}", f"must be >= 0, got {getattr(b, field_name)}")
+    ei, ti = b.explorer_input, b.trainer_input
+    storages: list[tuple[str, TasksetConfig | ExperienceBufferConfig]] = list(_tasksets(c))
+    storages += [(f"buffer.explorer_input.eval_tasksets[{i}]", t)
+                 for i, t in enumerate(ei.eval_tasksets)]
+    if ti.experience_buffer is not None:
+        storages.append(("buffer.trainer_input.experience_buffer", ti.experience_buffer))
+    storages += [(f"buffer.trainer_input.auxiliary_buffers.{name}", aux)
+                 for name, aux in ti.auxiliary_buffers.items()]
+    for key, storage in storages:
+        if storage.max_retry_times is None:
+            storage.max_retry_times = b.max_retry_times
+        elif storage.max_retry_times < 0:
+            v.problem(f"{key}.max_retry_times", f"must be >= 0, got {storage.max_retry_times}")
+        if storage.max_retry_interval is None:
+            storage.max_retry_interval = b.max_retry_interval
+        elif storage.max_retry_interval < 0:
+            v.problem(f"{key}.max_retry_interval",
+                      f"must be >= 0, got {storage.max_retry_interval}")
 
 
 def check_replay_buffer(key: str, priority_fn: str, args: dict[str, Any],

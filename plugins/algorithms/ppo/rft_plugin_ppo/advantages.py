@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from rft.contracts import AdvantageInputs
 from rft.ops import masked_whiten
 
@@ -50,6 +49,9 @@ def gae_advantages(inputs: AdvantageInputs, args: GAEArgs
         returns = gae + values
         advantages = masked_whiten(gae, response_mask)
     return advantages, returns
+
+
+gae_advantages.needs_values = True  # type: ignore[attr-defined]  # reads the critic's values
 
 
 gae_advantages.Args = GAEArgs  # type: ignore[attr-defined]
