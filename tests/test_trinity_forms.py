@@ -163,7 +163,13 @@ trainer:
 """)
     loaded = load_config(path, registry=registry)
     tree = loaded.stages[0].config.trainer.trainer_config
-    assert tree["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3.0e-6
+    # optim.lr mirrors algorithm.optimizer.lr, left unset here: read into it, as Trinity-RFT
+    # keeps veRL's value (rft.config.verl_keys); the key leaves the tree
+    assert "optim" not in tree["actor_rollout_ref"]["actor"]
+    assert loaded.stages[0].config.algorithm.optimizer.lr == 3.0e-6
+    assert ("trainer.trainer_config.actor_rollout_ref.actor.optim.lr 3e-06 is read into "
+            "algorithm.optimizer.lr (unset; Trinity-RFT keeps veRL's value there)"
+            in loaded.stages[0].warnings)
     assert tree["actor_rollout_ref"]["ref"]["log_prob_micro_batch_size_per_gpu"] == 4
     check_data_sources(loaded.stages[0].plan)  # the file is here: no error
 
@@ -325,3 +331,180 @@ buffer:
     assert str(caught.value) == ("buffer.trainer_input.experience_buffer.path: environment "
                                  "variable RFT_TEST_SFT is not set (used in "
                                  "${oc.env:RFT_TEST_SFT})")
+
+
+def test_buffer_level_retries_are_the_default_of_every_storage(tmp_path, tiny_model_dir,
+                                                               registry):
+    """Trinity-RFT 0.2 writes ``buffer.max_retry_times`` / ``max_retry_interval`` (its one
+    setting for all storages); rft reads them as the value of every taskset and experience
+    buffer that sets none, and a read of the taskset retries that often."""
+    from rft.buffer.errors import TasksetError
+    from rft.buffer.taskset import read_rows
+
+    path = write_config(tmp_path, tiny_model_dir, """\
+  max_retry_times: 1
+  max_retry_interval: 0
+  trainer_input:
+    experience_buffer:
+      name: exp
+      storage_type: queue
+      max_retry_interval: 2
+""")
+    text = path.read_text().replace("    default_workflow_type: math_workflow\n", f"""\
+    default_workflow_type: math_workflow
+    eval_tasksets:
+      - name: own
+        storage_type: file
+        path: {tmp_path / 'tasks.jsonl'}
+        max_retry_times: 4
+""")
+    path.write_text(text)
+    config = load_config(path, registry=registry).stages[0].config
+    b = config.buffer
+    taskset, own = b.explorer_input.taskset, b.explorer_input.eval_tasksets[0]
+    exp = b.trainer_input.experience_buffer
+    assert (taskset.max_retry_times, taskset.max_retry_interval) == (1, 0)
+    assert (own.max_retry_times, own.max_retry_interval) == (4, 0)
+    assert (exp.max_retry_times, exp.max_retry_interval) == (1, 2)
+    (tmp_path / "tasks.jsonl").unlink()
+    with pytest.raises(TasksetError) as caught:
+        read_rows(taskset)
+    assert str(caught.value).endswith("no such file or folder (failed 2 times, "
+                                      "max_retry_times: 1)")
+    path.write_text(text.replace("  max_retry_times: 1\n", "  max_retry_times: -1\n", 1))
+    (tmp_path / "tasks.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == ["buffer.max_retry_times: must be >= 0, got -1"]
+
+
+def _mix_config(tmp_path: Path, model: Path, body: str, loss_args: str = "") -> Path:
+    """A ``mix`` config with expert SFT rows in messages form; ``loss_args`` (YAML lines
+    indented by four) go under ``algorithm.policy_loss_fn_args``."""
+    expert = tmp_path / "expert.jsonl"
+    expert.write_text('{"messages": [{"role": "user", "content": "1+1"}, '
+                      '{"role": "assistant", "content": "2"}]}\n')
+    path = write_config(tmp_path, model, body.replace("{expert}", str(expert)))
+    path.write_text(path.read_text().replace("  algorithm_type: grpo\n", f"""\
+  algorithm_type: mix
+  sample_strategy_args:
+    expert_data_ratio: 0.25
+  policy_loss_fn_args:
+    mu: 0.1
+{loss_args}"""))
+    return path
+
+
+def test_sft_warmup_dataset_is_read_as_mix_expert_buffer(tmp_path, tiny_model_dir, registry):
+    """Trinity-RFT 0.2's mix read its expert rows from ``trainer_input.sft_warmup_dataset``
+    (each storage saying what its rows are with ``algorithm_type``)."""
+    body = """\
+  trainer_input:
+    sft_warmup_dataset:
+      name: expert_sft
+      storage_type: file
+      algorithm_type: sft
+      path: {expert}
+      format:
+        prompt_type: messages
+        messages_key: messages
+"""
+    loaded = load_config(_mix_config(tmp_path, tiny_model_dir, body), registry=registry)
+    ti = loaded.stages[0].config.buffer.trainer_input
+    assert ti.sft_warmup_dataset is None
+    assert ti.auxiliary_buffers["sft_dataset"].name == "expert_sft"
+    assert ti.auxiliary_buffers["sft_dataset"].schema_type == "sft"
+    assert ("buffer.trainer_input.sft_warmup_dataset: read as buffer.trainer_input."
+            "auxiliary_buffers.sft_dataset (the expert data of mix / mix_chord; rft has no "
+            "SFT warm-up steps: for a warm-up, use stages)" in loaded.warnings)
+    sample_args = loaded.stages[0].plan.sample_strategy.args
+    assert sample_args.buffer_name(ti.auxiliary_buffers) == "sft_dataset"
+    both = _mix_config(tmp_path, tiny_model_dir, body + """\
+    auxiliary_buffers:
+      sft_dataset:
+        storage_type: file
+        path: {expert}
+""")
+    with pytest.raises(ConfigError) as caught:
+        load_config(both, registry=registry)
+    assert caught.value.problems == [
+        ("buffer.trainer_input.sft_warmup_dataset: and auxiliary_buffers.sft_dataset are both "
+         "set (this is Trinity-RFT 0.2's place of it); set one")]
+
+
+def test_mix_loss_batch_arguments_are_named_and_sft_agg_mode_must_match(tmp_path,
+                                                                       tiny_model_dir,
+                                                                       registry):
+    """Trinity-RFT's mix / CHORD losses take the veRL batch sizes as arguments; rft's
+    trainer aggregates the loss itself: a warning names them. A per-part aggregation mode
+    works when it is ``algorithm.loss_agg_mode``, and is refused in one line otherwise."""
+    body = """\
+  trainer_input:
+    auxiliary_buffers:
+      sft_dataset:
+        storage_type: file
+        path: {expert}
+        format:
+          prompt_type: messages
+          messages_key: messages
+"""
+    args = """\
+    use_token_level_loss_in_sft: true
+    sft_loss_agg_mode: token-mean
+    use_dynamic_bsz: true
+    ppo_mini_batch_size: 320
+    ppo_micro_batch_size_per_gpu: 4
+    ngpus_trainer: 4
+    train_batch_size_expert: 64
+    train_batch_size_usual: 256
+"""
+    loaded = load_config(_mix_config(tmp_path, tiny_model_dir, body, args), registry=registry)
+    assert loaded.stages[0].config.algorithm.policy_loss_fn_args == {"mu": 0.1}
+    assert loaded.stages[0].plan.loss.policy_loss.args.mu == 0.1
+    assert ("algorithm.policy_loss_fn_args: use_dynamic_bsz, ppo_mini_batch_size, "
+            "ppo_micro_batch_size_per_gpu, ngpus_trainer, train_batch_size_usual, "
+            "train_batch_size_expert: Trinity-RFT's batch sizes for weighting its mix / CHORD "
+            "loss parts; rft's trainer aggregates the loss over its own batches "
+            "(algorithm.loss_agg_mode), so they have no effect" in loaded.warnings)
+    path = _mix_config(tmp_path, tiny_model_dir, body, args.replace(
+        "use_token_level_loss_in_sft: true", "use_token_level_loss_in_sft: false"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == [
+        ("algorithm.policy_loss_fn_args.use_token_level_loss_in_sft: means loss_agg_mode "
+         "'seq-mean-token-mean', but rft aggregates every loss part with "
+         "algorithm.loss_agg_mode 'token-mean'; set that, or drop this")]
+
+
+def test_keys_no_trinity_version_reads_name_the_field_to_use(tmp_path, tiny_model_dir,
+                                                            registry):
+    """``algorithm.mu``, ``buffer.expert_data_ratio`` and ``buffer.explore_batch_size`` were
+    written in Trinity-RFT example configs, but Trinity-RFT's own loader refuses them."""
+    path = write_config(tmp_path, tiny_model_dir, """\
+  expert_data_ratio: 0.5
+  explore_batch_size: 36
+""")
+    path.write_text(path.read_text().replace("  repeat_times: 2\n", "  repeat_times: 2\n"
+                                             "  mu: 0.5\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert sorted(caught.value.problems) == [
+        ("algorithm.mu: not a field of Trinity-RFT or rft (Trinity-RFT refuses it too); the SFT "
+         "weight of mix is algorithm.policy_loss_fn_args.mu"),
+        ("buffer.expert_data_ratio: not a field of Trinity-RFT or rft (Trinity-RFT refuses it "
+         "too); mix's share of expert rows is algorithm.sample_strategy_args.expert_data_ratio"),
+        ("buffer.explore_batch_size: not a field of Trinity-RFT or rft (Trinity-RFT refuses it "
+         "too); tasks explored per step are buffer.batch_size, experiences trained per step "
+         "buffer.train_batch_size")]
+
+
+def test_mix_entropy_loss_is_named_as_trinitys(tmp_path, tiny_model_dir, registry):
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace("  repeat_times: 2\n", "  repeat_times: 2\n"
+                                             "  entropy_loss_fn: mix\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    assert caught.value.problems == [
+        ("algorithm.entropy_loss_fn: unknown entropy loss function 'mix' (Trinity-RFT's "
+         "entropy bonus of mix on rollout rows only: rft does not ship it; 'default' counts "
+         "the expert rows too, 'none' has no bonus)")]

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rft.buffer.replay import ReplayStorage
-from rft.buffer.retry import RetryPolicy
+from rft.buffer.retry import storage_retry
 from rft.buffer.storage import ExperienceStorage, open_storage, queue_backup
 from rft.config.plan import RunPlan, Selected
 from rft.config.schema import ExperienceBufferConfig
@@ -29,4 +29,4 @@ def open_experience_buffer(cfg: ExperienceBufferConfig, priority_fn: Selected[An
                              replay.reuse_cooldown_time, capacity=cfg.capacity, seed=seed,
                              backup=queue_backup(cfg.name, cfg.path))
     return open_storage(cfg.storage_type, cfg.name, cfg.path,
-                        RetryPolicy(cfg.max_retry_times, cfg.max_retry_interval))
+                        storage_retry(cfg.max_retry_times, cfg.max_retry_interval))

@@ -34,6 +34,19 @@ class RetryPolicy:
 
 NO_RETRY = RetryPolicy()
 
+STORAGE_RETRY_TIMES = 3
+"""Retries of a storage that sets none and whose config was not validated (validation
+fills a storage's unset ``max_retry_times`` from ``buffer.max_retry_times``, default 3)."""
+STORAGE_RETRY_INTERVAL = 1
+"""Seconds between those retries (``buffer.max_retry_interval``'s default)."""
+
+
+def storage_retry(times: int | None, interval: float | None) -> RetryPolicy:
+    """The retry policy of a taskset / experience buffer from its ``max_retry_times`` /
+    ``max_retry_interval``; ``None`` (unset, config not validated): 3 times, 1 s."""
+    return RetryPolicy(STORAGE_RETRY_TIMES if times is None else times,
+                       STORAGE_RETRY_INTERVAL if interval is None else interval)
+
 
 def retrying(policy: RetryPolicy, where: str, operation: Callable[[], T],
              transient: Callable[[BaseException], bool],
@@ -66,4 +79,4 @@ def retrying(policy: RetryPolicy, where: str, operation: Callable[[], T],
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-__all__ = ["NO_RETRY", "RetryPolicy", "retrying"]
+__all__ = ["NO_RETRY", "RetryPolicy", "retrying", "storage_retry"]

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from rft.buffer.chat_render import parse_tools
 from rft.buffer.errors import TasksetError
-from rft.buffer.retry import RetryPolicy, retrying
+from rft.buffer.retry import retrying, storage_retry
 from rft.config.schema import TasksetConfig
 from rft.hub import hub_unreachable
 from rft.workflow import Task
@@ -79,7 +79,7 @@ def read_rows(cfg: TasksetConfig) -> list[dict[str, Any]]:
             return _read_sqlite(cfg, path, progress=cfg.enable_progress_bar)
         return _read_with_datasets(cfg, path)
 
-    policy = RetryPolicy(cfg.max_retry_times, cfg.max_retry_interval)
+    policy = storage_retry(cfg.max_retry_times, cfg.max_retry_interval)
     rows = retrying(policy, _where(cfg), read, lambda exc: isinstance(exc, DataNotReady),
                     TasksetError)
     if not rows:

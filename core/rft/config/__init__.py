@@ -24,6 +24,7 @@ from rft.config.convert import INVALID, to_dataclass
 from rft.config.load import load_plain
 from rft.config.schema import RftConfig, StageConfig
 from rft.config.plan import RunPlan
+from rft.config.trinity_forms import explain_unknown_keys
 from rft.config.validate import validate
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
@@ -83,6 +84,7 @@ def timestamp_name(plain: dict[str, Any]) -> None:
 def _convert(plain: dict[str, Any], prefix: str, problems: list[str]) -> RftConfig | None:
     local: list[str] = []
     config = to_dataclass(RftConfig, plain, "", local)
+    local = explain_unknown_keys(local)
     problems.extend(prefix + p for p in local if p not in problems)  # global ones once
     return None if config is INVALID or local else config
 

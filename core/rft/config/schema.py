@@ -268,7 +268,8 @@ class ModelConfig:
     one; ``0``: only the sampled token's."""
     max_model_len: int | None = None
     """Maximum tokens in one sequence (prompt + response). ``None``: derived as
-    ``max_prompt_tokens + max_response_tokens`` (both must then be set)."""
+    ``max_prompt_tokens + max_response_tokens`` (both must then be set). Below their sum
+    (a warning): a response is cut at ``max_model_len`` minus its prompt's length."""
     max_prompt_tokens: int | None = None
     """Maximum prompt tokens for ``chat``/``generate`` calls; ``None``: no limit of its own
     (bounded by ``max_model_len``)."""

@@ -12,14 +12,28 @@ them, turned into rft's field so that the rest of validation sees one spelling:
 - ``trainer.trainer_config_path`` (a veRL YAML file) → ``trainer.trainer_config`` when
   that is empty, as Trinity-RFT reads it; a file missing here is a warning (the config may
   be meant for another machine) and a one-line error when a run starts
-  (:func:`rft.modes.preflight.check_data_sources`);
+  (:func:`rft.modes.preflight.check_data_sources`); its keys that mirror rft fields, and
+  the sections rft owns, are then reconciled as Trinity-RFT does
+  (:func:`rft.config.verl_keys.reconcile`, which also runs on an inline tree);
 - ``algorithm.sample_strategy: warmup`` (Trinity-RFT's default, which reads an SFT
   warm-up dataset first when one is configured; rft has none) → ``default``;
 - ``algorithm.policy_loss_fn_args.loss_agg_mode`` → ``algorithm.loss_agg_mode``;
 - a training taskset's ``rollout_args.n`` equal to its ``repeat_times`` → unset (what
   rft does anyway; another value is refused by validation);
 - ``explorer.runner_num``: deprecated in Trinity-RFT, which ignores it; so does rft, with
-  a warning naming ``runner_per_model``.
+  a warning naming ``runner_per_model``;
+- ``buffer.trainer_input.sft_warmup_dataset`` (Trinity-RFT 0.2's expert data of ``mix``)
+  → ``auxiliary_buffers.sft_dataset``, with a warning; a storage's ``algorithm_type`` →
+  ``schema_type``;
+- the mix / CHORD losses' batch bookkeeping in ``policy_loss_fn_args``
+  (:data:`MIX_BATCH_ARGS`: Trinity-RFT normalises each part by sizes written by hand; rft
+  aggregates the loss over the batch itself) → dropped, with a warning naming them;
+  ``sft_loss_agg_mode`` / ``grpo_loss_agg_mode`` / ``use_token_level_loss_in_sft`` →
+  accepted when they equal ``algorithm.loss_agg_mode`` (rft's one mode for every part),
+  refused otherwise.
+
+Keys that no Trinity-RFT version reads but its example configs wrote
+(:data:`UNKNOWN_KEY_HINTS`) get a one-line message naming the field to use.
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,6 +63,33 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")
 """The values of ``algorithm.loss_agg_mode``."""
 
+MIX_BATCH_ARGS = ("use_dynamic_bsz", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
+                  "ngpus_trainer", "train_batch_size_usual", "train_batch_size_expert",
+                  "read_batch_size_usual", "read_batch_size_expert", "repeat_times")
+"""Arguments of Trinity-RFT's mix / CHORD policy losses that tell them the veRL batch and
+micro-batch sizes (to weight the RL and SFT parts by their own share); rft's trainer knows
+its batches and aggregates the loss itself, so they have no effect."""
+
+SFT_TOKEN_LEVEL_MODES = {True: "token-mean", False: "seq-mean-token-mean"}
+"""Trinity-RFT 0.2's ``use_token_level_loss_in_sft`` as a ``loss_agg_mode``."""
+
+SFT_WARMUP_BUFFER = "sft_dataset"
+"""The auxiliary buffer ``sft_warmup_dataset`` is read as (Trinity-RFT's name of mix's
+expert buffer)."""
+
+UNKNOWN_KEY_HINTS = {
+    "algorithm.mu": "not a field of Trinity-RFT or rft (Trinity-RFT refuses it too); the "
+                    "SFT weight of mix is algorithm.policy_loss_fn_args.mu",
+    "buffer.expert_data_ratio": "not a field of Trinity-RFT or rft (Trinity-RFT refuses it "
+                                "too); mix's share of expert rows is "
+                                "algorithm.sample_strategy_args.expert_data_ratio",
+    "buffer.explore_batch_size": "not a field of Trinity-RFT or rft (Trinity-RFT refuses it "
+                                 "too); tasks explored per step are buffer.batch_size, "
+                                 "experiences trained per step buffer.train_batch_size",
+}
+"""Keys written in Trinity-RFT example configs that no version of it reads, and what to
+write instead."""
+
 MISSING_TRAINER_CONFIG_HERE = ("does not exist here: its veRL settings are not checked; "
                                "`rft run` stops at start unless it exists where it runs")
 
@@ -66,10 +108,14 @@ def check_trinity_forms(c: RftConfig, v: Validation) -> None:
             f"rollout engine runs explorer.runner_per_model={c.explorer.runner_per_model} "
             "workflow runners")
     _loss_agg_mode(c, v)
+    _mix_loss_args(c, v)
+    _sft_warmup_dataset(c, v)
+    _storage_algorithm_types(c, v)
     _samples_per_task(c)
     _token_len(c, v)
     _priority_queue(c, v)
-    _trainer_config_file(c, v)
+    from_file = _trainer_config_file(c, v)
+    reconcile(c, v.warnings, v.problems, from_file=from_file)
 
 
 def _priority_queue(c: RftConfig, v: Validation) -> None:
@@ -110,6 +156,82 @@ def _loss_agg_mode(c: RftConfig, v: Validation) -> None:
     c.algorithm.loss_agg_mode = mode
 
 
+def explain_unknown_keys(problems: list[str]) -> list[str]:
+    """``problems`` with the unknown-key line of each :data:`UNKNOWN_KEY_HINTS` key
+    replaced by its hint."""
+    explained = []
+    for line in problems:
+        key = line.split(": unknown key", 1)[0] if ": unknown key" in line else None
+        explained.append(f"{key}: {UNKNOWN_KEY_HINTS[key]}" if key in UNKNOWN_KEY_HINTS
+                         else line)
+    return explained
+
+
+def _mix_loss_args(c: RftConfig, v: Validation) -> None:
+    """Trinity-RFT's batch bookkeeping (:data:`MIX_BATCH_ARGS`) is dropped with a warning;
+    a per-part aggregation mode is accepted when it is rft's one mode."""
+    args = c.algorithm.policy_loss_fn_args
+    if not isinstance(args, dict):
+        return
+    key = "algorithm.policy_loss_fn_args"
+    dropped = [name for name in MIX_BATCH_ARGS if name in args]
+    for name in dropped:
+        args.pop(name)
+    if dropped:
+        v.warnings.append(
+            f"{key}: {', '.join(dropped)}: Trinity-RFT's batch sizes for weighting its mix / "
+            "CHORD loss parts; rft's trainer aggregates the loss over its own batches "
+            "(algorithm.loss_agg_mode), so they have no effect")
+    mode = c.algorithm.loss_agg_mode or "token-mean"
+    modes = {name: args.pop(name) for name in ("sft_loss_agg_mode", "grpo_loss_agg_mode")
+             if name in args}
+    if "use_token_level_loss_in_sft" in args:
+        token_level = args.pop("use_token_level_loss_in_sft")
+        modes["use_token_level_loss_in_sft"] = SFT_TOKEN_LEVEL_MODES.get(
+            bool(token_level), token_level)
+    for name, value in modes.items():
+        if value is not None and value != mode:
+            v.problem(f"{key}.{name}", f"means loss_agg_mode {value!r}, but rft aggregates "
+                      f"every loss part with algorithm.loss_agg_mode {mode!r}; set that, or "
+                      "drop this")
+
+
+def _sft_warmup_dataset(c: RftConfig, v: Validation) -> None:
+    """Trinity-RFT 0.2 read mix's expert rows from ``sft_warmup_dataset``; rft reads them
+    from an auxiliary buffer (:data:`SFT_WARMUP_BUFFER`)."""
+    ti = c.buffer.trainer_input
+    if ti.sft_warmup_dataset is None:
+        return
+    key = "buffer.trainer_input.sft_warmup_dataset"
+    if SFT_WARMUP_BUFFER in ti.auxiliary_buffers:
+        v.problem(key, f"and auxiliary_buffers.{SFT_WARMUP_BUFFER} are both set (this is "
+                  "Trinity-RFT 0.2's place of it); set one")
+        return
+    ti.auxiliary_buffers[SFT_WARMUP_BUFFER] = ti.sft_warmup_dataset
+    ti.sft_warmup_dataset = None
+    v.warnings.append(f"{key}: read as buffer.trainer_input.auxiliary_buffers."
+                      f"{SFT_WARMUP_BUFFER} (the expert data of mix / mix_chord; rft has no "
+                      "SFT warm-up steps: for a warm-up, use stages)")
+
+
+def _storage_algorithm_types(c: RftConfig, v: Validation) -> None:
+    """A storage's Trinity-RFT 0.2 ``algorithm_type`` (what its rows are) →
+    ``schema_type``: ``sft`` / ``dpo`` rows, experiences for any other algorithm."""
+    ti = c.buffer.trainer_input
+    buffers = [("buffer.trainer_input.experience_buffer", ti.experience_buffer)]
+    buffers += [(f"buffer.trainer_input.auxiliary_buffers.{name}", b)
+                for name, b in ti.auxiliary_buffers.items()]
+    for key, buffer in buffers:
+        if buffer is None or buffer.algorithm_type is None:
+            continue
+        kind = buffer.algorithm_type if buffer.algorithm_type in ("sft", "dpo") else "experience"
+        if buffer.schema_type is not None and buffer.schema_type != kind:
+            v.problem(f"{key}.algorithm_type", f"{buffer.algorithm_type!r} (rows of kind "
+                      f"{kind!r}) differs from schema_type {buffer.schema_type!r}; set one")
+            continue
+        buffer.schema_type = kind  # type: ignore[assignment]
+
+
 def _samples_per_task(c: RftConfig) -> None:
     """A training taskset's ``rollout_args.n`` equal to its repeat count says what rft does
     anyway (Trinity-RFT sets ``n`` from ``repeat_times``): read as unset. Any other value
@@ -134,20 +256,22 @@ def _token_len(c: RftConfig, v: Validation) -> None:
     t.max_token_len_per_gpu = t.ppo_max_token_len_per_gpu
 
 
-def _trainer_config_file(c: RftConfig, v: Validation) -> None:
+def _trainer_config_file(c: RftConfig, v: Validation) -> bool:
+    """Read ``trainer.trainer_config_path``; whether ``trainer_config`` came from it."""
     t = c.trainer
     path = t.trainer_config_path
     if not path:
-        return
+        return False
     key = "trainer.trainer_config_path"
     if t.trainer_config:
         v.warnings.append(f"{key}: not read, trainer.trainer_config is set (it wins, as in "
                           "Trinity-RFT)")
-        return
+        return False
     if not os.path.isfile(os.path.expanduser(path)):
         v.warnings.append(f"{key}: file {path!r} {MISSING_TRAINER_CONFIG_HERE}")
-        return
+        return False
     t.trainer_config = read_trainer_config(path, key, v.problems)
+    return True
 
 
 def read_trainer_config(path: str, key: str, problems: list[str]) -> dict[str, Any] | None:

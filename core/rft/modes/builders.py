@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from rft.buffer.offline import dataset_experiences, row_format
-from rft.buffer.retry import RetryPolicy
+from rft.buffer.retry import storage_retry
 from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage
 from rft.buffer.storage import BufferEmpty, ExperienceStorage, open_storage
@@ -79,7 +79,7 @@ def open_auxiliary_buffers(plan: RunPlan, steps: int, tokenizer: Any = None
     for name, cfg in config.buffer.trainer_input.auxiliary_buffers.items():
         if cfg.storage_type != "file":
             opened[name] = open_storage(cfg.storage_type, cfg.name or name, cfg.path,
-                                        RetryPolicy(cfg.max_retry_times, cfg.max_retry_interval))
+                                        storage_retry(cfg.max_retry_times, cfg.max_retry_interval))
             continue
         if tokenizer is None:
             tokenizer = load_tokenizer(config)
