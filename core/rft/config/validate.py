@@ -286,10 +286,11 @@ def check_model(c: RftConfig, v: Validation) -> None:
                       f"{m.max_model_len} leaves no room: max_prompt_tokens="
                       f"{m.max_prompt_tokens}, max_response_tokens={m.max_response_tokens}")
         elif m.max_prompt_tokens + m.max_response_tokens > m.max_model_len:
-            v.problem("model.max_model_len",
-                      f"{m.max_model_len} is less than max_prompt_tokens + "
-                      f"max_response_tokens = {m.max_prompt_tokens} + "
-                      f"{m.max_response_tokens}")
+            v.warnings.append(
+                f"model.max_model_len: {m.max_model_len} is less than max_prompt_tokens + "
+                f"max_response_tokens = {m.max_prompt_tokens} + {m.max_response_tokens}: a "
+                "response is cut at max_model_len minus its prompt's length (as in Trinity-RFT "
+                "up to 0.3.0; later versions refuse this)")
     if m.max_response_tokens is not None and m.min_response_tokens >= m.max_response_tokens:
         v.problem("model.min_response_tokens",
                   f"must be less than max_response_tokens ({m.max_response_tokens}), "
