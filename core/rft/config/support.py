@@ -497,8 +497,10 @@ SUPPORT: dict[str, Support] = {
             "divides the derived max_token_len_per_gpu)", when=lambda value: value > 1,
             example=2)),
     "TrainerConfig.trainer_config": _c(
-        OPTIONS, note="torch: the key paths listed below; any other key is a warning; verl "
-                      "(rft-plugin-verl): veRL's config, each key checked by the plugin"),
+        OPTIONS, note="keys mirroring rft fields reconciled first as Trinity-RFT does "
+                      "(rft.config.verl_keys); torch: the key paths listed below; any other "
+                      "key is a warning; verl (rft-plugin-verl): veRL's config, each key "
+                      "checked by the plugin"),
     # ---- monitor ------------------------------------------------------------------------
     "MonitorConfig.monitor_type": _c(VALIDATE, note=_RESOLVED),
     "MonitorConfig.monitor_args": _c(VALIDATE, note=_RESOLVED),

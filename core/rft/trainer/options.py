@@ -2,7 +2,9 @@
 
 Besides the ``trainer`` section, the native trainer reads a few keys of the veRL tree in
 ``trainer.trainer_config`` (so one YAML serves both backends) and its own
-``trainer.trainer_config.torch`` mapping:
+``trainer.trainer_config.torch`` mapping (the tree's keys that mirror rft fields, e.g.
+``actor_rollout_ref.actor.grad_clip``, were reconciled with those fields at validation and
+left it: :mod:`rft.config.verl_keys`):
 
 - ``actor_rollout_ref.actor.ppo_mini_batch_size``: prompts per optimizer step (the
   mini-batch is that × ``repeat_times`` rows); default ``buffer.train_batch_size`` rows,

@@ -12,7 +12,8 @@ OmegaConf (no Hydra composition), and sets:
    budget, sequence parallelism, gradient clipping, ``loss_agg_mode``, total steps;
 2. the user's ``trainer.trainer_config`` tree, key by key (checked as
    :mod:`rft_plugin_verl.keys` says: a key veRL does not have, or one an rft field sets, is
-   a problem naming it);
+   a problem naming it; the keys mirroring rft fields were reconciled by the core's
+   validation and left the tree, :mod:`rft.config.verl_keys`);
 3. defaults the one-process adapter needs where the user left them unset: the mini-batch
    (``ppo_mini_batch_size = train_batch_size / repeat_times`` prompts, one optimizer step
    per training step, as the native trainer) and, without ``use_dynamic_bsz``, micro-batches

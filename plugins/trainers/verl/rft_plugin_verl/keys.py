@@ -7,9 +7,14 @@ others (the veRL alignment guide's tables).
 - a key of veRL 0.9.1's config (``verl/trainer/config/_generated_ppo_trainer.yaml``, or
   a field of the dataclass its ``_target_`` names): it is passed to veRL as it is —
   unless a rule below claims it;
-- claimed by rft (:data:`RFT_FIELDS`, :data:`RFT_SECTIONS`): the value comes from an rft
-  field (the alignment guide's mapping; the loss terms from rft's loss plugins), and
-  setting it here is a validation error naming that field;
+- mirrored by an rft field as Trinity-RFT mirrors it (:data:`rft.config.verl_keys.
+  MIRRORED`): reconciled by the core's validation before this plugin sees the tree (equal:
+  quiet; different: a warning, rft's field wins or, where Trinity-RFT keeps veRL's value,
+  it is read into rft's unset field), so it never reaches here; likewise the sections rft
+  owns, when they come from ``trainer.trainer_config_path`` (one warning per section);
+- claimed by rft otherwise (:data:`RFT_FIELDS`, :data:`RFT_SECTIONS`): the value comes
+  from an rft field (the alignment guide's mapping; the loss terms from rft's loss
+  plugins), and setting it here is a validation error naming that field;
 - a legacy spelling the alignment guide uses (:data:`ALIASES`): moved to veRL 0.9.1's path;
 - ``torch.*``: the native trainer's options, ignored here with a warning (one YAML may
   serve both backends);
@@ -17,6 +22,8 @@ others (the veRL alignment guide's tables).
 """
 
 from __future__ import annotations
+
+from rft.config.verl_keys import HONOURED_DRIVER_KEYS, LOG_PROB_KEYS
 
 A = "actor_rollout_ref.actor."
 """Prefix of veRL's actor keys."""
@@ -102,14 +109,9 @@ RFT_FIELDS: dict[str, str] = {
 }
 """veRL key path (or a prefix of key paths) → the rft field that sets it."""
 
-HONOURED_DRIVER_KEYS = ("trainer.critic_warmup",)
-"""Keys of veRL's driver section (``trainer.*``) the verl trainer honours itself:
-``critic_warmup`` — the actor is not updated during the first ``critic_warmup`` steps."""
-
-LOG_PROB_KEYS = ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
-                 "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu")
-"""The ``actor_rollout_ref.rollout`` keys that reach veRL: the actor's forward-only
-(old log-prob) micro-batching. Every other rollout key belongs to rft's explorer."""
+# HONOURED_DRIVER_KEYS (``trainer.critic_warmup``: the actor is not updated during the
+# first ``critic_warmup`` steps) and LOG_PROB_KEYS (the rollout keys that reach veRL) are
+# shared with the core's reconciliation (rft.config.verl_keys)
 
 RFT_SECTIONS: dict[str, str] = {
     "actor_rollout_ref.rollout.": (

@@ -167,11 +167,6 @@ def test_unknown_or_rft_owned_trainer_config_keys_are_errors(registry, rft_tiny_
     assert sorted(found) == sorted([
         f"{k}actor_rollout_ref.actor.ppo_mini_batch_sise: not a key of veRL 0.9.1's config; "
         "did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'?",
-        f"{k}actor_rollout_ref.actor.clip_ratio: the verl trainer computes the actor loss with "
-        "rft's loss functions (veRL's worker calls them): set "
-        "algorithm.policy_loss_fn_args.clip_range instead",
-        f"{k}actor_rollout_ref.actor.optim.lr: set by rft's algorithm.optimizer, not here "
-        "(veRL alignment guide)",
         f"{k}actor_rollout_ref.rollout.gpu_memory_utilization: does not reach veRL: the "
         "rollout is rft's explorer: set explorer.rollout_model / model fields (veRL alignment "
         "guide, 'Actor, Rollout, and Critic'); only actor_rollout_ref.rollout.log_prob_micro_"
@@ -182,6 +177,24 @@ def test_unknown_or_rft_owned_trainer_config_keys_are_errors(registry, rft_tiny_
         f"{k}trainer.n_gpus_per_node: set by rft's cluster.gpu_per_node, not here (veRL "
         "alignment guide)",
     ])
+
+
+def test_keys_mirroring_rft_fields_are_a_warning(registry, rft_tiny_model: Path,
+                                                 installed) -> None:
+    """Inline keys that mirror rft fields (rft.config.verl_keys): rft's set field wins, with
+    one warning naming both; equal values pass quietly (tests/test_verl_mirrored_keys.py
+    covers a whole veRL file)."""
+    tree = {"actor_rollout_ref": {"actor": {"clip_ratio": 0.3, "grad_clip": 0.5,
+                                            "optim": {"lr": 1e-5}}}}
+    loaded = build_stages(plain(str(rft_tiny_model), **{"trainer.trainer_config": tree}),
+                          registry)
+    said = [w for w in loaded.stages[0].warnings if w.startswith("trainer.trainer_config.")]
+    k = "trainer.trainer_config.actor_rollout_ref.actor."
+    assert said == [
+        f"{k}clip_ratio 0.3 is overridden by algorithm.policy_loss_fn_args.clip_range unset "
+        "(rft's default)",
+        f"{k}optim.lr 1e-05 is overridden by algorithm.optimizer.lr 2e-06"]
+    assert loaded.stages[0].config.trainer.trainer_config is None
 
 
 def test_native_options_are_a_warning(registry, rft_tiny_model: Path, installed) -> None:
