@@ -64,7 +64,12 @@ def trainer_steps(job_dir: Path) -> list[int]:
 
 def test_grpo_steps_write_metrics_checkpoints_and_summary(tmp_path, tiny_model_dir, tasks):
     loaded = load_config(write_config(tmp_path, tiny_model_dir, tasks))
+    before = set(threading.enumerate())
     assert run(loaded) == 0
+    # no workflow thread outlives the run (one alive at interpreter exit aborted the
+    # process: "terminate called without an active exception", see explorer/runner.py)
+    assert [t.name for t in set(threading.enumerate()) - before
+            if t.name.startswith("rft-workflow")] == []
     job = tmp_path / "ck" / "e2e" / "run"
     assert trainer_steps(job) == [1, 2]
     record = json.loads((job / "monitor" / "trainer.jsonl").read_text().splitlines()[-1])

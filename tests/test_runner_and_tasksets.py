@@ -49,6 +49,31 @@ def test_success_and_order_in_every_mode():
         assert results[0].experiences[0].reward == 1.0
 
 
+@pytest.mark.parametrize("mode", ["sequential", "multi-threading"])
+def test_idle_workflow_threads_hold_no_result_and_close_ends_them(mode):
+    """An idle workflow thread keeps no reference to its last attempt's experiences, and
+    ``close`` returns only once the idle threads have ended: a daemon thread freeing
+    tensors at interpreter exit aborts the process (``terminate called without an active
+    exception``, exit 134) after a successful run."""
+    import weakref
+
+    before = set(threading.enumerate())
+    workflow_runner = runner(lambda t: Echo(t, model=None), concurrent_mode=mode, workers=3)
+    results = workflow_runner.run_tasks([task(i) for i in range(4)])
+    tokens = [weakref.ref(exp.tokens) for r in results for exp in r.experiences]
+    assert len(tokens) == 8
+    started = [t for t in set(threading.enumerate()) - before
+               if t.name.startswith("rft-workflow")]
+    assert started  # the attempts ran on workflow threads, now idle
+    del results
+    deadline = time.monotonic() + 5  # a thread may still be on its way from done to idle
+    while any(ref() is not None for ref in tokens) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [ref for ref in tokens if ref() is not None] == []  # not held by idle threads
+    workflow_runner.close()
+    assert [t.name for t in started if t.is_alive()] == []
+
+
 def test_raising_workflow_is_retried_then_recorded_as_failed():
     calls = []
 

@@ -17,7 +17,9 @@ with the others, and the thread is left to finish (a Python thread cannot be kil
 is counted (:attr:`WorkflowRunner.abandoned`, ``rollout/timed_out_tasks``,
 ``rollout/abandoned_threads``), its result is dropped, and, being a daemon thread, it
 never keeps the process alive once the run ends. A timed-out task is not retried: it
-would hang again.
+would hang again. The other threads do not outlive the run: :meth:`WorkflowRunner.close`
+ends the idle ones and waits for them, and an idle one holds nothing of its last attempt
+(a daemon thread that frees tensors during interpreter exit aborts the process).
 
 **Deterministic failures are not retried.** A retry helps with what may go differently
 the next time (a sampled response, a network call); it does not help with an error that
@@ -71,6 +73,10 @@ from rft.explorer.runner_states import RunnerStates
 from rft.workflow import Task, Workflow
 
 WorkflowFactory = Callable[[Task], Workflow]
+
+JOIN_TIMEOUT_S = 5.0
+"""Seconds :meth:`WorkflowRunner.close` waits for the idle workflow threads to end (each
+ends as soon as it is woken: it only returns)."""
 
 
 @dataclass
@@ -135,7 +141,16 @@ class _AttemptThread(threading.Thread):
 
     def run(self) -> None:
         while (attempt := self._given.get()) is not None:
-            if not attempt.run() or not self._pool.put_back(self):
+            reusable = attempt.run()
+            # Idle, the thread holds nothing: the attempt's result (experiences holding
+            # torch tensors) is freed by whoever holds it last, never by this daemon
+            # thread when it wakes up during interpreter finalization. There, freeing a
+            # tensor releases and retakes the GIL, CPython 3.11-3.13 ends the thread with
+            # pthread_exit, and the forced unwind through torch's C++ frames calls
+            # std::terminate: "terminate called without an active exception", exit 134
+            # after a successful run.
+            del attempt
+            if not reusable or not self._pool.put_back(self):
                 return
 
 
@@ -171,13 +186,21 @@ class _AttemptThreads:
             self._idle.append(thread)
             return True
 
-    def close(self) -> None:
-        """End the idle threads (busy ones end with their attempts)."""
+    def close(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        """End the idle threads and wait (at most ``timeout`` seconds in all) until they
+        have ended; busy ones end with their attempts. Joining them is what keeps a
+        finished run from aborting at interpreter exit: a daemon thread still alive then
+        dies by ``pthread_exit`` as soon as it wants the GIL, which aborts the process
+        when C++ frames (torch freeing a tensor) are on its stack (see ``run``)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for thread in idle:
             thread.give(None)
+        deadline = time.monotonic() + timeout
+        for thread in idle:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class _Attempt:
@@ -497,7 +520,8 @@ class WorkflowRunner:
             return _checked(self.make_workflow(task).run())
 
     def close(self) -> None:
-        """Stop the waiting threads at once (they give up the attempts they wait for);
+        """Stop the waiting threads at once (they give up the attempts they wait for) and
+        end the idle workflow threads before returning (:meth:`_AttemptThreads.close`);
         abandoned attempts are left to their daemon threads."""
         self._closing.set()
         if self._batch_stop is not None:
