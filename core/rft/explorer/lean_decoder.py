@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rft.decoder_ops import rms_norm, rotate_half
+
 SUPPORTED_ARCHITECTURES = frozenset({"Qwen2ForCausalLM", "LlamaForCausalLM"})
 """Model classes whose decoder layers :class:`LeanDecoder` reproduces."""
 
@@ -75,20 +77,6 @@ def unsupported_reason(model: nn.Module) -> str | None:
 def lean_decoder_for(model: nn.Module) -> LeanDecoder | None:
     """A :class:`LeanDecoder` over ``model``, or ``None`` when it is not supported."""
     return LeanDecoder(model) if unsupported_reason(model) is None else None
-
-
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``weight ⊙ x / sqrt(mean(x²) + eps)``, computed in float32; ``x`` ``(…, H)``."""
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[a, b] → [−b, a]`` over the last dimension."""
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class LeanDecoder:
@@ -150,7 +138,7 @@ class LeanDecoder:
     def _head(self, last: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, V)`` of the last hidden states ``(B, H)`` (final norm, LM head)."""
         decoder: Any = self.model.model
-        last = _rms(last, decoder.norm.weight, decoder.norm.variance_epsilon)  # (B, H)
+        last = rms_norm(last, decoder.norm.weight, decoder.norm.variance_epsilon)  # (B, H)
         head = self.model.lm_head
         return F.linear(last, head.weight, head.bias)  # (B, V)
 
@@ -166,15 +154,15 @@ class LeanDecoder:
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, S, d)
         for index, layer in enumerate(decoder.layers):
             attn, mlp = layer.self_attn, layer.mlp
-            x = _rms(hidden, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+            x = rms_norm(hidden, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
             q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias)
             k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias)
             v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias)
             q = q.view(batch, width, -1, attn.head_dim).transpose(1, 2)  # (B, heads, S, d)
             k = k.view(batch, width, -1, attn.head_dim).transpose(1, 2)  # (B, kv, S, d)
             v = v.view(batch, width, -1, attn.head_dim).transpose(1, 2)  # (B, kv, S, d)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             keys, values = self._keys[index], self._values[index]
             keys[:, :, start:end] = k
             values[:, :, start:end] = v
@@ -183,7 +171,7 @@ class LeanDecoder:
                 scale=attn.scaling, enable_gqa=True)  # (B, heads, S, d)
             out = out.transpose(1, 2).reshape(batch, width, -1)  # (B, S, heads·d)
             hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-            x = _rms(hidden, layer.post_attention_layernorm.weight,
+            x = rms_norm(hidden, layer.post_attention_layernorm.weight,
                      layer.post_attention_layernorm.variance_epsilon)
             gated = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
             hidden = hidden + F.linear(gated * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias),

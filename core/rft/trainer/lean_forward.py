@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rft.decoder_ops import rms_norm, rotate_half
+
 SUPPORTED_ARCHITECTURES = frozenset({"Qwen2ForCausalLM", "LlamaForCausalLM"})
 """Model classes whose layers :func:`shared_prompt_logits` reproduces."""
 
@@ -69,21 +71,6 @@ def unsupported_reason(model: nn.Module) -> str | None:
     if any(type(p) is not nn.Parameter or p.dtype != torch.float32 for p in model.parameters()):
         return "parameters are not plain float32 tensors (sharded or reduced precision)"
     return None
-
-
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``weight ⊙ x / sqrt(mean(x²) + eps)``, in float32 (as the model's RMSNorm);
-    ``x`` ``(…, H)``."""
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[a, b] → [−b, a]`` over the last dimension."""
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -135,7 +122,7 @@ def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
                                       values.index_select(0, inverse)))[0]
     last = p_hidden[:, -1:].index_select(0, inverse)  # (B, 1, H)
     hidden = torch.cat([last, r_hidden], dim=1) if steps else last  # (B, R, H)
-    hidden = _rms(hidden, decoder.norm.weight, decoder.norm.variance_epsilon)
+    hidden = rms_norm(hidden, decoder.norm.weight, decoder.norm.variance_epsilon)
     head = model.lm_head
     return F.linear(hidden, head.weight, head.bias)  # (B, R, V)
 
@@ -149,7 +136,7 @@ def _layer(layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     call's keys / values ``(N, kv, S, d)``."""
     attn, mlp = layer.self_attn, layer.mlp
     rows, width = hidden.shape[:2]
-    x = _rms(hidden, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+    x = rms_norm(hidden, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
     q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias)
     k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias)
     v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias)
@@ -157,15 +144,15 @@ def _layer(layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     k = k.view(rows, width, -1, attn.head_dim).transpose(1, 2)  # (N, kv, S, d)
     v = v.view(rows, width, -1, attn.head_dim).transpose(1, 2)  # (N, kv, S, d)
     cos, sin = cos[:, None], sin[:, None]  # (N, 1, S, d)
-    q = q * cos + _rotate_half(q) * sin
-    k = k * cos + _rotate_half(k) * sin
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
     all_k, all_v = (k, v) if prefix is None else (torch.cat([prefix[0], k], dim=2),
                                                    torch.cat([prefix[1], v], dim=2))
     out = F.scaled_dot_product_attention(q, all_k, all_v, attn_mask=allowed,
                                          scale=attn.scaling, enable_gqa=True)  # (N, heads, S, d)
     out = out.transpose(1, 2).reshape(rows, width, -1)  # (N, S, heads·d)
     hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-    x = _rms(hidden, layer.post_attention_layernorm.weight,
+    x = rms_norm(hidden, layer.post_attention_layernorm.weight,
              layer.post_attention_layernorm.variance_epsilon)
     gated = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
     hidden = hidden + F.linear(gated * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias),
