@@ -35,6 +35,7 @@ from rft.config.schema import (
 )
 from rft.config.trinity_forms import check_trinity_forms
 from rft.contracts import needs_values
+from rft.hosts import why_not_loopback
 from rft.plugins import KINDS, PluginRegistry, args_type_of
 
 GPU_MODES = ("both", "train", "explore", "bench")
@@ -532,11 +533,12 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
             v.problem(f"{key}.openai_api_port", f"must be 0 (any free port) or a port "
                       f"number, got {model.openai_api_port}")
         host = model.openai_api_host
-        loopback = host == "localhost" or host == "::1" or host.startswith("127.")
-        if model.enable_openai_api and not loopback and not model.openai_api_key_env:
+        outside = (why_not_loopback(host) if model.enable_openai_api
+                   and not model.openai_api_key_env else None)
+        if outside is not None:
             v.problem(f"{key}.openai_api_key_env", f"must name the environment variable "
                       f"holding an API key: openai_api_host {host!r} serves the model beyond "
-                      f"this machine (or use openai_api_host: 127.0.0.1)")
+                      f"this machine ({outside}; or use openai_api_host: 127.0.0.1)")
         if model.enable_openai_api and model.openai_api_key_env \
                 and not os.environ.get(model.openai_api_key_env):
             v.warnings.append(f"{key}.openai_api_key_env: environment variable "

@@ -12,7 +12,9 @@ Checked (``400`` naming the field): types; ``n`` in ``[1, max_n]``; ``max_tokens
 ``max_completion_tokens`` in ``[1, the model's max_response_tokens]``; ``min_tokens`` not
 above it; ``seed`` in ``[0, 2**63)``; ``temperature``, ``top_p`` and
 ``repetition_penalty`` finite and in range; message roles (``system``, ``user``,
-``assistant``, ``tool``). Fields that would change the answer and cannot be honoured
+``assistant``, ``tool``); every string valid Unicode (a lone surrogate such as
+``"\\ud800"``, which JSON can spell but UTF-8 cannot encode, is refused naming where it
+is). Fields that would change the answer and cannot be honoured
 (``tool_choice: required``, ``top_logprobs > 0``, ``presence_penalty``,
 ``frequency_penalty``, ``logit_bias``, ``response_format`` other than text, the deprecated
 ``functions`` / ``function_call``) are refused. Other unknown fields are ignored, as
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -82,6 +85,10 @@ _MESSAGE_FIELDS: dict[str, frozenset[str]] = {
 }
 """Fields a message of a role may have (other roles: ``role``, ``content``, ``name``)."""
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A UTF-16 surrogate code point: JSON's ``\\ud800`` escapes decode to one when unpaired,
+and no tokenizer can encode it."""
+
 _WARNED_FIELDS: set[str] = set()
 _WARNED_LOCK = threading.Lock()
 
@@ -125,6 +132,26 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     """``stream_options.include_usage``: a last chunk with the token counts."""
+
+
+def _lone_surrogate(body: Any) -> str | None:
+    """Where a string of ``body`` holding a lone surrogate is (``messages[0].content``,
+    ``tools[1].function.description``, …), or ``None`` when every string is valid Unicode.
+    Walks the decoded JSON without recursion (its nesting depth is the decoder's)."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return where or "body"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    return f"{where}.<key>" if where else "<key>"
+                stack.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+    return None
 
 
 def _typed(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -342,6 +369,11 @@ def parse_chat_request(body: Any, served_names: tuple[str, ...],
     limits = limits or RequestLimits()
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
+    where = _lone_surrogate(body)
+    if where is not None:
+        raise BadRequest(f"{where}: not valid Unicode text (a lone UTF-16 surrogate such as "
+                         "\\ud800; send the character itself or its full surrogate pair)",
+                         where)
     _ignore_unknown(body)
     model = body.get("model")
     if model is not None and model not in served_names:

@@ -48,8 +48,17 @@ error format (:mod:`rft.explorer.openai_protocol`): ``400`` for a bad or unsuppo
 or a prompt over the model's prompt limit (naming it; the endpoint never truncates),
 ``404`` for an unknown path, model or session, ``405`` for a wrong method, ``413`` for a
 body over ``max_request_bytes``, ``503`` while the server stops; engine failures are
-``500``. A client that disconnects before its answer is ready costs one debug line (the
-engine call it started finishes; its answer is dropped).
+``500``. A chat body longer than the prompt limit could be in any tokenisation
+(:func:`prompt_byte_limit`: :data:`PROMPT_BYTES_PER_TOKEN` bytes a token, plus
+:data:`PROMPT_BYTES_OVERHEAD`) is a ``400`` on ``messages`` from its byte count alone,
+before it is decoded or tokenised. A client that disconnects before its answer is ready
+costs one debug line (the engine call it started finishes; its answer is dropped).
+
+Slow and stalled clients are bounded (:class:`EndpointSettings`): a connection must
+deliver a request's headers within ``read_timeout_s`` of opening (or of its previous
+answer), and the request's body within ``read_timeout_s`` of its headers (``408``
+otherwise, e.g. a body shorter than its ``Content-Length``); an idle keep-alive connection
+is closed after ``keep_alive_s``. Each closes the connection.
 """
 
 from __future__ import annotations
@@ -59,7 +68,6 @@ import contextlib
 import dataclasses
 import errno
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -87,6 +95,7 @@ from rft.explorer.openai_protocol import (
     stream_chunks,
 )
 from rft.explorer.reply_parsing import AssistantReply, ReplyParser
+from rft.hosts import is_loopback, why_not_loopback
 
 if TYPE_CHECKING:
     from rft.config.schema import InferenceModelConfig
@@ -104,6 +113,20 @@ ENGINE_THREADS = 256
 """Most engine calls the endpoint runs at once (each in a thread; the engine serialises
 its own work, the :class:`CallBatcher` merges the calls of concurrent workflows)."""
 
+READ_TIMEOUT_S = 60.0
+"""Default seconds a client has to send a request's headers, and then its body."""
+
+KEEP_ALIVE_S = 30.0
+"""Default seconds an idle keep-alive connection stays open."""
+
+PROMPT_BYTES_PER_TOKEN = 64
+"""Bytes of request body allowed per prompt token before tokenising: generous (a token
+is a few UTF-8 bytes; JSON's ``\\uXXXX`` escapes take 6 a character, 12 a surrogate
+pair), so no prompt within the limit is refused on its size."""
+
+PROMPT_BYTES_OVERHEAD = 1024 * 1024
+"""Bytes of request body allowed besides the prompt's tokens (tool specs, fields)."""
+
 STOP_GRACE_S = 3.0
 """Seconds :meth:`OpenAIServer.stop` waits for open connections before closing them."""
 
@@ -111,14 +134,13 @@ _CHAT = "/v1/chat/completions"
 _ROUTES = ("/health", "/v1/models", _CHAT)
 
 
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (``127.0.0.0/8``, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def prompt_byte_limit(prompt_tokens: int | None) -> int | None:
+    """Largest chat body that could hold a prompt of ``prompt_tokens`` tokens:
+    ``PROMPT_BYTES_PER_TOKEN · prompt_tokens + PROMPT_BYTES_OVERHEAD`` (``None``: no
+    prompt limit, no bound)."""
+    if prompt_tokens is None:
+        return None
+    return PROMPT_BYTES_PER_TOKEN * prompt_tokens + PROMPT_BYTES_OVERHEAD
 
 
 @dataclass(frozen=True)
@@ -132,6 +154,12 @@ class EndpointSettings:
     """Most choices per request (``n``)."""
     max_request_bytes: int = MAX_BODY_BYTES
     """Largest request body (``413`` beyond)."""
+    read_timeout_s: float = READ_TIMEOUT_S
+    """Seconds a client has to send a request's headers (from the connection's start or
+    its previous answer; then the connection is closed), and then its body (``408``)."""
+    keep_alive_s: float = KEEP_ALIVE_S
+    """Seconds an idle keep-alive connection stays open (uvicorn's
+    ``timeout_keep_alive``)."""
 
     @classmethod
     def of(cls, model: InferenceModelConfig) -> EndpointSettings:
@@ -223,10 +251,11 @@ class OpenAIServer:
         is a host beyond loopback without an API key."""
         if self._server is not None:
             return
-        if not self.settings.api_key and not is_loopback(self.host):
+        outside = None if self.settings.api_key else why_not_loopback(self.host)
+        if outside is not None:
             raise RftError(f"OpenAI API of model {self.model.name!r}: refusing to serve on "
-                           f"{self.host or 'every interface'} without an API key (set "
-                           "openai_api_key_env, or openai_api_host: 127.0.0.1)")
+                           f"{self.host or 'every interface'} without an API key ({outside}; "
+                           "set openai_api_key_env, or openai_api_host: 127.0.0.1)")
         sock = self._bind()
         import uvicorn
 
@@ -234,7 +263,8 @@ class OpenAIServer:
                                 access_log=False, proxy_headers=False, lifespan="off",
                                 ws="none", loop="asyncio",
                                 backlog=BACKLOG, timeout_graceful_shutdown=int(STOP_GRACE_S),
-                                timeout_keep_alive=30)
+                                timeout_keep_alive=self.settings.keep_alive_s,  # type: ignore[arg-type]
+                                http=_timed_protocol(self.settings.read_timeout_s))
         _quiet_uvicorn()
         server = _server_class()(config)
         self._socket, self._server = sock, server
@@ -475,7 +505,7 @@ class OpenAIServer:
                         {"www-authenticate": "Bearer"})
         body: bytes | None = None
         if method == "POST":
-            body = await self._read_body(request)
+            body = await self._read_body(request, receive, chat=path.endswith(_CHAT))
             if isinstance(body, tuple):
                 return body
         if method == "POST" and path.endswith(_CHAT):
@@ -485,23 +515,77 @@ class OpenAIServer:
             status, payload = self.handle(method, path, body)
         return status, payload, {}
 
-    async def _read_body(self, request: Any) -> Any:
-        """The body, or a ``413`` answer when it is over ``max_request_bytes``."""
-        limit = self.settings.max_request_bytes
-        too_large = (HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                     error_body(f"request body over {limit} bytes "
-                                "(openai_api_max_request_bytes)", None, 413),
-                     {"connection": "close"})
+    async def _read_body(self, request: Any, receive: Callable[..., Any], *, chat: bool) -> Any:
+        """The body, or the answer refusing it: ``413`` over ``max_request_bytes``; for a
+        chat, ``400`` on ``messages`` over :func:`prompt_byte_limit` (judged on
+        ``Content-Length`` before reading, else while reading: nothing is decoded or
+        tokenised); ``408`` when it has not all arrived within ``read_timeout_s``. The rest of
+        a body refused with ``400`` is read and dropped (up to ``max_request_bytes``), so
+        the client gets its answer rather than a broken pipe."""
+        prompt_bytes = self._prompt_bytes() if chat else None
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            return too_large
-        chunks, size = [], 0
-        async for chunk in request.stream():
+        declared = int(length) if length is not None and length.isdigit() else None
+        refusal = self._refuse_size(declared, prompt_bytes) if declared is not None else None
+        if refusal is not None and refusal[0] == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
+            return refusal
+        timeout = self.settings.read_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
+            except TimeoutError:
+                if refusal is not None:  # the answer is known: no need for the rest
+                    return refusal[0], refusal[1], {"connection": "close"}
+                return (HTTPStatus.REQUEST_TIMEOUT,
+                        error_body(f"request body incomplete after {timeout:g} s ({size} bytes "
+                                   f"of {declared if declared is not None else 'unknown'} "
+                                   "arrived)", None, HTTPStatus.REQUEST_TIMEOUT),
+                        {"connection": "close"})
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:
-                return too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
+            refusal = refusal or self._refuse_size(size, prompt_bytes)
+            if refusal is not None and (refusal[0] == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+                                        or size > self.settings.max_request_bytes):
+                return refusal[0], refusal[1], {"connection": "close"}
+            if refusal is None:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return refusal if refusal is not None else b"".join(chunks)
+
+    def _refuse_size(self, size: int, prompt_bytes: int | None
+                     ) -> tuple[int, dict[str, Any], dict[str, str]] | None:
+        """The answer refusing a body of ``size`` bytes, or ``None`` while it may be read."""
+        limit = self.settings.max_request_bytes
+        if size > limit:
+            return (HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    error_body(f"request body over {limit} bytes "
+                               "(openai_api_max_request_bytes)", None, 413),
+                    {"connection": "close"})
+        if prompt_bytes is not None and size > prompt_bytes:
+            engine = self.model.engine
+            return (HTTPStatus.BAD_REQUEST,
+                    error_body(f"messages: the request body is over {prompt_bytes} bytes, more "
+                               f"than any prompt within this model's prompt limit of "
+                               f"{engine.prompt_limit()} tokens can take "
+                               f"({PROMPT_BYTES_PER_TOKEN} bytes a token + "
+                               f"{PROMPT_BYTES_OVERHEAD} for the other fields; "
+                               f"max_prompt_tokens={engine.max_prompt_tokens}, "
+                               f"max_model_len={engine.effective_max_model_len()}); the OpenAI "
+                               "API does not truncate prompts", "messages",
+                               HTTPStatus.BAD_REQUEST),
+                    {})
+        return None
+
+    def _prompt_bytes(self) -> int | None:
+        """:func:`prompt_byte_limit` of the served model's prompt limit (sessions share
+        its engine)."""
+        limit_of = getattr(self.model.engine, "prompt_limit", None)
+        return prompt_byte_limit(limit_of() if limit_of is not None else None)
 
     async def _in_thread(self, work: Callable[[], Any], receive: Callable[..., Any]) -> Any:
         """``work()`` in a thread of its own; returns early (raising :class:`_Disconnected`,
@@ -555,6 +639,50 @@ class OpenAIServer:
 @contextlib.contextmanager
 def _no_signals() -> Iterator[None]:
     yield
+
+
+def _timed_protocol(read_timeout_s: float) -> type:
+    """uvicorn's HTTP protocol (httptools, else h11) closing a connection that has not
+    delivered a request's headers within ``read_timeout_s`` of opening or of its previous
+    answer (uvicorn itself waits for them forever). While a request is being answered the
+    application bounds it (the body read of :meth:`OpenAIServer._read_body`)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class TimedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        _rft_since = 0.0
+        _rft_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._rft_since = self.loop.time()
+            self._rft_timer = self.loop.call_later(read_timeout_s, self._rft_check)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._rft_since = self.loop.time()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._rft_timer is not None:
+                self._rft_timer.cancel()
+            super().connection_lost(exc)
+
+        def _rft_check(self) -> None:
+            """Close the connection when it has waited for headers too long."""
+            self._rft_timer = None
+            if self.transport.is_closing():
+                return
+            waiting = self.cycle is None or self.cycle.response_complete  # no request in hand
+            due = self._rft_since + read_timeout_s
+            now = self.loop.time()
+            if waiting and now >= due:
+                log.debug("OpenAI API: closing a connection that sent no complete request "
+                          "headers within %g s", read_timeout_s)
+                self.transport.close()
+                return
+            self._rft_timer = self.loop.call_later(
+                due - now if waiting else read_timeout_s, self._rft_check)
+
+    return TimedHTTPProtocol
 
 
 _SERVER_CLASS: type | None = None
@@ -638,6 +766,7 @@ def _in_slot(slot: tuple[CallBatcher, int] | None, call: Callable[[], ChatResult
         return call()
 
 
-__all__ = ["BACKLOG", "BadRequest", "ChatRequest", "EndpointSettings", "OpenAIServer",
+__all__ = ["BACKLOG", "KEEP_ALIVE_S", "PROMPT_BYTES_OVERHEAD", "PROMPT_BYTES_PER_TOKEN",
+           "READ_TIMEOUT_S", "BadRequest", "ChatRequest", "EndpointSettings", "OpenAIServer",
            "RequestLimits", "completion_response", "is_loopback", "parse_chat_request",
-           "stream_chunks"]
+           "prompt_byte_limit", "stream_chunks"]
