@@ -26,7 +26,9 @@ from rft.errors import ConfigError, RftError
 from rft.explorer.engine import SamplingArgs
 from rft.explorer.hf_engine import HFEngine
 from rft.explorer.model_wrapper import ModelWrapper
-from rft.explorer.openai_server import BACKLOG, EndpointSettings, OpenAIServer
+from rft.explorer.openai_server import (BACKLOG, PROMPT_BYTES_OVERHEAD, PROMPT_BYTES_PER_TOKEN,
+                                        EndpointSettings, OpenAIServer, prompt_byte_limit)
+from rft.hosts import why_not_loopback
 from test_embedded_run import write_config
 
 QUESTION = [{"role": "user", "content": "Tina has 3 apples. How many?"}]
@@ -155,6 +157,12 @@ LONG = [{"role": "user", "content": "apples " * 200}]
     ({"messages": QUESTION, "logit_bias": {"1": 5}}, "logit_bias", "logit_bias is not supported"),
     ({"messages": LONG}, "messages", "the OpenAI API does not truncate prompts"),
     ('{"messages": ' + "[" * 5000 + "]" * 5000 + "}", None, "nested too deeply"),
+    ('{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages[0].content",
+     "messages[0].content: not valid Unicode text (a lone UTF-16 surrogate"),
+    ('{"messages": [{"role": "user", "content": [{"type": "text", "text": "a\\udfffb"}]}]}',
+     "messages[0].content[0].text", "not valid Unicode text"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "stop": ["x", "\\ud83d"]}', "stop[1]",
+     "stop[1]: not valid Unicode text"),
 ])
 def test_bad_requests_get_400_naming_the_field(served, body, param, message):
     status, answer = chat(served.api_address, body)
@@ -162,6 +170,13 @@ def test_bad_requests_get_400_naming_the_field(served, body, param, message):
     assert message in answer["error"]["message"]
     assert answer["error"]["param"] == param
     assert answer["error"]["type"] == "invalid_request_error"
+
+
+def test_a_full_surrogate_pair_is_text(served):
+    """The escape of a character beyond the BMP (a pair) is text like any other."""
+    status, answer = chat(served.api_address, '{"messages": [{"role": "user", "content": '
+                          '"\\ud83d\\ude00 3+1="}], "max_tokens": 1}')
+    assert status == 200, answer
 
 
 def test_long_prompt_is_refused_not_truncated(served, engine):
@@ -202,6 +217,114 @@ def test_oversized_bodies_get_413(served):
     assert chat(served.api_address, {"messages": QUESTION, "max_tokens": 1})[0] == 200
 
 
+@pytest.fixture(scope="module")
+def roomy(engine):
+    """The endpoint with the default body limit (32 MiB) and short read timeouts."""
+    root = ModelWrapper(engine, SamplingArgs(max_tokens=6), name="tiny")
+    root.serve_openai_api(settings=EndpointSettings(read_timeout_s=1.0, keep_alive_s=1.0))
+    yield root
+    root.close()
+
+
+def test_prompt_byte_limit_follows_the_prompt_limit():
+    assert prompt_byte_limit(None) is None
+    assert prompt_byte_limit(64) == 64 * PROMPT_BYTES_PER_TOKEN + PROMPT_BYTES_OVERHEAD
+    assert PROMPT_BYTES_PER_TOKEN >= 12  # a surrogate pair spelt as JSON escapes
+
+
+def test_a_10_mb_prompt_is_refused_on_its_size_before_tokenising(roomy, engine):
+    """A 10 MB prompt under the 32 MiB body limit: 400 on ``messages`` from the byte count
+    alone, in well under a second (tokenising it took 11-20 s here), with or without a
+    Content-Length; the connection stays usable for the next request."""
+    bound = prompt_byte_limit(engine.prompt_limit())
+    big = json.dumps({"messages": [{"role": "user", "content": "apples " * 1_500_000}]})
+    assert bound < len(big) < EndpointSettings().max_request_bytes
+    began = time.monotonic()
+    status, answer = chat(roomy.api_address, big)
+    took = time.monotonic() - began
+    assert status == 400, answer
+    assert answer["error"]["param"] == "messages"
+    assert (f"messages: the request body is over {bound} bytes, more than any prompt within "
+            "this model's prompt limit of 64 tokens can take") in answer["error"]["message"]
+    assert took < 3.0, took
+    print(f"\n10 MB prompt refused in {took:.3f} s")
+    host, port = roomy.api_address.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:  # chunked, no Content-Length: counted while it arrives, then the next request
+        chunks = (big[i:i + 65536].encode() for i in range(0, len(big), 65536))
+        connection.request("POST", "/v1/chat/completions", body=chunks,
+                           headers={"Content-Type": "application/json"}, encode_chunked=True)
+        response = connection.getresponse()
+        assert response.status == 400
+        assert json.loads(response.read())["error"]["param"] == "messages"
+        connection.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"messages": QUESTION, "max_tokens": 1}), headers={"Content-Type": "application/json"})
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> tuple[bytes, float | None]:
+    """What the server sent on ``sock`` and after how many seconds it closed it (``None``:
+    still open after ``seconds``)."""
+    began = time.monotonic()
+    received = b""
+    while True:
+        left = seconds - (time.monotonic() - began)
+        if left <= 0:
+            return received, None
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            return received, None
+        except ConnectionResetError:
+            return received, time.monotonic() - began
+        if not data:
+            return received, time.monotonic() - began
+        received += data
+
+
+def test_stalled_and_short_body_connections_are_closed(roomy):
+    """20 connections that stall (nothing sent, half the headers, a body shorter than its
+    Content-Length) and one idle after its answer: the server closes each within its read
+    timeout (1 s here) plus a margin; a short body gets a 408 first. Only 127.0.0.1."""
+    host, port = roomy.api_address.removeprefix("http://").rsplit(":", 1)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    kinds = ["nothing"] * 7 + ["half headers"] * 7 + ["short body"] * 6
+    sockets = []
+    try:
+        for kind in kinds:
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            sockets.append(sock)
+            if kind == "half headers":
+                sock.sendall(head)
+            elif kind == "short body":
+                sock.sendall(head + b"Content-Length: 100\r\n\r\n{\"messages\": ")
+        idle = socket.create_connection((host, int(port)), timeout=5)
+        sockets.append(idle)
+        body = json.dumps({"messages": QUESTION, "max_tokens": 1}).encode()
+        idle.sendall(head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        began = time.monotonic()
+        outcomes = [_closed_within(sock, 6.0) for sock in sockets]
+        waited = time.monotonic() - began
+    finally:
+        for sock in sockets:
+            sock.close()
+    for kind, (received, closed) in zip([*kinds, "idle"], outcomes, strict=True):
+        assert closed is not None, f"{kind}: still open after 6 s"
+        if kind == "short body":
+            assert received.startswith(b"HTTP/1.1 408 "), received[:200]
+            assert b"request body incomplete after 1 s (13 bytes of 100 arrived)" in received
+        elif kind == "idle":
+            assert received.startswith(b"HTTP/1.1 200 "), received[:200]
+        else:
+            assert received == b"", received[:200]
+    assert waited < 1.0 + 3.0, waited  # all closed by timeout + margin (the longest wait)
+    print(f"\n21 stalled/idle connections all closed within {waited:.2f} s")
+    assert chat(roomy.api_address, {"messages": QUESTION, "max_tokens": 1})[0] == 200
+
+
 # ---- the API key ---------------------------------------------------------------------------
 
 
@@ -229,7 +352,7 @@ def test_api_key_is_enforced(keyed):
 
 
 def test_serving_beyond_loopback_needs_a_key(served, engine):
-    for host in ("0.0.0.0", "::", "192.0.2.1", ""):
+    for host in ("0.0.0.0", "::", "192.0.2.1", "", "127.0.0.1.invalid", "127.evil.invalid"):
         with pytest.raises(RftError, match="refusing to serve on .* without an API key"):
             OpenAIServer(served, host=host).start()  # refused before binding anything
     with pytest.raises(RftError, match="environment variable RFT_TEST_NO_SUCH_KEY is not set"):
@@ -238,11 +361,45 @@ def test_serving_beyond_loopback_needs_a_key(served, engine):
                                            "openai_api_max_request_bytes": 1})())
 
 
+def _resolver(*addresses: str, fails: bool = False):
+    """A stand-in for ``socket.getaddrinfo`` answering what a DNS server would (no DNS here)."""
+    def resolve(host, port, **kwargs):
+        if fails:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                 (a, 0)) for a in addresses]
+    return resolve
+
+
+def test_loopback_is_decided_on_addresses_not_prefixes():
+    """Literals in 127.0.0.0/8 and ::1, and ``localhost``, are loopback; a name is loopback
+    only when everything it resolves to is: ``127.0.0.1.nip.io`` (public DNS answering
+    127.0.0.1) is, ``127.0.0.1.evil.example`` answering a public address is not, and a
+    name that cannot be resolved (offline) is not, saying so."""
+    for host in ("127.0.0.1", "127.1.2.3", "::1", "localhost"):
+        assert why_not_loopback(host, _resolver(fails=True)) is None
+    for host in ("0.0.0.0", "::", "192.0.2.1", "128.0.0.1"):
+        assert why_not_loopback(host) == f"{host!r} is not a loopback address"
+    assert why_not_loopback("127.0.0.1.nip.io", _resolver("127.0.0.1")) is None
+    assert why_not_loopback("127.0.0.1.evil.example", _resolver("127.0.0.1", "203.0.113.5")) == \
+        "'127.0.0.1.evil.example' resolves to 203.0.113.5"
+    offline = why_not_loopback("127.0.0.1.nip.io", _resolver(fails=True))
+    assert offline is not None and offline.startswith(
+        "'127.0.0.1.nip.io' could not be resolved here (Name or service not known)")
+    real = why_not_loopback("127.0.0.1.invalid")  # RFC 6761: never resolves
+    assert real is not None and "could not be resolved here" in real
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"explorer__rollout_model": {"engine_type": "hf", "enable_openai_api": True,
                                   "openai_api_host": "0.0.0.0"}},
      ("explorer.rollout_model.openai_api_key_env: must name the environment variable holding "
       "an API key: openai_api_host '0.0.0.0' serves the model beyond this machine")),
+    ({"explorer__rollout_model": {"engine_type": "hf", "enable_openai_api": True,
+                                  "openai_api_host": "127.0.0.1.invalid"}},
+     ("explorer.rollout_model.openai_api_key_env: must name the environment variable holding "
+      "an API key: openai_api_host '127.0.0.1.invalid' serves the model beyond this machine "
+      "('127.0.0.1.invalid' could not be resolved here")),
     ({"explorer__rollout_model": {"engine_type": "hf", "openai_api_max_n": 0}},
      "explorer.rollout_model.openai_api_max_n: must be >= 1, got 0"),
 ])
