@@ -22,11 +22,14 @@ import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from rft.contracts import AdvantageInputs, AggContext, EntropyInputs, KLInputs, PolicyLossInputs
+
+if TYPE_CHECKING:
+    from rft.testing.references import PolicyLossReference
 
 __all__ = ["assert_equals_verl", "check_advantage", "check_entropy", "check_kl",
            "check_policy_loss", "check_reward", "check_workflow"]
@@ -175,7 +178,8 @@ def _aggregated(check: _Check, fn: Callable[..., Any], args: Any, inputs: Policy
 
 
 def check_policy_loss(fn: Callable[..., Any], args: Any, inputs: PolicyLossInputs, *,
-                      zero_advantage_zero_loss: bool = True, unit_size: int = 1
+                      zero_advantage_zero_loss: bool = True, unit_size: int = 1,
+                      reference: PolicyLossReference | None = None
                       ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Check a policy loss ``fn(inputs, args) -> (pg_loss, metrics)`` on one micro-batch.
 
@@ -195,6 +199,20 @@ def check_policy_loss(fn: Callable[..., Any], args: Any, inputs: PolicyLossInput
        ℓ(rows[:k]; agg*) + ℓ(rows[k:]; agg*)`` and the gradients agree, ``k`` a multiple
        of ``unit_size`` (2 for DPO's pairs);
     6. it does not modify its inputs in place.
+
+    With ``reference`` (a family of :mod:`rft.testing.references`, e.g.
+    ``ClippedSurrogate(clip_range=0.2)``), its maths too, without veRL:
+
+    7. ``∂ℓ/∂log_prob = 0`` where the reference is flat (the clip region);
+    8. ``∂ℓ/∂log_prob`` has the sign of ``−A`` where the reference's active term is the
+       unclipped ``−A·ratio`` (gradient descent raises the log-prob of a token with a
+       positive advantage, lowers it for a negative one);
+    9. ``pg_loss`` equals the reference per token on the mask (a per-token loss), ``ℓ``
+       equals the reference aggregated as the trainer does
+       (:func:`rft.testing.references.aggregate`, every ``loss_agg_mode``), and so does
+       ``∂ℓ/∂log_prob``;
+    10. each metric it reports under a name the reference defines (``pg_clipfrac``,
+        ``pg_clipfrac_lower``, ``ppo_kl``: veRL's definitions) equals the reference's.
 
     :return: ``(pg_loss, metrics)`` of the call on ``inputs`` (``log_prob`` replaced by a
         fresh leaf with the same values).
@@ -237,7 +255,63 @@ def check_policy_loss(fn: Callable[..., Any], args: Any, inputs: PolicyLossInput
                      f"max |grad| {zero_grad:.3g}")
 
     _check_parts_add_up(check, fn, args, inputs, unit_size)
+    if reference is not None:
+        _check_reference(check, reference, base, loss, grad, pg_loss, metrics)
     return pg_loss, metrics
+
+
+def _check_reference(check: _Check, reference: PolicyLossReference, inputs: PolicyLossInputs,
+                     loss: torch.Tensor, grad: torch.Tensor, pg_loss: torch.Tensor,
+                     metrics: dict[str, Any]) -> None:
+    """Properties 7-10 of :func:`check_policy_loss`: ``loss`` and ``grad`` (``(B, T)``)
+    are the function's on ``inputs``."""
+    from rft.testing.references import aggregate
+
+    name = reference.describe()
+    mask = inputs.response_mask.bool()  # (B, T)
+    regions = reference.regions(inputs)
+    advantages = inputs.advantages.detach()  # (B, T)
+    ratio = torch.exp(inputs.log_prob.detach() - inputs.old_log_prob)  # (B, T)
+    tol = _tol(grad)
+
+    def example(where: torch.Tensor) -> str:
+        i = tuple(where.nonzero()[0].tolist())
+        return (f"{int(where.sum())} tokens, e.g. A={advantages[i].item():.4g}, "
+                f"ratio={ratio[i].item():.4g}, grad={grad[i].item():.4g}")
+
+    scale = grad.abs().max().item() if grad.numel() else 0.0
+    flat = regions.flat & mask
+    moving_in_flat = flat & (grad.abs() > tol * (1.0 + scale))
+    check.ensure(not bool(moving_in_flat.any()),
+                 f"gradient w.r.t. log_prob is non-zero in the clip region, where the "
+                 f"{name} is flat", example(moving_in_flat) if moving_in_flat.any() else "")
+    moving = regions.moving & mask & (advantages != 0)
+    wrong_way = moving & ~(grad * -advantages > 0)
+    check.ensure(not bool(wrong_way.any()),
+                 f"gradient w.r.t. log_prob does not oppose the advantage where the {name} "
+                 f"is the unclipped −A·ratio (descent must raise the log-prob of a token "
+                 f"with A > 0)", example(wrong_way) if wrong_way.any() else "")
+
+    leaf = _leaf(inputs.log_prob)
+    theirs = reference.pg_loss(dataclasses.replace(inputs, log_prob=leaf))  # (B, T)
+    if pg_loss.dim() == 2:
+        same, detail = _gap(torch.where(mask, pg_loss.detach(), 0.0),
+                            torch.where(mask, theirs.detach(), 0.0))
+        check.ensure(same, f"pg_loss differs from the {name} per token", detail)
+    their_loss = aggregate(theirs, inputs.response_mask, inputs.agg)
+    same, detail = _gap(loss, their_loss)
+    check.ensure(same, f"the loss differs from the {name} ({inputs.agg.mode})", detail)
+    same, detail = _gap(grad, _grad(their_loss, leaf))
+    check.ensure(same, f"gradient w.r.t. log_prob differs from the {name}'s "
+                       f"({inputs.agg.mode})", detail)
+    for key, value in reference.metrics(inputs).items():
+        if key in metrics:
+            ours = metrics[key]
+            ours = (ours.detach() if isinstance(ours, torch.Tensor)
+                    else torch.tensor(float(ours), dtype=torch.float64))  # its own dtype's tol
+            same, detail = _gap(ours.reshape(()), value.detach())
+            check.ensure(same, f"metric {key!r} differs from the {name}'s (veRL's "
+                               f"definition)", detail)
 
 
 def _check_parts_add_up(check: _Check, fn: Callable[..., Any], args: Any,
