@@ -17,6 +17,7 @@ from rft.contracts import EntropyInputs, KLInputs, PolicyLossInputs
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS
 from rft.testing.checks import check_entropy, check_kl, check_policy_loss
+from rft.testing.references import ClippedSurrogate
 from rft.testing.strategies import entropy_inputs, kl_inputs, policy_loss_inputs
 
 torch.set_num_threads(1)
@@ -33,11 +34,13 @@ def test_ppo_keeps_the_policy_loss_contract(inputs: PolicyLossInputs, clips: tup
                                             clip_ratio_c: float) -> None:
     """Dual-clip surrogate: masking, finite gradients at log-ratios up to ±20 (the
     ±20 clamp), zero loss and gradient for zero advantages, micro-batches add up in every
-    agg mode."""
+    agg mode; and its maths equal the kit's independent reference (clip region, gradient
+    sign, values, gradients, metrics)."""
     clip, low, high = clips
     check_policy_loss(ppo_policy_loss, PPOArgs(clip_range=clip, clip_range_low=low,
                                                clip_range_high=high, clip_ratio_c=clip_ratio_c),
-                      inputs)
+                      inputs, reference=ClippedSurrogate(clip, low, high,
+                                                         clip_ratio_c=clip_ratio_c))
 
 
 @pytest.mark.parametrize("name", sorted(KL_FNS))

@@ -5,9 +5,11 @@ file uses them (pytester), and ``rft_run`` with an in-process plugin."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from rft.plugins import PluginRegistry
 from rft.testing.algorithms import SETTINGS
 from rft.testing.checks import (assert_equals_verl, check_advantage, check_entropy, check_kl,
                                 check_policy_loss, check_reward, check_workflow)
+from rft.testing.references import ClippedSurrogate
 from rft.testing.runs import RunOutcome, apply_overrides
 from rft.testing.strategies import (advantage_inputs, exact_match_reward, policy_loss_inputs,
                                     reward_cases, workflow_tasks)
@@ -91,6 +94,82 @@ AUTHOR_TESTS = textwrap.dedent('''
 ''')
 
 
+MATHS_TESTS = textwrap.dedent('''
+    """A plugin author's clipped surrogate, right and with two maths slips that keep the
+    structural contract, checked against the kit's reference (veRL is not importable)."""
+    import pytest
+    import torch
+    from hypothesis import given, settings
+
+    from rft.testing.checks import assert_equals_verl, check_policy_loss
+    from rft.testing.references import ClippedSurrogate
+    from rft.testing.strategies import policy_loss_inputs
+
+    FAST = settings(max_examples=30, deadline=None, derandomize=True)
+    REFERENCE = ClippedSurrogate(clip_range=0.2)
+
+
+    def _ratio(inputs):
+        return torch.exp((inputs.log_prob - inputs.old_log_prob).clamp(-20, 20))
+
+
+    def clipped_pg(inputs, args):
+        ratio = _ratio(inputs)
+        return torch.maximum(-inputs.advantages * ratio,
+                             -inputs.advantages * ratio.clamp(0.8, 1.2)), {}
+
+
+    def wrong_sign_pg(inputs, args):
+        """The clipped branch has the advantage's sign flipped."""
+        ratio = _ratio(inputs)
+        return torch.maximum(-inputs.advantages * ratio,
+                             inputs.advantages * ratio.clamp(0.8, 1.2)), {}
+
+
+    def min_for_max_pg(inputs, args):
+        """min where PPO takes max (the optimistic bound)."""
+        ratio = _ratio(inputs)
+        return torch.minimum(-inputs.advantages * ratio,
+                             -inputs.advantages * ratio.clamp(0.8, 1.2)), {}
+
+
+    def test_verl_is_absent():
+        with pytest.raises(ImportError):
+            import verl  # noqa: F401
+
+
+    @FAST
+    @given(policy_loss_inputs())
+    def test_comparing_with_verl_skips(inputs):
+        assert_equals_verl(clipped_pg, None, "vanilla", inputs)
+
+
+    @FAST
+    @given(policy_loss_inputs())
+    def test_clipped_pg(inputs):
+        check_policy_loss(clipped_pg, None, inputs, reference=REFERENCE)
+
+
+    @FAST
+    @given(policy_loss_inputs())
+    def test_wrong_sign_pg(inputs):
+        check_policy_loss(wrong_sign_pg, None, inputs, reference=REFERENCE)
+
+
+    @FAST
+    @given(policy_loss_inputs())
+    def test_min_for_max_pg(inputs):
+        check_policy_loss(min_for_max_pg, None, inputs, reference=REFERENCE)
+''')
+
+NO_VERL = textwrap.dedent('''
+    """veRL is not importable in this session (how the kit sees an environment without it)."""
+    import sys
+
+    sys.modules["verl"] = None
+''')
+
+
 def test_plugin_module_imports_nothing_heavy() -> None:
     """pytest loads the plugin in every session where rft is installed, hypothesis or
     not: importing it must not import torch, hypothesis or transformers."""
@@ -112,6 +191,24 @@ def test_checks_pass_the_correct_loss_and_name_what_the_broken_ones_break(
         ("*AssertionError: check_policy_loss(own_count_pg): micro-batch losses do not add up "
          "to the mini-batch loss*"),
         "*AssertionError: check_policy_loss(nan_on_policy_pg): pg_loss is not finite*",
+    ], consecutive=False)
+
+
+def test_the_reference_catches_maths_slips_without_verl(pytester: pytest.Pytester) -> None:
+    """A sign flipped on the clipped branch, and min for max, keep every structural
+    property (masking, aggregation, zero advantages); with the family named, the check
+    fails them, veRL not importable, and passes the correct loss."""
+    pytester.makeconftest(NO_VERL)
+    pytester.makepyfile(test_my_surrogate=MATHS_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rs")
+    result.assert_outcomes(passed=2, failed=2, skipped=1)
+    result.stdout.fnmatch_lines([
+        ("*AssertionError: check_policy_loss(wrong_sign_pg): gradient w.r.t. log_prob does "
+         "not oppose the advantage where the clipped surrogate (ε_low=0.2, ε_high=0.2) is the "
+         "unclipped −A·ratio*"),
+        ("*AssertionError: check_policy_loss(min_for_max_pg): gradient w.r.t. log_prob does "
+         "not oppose the advantage where the clipped surrogate*"),
+        "*SKIPPED*veRL is not installed*",
     ], consecutive=False)
 
 
@@ -378,3 +475,105 @@ def test_assert_equals_verl_finds_a_difference_and_skips_without_verl(monkeypatc
     with pytest.raises(pytest.skip.Exception, match="veRL is not installed"):
         assert_equals_verl(grpo_no_std_advantages, GRPONoStdArgs(),
                            "compute_grpo_outcome_advantage", inputs)
+
+
+# --------------------------------------------------------------------------------------
+# The reference formulas
+# --------------------------------------------------------------------------------------
+
+
+def _flat_and_moving(reference: ClippedSurrogate, log_ratio: float, advantage: float
+                     ) -> tuple[bool, bool]:
+    one = torch.zeros(1, 1, dtype=torch.float64)
+    inputs = PolicyLossInputs(one + log_ratio, one, one + advantage, one + 1, AggContext())
+    regions = reference.regions(inputs)
+    return bool(regions.flat.item()), bool(regions.moving.item())
+
+
+def test_clipped_surrogate_regions_by_hand() -> None:
+    """ε_low 0.1, ε_high 0.28, c 3: flat where the clip (or the dual clip, or the ±20
+    clamp) binds, moving where −A·ratio is the active term, neither at A = 0."""
+    reference = ClippedSurrogate(clip_range_low=0.1, clip_range_high=0.28, clip_ratio_c=3.0)
+    assert _flat_and_moving(reference, math.log(1.5), 1.0) == (True, False)   # above 1 + ε_h
+    assert _flat_and_moving(reference, math.log(1.2), 1.0) == (False, True)   # inside
+    assert _flat_and_moving(reference, math.log(0.5), 1.0) == (False, True)   # below, A > 0
+    assert _flat_and_moving(reference, math.log(0.5), -1.0) == (True, False)  # below 1 − ε_l
+    assert _flat_and_moving(reference, math.log(2.0), -1.0) == (False, True)  # above, A < 0
+    assert _flat_and_moving(reference, math.log(4.0), -1.0) == (True, False)  # dual clip
+    assert _flat_and_moving(reference, 25.0, -1.0) == (True, False)           # ±20 clamp
+    assert _flat_and_moving(reference, 0.0, 0.0) == (False, False)
+    with pytest.raises(ValueError, match="clip_ratio_c must be > 1"):
+        ClippedSurrogate(clip_ratio_c=1.0)
+
+
+@settings(SETTINGS, max_examples=25)
+@given(policy_loss_inputs(), st.sampled_from([(0.2, None, None, None), (0.2, 0.1, 0.28, 3.0),
+                                              (0.3, None, None, 1.5)]))
+def test_clipped_surrogate_reference_equals_verl(inputs: PolicyLossInputs, clips: tuple) -> None:
+    """The reference is veRL 0.9.1's ``vanilla`` loss: value, gradient and the three
+    metrics (without a dual clip: veRL's with a bound never reached, c = 1e10)."""
+    pytest.importorskip("verl.trainer.ppo.core_algos")
+    clip, low, high, c = clips
+    reference = ClippedSurrogate(clip, low, high, clip_ratio_c=c)
+    config = {"clip_ratio": clip, "clip_ratio_low": low, "clip_ratio_high": high,
+              "clip_ratio_c": c if c is not None else 1e10}
+    assert_equals_verl(reference, None, "vanilla", inputs, config=config)
+
+
+# --------------------------------------------------------------------------------------
+# The clipped_pg example of docs/plugins.md, as written
+# --------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _python_block(page: str, marker: str) -> str:
+    """The ```python block of ``docs/<page>`` containing ``marker``."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"{page}: {len(found)} python blocks contain {marker!r}"
+    return found[0]
+
+
+@pytest.fixture
+def docs_clipped_pg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The example plugin of docs/plugins.md installed from its text (importable as
+    ``rft_plugin_clipped_pg``), and the namespace of its documented test."""
+    package = tmp_path / "rft_plugin_clipped_pg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        _python_block("plugins.md", '"""rft-plugin-clipped-pg: a clipped policy gradient."""'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rft_plugin_clipped_pg", raising=False)
+    namespace: dict = {}
+    exec(_python_block("plugins.md", "def test_on_policy_loss_is_minus_the_advantage"),
+         namespace)
+    return namespace
+
+
+def test_docs_clipped_pg_passes_its_own_test(docs_clipped_pg: dict) -> None:
+    docs_clipped_pg["test_on_policy_loss_is_minus_the_advantage"]()
+
+
+def test_docs_clipped_pg_keeps_the_contract_and_the_reference(docs_clipped_pg: dict) -> None:
+    """The property test of docs/testing-plugins.md, run as written on the example."""
+    namespace: dict = {}
+    exec(_python_block("testing-plugins.md", "def test_clipped_pg_keeps_the_contract"),
+         namespace)
+    namespace["test_clipped_pg_keeps_the_contract"]()
+
+
+def test_docs_clipped_pg_equals_verl(docs_clipped_pg: dict) -> None:
+    """The example as written equals veRL's ``vanilla`` (its dual clip out of reach): loss,
+    gradient and ``pg_clipfrac`` (the version that counted ``clipped != ratio`` failed on
+    it)."""
+    pytest.importorskip("verl.trainer.ppo.core_algos")
+    from rft_plugin_clipped_pg import ClippedPGArgs, clipped_pg
+
+    @settings(SETTINGS, max_examples=25)
+    @given(policy_loss_inputs())
+    def equals_verl(inputs: PolicyLossInputs) -> None:
+        assert_equals_verl(clipped_pg, ClippedPGArgs(), "vanilla", inputs,
+                           config={"clip_ratio": 0.2, "clip_ratio_c": 1e10})
+
+    equals_verl()

@@ -5,6 +5,8 @@
 - :mod:`rft.testing.strategies` — hypothesis strategies for the inputs of each plugin kind;
 - :mod:`rft.testing.checks` — contract checks (``check_policy_loss``, …,
   ``assert_equals_verl``);
+- :mod:`rft.testing.references` — reference formulas of named loss families
+  (``ClippedSurrogate``) for ``check_policy_loss(..., reference=)``;
 - :mod:`rft.testing.runs` — tiny end-to-end runs (``RunOutcome``);
 - :mod:`rft.testing.tiny_model` — a tiny local Qwen2 checkpoint;
 - :mod:`rft.testing.algorithms`, :mod:`rft.testing.engines` — the random batches and
