@@ -259,11 +259,12 @@ class OpenAIServer:
         sock = self._bind()
         import uvicorn
 
+        keep_alive: Any = self.settings.keep_alive_s  # seconds; uvicorn types it int, uses float
         config = uvicorn.Config(self._asgi, interface="asgi3", log_config=None,
                                 access_log=False, proxy_headers=False, lifespan="off",
                                 ws="none", loop="asyncio",
                                 backlog=BACKLOG, timeout_graceful_shutdown=int(STOP_GRACE_S),
-                                timeout_keep_alive=self.settings.keep_alive_s,  # type: ignore[arg-type]
+                                timeout_keep_alive=keep_alive,
                                 http=_timed_protocol(self.settings.read_timeout_s))
         _quiet_uvicorn()
         server = _server_class()(config)
