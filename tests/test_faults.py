@@ -184,9 +184,10 @@ def _colocate_kill_points():
         "train-3": (rft.trainer.torch_trainer.TorchTrainer, "train_step",
                     lambda a, kw, n: "after" if n == 3 else None),
         # during the save of step 4: trainer.pt written, buffer.pt not (a .partial remains)
+        # (torch.save writes to a rft.checkpoint.HashingFile: its path)
         "save-4": (rft.checkpoint.torch, "save",
-                   lambda a, kw, n: "before" if "global_step_4.partial" in str(a[1])
-                   and str(a[1]).endswith("buffer.pt") else None),
+                   lambda a, kw, n: "before" if "global_step_4.partial" in a[1].path
+                   and a[1].path.endswith("buffer.pt") else None),
         # the last step logged, before the evaluation after it and the final checkpoint
         "log-5": (rft.monitor.files.JsonlMonitor, "log",
                   lambda a, kw, n: "after" if a[0].role == "trainer" and a[2] == 5 else None),
@@ -278,20 +279,23 @@ def test_disk_full_during_a_save_is_one_line_and_the_run_resumes(tmp_path, tiny_
 
     config = colocate_config(tmp_path, tiny_model_dir, tasks_file)
     job = tmp_path.joinpath(*JOB)
-    real_save = rft.checkpoint.torch.save
+    real_write = rft.checkpoint.HashingFile.write
 
-    def full_disk(obj, path, *args, **kwargs):
-        if "global_step_4.partial" in str(path):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_save(obj, path, *args, **kwargs)
+    def full_disk(handle, data):  # the write layer of trainer.pt (a real tmpfs filled up:
+        if "global_step_4.partial" in handle.path:  # tests/test_data_safety.py)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.path)
+        return real_write(handle, data)
 
     with one_thread():
         with monkeypatch.context() as patch:
-            patch.setattr(rft.checkpoint.torch, "save", full_disk)
+            patch.setattr(rft.checkpoint.HashingFile, "write", full_disk)
             assert main(["run", str(config)]) == 2
         err = errors(capsys.readouterr().err)
-        assert err == [(f"rft: checkpoint {job}/global_step_4: cannot write: No space left on "
-                        "device")]
+        needed = sum(p.stat().st_size for p in (job / "global_step_2").rglob("*")
+                     if p.is_file())
+        assert len(err) == 1 and err[0].startswith(
+            f"rft: checkpoint {job}/global_step_4: cannot write trainer.pt: No space left on "
+            f"device (the checkpoint needs about {rft.checkpoint._human(needed)}, ")
         assert [c.step for c in list_checkpoints(str(job))] == [2]
         assert sorted(p.name for p in job.glob("global_step_*")) == ["global_step_2"]
         assert run(load_config(config)) == 0
