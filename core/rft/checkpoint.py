@@ -143,6 +143,7 @@ def save_checkpoint(job_dir: str, step: int,
         shutil.rmtree(partial, ignore_errors=True)
         if _disk_full(exc, job_dir):
             least = max(written, _tensor_bytes([trainer_state, extra]))
+            writing = writing or _failed_file(exc, partial)
             raise CheckpointError(_disk_full_line(job_dir, final, writing, least)) from exc
         raise CheckpointError(f"checkpoint {final}: cannot write: {_cause(exc)}") from exc
     if max_to_keep is not None:
@@ -325,6 +326,16 @@ def _disk_full(exc: BaseException, job_dir: str) -> bool:
         except OSError:
             return False
     return False
+
+
+def _failed_file(exc: BaseException, partial: str) -> list[str]:
+    """The file under ``partial`` an ``OSError`` in the chain names (relative), if any."""
+    for link in _chain(exc):
+        name = getattr(link, "filename", None) if isinstance(link, OSError) else None
+        if isinstance(name, str) and os.path.abspath(name).startswith(
+                os.path.abspath(partial) + os.sep):
+            return [os.path.relpath(os.path.abspath(name), os.path.abspath(partial))]
+    return []
 
 
 def _tree_bytes(folder: str) -> int:
