@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -338,34 +339,51 @@ def test_a_first_checkpoint_on_a_full_disk_needs_at_least_its_tensors(small_disk
     assert list(job.iterdir()) == []
 
 
-def test_torchs_short_write_on_a_full_disk_is_named_so(tmp_path, monkeypatch):
-    """torch's writer to a *path* hides the ``errno`` (``unexpected pos … vs …``, its
-    context ``basic_ios::clear``): with the job's file system full, that is a full disk
-    too. (The fullness is injected at the seam, ``shutil.disk_usage``; the exception is
-    the one torch raised on a real full ``tmpfs``.)"""
+def test_torchs_short_write_on_a_full_disk_is_named_so(small_disk, monkeypatch, tmp_path):
+    """A trainer's own writer (veRL's files, DCP's ``rng_rank<r>.pt``) calls ``torch.save``
+    with a *path* on a full disk: torch's C++ writer hides the ``errno`` (``unexpected pos
+    … vs …``, its context ``basic_ios::clear``); with the job's file system full, the line
+    says so. On a real 256 KiB ``tmpfs``; without root, the exception torch raised there
+    and a full file system (``shutil.disk_usage``) are injected instead. With room left,
+    the same exception is torch's own words."""
     import shutil
     from collections import namedtuple
 
     import rft.checkpoint
-    from rft.checkpoint import CheckpointError, save_checkpoint
+    from rft.checkpoint import CheckpointError, _human, save_checkpoint
+
+    disk = small_disk(256 * 1024)
+    job = disk.path / "job"
 
     def own_files(folder: str) -> dict[str, str]:
+        if disk.real:
+            torch.save({"w": torch.zeros(100_000)}, os.path.join(folder, "own.pt"))
         try:
             raise RuntimeError("basic_ios::clear: iostream error")
         except RuntimeError:
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos "
                                "576 vs 534") from None
 
-    usage = namedtuple("usage", "total used free")
     with monkeypatch.context() as patch:
-        patch.setattr(rft.checkpoint.shutil, "disk_usage", lambda path: usage(10, 10, 0))
-        with pytest.raises(CheckpointError, match=(
-                rf"^checkpoint {tmp_path}/global_step_1: cannot write: No space left on device "
-                r"\(the checkpoint needs at least 0 bytes, 0 bytes free\)$")):
-            save_checkpoint(str(tmp_path), 1, own_files, {})
-    assert shutil.disk_usage(tmp_path).free > 1 << 20
+        if not disk.real:
+            usage = namedtuple("usage", "total used free")
+            patch.setattr(rft.checkpoint.shutil, "disk_usage", lambda path: usage(10, 10, 0))
+        with pytest.raises(CheckpointError) as caught:
+            save_checkpoint(str(job), 1, own_files, {})
+        free = _human(shutil.disk_usage(job).free)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert "unexpected pos" in str(caught.value.__cause__)
+    assert re.fullmatch(
+        rf"checkpoint {job}/global_step_1: cannot write: No space left on device \(the "
+        rf"checkpoint needs at least \d+(\.\d)? (bytes|KB), {re.escape(free)} free\)",
+        str(caught.value)), str(caught.value)
+    assert list(job.iterdir()) == []
+
+    def short_write(folder: str) -> dict[str, str]:
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1 vs 0")
+
     with pytest.raises(CheckpointError, match=r"cannot write: RuntimeError: \[enforce fail"):
-        save_checkpoint(str(tmp_path), 1, own_files, {})  # room left: torch's own words
+        save_checkpoint(str(tmp_path / "roomy"), 1, short_write, {})  # torch's own words
 
 
 def run_cli(tmp_path: Path, model: Path, overrides: dict) -> int:

@@ -139,9 +139,9 @@ def save_checkpoint(job_dir: str, step: int,
         os.replace(partial, final)
         _sync_dir(job_dir)
     except Exception as exc:  # OSError, torch's RuntimeError, safetensors' errors, …
-        written = _tree_bytes(partial)
+        written, full = _tree_bytes(partial), _disk_full(exc, job_dir)  # before the removal
         shutil.rmtree(partial, ignore_errors=True)
-        if _disk_full(exc, job_dir):
+        if full:
             least = max(written, _tensor_bytes([trainer_state, extra]))
             writing = writing or _failed_file(exc, partial)
             raise CheckpointError(_disk_full_line(job_dir, final, writing, least)) from exc
@@ -318,7 +318,7 @@ def _disk_full(exc: BaseException, job_dir: str) -> bool:
     for link in _chain(exc):
         if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        if _DISK_FULL_TEXT in str(link) or "StorageFull" in str(link):
+        if _DISK_FULL_TEXT in str(link):  # safetensors' "… (os error 28)", DCP's ranks
             return True
     if any(_TORCH_SHORT_WRITE in str(link) for link in _chain(exc)):
         try:
