@@ -440,3 +440,42 @@ def test_make_folder_names_the_file_in_the_way(tmp_path):
                                        r"folder \(move it aside\)$"):
         make_folder(str(tmp_path / "a" / "b" / "c"), "monitor tensorboard")
     assert make_folder(str(tmp_path / "x" / "y"), "log") == str(tmp_path / "x" / "y")
+
+
+def test_dcp_files_are_hashed_as_they_are_written(tmp_path, tiny_model_dir):
+    """A sharded trainer's DCP writer (:class:`TurnTakingWriter`) hashes each file as DCP
+    streams it — shards, ``.metadata`` (written as ``.metadata.tmp``, renamed), the rank's
+    RNG file — and the digests are the files' own; a checkpoint's ``state.json`` takes
+    them from the rank's ``*.sha256.json`` (the shards are not read back)."""
+    import torch.distributed.checkpoint as dcp
+    from rft.checkpoint import file_digest, save_checkpoint, save_hashed, write_digests
+    from rft.trainer.save_turns import SaveTurn
+    from rft.trainer.sharded_checkpoint import SHARDED_DIR, TurnTakingWriter
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model_state, optimizer_state = get_state_dict(model, torch.optim.AdamW(model.parameters()))
+
+    def own(folder: str) -> dict[str, str]:  # what save_sharded does on each rank
+        directory = os.path.join(folder, SHARDED_DIR)
+        rng: dict[str, str] = {}
+        writer = TurnTakingWriter(directory, SaveTurn(), also=lambda: rng.update(
+            {"rng_rank0.pt": save_hashed({"seed": 1}, directory, "rng_rank0.pt")}))
+        with pytest.warns(UserWarning):  # "torch.distributed is disabled …: single process"
+            dcp.save({"actor": model_state, "actor_optimizer": optimizer_state},
+                     storage_writer=writer, no_dist=True)
+        written = sorted(os.listdir(directory))
+        assert sorted({**writer.digests, **rng}) == written  # every file, none read back
+        assert all(file_digest(os.path.join(directory, name)) == digest
+                   for name, digest in {**writer.digests, **rng}.items())
+        write_digests(directory, "rank0", {**writer.digests, **rng})
+        return {"format": "rft-sharded"}
+
+    folder = Path(save_checkpoint(str(tmp_path), 1, own, {}))
+    state = json.loads((folder / "state.json").read_text())
+    listed = json.loads((folder / SHARDED_DIR / "rank0.sha256.json").read_text())
+    assert {f"{SHARDED_DIR}/{name}" for name in listed} | {
+        f"{SHARDED_DIR}/rank0.sha256.json", "trainer.pt"} == set(state["sha256"])
+    assert all(state["sha256"][f"{SHARDED_DIR}/{name}"] == digest
+               for name, digest in listed.items())

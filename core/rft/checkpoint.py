@@ -15,9 +15,11 @@ the cause ("No space left on device"). ``max_checkpoints_to_keep`` prunes the ol
 
 ``state.json`` lists every other file of the folder with its size (``files``) and its
 SHA-256 (``sha256``). The files rft writes itself (``trainer.pt``, ``<name>.pt``) are
-hashed as their bytes stream to disk (:class:`HashingFile`); the files a trainer or the
-Hugging Face export wrote (DCP shards, veRL's folders, ``hf/``) are read back once, from
-the page cache, right after they were written.
+hashed as their bytes stream to disk (:class:`HashingFile`), and so are the DCP files of a
+sharded trainer (each rank lists its digests in a ``*.sha256.json`` file,
+:data:`DIGESTS_SUFFIX`); the other files a trainer or the Hugging Face export wrote
+(veRL's folders, ``hf/``) are read back once, from the page cache, right after they were
+written.
 
 Resuming takes the newest checkpoint that is complete *and readable*
 (:func:`newest_readable_checkpoint`: every file there with the size and the SHA-256
@@ -128,6 +130,7 @@ def save_checkpoint(job_dir: str, step: int,
         if save_hf is not None:
             save_hf(os.path.join(partial, "hf"))
         files = _file_sizes(partial)
+        digests = {**_written_digests(partial), **digests}
         checksums = {name: digests.get(name) or file_digest(os.path.join(partial, name))
                      for name in files}
         with open(os.path.join(partial, "state.json"), "w", encoding="utf-8") as handle:
@@ -177,6 +180,12 @@ class HashingFile(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         self._file.write(view)
@@ -184,7 +193,8 @@ class HashingFile(io.RawIOBase):
         return len(view)
 
     def flush(self) -> None:
-        self._file.flush()
+        if not self._file.closed:  # (DCP closes its streams itself)
+            self._file.flush()
 
     def close(self) -> None:
         if not self.closed:
@@ -203,6 +213,33 @@ def save_hashed(obj: Any, folder: str, name: str, writing: list[str] | None = No
         torch.save(obj, handle)
         handle.flush()
         return handle.digest.hexdigest()
+
+
+DIGESTS_SUFFIX = ".sha256.json"
+"""A file ``<anything>.sha256.json`` in a checkpoint, ``{file name: SHA-256}``, gives the
+digests of files of its folder that a writer hashed as it wrote them (each rank of a
+sharded trainer: :mod:`rft.trainer.sharded_checkpoint`); :func:`save_checkpoint` takes
+them instead of reading those files back."""
+
+
+def write_digests(folder: str, name: str, digests: dict[str, str]) -> None:
+    """Write ``folder/<name>.sha256.json`` (see :data:`DIGESTS_SUFFIX`)."""
+    with open(os.path.join(folder, name + DIGESTS_SUFFIX), "w", encoding="utf-8") as handle:
+        json.dump(digests, handle)
+
+
+def _written_digests(folder: str) -> dict[str, str]:
+    """``{path relative to folder: SHA-256}`` from the digest files under ``folder``."""
+    found: dict[str, str] = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            if name.endswith(DIGESTS_SUFFIX):
+                with open(os.path.join(parent, name), encoding="utf-8") as handle:
+                    listed = json.load(handle)
+                base = os.path.relpath(parent, folder)
+                found.update({os.path.normpath(os.path.join(base, n)): str(d)
+                              for n, d in listed.items()})
+    return found
 
 
 def file_digest(path: str) -> str:
