@@ -348,12 +348,12 @@ _LOW_SPACE_BYTES = 1 << 20
 
 
 def _disk_full(exc: BaseException, job_dir: str) -> bool:
-    """Whether a failed save ran out of disk: ``ENOSPC`` (or ``EDQUOT``) anywhere in the
-    chain, its words in a message (safetensors' ``IoError``), or torch's short write with
+    """Whether a failed save ran out of disk: ``ENOSPC`` anywhere in the chain, its words
+    in a message (safetensors' ``IoError``, a rank's error), or torch's short write with
     (nearly) no space left on the job's file system (checked before the partial
     checkpoint is removed)."""
     for link in _chain(exc):
-        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(link, OSError) and link.errno == errno.ENOSPC:
             return True
         if _DISK_FULL_TEXT in str(link):  # safetensors' "… (os error 28)", DCP's ranks
             return True
