@@ -130,12 +130,12 @@ class ExplorerService:
         else:
             self.engine = build_engine(config, engine_cls)
         self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
-        self.job_dir = plan.job_dir  # the run its writes belong to (their keys)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
                                  self.storage, auxiliary_pools(config))
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
+        self.job_dir = plan.job_dir  # the run its writes belong to (their keys)
 
     def weight_group_ranks(self) -> int:
         """Ranks this explorer's engines take in the broadcast group."""
