@@ -184,9 +184,10 @@ def _colocate_kill_points():
         "train-3": (rft.trainer.torch_trainer.TorchTrainer, "train_step",
                     lambda a, kw, n: "after" if n == 3 else None),
         # during the save of step 4: trainer.pt written, buffer.pt not (a .partial remains)
+        # (torch.save writes to a rft.checkpoint.HashingFile: its path)
         "save-4": (rft.checkpoint.torch, "save",
-                   lambda a, kw, n: "before" if "global_step_4.partial" in str(a[1])
-                   and str(a[1]).endswith("buffer.pt") else None),
+                   lambda a, kw, n: "before" if "global_step_4.partial" in a[1].path
+                   and a[1].path.endswith("buffer.pt") else None),
         # the last step logged, before the evaluation after it and the final checkpoint
         "log-5": (rft.monitor.files.JsonlMonitor, "log",
                   lambda a, kw, n: "after" if a[0].role == "trainer" and a[2] == 5 else None),
@@ -278,20 +279,23 @@ def test_disk_full_during_a_save_is_one_line_and_the_run_resumes(tmp_path, tiny_
 
     config = colocate_config(tmp_path, tiny_model_dir, tasks_file)
     job = tmp_path.joinpath(*JOB)
-    real_save = rft.checkpoint.torch.save
+    real_write = rft.checkpoint.HashingFile.write
 
-    def full_disk(obj, path, *args, **kwargs):
-        if "global_step_4.partial" in str(path):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_save(obj, path, *args, **kwargs)
+    def full_disk(handle, data):  # the write layer of trainer.pt (a real tmpfs filled up:
+        if "global_step_4.partial" in handle.path:  # tests/test_data_safety.py)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.path)
+        return real_write(handle, data)
 
     with one_thread():
         with monkeypatch.context() as patch:
-            patch.setattr(rft.checkpoint.torch, "save", full_disk)
+            patch.setattr(rft.checkpoint.HashingFile, "write", full_disk)
             assert main(["run", str(config)]) == 2
         err = errors(capsys.readouterr().err)
-        assert err == [(f"rft: checkpoint {job}/global_step_4: cannot write: No space left on "
-                        "device")]
+        needed = sum(p.stat().st_size for p in (job / "global_step_2").rglob("*")
+                     if p.is_file())
+        assert len(err) == 1 and err[0].startswith(
+            f"rft: checkpoint {job}/global_step_4: cannot write trainer.pt: No space left on "
+            f"device (the checkpoint needs about {rft.checkpoint._human(needed)}, ")
         assert [c.step for c in list_checkpoints(str(job))] == [2]
         assert sorted(p.name for p in job.glob("global_step_*")) == ["global_step_2"]
         assert run(load_config(config)) == 0
@@ -299,12 +303,30 @@ def test_disk_full_during_a_save_is_one_line_and_the_run_resumes(tmp_path, tiny_
     assert monitor_steps(job, "trainer") == [1, 2, 3, 4, 5]
 
 
+def nan_in_place(path: Path) -> None:
+    """The first float of the first tensor in a ``torch.save`` file becomes NaN; the size
+    and the zip structure are kept, so the file still loads (torch checks no CRC)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if "/data/" in i.filename)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = (int.from_bytes(data[info.header_offset + at:
+                                                     info.header_offset + at + 2], "little")
+                                 for at in (26, 28))
+    start = info.header_offset + 30 + name_length + extra_length
+    data[start:start + 4] = bytes.fromhex("0000c07f")
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["buffer.pt cut", "trainer.pt NaN in place"])
 def test_corrupt_newest_checkpoint_falls_back_to_the_same_weights(tmp_path, tiny_model_dir,
                                                                   tasks_file, uninterrupted,
-                                                                  monkeypatch, caplog):
-    """``global_step_4`` is damaged after a kill during step 5: resumed from
-    ``global_step_2`` with a warning naming the one skipped, the run ends as if nothing
-    happened."""
+                                                                  monkeypatch, caplog, damage):
+    """``global_step_4`` is damaged after a kill during step 5 (``buffer.pt`` cut short, or
+    a NaN written over a weight of ``trainer.pt``, its size kept — which before loaded
+    silently): resumed from ``global_step_2`` with a warning naming the file skipped, the
+    run ends as if nothing happened."""
     import rft.trainer.torch_trainer
 
     config = colocate_config(tmp_path, tiny_model_dir, tasks_file)
@@ -315,10 +337,14 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_same_weights(tmp_path, tiny
                     lambda a, kw, n: "before" if n == 5 else None)
             with pytest.raises(Killed):
                 run(load_config(config))
-        (job / "global_step_4" / "buffer.pt").write_bytes(b"\0" * 10)
+        name = damage.split()[0]
+        if name == "buffer.pt":
+            (job / "global_step_4" / name).write_bytes(b"\0" * 10)
+        else:
+            nan_in_place(job / "global_step_4" / name)
         with caplog.at_level("WARNING", logger="rft.checkpoint"):
             assert run(load_config(config)) == 0
-    assert any(f"checkpoint {job}/global_step_4/buffer.pt is corrupt" in r.getMessage()
+    assert any(f"checkpoint {job}/global_step_4/{name} is corrupt" in r.getMessage()
                and "skipped" in r.getMessage() for r in caplog.records)
     assert_same_weights(actor(job, STEPS), uninterrupted["weights"])
     assert monitor_steps(job, "trainer") == [1, 2, 3, 4, 5]

@@ -362,7 +362,17 @@ def test_sharded_checkpoints_resume_on_fewer_and_more_ranks(grpo_pair, registry,
     folder = tmp_path / "global_step_7"
     two.save_sharded(str(folder / "trainer_sharded"))
     files = sorted(os.listdir(folder / "trainer_sharded"))
-    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "rng_rank0.pt", "rng_rank1.pt"]
+    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "rank0.sha256.json",
+                     "rank1.sha256.json", "rng_rank0.pt", "rng_rank1.pt"]
+    # each rank hashed the files it wrote as it wrote them (the checkpoint's listing takes
+    # these digests: rft.checkpoint.DIGESTS_SUFFIX)
+    from rft.checkpoint import file_digest
+
+    digests = {name: digest for rank in (0, 1) for name, digest in json.loads(
+        (folder / "trainer_sharded" / f"rank{rank}.sha256.json").read_text()).items()}
+    assert sorted(digests) == [f for f in files if not f.endswith(".sha256.json")]
+    assert all(file_digest(str(folder / "trainer_sharded" / name)) == digest
+               for name, digest in digests.items())
     # 2 → 1: a one-process trainer reads the shards (no torch.distributed)
     fresh = TorchTrainer(plan_of(registry, tmp_path, tiny_model_dir, 1, trainer={
         "use_dynamic_bsz": True, "max_token_len_per_gpu": 12, "trainer_config": ACTOR}))

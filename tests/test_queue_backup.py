@@ -111,7 +111,7 @@ def test_a_run_backs_up_what_it_explored(tmp_path, tiny_model_dir):
     rows = [json.loads(line) for line in backup.read_text().splitlines()]
     assert len(rows) == 2 * 2 * 2  # steps × tasks × repeat_times
     assert [row.get("write_key") for row in rows if "write_key" in row] == [
-        "explore step 1", "explore step 2"]
+        f"explore step {step} of {outcome.job_dir}" for step in (1, 2)]
     stored = open_storage("file", "explored", str(backup))
     for step, metrics in enumerate(outcome.metrics):
         batch = stored.read(4, timeout=1)

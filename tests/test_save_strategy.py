@@ -98,6 +98,7 @@ def test_ranks_write_in_the_turns_of_the_strategy(ray_two_cpus, registry, tmp_pa
             windows[str(strategy)] = two.save_sharded(str(folder), strategy)
             took = time.time() - started
             assert sorted(os.listdir(folder)) == [".metadata", "__0_0.distcp", "__1_0.distcp",
+                                                  "rank0.sha256.json", "rank1.sha256.json",
                                                   "rng_rank0.pt", "rng_rank1.pt"]
             assert [w.rank for w in windows[str(strategy)]] == [0, 1]
             assert all(w.end - w.start >= DELAY_S for w in windows[str(strategy)])

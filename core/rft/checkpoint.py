@@ -13,11 +13,23 @@ another process (an ``explore`` or ``bench`` run) never sees one; a failed save 
 its temporary folder and raises one :class:`CheckpointError` line naming the folder and
 the cause ("No space left on device"). ``max_checkpoints_to_keep`` prunes the oldest.
 
+``state.json`` lists every other file of the folder with its size (``files``) and its
+SHA-256 (``sha256``). The files rft writes itself (``trainer.pt``, ``<name>.pt``) are
+hashed as their bytes stream to disk (:class:`HashingFile`), and so are the DCP files of a
+sharded trainer (each rank lists its digests in a ``*.sha256.json`` file,
+:data:`DIGESTS_SUFFIX`); the other files a trainer or the Hugging Face export wrote
+(veRL's folders, ``hf/``) are read back once, from the page cache, right after they were
+written.
+
 Resuming takes the newest checkpoint that is complete *and readable*
-(:func:`newest_readable_checkpoint`: every file there with the size ``state.json``
-lists, ``trainer.pt`` and ``state.json`` readable): one that cannot be read is moved
-aside to ``global_step_<N>.corrupt`` with a warning naming it, and the next older one is
-used.
+(:func:`newest_readable_checkpoint`: every file there with the size and the SHA-256
+``state.json`` lists, ``trainer.pt`` and ``state.json`` readable): one that cannot be read
+— truncated, or changed in place with its size kept — is moved aside to
+``global_step_<N>.corrupt`` with a warning naming it, and the next older one is used.
+
+A save that fills the disk is one line naming the checkpoint, the file it was writing and
+the bytes it needs (the size of the previous checkpoint, which the same trainer wrote),
+whatever layer noticed it (torch's ``unexpected pos … vs …`` is such a disk-full error).
 
 :func:`rng_state` / :func:`set_rng_state` capture and restore every process-wide random
 generator (Python's ``random``, NumPy's, torch's CPU and CUDA ones) as JSON, so a resumed
@@ -33,6 +45,9 @@ LoRA adapter of a LoRA run (``hf/`` in peft's format, else ``trainer.pt``'s ``ac
 from __future__ import annotations
 
 import base64
+import errno
+import hashlib
+import io
 import json
 import logging
 import os
@@ -102,26 +117,37 @@ def save_checkpoint(job_dir: str, step: int,
     """
     final = os.path.join(job_dir, f"global_step_{step}")
     partial = final + ".partial"
+    writing: list[str] = []  # the file rft is writing (for a disk-full message)
     try:
         shutil.rmtree(partial, ignore_errors=True)
         os.makedirs(partial)
         if callable(trainer_state):
             trainer_state = trainer_state(partial)
-        torch.save(trainer_state, os.path.join(partial, "trainer.pt"))
+        digests = {"trainer.pt": save_hashed(trainer_state, partial, "trainer.pt", writing)}
         for name, value in (extra or {}).items():
-            torch.save(value, os.path.join(partial, f"{name}.pt"))
+            digests[f"{name}.pt"] = save_hashed(value, partial, f"{name}.pt", writing)
+        writing.clear()
         if save_hf is not None:
             save_hf(os.path.join(partial, "hf"))
         files = _file_sizes(partial)
+        digests = {**_written_digests(partial), **digests}
+        checksums = {name: digests.get(name) or file_digest(os.path.join(partial, name))
+                     for name in files}
         with open(os.path.join(partial, "state.json"), "w", encoding="utf-8") as handle:
-            json.dump({**state, "step": step, FILES_KEY: files}, handle)
+            json.dump({**state, "step": step, FILES_KEY: files, CHECKSUMS_KEY: checksums},
+                      handle)
         _sync_tree(partial)
         if os.path.exists(final):
             _remove(final)
         os.replace(partial, final)
         _sync_dir(job_dir)
     except Exception as exc:  # OSError, torch's RuntimeError, safetensors' errors, …
+        written, full = _tree_bytes(partial), _disk_full(exc, job_dir)  # before the removal
         shutil.rmtree(partial, ignore_errors=True)
+        if full:
+            least = max(written, _tensor_bytes([trainer_state, extra]))
+            writing = writing or _failed_file(exc, partial)
+            raise CheckpointError(_disk_full_line(job_dir, final, writing, least)) from exc
         raise CheckpointError(f"checkpoint {final}: cannot write: {_cause(exc)}") from exc
     if max_to_keep is not None:
         for old in list_checkpoints(job_dir)[:-max_to_keep]:
@@ -131,6 +157,98 @@ def save_checkpoint(job_dir: str, step: int,
 
 FILES_KEY = "files"
 """``state.json``'s list of the checkpoint's other files: ``{relative path: bytes}``."""
+
+CHECKSUMS_KEY = "sha256"
+"""``state.json``'s SHA-256 of each of those files: ``{relative path: hex digest}``."""
+
+_CHUNK = 1 << 20
+"""Bytes read at a time when a file is hashed."""
+
+
+class HashingFile(io.RawIOBase):
+    """A file opened for writing that hashes (SHA-256) the bytes as they pass: what
+    ``torch.save`` streams into it is hashed without reading the file again. An
+    ``OSError`` of the write (``ENOSPC``) stays in the chain of whatever ``torch.save``
+    raises (its ``unexpected pos … vs …``)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.digest = hashlib.sha256()
+        self._file = open(path, "wb")  # noqa: SIM115 (closed in close())
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._file.write(view)
+        self.digest.update(view)
+        return len(view)
+
+    def flush(self) -> None:
+        if not self._file.closed:  # (DCP closes its streams itself)
+            self._file.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                super().close()  # flushes
+            finally:
+                self._file.close()
+
+
+def save_hashed(obj: Any, folder: str, name: str, writing: list[str] | None = None) -> str:
+    """``torch.save(obj)`` to ``folder/name``; return the file's SHA-256 (hex), hashed as
+    it was written. ``writing`` (when given) holds ``name`` while the file is written."""
+    if writing is not None:
+        writing[:] = [name]
+    with HashingFile(os.path.join(folder, name)) as handle:
+        torch.save(obj, handle)
+        handle.flush()
+        return handle.digest.hexdigest()
+
+
+DIGESTS_SUFFIX = ".sha256.json"
+"""A file ``<anything>.sha256.json`` in a checkpoint, ``{file name: SHA-256}``, gives the
+digests of files of its folder that a writer hashed as it wrote them (each rank of a
+sharded trainer: :mod:`rft.trainer.sharded_checkpoint`); :func:`save_checkpoint` takes
+them instead of reading those files back."""
+
+
+def write_digests(folder: str, name: str, digests: dict[str, str]) -> None:
+    """Write ``folder/<name>.sha256.json`` (see :data:`DIGESTS_SUFFIX`)."""
+    with open(os.path.join(folder, name + DIGESTS_SUFFIX), "w", encoding="utf-8") as handle:
+        json.dump(digests, handle)
+
+
+def _written_digests(folder: str) -> dict[str, str]:
+    """``{path relative to folder: SHA-256}`` from the digest files under ``folder``."""
+    found: dict[str, str] = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            if name.endswith(DIGESTS_SUFFIX):
+                with open(os.path.join(parent, name), encoding="utf-8") as handle:
+                    listed = json.load(handle)
+                base = os.path.relpath(parent, folder)
+                found.update({os.path.normpath(os.path.join(base, n)): str(d)
+                              for n, d in listed.items()})
+    return found
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 (hex) of the file at ``path``, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _file_sizes(folder: str) -> dict[str, int]:
@@ -156,6 +274,22 @@ def _check_file_sizes(checkpoint: Checkpoint, files: dict[str, Any]) -> None:
         if found != size:
             raise CheckpointError(f"checkpoint {path} is corrupt: {found} bytes, {size} "
                                   "written (truncated or overwritten)")
+
+
+def _check_file_digests(checkpoint: Checkpoint, checksums: dict[str, Any]) -> None:
+    """Every file ``state.json`` hashed has that SHA-256 still (a file changed in place,
+    its size kept — a bad sector, a stray write — is found before anything loads it)."""
+    for name, expected in sorted(checksums.items()):
+        path = os.path.join(checkpoint.path, name)
+        try:
+            found = file_digest(path)
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {path} is corrupt: cannot read: "
+                                  f"{exc.strerror or exc}") from None
+        if found != expected:
+            raise CheckpointError(f"checkpoint {path} is corrupt: its content changed since "
+                                  f"it was written (sha256 {found[:12]}…, {str(expected)[:12]}… "
+                                  "written)")
 
 
 def _remove(path: str) -> None:
@@ -194,6 +328,110 @@ def _sync_dir(folder: str) -> None:
         os.close(fd)
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes / contexts, outermost first."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+_DISK_FULL_TEXT = os.strerror(errno.ENOSPC)  # "No space left on device"
+_TORCH_SHORT_WRITE = "unexpected pos"
+"""What torch's zip writer says when a write to a path came up short (its C++ stream
+hides the ``errno``)."""
+
+_LOW_SPACE_BYTES = 1 << 20
+"""Free bytes under which a short write (:data:`_TORCH_SHORT_WRITE`) means a full disk."""
+
+
+def _disk_full(exc: BaseException, job_dir: str) -> bool:
+    """Whether a failed save ran out of disk: ``ENOSPC`` anywhere in the chain, its words
+    in a message (safetensors' ``IoError``, a rank's error), or torch's short write with
+    (nearly) no space left on the job's file system (checked before the partial
+    checkpoint is removed)."""
+    for link in _chain(exc):
+        if isinstance(link, OSError) and link.errno == errno.ENOSPC:
+            return True
+        if _DISK_FULL_TEXT in str(link):  # safetensors' "… (os error 28)", DCP's ranks
+            return True
+    if any(_TORCH_SHORT_WRITE in str(link) for link in _chain(exc)):
+        try:
+            return shutil.disk_usage(job_dir).free < _LOW_SPACE_BYTES
+        except OSError:
+            return False
+    return False
+
+
+def _failed_file(exc: BaseException, partial: str) -> list[str]:
+    """The file under ``partial`` an ``OSError`` in the chain names (relative), if any."""
+    for link in _chain(exc):
+        name = getattr(link, "filename", None) if isinstance(link, OSError) else None
+        if isinstance(name, str) and os.path.abspath(name).startswith(
+                os.path.abspath(partial) + os.sep):
+            return [os.path.relpath(os.path.abspath(name), os.path.abspath(partial))]
+    return []
+
+
+def _tree_bytes(folder: str) -> int:
+    """Bytes in the files under ``folder`` (0 when it is not there)."""
+    return sum(_file_sizes(folder).values()) if os.path.isdir(folder) else 0
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in ``obj`` (nested dicts, lists, tuples), each storage once:
+    a lower bound of what ``torch.save`` writes."""
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
+
+
+def _disk_full_line(job_dir: str, final: str, writing: list[str], least: int) -> str:
+    """The one line of a save that filled the disk: the checkpoint, the file being
+    written (when rft was writing it), the bytes needed — the previous checkpoint's size
+    (the same trainer writes the same files), else ``least`` (what was written before the
+    disk filled, or the tensors to save if more) — and the bytes free now (the partial
+    checkpoint removed)."""
+    previous = newest_checkpoint(job_dir)
+    if previous is not None:
+        needed = f"needs about {_human(_tree_bytes(previous.path))}"
+    else:
+        needed = f"needs at least {_human(least)}"
+    try:
+        free = f", {_human(shutil.disk_usage(job_dir).free)} free"
+    except OSError:
+        free = ""
+    what = f" {writing[0]}" if writing else ""
+    return (f"checkpoint {final}: cannot write{what}: {_DISK_FULL_TEXT} "
+            f"(the checkpoint {needed}{free})")
+
+
+def _human(size: int) -> str:
+    """``size`` bytes as ``812 bytes`` / ``3.4 KB`` / ``2.1 MB`` / ``1.5 GB`` (powers of 1024)."""
+    if size < 1024:
+        return f"{size} bytes"
+    value = float(size)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1024
+        if value < 1024 or unit == "TB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def _cause(exc: BaseException) -> str:
     """One line for a failed write: the OS's words for an ``OSError`` anywhere in the chain
     ("No space left on device"), else the exception's first line."""
@@ -221,6 +459,8 @@ def load_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], dict[str, A
         raise CheckpointError(f"checkpoint {state_path} is corrupt: no step")
     if isinstance(state.get(FILES_KEY), dict):  # (checkpoints of older rft have no list)
         _check_file_sizes(checkpoint, state[FILES_KEY])
+    if isinstance(state.get(CHECKSUMS_KEY), dict):  # (nor, before 0.x, checksums)
+        _check_file_digests(checkpoint, state[CHECKSUMS_KEY])
     try:
         trainer_state = torch.load(trainer_path, weights_only=False, map_location="cpu")
     except Exception as exc:  # torch raises several types for truncated files

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from rft.config.schema import LogConfig
+from rft.folders import make_folder
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """One line per record in the log files."""
@@ -63,7 +64,7 @@ def configure_logging(config: LogConfig, job_dir: str, role: str) -> str:
     logger = logging.getLogger("rft")
     logger.setLevel(config.level)
     path = log_path(job_dir, role, config)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_folder(os.path.dirname(path), "log")
     to_file = logging.FileHandler(path, encoding="utf-8")
     to_file.setFormatter(logging.Formatter(LOG_FORMAT))
     to_stderr = _StderrHandler()

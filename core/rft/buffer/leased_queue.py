@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from rft.buffer.storage import BufferTimeout, QueueStorage
+from rft.buffer.storage import BufferTimeout, QueueStorage, log_skipped_write
 from rft.errors import RftError
 from rft.experience import Experience
 
@@ -52,16 +52,17 @@ class LeasedQueueStorage(QueueStorage):
     def __init__(self, name: str, path: str | None = None) -> None:
         super().__init__(name, path)
         self._leases: list[tuple[int, Experience]] = []  # (training step, row), read order
-        self._keys: set[str] = set()
+        self._keys: dict[str, int] = {}  # key -> rows written under it
         self._reader: str | None = None
         self._appended = 0
         self._final = 0
 
     def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
-        if key is not None:
+        if key is not None and experiences:  # an empty write records no key
             if key in self._keys:
+                log_skipped_write(self.name, key, self._keys[key], len(experiences))
                 return  # written before the writer crashed: the redone step's rows are here
-            self._keys.add(key)
+            self._keys[key] = len(experiences)
         super()._append_keyed(experiences, key)
         self._appended += len(experiences)
 

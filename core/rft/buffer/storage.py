@@ -26,12 +26,17 @@ Crashes (see ``docs/faults.md``):
 - **Idempotent writes.** Inside :meth:`~ExperienceStorage.idempotent_writes` ``(key)`` a
   storage that outlives the process (``sql``, ``file``, a ``queue``'s backup) skips a
   write whose key it already holds, so a step redone after a crash writes its experiences once.
+  The key belongs to the run (:func:`explore_step_key`: the step *and* the job dir), so two
+  runs sharing one file (a relative ``sqlite:///gsm8k.db``) both keep their rows; an empty
+  write records no key (a failed attempt that wrote nothing does not block the redone
+  step); a skipped write is logged (a warning when its row count differs from the held one).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -49,6 +54,28 @@ from rft.errors import RftError
 from rft.experience import EID, Experience
 
 T = TypeVar("T")
+
+log = logging.getLogger("rft.buffer.storage")
+
+
+def explore_step_key(job_dir: str, step: int) -> str:
+    """The idempotency key of explore step ``step`` of the run whose job dir is ``job_dir``
+    (``explore step 3 of /abs/ckpt/project/name``): a run resumed in its job dir redoes a
+    step under the same key, another run sharing the buffer file writes under its own."""
+    return f"explore step {step} of {os.path.abspath(job_dir)}"
+
+
+def log_skipped_write(name: str, key: str, held: int | None, rows: int) -> None:
+    """Record that a keyed write of ``rows`` experiences was skipped because the storage
+    holds key ``key`` already (``held`` rows, ``None``: not counted): an info line, a
+    warning when the counts differ (the redone step produced other experiences)."""
+    if held is not None and held != rows:
+        log.warning("experience buffer %r: %r was written before (%d experiences); this "
+                    "write of the redone step (%d experiences) is not stored", name, key,
+                    held, rows)
+    else:
+        log.info("experience buffer %r: %r was written before; the redone step's %d "
+                 "experiences are not stored again", name, key, rows)
 
 
 class BufferTimeout(RftError):
@@ -377,17 +404,23 @@ class SQLStorage(ExperienceStorage):
     def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
         payloads = [(json.dumps(experience_to_dict(e)),) for e in experiences]
 
-        def append() -> None:
+        def append() -> int | None:
+            """The row count held under ``key`` when the write is skipped, else ``None``."""
             with self._immediate():
-                if key is not None:
-                    if self._db.execute("SELECT 1 FROM writes WHERE key = ?",
-                                        (key,)).fetchone():
-                        return  # written before a crash: the redone step's rows are there
-                    self._db.execute("INSERT INTO writes (key, rows) VALUES (?, ?)",
+                if key is not None and payloads:  # an empty write records no key
+                    held = self._db.execute("SELECT rows FROM writes WHERE key = ?",
+                                            (key,)).fetchone()
+                    if held is not None and held[0] > 0:
+                        return int(held[0])  # written before a crash: the rows are there
+                    # (an empty write's key, recorded by an older rft, blocks nothing)
+                    self._db.execute("INSERT OR REPLACE INTO writes (key, rows) VALUES (?, ?)",
                                      (key, len(payloads)))
                 self._db.executemany("INSERT INTO experiences (payload) VALUES (?)", payloads)
+            return None
 
-        self._retrying(append)
+        held = self._retrying(append)
+        if held is not None and key is not None:
+            log_skipped_write(self.name, key, held, len(payloads))
 
     def _available(self) -> int:
         return self._retrying(lambda: self._db.execute(
@@ -517,6 +550,7 @@ class FileStorage(ExperienceStorage):
 
     def _append_keyed(self, experiences: list[Experience], key: str | None) -> None:
         if key is not None and key in self._keys:
+            log_skipped_write(self.name, key, None, len(experiences))
             return  # written before a crash: the redone step's lines are there
         rows = [experience_to_dict(exp) for exp in experiences]
         if key is not None and rows:
@@ -530,7 +564,7 @@ class FileStorage(ExperienceStorage):
             raise RftError(f"experience buffer {self.name!r}: cannot write to {self.path}: "
                            f"{exc.strerror or exc}") from exc
         self._lines += len(experiences)
-        if key is not None:
+        if key is not None and rows:  # an empty write records no key (as in the file)
             self._keys.add(key)
 
     def _available(self) -> int:

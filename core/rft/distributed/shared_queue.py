@@ -15,7 +15,7 @@ the guarantees of the ``sql`` buffer across crashes of either process:
   in the same order; a read still waiting in the actor for the killed trainer is cut off
   (reader sessions), so it takes nothing.
 - **Idempotent writes.** The explorer writes step ``s`` under the key ``explore step
-  <s>``: an explorer killed after writing a step, before recording it, redoes the step and
+  <s> of <job dir>`` (:func:`~rft.buffer.storage.explore_step_key`): an explorer killed after writing a step, before recording it, redoes the step and
   the queue keeps the first write.
 - **Both sides agree after a crash** as over SQLite: the explorer's position is its
   ``explorer_state.json``, the trainer's its checkpoint, and the queue outlives both.

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from rft.adapter import AdapterWeights
+from rft.buffer.storage import explore_step_key
 from rft.chat_template import load_tokenizer
 from rft.checkpoint import Checkpoint, load_sync_weights, rng_state, set_rng_state
 from rft.config.plan import RunPlan
@@ -134,6 +135,7 @@ class ExplorerService:
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
+        self.job_dir = plan.job_dir  # the run its writes belong to (their keys)
 
     def weight_group_ranks(self) -> int:
         """Ranks this explorer's engines take in the broadcast group."""
@@ -166,7 +168,7 @@ class ExplorerService:
                      version: int | None = None) -> tuple[dict[str, float], ExplorerState]:
         """Optionally sync first, then one explore step; its metrics and the explorer's state
         after it (what a checkpoint of this step records). Its writes are keyed ``explore
-        step <step>``: a step redone after a crash does not write twice to a durable
+        step <step> of <job dir>``: a step redone after a crash does not write twice to a durable
         buffer."""
         metrics: dict[str, float] = {}
         if weights is not None and version is not None:
@@ -175,7 +177,7 @@ class ExplorerService:
                 metrics["sync/bytes"] = float(weights.nbytes if isinstance(weights, AdapterWeights)
                                               else sum(t.numel() * t.element_size()
                                                        for _, t in weights))
-        with self.storage.idempotent_writes(f"explore step {step}"):
+        with self.storage.idempotent_writes(explore_step_key(self.job_dir, step)):
             metrics.update(self.explorer.explore_step(step))
         return metrics, ExplorerState(step, [s.state_dict() for s in self.explorer.selectors],
                                       engine_seed(self.engine), rng_state(),

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.sft_data import DatasetStorage
-from rft.buffer.storage import ExperienceStorage
+from rft.buffer.storage import ExperienceStorage, explore_step_key
 from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
 from rft.errors import RftError
@@ -188,7 +188,7 @@ class ColocateStage:
     def step(self, step: int) -> None:
         if self.explores and self.explorer is not None:
             # a step redone after a crash does not write twice to a durable buffer or mirror
-            with self.storage.idempotent_writes(f"explore step {step}"):
+            with self.storage.idempotent_writes(explore_step_key(self.plan.job_dir, step)):
                 metrics = self.explorer.explore_step(step)
             self.lifecycle.log("explorer", metrics, step)
             self.storage.writers_idle()  # one process: nothing more arrives before training

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rft.buffer.factory import BufferOpener, open_experience_buffer
-from rft.buffer.storage import ExperienceStorage
+from rft.buffer.storage import ExperienceStorage, explore_step_key
 from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
@@ -184,7 +184,7 @@ class ExploreStage:
                 metrics.update(self.sync.load_newest())
         written_before = self.storage.written
         # a step redone after a crash finds its experiences already written: not twice
-        with self.storage.idempotent_writes(f"explore step {step}"):
+        with self.storage.idempotent_writes(explore_step_key(self.plan.job_dir, step)):
             metrics.update(self.explorer.explore_step(step))
         metrics["sync/model_version"] = float(self.sync.version)
         progress.step, progress.model_version = step, self.sync.version

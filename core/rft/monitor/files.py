@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from rft.errors import RftError
+from rft.folders import make_folder
 from rft.monitor.base import Monitor
 
 HEADLINE_METRICS = (
@@ -98,7 +99,7 @@ class JsonlMonitor(Monitor):
     def __init__(self, project: str, name: str, role: str, log_dir: str,
                  args: JsonlArgs | None = None) -> None:
         super().__init__(project, name, role, log_dir, args or JsonlArgs())
-        os.makedirs(log_dir, exist_ok=True)
+        make_folder(log_dir, "monitor jsonl")
         self.path = os.path.join(log_dir, self.args.filename or f"{role}.jsonl")
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
@@ -123,7 +124,7 @@ class JsonlMonitor(Monitor):
         """One line per row, ``{"step": N, **row}``, appended to :meth:`table_path`."""
         path = self.table_path(name)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            make_folder(os.path.dirname(path), "monitor jsonl")
             with open(path, "a", encoding="utf-8") as handle:
                 handle.writelines(json.dumps({"step": step, **row}) + "\n" for row in rows)
         except OSError as exc:

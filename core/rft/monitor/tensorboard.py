@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rft.errors import RftError
+from rft.folders import make_folder
 from rft.monitor.base import Monitor
 
 
@@ -66,7 +67,7 @@ class TensorboardMonitor(Monitor):
         super().__init__(project, name, role, log_dir, args or TensorboardArgs())
         writer_class = _summary_writer_class()
         self.path = os.path.join(self.args.log_dir or os.path.join(log_dir, "tensorboard"), role)
-        os.makedirs(self.path, exist_ok=True)
+        make_folder(self.path, "monitor tensorboard")
         self._writer_class = writer_class
         self._writer = writer_class(log_dir=self.path)
         self._closed = False

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from rft.errors import RftError
+from rft.folders import make_folder
 from rft.monitor.base import Monitor
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -85,7 +86,7 @@ class WandbMonitor(Monitor):
                            "pip install 'rft[wandb]'") from None
         self.mode, api_key, base_url = resolve_mode(self.args)
         self.dir = self.args.dir or os.environ.get("WANDB_DIR") or log_dir
-        os.makedirs(self.dir, exist_ok=True)
+        make_folder(self.dir, "monitor wandb")
         try:
             settings = wandb.Settings(base_url=base_url, api_key=api_key)
         except Exception as exc:  # pydantic validation of base_url / api_key

@@ -5,7 +5,9 @@ A checkpoint written by a sharded trainer (``trainer.ranks > 1``) is the usual a
 
 - ``trainer_sharded/``: DCP files — every rank writes its shards of the actor (and
   critic), of their optimizer states, plus the schedulers and the step count, and
-  ``rng_rank<r>.pt`` (rank ``r``'s torch RNG states);
+  ``rng_rank<r>.pt`` (rank ``r``'s torch RNG states), each hashed (SHA-256) as it is
+  written, and ``rank<r>.sha256.json`` listing those digests (``state.json`` takes them:
+  the shards are not read back, :data:`rft.checkpoint.DIGESTS_SUFFIX`);
 - ``trainer.pt``: a small *marker* (``{"format": "rft-sharded", …}``) instead of the
   full state;
 - ``hf/`` when exported: the full actor, gathered tensor by tensor on rank 0 (the other
@@ -28,17 +30,19 @@ broadcast into the shards with ``set_model_state_dict(broadcast_from_rank0=True)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
 
-from rft.checkpoint import SHARDED_FORMAT
+from rft.checkpoint import SHARDED_FORMAT, HashingFile, save_hashed, write_digests
 from rft.errors import RftError
 from rft.trainer.save_turns import SaveTurn, SaveWindow
 
@@ -104,16 +108,49 @@ def _dcp_state(trainer: TorchTrainer) -> dict[str, Any]:
     return state
 
 
+class HashingFileSystem(FileSystem):
+    """DCP's local file system, hashing (SHA-256) every file as it is written
+    (:class:`rft.checkpoint.HashingFile`): :attr:`digests` ``{file name: hex}``, renames
+    followed (``.metadata.tmp`` → ``.metadata``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digests: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
+        if mode != "wb":
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with HashingFile(os.fspath(path)) as stream:
+            yield stream
+        self.digests[os.path.basename(os.fspath(path))] = stream.digest.hexdigest()
+
+    def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
+        super().rename(path, new_path)
+        digest = self.digests.pop(os.path.basename(os.fspath(path)), None)
+        if digest is not None:
+            self.digests[os.path.basename(os.fspath(new_path))] = digest
+
+
 class TurnTakingWriter(FileSystemWriter):
     """DCP's file-system writer (one thread) that writes only in its rank's turn, then
-    ``also()`` (the rank's other files), and records when (:attr:`window`)."""
+    ``also()`` (the rank's other files), and records when (:attr:`window`); every file it
+    writes is hashed as it is written (:attr:`digests`)."""
 
     def __init__(self, path: str, turn: SaveTurn, also: Callable[[], None] = lambda: None
                  ) -> None:
         super().__init__(path, thread_count=1)
+        self.fs: HashingFileSystem = HashingFileSystem()
         self.turn = turn
         self.also = also
         self.window: tuple[float, float] | None = None
+
+    @property
+    def digests(self) -> dict[str, str]:
+        """``{file name: SHA-256}`` of the files this writer wrote."""
+        return self.fs.digests
 
     def write_data(self, plan: Any, planner: Any) -> Any:
         result: Any = None
@@ -144,11 +181,19 @@ def save_sharded(trainer: TorchTrainer, directory: str, turn: SaveTurn | None = 
 
     rank = _rank(trainer)
     turn = turn or SaveTurn()
-    rng_path = os.path.join(directory, f"rng_rank{rank}.pt")
-    writer = TurnTakingWriter(directory, turn, also=lambda: torch.save(_rng_state(), rng_path))
+    rng_name = f"rng_rank{rank}.pt"
+    rng_digest: dict[str, str] = {}
+
+    def save_rng() -> None:
+        rng_digest[rng_name] = save_hashed(_rng_state(), directory, rng_name)
+
+    writer = TurnTakingWriter(directory, turn, also=save_rng)
     try:
         os.makedirs(directory, exist_ok=True)
         dcp.save(_dcp_state(trainer), storage_writer=writer, no_dist=trainer.ranks is None)
+        # the digests of this rank's files, hashed as they were written: the checkpoint's
+        # listing takes them instead of reading the shards back (rft.checkpoint)
+        write_digests(directory, f"rank{rank}", {**writer.digests, **rng_digest})
     except OSError as exc:
         raise RftError(f"checkpoint {directory}: cannot write: {exc.strerror or exc}") from exc
     except dcp.api.CheckpointException as exc:  # a rank's write failed (DCP gathers them)

@@ -450,6 +450,10 @@ def test_verl_layout_checkpoint_resumes_bit_exact(registry, rft_tiny_model, tmp_
         model.write_bytes(b"\0" * model.stat().st_size)
         assert refused().startswith(f"checkpoint {folder / 'actor'}: veRL cannot load the "
                                     "actor's checkpoint: ")
+        # rft's resume finds it before veRL loads anything: state.json's SHA-256 of the file
+        with pytest.raises(CheckpointError, match=f"^checkpoint {model} is corrupt: its "
+                                                  "content changed since it was written"):
+            newest_readable_checkpoint(str(job))
     finally:
         second.close()
 
