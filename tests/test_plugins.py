@@ -71,6 +71,15 @@ def test_a_fresh_manager_per_registry():
     assert not PluginRegistry.create().has("monitor", "extra_monitor")
 
 
+def test_an_extra_plugin_already_loaded_through_its_entry_point_is_not_registered_twice():
+    """``rft_run(plugins=[module])`` of an installed plugin: its module is the entry point's
+    object too (pluggy refused the second registration under another name)."""
+    import rft_plugin_selectors
+
+    registry = PluginRegistry.create(extra_plugins=[rft_plugin_selectors])
+    assert registry.registration("task_selector", "shuffle").plugin == "selectors"
+
+
 def test_unknown_name_suggests_close_names():
     registry = PluginRegistry.create()
     with pytest.raises(UnknownNameError) as caught:
