@@ -168,8 +168,7 @@ def test_the_readme_install_line_runs_the_readme_grpo_example(wheels: Path, buil
     in_fresh(venv, "bash", "-c", install)
     listed = json.loads(in_fresh(venv, "pip", "list", "--format=json").stdout)
     assert sorted(p["name"] for p in listed if p["name"].startswith("rft")) == [
-        "rft-framework", "rft-plugin-grpo", "rft-plugin-rewards", "rft-plugin-selectors",
-        "rft-plugin-workflows"]
+        "rft-framework", "rft-plugin-grpo", "rft-plugin-rewards", "rft-plugin-workflows"]
     done = in_fresh(venv, "bash", "-c", "set -euo pipefail\n" + example.rstrip()
                     + " buffer.total_steps=2\n", check=False)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-4000:])

@@ -140,7 +140,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
         "math_reward", "math_boxed_reward", "gsm8k_reward", "countdown_reward",
         "format_reward", "accuracy_reward", "math_dapo_reward")},
     **{("task_selector", name): "rft-plugin-selectors" for name in (
-        "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")},
+        "shuffle", "random", "offline_easy2hard", "difficulty_based")},
     ("command", "convert-verl"): "rft-plugin-convert-verl",
     ("trainer", "verl"): "rft-plugin-verl",
     ("workflow", "verl_workflow"): "rft-plugin-convert-verl",
