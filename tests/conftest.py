@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fixtures_models import tiny_model_dir  # noqa: E402,F401  (session fixture for all tests)
-from fixtures_packaging import fresh, wheels  # noqa: E402,F401  (session fixtures: wheels)
+from fixtures_packaging import build_deps, fresh, wheels  # noqa: E402,F401  (session fixtures)
 
 
 @pytest.fixture(autouse=True)

@@ -374,4 +374,4 @@ def test_missing_package_is_a_one_line_error(monitor: type, modules: list[str],
         monitor("proj", "exp", "trainer", str(tmp_path / "monitor"))
     assert str(error.value) == (
         f"monitor.monitor_type: {monitor_type!r} needs the {monitor_type} package: "
-        f"pip install 'rft[{monitor_type}]'")
+        f"pip install 'rft-framework[{monitor_type}]'")

@@ -14,13 +14,15 @@ docstring says how third-party dependencies are shared without being installed a
 from __future__ import annotations
 
 import json
+import re
+import time
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from fixtures_packaging import REPO, in_fresh, wheel_of
+from fixtures_packaging import REPO, in_fresh, new_venv, wheel_of
 
 from rft.testing.runs import apply_overrides, tiny_run_config, write_taskset
 
@@ -142,3 +144,35 @@ def test_a_tiny_colocate_run_from_the_fresh_venv(fresh: dict) -> None:
     assert "plugin distribution" not in result.stderr  # no version warning
     lines = (root / "ck" / "pkg" / "run" / "monitor" / "trainer.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+def readme_install_and_grpo_example() -> tuple[str, str]:
+    """The README's install line from a package index and the ``bash`` block that runs
+    GRPO after it (the first two ``bash`` blocks of its "From a package index" section)."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("### From a package index"):]
+    section = section[:section.index("\n## ")]
+    install, example = re.findall(r"^```bash\n(.*?)^```", section, re.M | re.S)[:2]
+    return install, example
+
+
+def test_the_readme_install_line_runs_the_readme_grpo_example(wheels: Path, build_deps: Path,
+                                                               tmp_path: Path) -> None:
+    """A fresh venv with only what ``pip install rft-framework rft-plugin-grpo`` resolves
+    (from the wheels; no index), then the README's example as written, for 2 steps."""
+    install, example = readme_install_and_grpo_example()
+    assert install.strip() == "pip install rft-framework rft-plugin-grpo"
+    assert example.rstrip().endswith("\nrft run grpo.yaml")
+    venv = new_venv(tmp_path, wheels, build_deps)
+    started = time.monotonic()
+    in_fresh(venv, "bash", "-c", install)
+    listed = json.loads(in_fresh(venv, "pip", "list", "--format=json").stdout)
+    assert sorted(p["name"] for p in listed if p["name"].startswith("rft")) == [
+        "rft-framework", "rft-plugin-grpo", "rft-plugin-rewards", "rft-plugin-workflows"]
+    done = in_fresh(venv, "bash", "-c", "set -euo pipefail\n" + example.rstrip()
+                    + " buffer.total_steps=2\n", check=False)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-4000:])
+    lines = (tmp_path / "checkpoints" / "readme" / "grpo" / "monitor" / "trainer.jsonl"
+             ).read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    print(f"README install + 2 GRPO steps in {time.monotonic() - started:.1f} s")

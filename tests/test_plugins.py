@@ -34,7 +34,18 @@ def test_entry_point_of_a_separately_installed_distribution_is_found():
     info = {i.name: i for i in registry.plugins()}["selectors"]
     assert info.hooks == ["register_task_selectors"]
     assert info.registers == {"task_selector": ["difficulty_based", "offline_easy2hard",
-                                                "random", "sequential", "shuffle"]}
+                                                "random", "shuffle"]}
+
+
+def test_the_default_task_selector_is_the_cores():
+    """A default the user never wrote resolves with the core alone: ``pip install
+    rft-framework rft-plugin-<algorithm>`` runs without rft-plugin-selectors."""
+    from rft.config.schema import TaskSelectorConfig
+
+    registry = PluginRegistry.create(autoload=False)
+    default = TaskSelectorConfig().selector_type
+    assert default == "sequential"
+    assert registry.registration("task_selector", default).distribution == "rft-framework"
 
 
 def test_disable_autoload_keeps_only_builtins(monkeypatch):
@@ -69,6 +80,15 @@ def test_a_fresh_manager_per_registry():
     with_extra = PluginRegistry.create(extra_plugins=[Extra()])
     assert with_extra.has("monitor", "extra_monitor")
     assert not PluginRegistry.create().has("monitor", "extra_monitor")
+
+
+def test_an_extra_plugin_already_loaded_through_its_entry_point_is_not_registered_twice():
+    """``rft_run(plugins=[module])`` of an installed plugin: its module is the entry point's
+    object too (pluggy refused the second registration under another name)."""
+    import rft_plugin_selectors
+
+    registry = PluginRegistry.create(extra_plugins=[rft_plugin_selectors])
+    assert registry.registration("task_selector", "shuffle").plugin == "selectors"
 
 
 def test_unknown_name_suggests_close_names():
@@ -152,7 +172,8 @@ def test_cli_plugins_json_lists_builtins_and_installed_distribution():
     assert listed["rft.builtin.monitors"]["distribution"] == "rft-framework"
     assert listed["selectors"]["distribution"] == "rft-plugin-selectors"
     assert listed["selectors"]["registers"]["task_selector"] == [
-        "difficulty_based", "offline_easy2hard", "random", "sequential", "shuffle"]
+        "difficulty_based", "offline_easy2hard", "random", "shuffle"]
+    assert listed["rft.builtin.selectors"]["registers"]["task_selector"] == ["sequential"]
 
 
 def test_cli_plugins_table():

@@ -3,13 +3,15 @@ it is written; bad input is one line."""
 
 from __future__ import annotations
 
-import os
+import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
 import pytest
+from fixtures_packaging import in_fresh, new_venv
 
 import rft
 from rft.errors import RftError
@@ -51,17 +53,39 @@ def test_an_existing_folder_is_not_overwritten(tmp_path):
         scaffold("policy_loss", "mine", tmp_path, rft.__version__)
 
 
+def test_the_next_line_is_the_commands_and_a_newline(tmp_path):
+    done = subprocess.run([*RFT, "new-plugin", "reward", "exact", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, check=True)
+    root = tmp_path / "rft-plugin-exact"
+    assert done.stdout == f"{root}\n"
+    assert done.stderr == f"next: cd {root} && pip install -e '.[test]' && pytest\n"
+    assert "plugins=[" not in (root / "tests" / "test_exact.py").read_text()
+
+
 @pytest.mark.slow
-def test_every_kind_passes_its_own_tests_right_after_it_is_written(tmp_path):
-    roots = []
+def test_every_kind_passes_its_own_tests_after_its_printed_commands(wheels, build_deps,
+                                                                     tmp_path):
+    """In one fresh venv (``fixtures_packaging.new_venv``: rft from its wheel, pip without
+    an index): ``pip install rft-framework``, then per kind ``rft new-plugin KIND NAME`` and
+    the commands it prints, run by bash as printed."""
+    venv = new_venv(tmp_path, wheels, build_deps)
+    started = time.monotonic()
+    in_fresh(venv, "pip", "install", "--quiet", "rft-framework")
     for kind in sorted(KINDS):
-        done = subprocess.run([*RFT, "new-plugin", kind, f"my_{kind}", "--dir", str(tmp_path)],
-                              capture_output=True, text=True, check=True)
-        roots.append(Path(done.stdout.strip()))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(r) for r in roots),
-           "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), *(str(r / "tests") for r in roots)],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout[-4000:]
-    assert "9 passed" in done.stdout, done.stdout[-2000:]
+        done = in_fresh(venv, "rft", "new-plugin", kind, f"my_{kind}", "--dir", str(tmp_path))
+        root = Path(done.stdout.strip())
+        assert done.stderr.startswith("next: ") and done.stderr.endswith("\n"), done.stderr
+        kind_started = time.monotonic()
+        ran = in_fresh(venv, "bash", "-c", "set -e; " + done.stderr[len("next: "):], check=False)
+        output = ran.stdout + ran.stderr
+        assert ran.returncode == 0, (kind, output[-6000:])
+        passed = re.search(r"(\d+) passed", output)
+        assert passed and " failed" not in output and " error" not in output, output[-3000:]
+        tests = len(re.findall(r"^def test_", (root / "tests" / f"test_my_{kind}.py")
+                               .read_text(), re.M))
+        assert int(passed.group(1)) == tests, output[-3000:]
+        installed = in_fresh(venv, "python", "-c", f"import rft_plugin_my_{kind} as m; "
+                             "print(m.__file__)").stdout.strip()
+        assert Path(installed).resolve().is_relative_to(root)  # the editable install
+        print(f"{kind}: {time.monotonic() - kind_started:.1f} s")
+    print(f"every kind in {time.monotonic() - started:.1f} s")

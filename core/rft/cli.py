@@ -111,11 +111,12 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
     import rft
-    from rft.scaffold import scaffold
+    from rft.scaffold import next_line, scaffold
 
     root = scaffold(args.kind, args.name, args.dir, rft.__version__)
-    print(root)
-    print(f"next: cd {root} && pip install -e '.[test]' && pytest", file=sys.stderr)
+    print(root, flush=True)
+    sys.stderr.write(next_line(root))
+    sys.stderr.flush()
     return 0
 
 

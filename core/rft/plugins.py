@@ -140,7 +140,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
         "math_reward", "math_boxed_reward", "gsm8k_reward", "countdown_reward",
         "format_reward", "accuracy_reward", "math_dapo_reward")},
     **{("task_selector", name): "rft-plugin-selectors" for name in (
-        "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")},
+        "shuffle", "random", "offline_easy2hard", "difficulty_based")},
     ("command", "convert-verl"): "rft-plugin-convert-verl",
     ("trainer", "verl"): "rft-plugin-verl",
     ("workflow", "verl_workflow"): "rft-plugin-convert-verl",
@@ -364,7 +364,9 @@ def create_plugin_manager(
 
     :param autoload: load entry points; defaults to ``not RFT_DISABLE_PLUGIN_AUTOLOAD``.
     :param allow: distribution or entry-point names to load; defaults to ``RFT_PLUGINS``.
-    :param extra_plugins: plugin objects registered after the built-ins (tests, scripts).
+    :param extra_plugins: plugin objects registered after the built-ins (tests, scripts);
+        one already registered (an installed plugin's module, loaded through its entry
+        point) is skipped, not registered twice.
     :param builtins: register the core's built-in plugins (which import torch); ``False``
         where only kinds no built-in registers are looked up (the CLI's command list).
     """
@@ -376,6 +378,8 @@ def create_plugin_manager(
     if autoload:
         _load_entry_points(manager, _allow_list(allow))
     for plugin in extra_plugins:
+        if manager.is_registered(plugin):
+            continue
         name = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__qualname__
         manager.register(plugin, name=None if manager.has_plugin(name) else name)
     if _env_flag("RFT_TRACE_PLUGINS"):

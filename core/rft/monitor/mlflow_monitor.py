@@ -1,6 +1,7 @@
 """The ``mlflow`` monitor: one MLflow run per role in the experiment ``<project>``.
 
-Needs ``pip install 'rft[mlflow]'`` (``mlflow`` or the lighter ``mlflow-skinny``).
+Needs ``pip install 'rft-framework[mlflow]'`` (``mlflow`` or the lighter
+``mlflow-skinny``).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class MlflowMonitor(Monitor):
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise RftError("monitor.monitor_type: 'mlflow' needs the mlflow package: "
-                           "pip install 'rft[mlflow]'") from None
+                           "pip install 'rft-framework[mlflow]'") from None
         self._metric = Metric
         self.uri = tracking_uri(self.args.uri)
         if self.uri.startswith("file:"):

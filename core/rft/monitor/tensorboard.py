@@ -1,7 +1,8 @@
 """The ``tensorboard`` monitor: TensorBoard event files, one directory per role.
 
 Uses ``torch.utils.tensorboard.SummaryWriter`` when the ``tensorboard`` package is
-installed (``pip install 'rft[tensorboard]'``), else ``tensorboardX.SummaryWriter``.
+installed (``pip install 'rft-framework[tensorboard]'``), else
+``tensorboardX.SummaryWriter``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _summary_writer_class() -> type:
             from tensorboardX import SummaryWriter
         except ImportError:
             raise RftError("monitor.monitor_type: 'tensorboard' needs the tensorboard package: "
-                           "pip install 'rft[tensorboard]'") from None
+                           "pip install 'rft-framework[tensorboard]'") from None
     return SummaryWriter
 
 

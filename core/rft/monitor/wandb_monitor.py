@@ -2,7 +2,7 @@
 
 Project = the config's ``project``; run name = ``<name>_<role>``; both runs of an
 experiment share the group ``<name>`` (``job_type`` = role). Needs ``pip install
-'rft[wandb]'`` (wandb ≥ 0.19, for several runs in one process).
+'rft-framework[wandb]'`` (wandb ≥ 0.19, for several runs in one process).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class WandbMonitor(Monitor):
             import wandb
         except ImportError:
             raise RftError("monitor.monitor_type: 'wandb' needs the wandb package: "
-                           "pip install 'rft[wandb]'") from None
+                           "pip install 'rft-framework[wandb]'") from None
         self.mode, api_key, base_url = resolve_mode(self.args)
         self.dir = self.args.dir or os.environ.get("WANDB_DIR") or log_dir
         make_folder(self.dir, "monitor wandb")

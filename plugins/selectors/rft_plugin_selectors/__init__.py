@@ -1,8 +1,8 @@
 """rft-plugin-selectors: which tasks of a taskset the explorer takes next.
 
-Registered names (``buffer.explorer_input.taskset.task_selector.selector_type``):
+Registered names (``buffer.explorer_input.taskset.task_selector.selector_type``; the
+default, ``sequential``, is the core's: :mod:`rft.builtin.selectors`):
 
-- ``sequential`` — tasks in file order, epoch after epoch.
 - ``shuffle`` — a fresh seeded permutation every epoch (veRL's ``data.shuffle``).
 - ``random`` — each batch drawn uniformly at random (distinct tasks within a batch).
 - ``offline_easy2hard`` — sorted by ``task_selector.feature_keys`` (easy first; by default
@@ -16,14 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from rft import hookimpl
-from rft_plugin_selectors.basic import RandomSelector, SequentialSelector, ShuffleSelector
+from rft_plugin_selectors.basic import RandomSelector, ShuffleSelector
 from rft_plugin_selectors.difficulty import DifficultyBasedSelector, OfflineEasyToHardSelector
 
 
 @hookimpl
 def register_task_selectors() -> dict[str, Any]:
     return {
-        "sequential": SequentialSelector,
         "shuffle": ShuffleSelector,
         "random": RandomSelector,
         "offline_easy2hard": OfflineEasyToHardSelector,

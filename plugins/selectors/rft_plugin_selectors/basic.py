@@ -1,4 +1,5 @@
-"""Selectors that ignore task feedback: sequential, shuffle, random."""
+"""Selectors that ignore task feedback: shuffle, random (``sequential``, which
+``shuffle`` extends, is the core's: :mod:`rft.builtin.selectors`)."""
 
 from __future__ import annotations
 
@@ -6,39 +7,7 @@ import random
 from typing import Any
 
 from rft.buffer.selector import TaskSelector
-
-
-class SequentialSelector(TaskSelector):
-    """Tasks in file order; a batch may span the end of one epoch and the start of the next."""
-
-    def __init__(self, dataset_size: int, seed: int = 42, args: Any = None,
-                 **features: Any) -> None:
-        super().__init__(dataset_size, seed, args, **features)
-        self.consumed = 0
-        """Tasks handed out so far, over all epochs."""
-
-    def order(self, epoch: int) -> list[int]:
-        """Task order of one epoch."""
-        return list(range(self.dataset_size))
-
-    def next_batch(self, batch_size: int) -> list[int]:
-        batch: list[int] = []
-        while len(batch) < batch_size:
-            epoch, offset = divmod(self.consumed, self.dataset_size)
-            take = min(batch_size - len(batch), self.dataset_size - offset)
-            batch += self.order(epoch)[offset:offset + take]
-            self.consumed += take
-        return batch
-
-    @property
-    def epoch(self) -> int:
-        return self.consumed // self.dataset_size
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"consumed": self.consumed}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.consumed = int(state["consumed"])
+from rft.builtin.selectors import SequentialSelector
 
 
 class ShuffleSelector(SequentialSelector):

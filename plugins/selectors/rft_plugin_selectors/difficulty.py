@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rft.buffer.selector import TaskSelector
-from rft_plugin_selectors.basic import SequentialSelector
+from rft.builtin.selectors import SequentialSelector
 
 
 def difficulty_of(row: dict[str, Any], keys: list[str], where: str) -> float:

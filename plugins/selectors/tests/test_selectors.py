@@ -16,8 +16,10 @@ def selectors():
 
 def test_registered_by_this_distribution():
     registry = PluginRegistry.create()
-    for name in ("sequential", "shuffle", "random"):
+    for name in ("shuffle", "random"):
         assert registry.registration("task_selector", name).distribution == "rft-plugin-selectors"
+    # the default is the core's (rft.builtin.selectors)
+    assert registry.registration("task_selector", "sequential").distribution == "rft-framework"
 
 
 def test_sequential_spans_epochs(selectors):
