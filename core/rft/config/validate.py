@@ -36,6 +36,7 @@ from rft.config.schema import (
 from rft.config.trinity_forms import check_trinity_forms
 from rft.contracts import needs_values
 from rft.plugins import KINDS, PluginRegistry, args_type_of
+from rft.workflow import default_reward_fn
 
 GPU_MODES = ("both", "train", "explore", "bench")
 """Modes whose processes are placed on GPUs through the cluster section."""
@@ -424,6 +425,7 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
     workflow = v.select("workflow", f"{key}.default_workflow_type",
                         taskset.default_workflow_type, taskset.workflow_args,
                         f"{key}.workflow_args")
+    fallback_reward(key, taskset, workflow, v)
     reward = v.select("reward_fn", f"{key}.default_reward_fn_type",
                       taskset.default_reward_fn_type, taskset.reward_fn_args,
                       f"{key}.reward_fn_args")
@@ -435,6 +437,19 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
         planned = TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector,
                               **row_plugins(key, taskset, v))
         (v.eval_tasksets if is_eval else v.tasksets).append(planned)
+
+
+def fallback_reward(key: str, taskset: TasksetConfig, workflow: Selected[Any] | None,
+                    v: Validation) -> None:
+    """A taskset naming no reward function whose workflow declares one to fall back to
+    (:attr:`rft.workflow.Workflow.default_reward_fn`) gets it, said in one line."""
+    name = default_reward_fn(workflow.implementation) if workflow is not None else None
+    if taskset.default_reward_fn_type is not None or name is None:
+        return
+    taskset.default_reward_fn_type = name
+    v.warnings.append(f"{key}.default_reward_fn_type: not set; workflow "
+                      f"{taskset.default_workflow_type!r} scores with its default reward "
+                      f"function {name!r} (as in Trinity-RFT)")
 
 
 def row_plugins(key: str, taskset: TasksetConfig, v: Validation) -> dict[str, Any]:
