@@ -103,7 +103,9 @@ def base(tmp_path) -> dict[str, Any]:
                       "entropy_loss_fn": "test_entropy"},
         "model": {"model_path": str(tmp_path), "max_prompt_tokens": 100,
                   "max_response_tokens": 50},
-        "cluster": {"node_num": 1, "gpu_per_node": 8},
+        # a cluster of 8-GPU nodes (validation compares gpu_per_node with this machine
+        # only when the run would start its own Ray cluster here)
+        "cluster": {"node_num": 1, "gpu_per_node": 8, "ray_address": "10.0.0.1:6379"},
         "buffer": {
             "batch_size": 8,
             "explorer_input": {
@@ -387,7 +389,8 @@ def test_env_defaults_arrive_as_strings_and_are_read_as_the_field_type(base, reg
                                                                      tmp_path, monkeypatch):
     """``${oc.env:NODE_NUM,2}`` resolves to the string '2' (and an env var is a string)."""
     base["cluster"] = {"node_num": "${oc.env:RFT_TEST_NODES,1}",
-                       "gpu_per_node": "${oc.env:RFT_TEST_GPUS,8}"}
+                       "gpu_per_node": "${oc.env:RFT_TEST_GPUS,8}",
+                       "ray_address": base["cluster"]["ray_address"]}
     base["explorer"]["rollout_model"]["enable_history"] = "${oc.env:RFT_TEST_HISTORY,false}"
     monkeypatch.delenv("RFT_TEST_NODES", raising=False)
     monkeypatch.setenv("RFT_TEST_GPUS", "8")

@@ -21,6 +21,7 @@ from rft.config.convert import INVALID, to_dataclass
 from rft.config.data_checks import check_datasets
 from rft.config.dotted import import_dotted, looks_dotted
 from rft.config.external import check_external_engines, derive_external_model, is_remote
+from rft.config.host_checks import check_host
 from rft.config.load import unset_env_variable
 from rft.config.lora import check_lora
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
@@ -960,6 +961,7 @@ CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_global, check_algorithm, derive_external_model, check_model, check_buffer,
     check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
     check_trainer, check_memory, check_lora, check_split_modes, check_monitor, check_data_processor,
+    check_host,
     check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""

