@@ -549,7 +549,8 @@ def test_a_row_naming_an_unknown_workflow_is_one_line(tmp_path):
                             "workflow (format.workflow_key 'wf')") for w in loaded.warnings)
     plan = loaded.stages[0].plan.tasksets[0]
     assert plan.row_workflows["simple_workflow"].args.system_prompt == "Be brief"
-    with pytest.raises(TasksetError, match=r"line 2: workflow 'math_workflw' \(format.workflow_key "
+    with pytest.raises(TasksetError, match=r"line 2: workflow 'math_workflw' "
+                                           r"\(format.workflow_key "
                                            r"'wf'\) is not registered; did you mean "
                                            r"'math_workflow'"):
         open_taskset(plan)
