@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import difflib
 import glob
 import io
 import itertools
@@ -41,6 +40,7 @@ from rft.buffer.errors import TasksetError
 from rft.buffer.retry import retrying, storage_retry
 from rft.config.schema import TasksetConfig
 from rft.hub import hub_unreachable
+from rft.suggest import closest
 from rft.workflow import Task
 
 if TYPE_CHECKING:
@@ -474,7 +474,7 @@ def _row_plugin(cfg: TasksetConfig, row: dict[str, Any], index: int, column: str
         return None
     name = str(row[column])
     if name not in choices:
-        close = difflib.get_close_matches(name, list(choices), n=3)
+        close = closest(name, choices)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)}: {label} {name!r} "
                            f"(format.{field_name} {column!r}) is not registered{hint}")

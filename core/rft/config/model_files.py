@@ -57,7 +57,8 @@ def safetensors_problem(path: str) -> str | None:
         return f"{name}: the safetensors header is not a JSON object"
     ends = [entry["data_offsets"][1] for key, entry in header.items()
             if key != "__metadata__" and isinstance(entry, dict)
-            and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2]
+            and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2
+            and isinstance(entry["data_offsets"][1], int)]
     expected = 8 + length + max(ends, default=0)
     if size < expected:
         return (f"{name} is truncated: its tensors end at byte {expected}, the file has "
