@@ -94,11 +94,13 @@ def _convert(plain: dict[str, Any], prefix: str, problems: list[str]) -> RftConf
 
 
 _SUGGESTED = re.compile(r"did you mean '([^']+)'")
+_STAGE_PREFIX = re.compile(r"^stages\[\d+\]\.")
 
 
 def reported_keys(problems: list[str]) -> set[str]:
     """Dotted keys that conversion ``problems`` already speak for: the culprit's, and the
-    key a did-you-mean names (its sibling)."""
+    key a did-you-mean names (its sibling). A stage's problems count without their
+    ``stages[i].`` prefix (a stage's config holds the global keys too)."""
     keys: set[str] = set()
     for line in problems:
         key = line.split(": ", 1)[0]
@@ -156,14 +158,13 @@ def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfi
     if not raw_stages:
         stage_plains.append(("", None, plain))
     for prefix, stage_name, stage_plain in stage_plains:
-        converted = len(problems)
         config = global_config if not prefix else _convert(stage_plain, prefix, problems)
         if config is None:
             continue
-        reported = reported_keys(problems if not prefix else problems[converted:])
+        reported = reported_keys([_STAGE_PREFIX.sub("", p) for p in problems])
         config = copy.deepcopy(config)
         found, warnings, plan = validate(config, registry)
-        problems.extend(prefix + p for p in found if not follow_on(prefix + p, reported))
+        problems.extend(prefix + p for p in found if not follow_on(p, reported))
         if plan is not None:
             loaded_stages.append(Stage(stage_name, plan, tuple(warnings)))
     if problems:
