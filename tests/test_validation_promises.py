@@ -378,3 +378,20 @@ def test_a_data_error_names_the_line_sed_prints(tiny_model_dir, tmp_path, capsys
     printed = subprocess.run(["sed", "-n", "4p", str(tasks)], capture_output=True, text=True,
                              check=True).stdout
     assert json.loads(printed) == {"q": "3+3=", "answer": "6"}
+
+
+def test_problems_of_every_stage_come_in_one_run(tiny_model_dir, tmp_path):
+    config = config_dict(tmp_path, tiny_model_dir)
+    config["stages"] = [
+        {"stage_name": "a", "algorithm": {"algorithm_type": "grpo",
+                                          "policy_loss_fn_args": {"clip_ratioo": 1}},
+         "buffer": {"explorer_input": {"taskset": {"rollout_args": {"temprature": 1}}}}},
+        {"stage_name": "b", "algorithm": {"algorithm_type": "GRPO"}},
+    ]
+    assert sorted(problems_of(tmp_path, config)) == sorted([
+        "stages[0].buffer.explorer_input.taskset.rollout_args.temprature: unknown key; did "
+        "you mean 'temperature'?",
+        "stages[0].algorithm.policy_loss_fn_args.clip_ratioo: unknown key; did you mean "
+        "'clip_ratio_c'?",
+        "stages[1].algorithm.algorithm_type: unknown algorithm 'GRPO'; did you mean 'grpo'?",
+    ])
