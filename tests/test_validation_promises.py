@@ -395,3 +395,17 @@ def test_problems_of_every_stage_come_in_one_run(tiny_model_dir, tmp_path):
         "'clip_ratio_c'?",
         "stages[1].algorithm.algorithm_type: unknown algorithm 'GRPO'; did you mean 'grpo'?",
     ])
+
+
+def test_a_tokenizer_folder_is_enough_where_no_weights_are_loaded(tiny_model_dir, tmp_path):
+    """A remote model's folder gives its tokenizer only; a folder without one is named."""
+    from rft.config.model_files import model_folder_problem
+
+    tokenizer = _copy(tiny_model_dir, tmp_path / "tokenizer", "tokenizer.json")
+    assert model_folder_problem("k", str(tokenizer), weights=False) is None
+    assert model_folder_problem("k", str(tokenizer)) == \
+        f"k: {str(tokenizer)!r} has no config.json: not a model folder"
+    bare = _copy(tiny_model_dir, tmp_path / "bare", "config.json", "model.safetensors")
+    assert model_folder_problem("k", str(bare)) == (
+        f"k: {str(bare)!r} has no tokenizer (tokenizer.json, tokenizer.model, vocab.json or "
+        "another)")

@@ -1,7 +1,7 @@
 """Is a local model folder complete? Its files are looked at, nothing is loaded.
 
-A model folder needs ``config.json`` (a JSON object), a tokenizer (``tokenizer.json``,
-``tokenizer.model``, ``vocab.json`` …) and, where weights are loaded, weights:
+A model folder needs a tokenizer (``tokenizer.json``, ``tokenizer.model``, ``vocab.json``
+…) and, where its model is loaded, ``config.json`` (a JSON object) and weights:
 
 - ``model.safetensors``, or shards listed in ``model.safetensors.index.json``. A
   safetensors file starts with 8 bytes, the little-endian length ``n`` of a JSON header
@@ -114,11 +114,26 @@ def weights_problem(folder: str) -> str | None:
             f"{TORCH_BIN_INDEX})")
 
 
+def _config_problem(folder: str) -> str | None:
+    config = os.path.join(folder, "config.json")
+    if not os.path.isfile(config):
+        return " has no config.json: not a model folder"
+    try:
+        with open(config, encoding="utf-8") as handle:
+            parsed = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f": config.json cannot be read ({exc})"
+    if not isinstance(parsed, dict):
+        return ": config.json is not a JSON object"
+    return None
+
+
 def model_folder_problem(key: str, path: str, *, weights: bool = True,
                          tokenizer: bool = True) -> str | None:
     """One line naming ``key`` and ``path`` when the local model folder at ``path`` is not
     complete (see the module docstring); ``None`` when it is, or when ``path`` is not here
-    (a Hub id, or a path checked elsewhere)."""
+    (a Hub id, or a path checked elsewhere). ``weights``: the folder's model is loaded
+    (``config.json`` and weights are needed); ``tokenizer``: its tokenizer is."""
     folder = os.path.expanduser(path)
     if not os.path.exists(folder):
         return None
@@ -127,16 +142,10 @@ def model_folder_problem(key: str, path: str, *, weights: bool = True,
         return f"{where} is a file, not a model folder (config.json, tokenizer and weights)"
     if not os.listdir(folder):
         return f"{where} is an empty folder, not a model folder"
-    config = os.path.join(folder, "config.json")
-    if not os.path.isfile(config):
-        return f"{where} has no config.json: not a model folder"
-    try:
-        with open(config, encoding="utf-8") as handle:
-            parsed = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"{where}: config.json cannot be read ({exc})"
-    if not isinstance(parsed, dict):
-        return f"{where}: config.json is not a JSON object"
+    if weights:  # a folder that only gives a tokenizer (a remote model's) needs no config
+        problem = _config_problem(folder)
+        if problem is not None:
+            return f"{where}{problem}"
     if tokenizer and not any(os.path.isfile(os.path.join(folder, name))
                              for name in TOKENIZER_FILES):
         return f"{where} has no tokenizer ({', '.join(TOKENIZER_FILES[:3])} or another)"
