@@ -409,3 +409,17 @@ def test_a_tokenizer_folder_is_enough_where_no_weights_are_loaded(tiny_model_dir
     assert model_folder_problem("k", str(bare)) == (
         f"k: {str(bare)!r} has no tokenizer (tokenizer.json, tokenizer.model, vocab.json or "
         "another)")
+
+
+def test_row_places_of_csv_and_json_list_files(tmp_path):
+    """CSV: the header and a quoted field over two lines are counted; a JSON list has no
+    line per row, so its rows are numbered from 1."""
+    from rft.buffer.taskset import row_place
+    from rft.config.schema import TasksetConfig
+
+    table = tmp_path / "rows.csv"
+    table.write_text('question,answer\n"two\nlines",1\nc,2\n', encoding="utf-8")
+    assert row_place(TasksetConfig(name="t", path=str(table)), 1) == "line 4"
+    listed = tmp_path / "rows.json"
+    listed.write_text('[{"a": 1},\n {"a": 2}]\n', encoding="utf-8")
+    assert row_place(TasksetConfig(name="t", path=str(listed)), 1) == "row 2"

@@ -456,9 +456,8 @@ def _line_of_row(path: str, extension: str, index: int) -> int | None:
             for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
-                if number == 1 or rows == 0:
-                    if line.lstrip().startswith("["):
-                        return None  # a JSON list: its items are not lines
+                if rows == 0 and line.lstrip().startswith("["):
+                    return None  # a JSON list: its items are not lines
                 if rows == index:
                     return number
                 rows += 1
