@@ -261,7 +261,7 @@ def test_more_gpus_per_node_than_this_machine_is_refused_without_a_cluster(
                          buffer__trainer_input__experience_buffer__storage_type="sql")
     line = next(p for p in problems_of(tmp_path, config) if p.startswith("cluster."))
     assert line.startswith(f"cluster.gpu_per_node: {asked} GPUs per node, but this machine "
-                           f"has {here} and the run would start a Ray cluster here")
+                           f"has {here} and the run would use it alone")
     # an address of a cluster: its nodes' GPUs are the run's to check (through Ray)
     config["cluster"]["ray_address"] = "10.0.0.1:6379"
     load_config(write_config(tmp_path, config))

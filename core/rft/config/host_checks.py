@@ -128,9 +128,9 @@ def check_host_gpus(c: RftConfig, v: Validation) -> None:
     if address == "auto" and (ray_joined() or ray_cluster_started_here()):
         return  # `auto` joins that cluster; the run checks its GPUs through Ray
     v.problem("cluster.gpu_per_node",
-              f"{asked} GPUs per node, but this machine has {here} and the run would start "
-              f"a Ray cluster here (cluster.ray_address {address!r}, no cluster started on "
-              f"this machine): set gpu_per_node: {here}"
+              f"{asked} GPUs per node, but this machine has {here} and the run would use "
+              f"it alone (cluster.ray_address {address!r}: no Ray cluster started here to "
+              f"join): set gpu_per_node: {here}"
               + (" (CPU)" if here == 0 else "")
               + ", or give cluster.ray_address of a Ray cluster with such nodes")
 
