@@ -5,13 +5,12 @@ fields that have no effect where they are set.
   (:attr:`~rft.explorer.engine.InferenceEngine.required_modules`: ``vllm``, also
   through Trinity-RFT's ``vllm_async``): a problem, unless ``cluster.ray_address`` (or
   ``RAY_ADDRESS``) names a Ray cluster, whose nodes run the engines;
-- ``cluster.gpu_per_node`` larger than the GPUs of this machine when the run would start
-  its own Ray cluster here (``ray_address: local``, or ``auto`` when this process has
-  joined no Ray cluster and ``ray start`` left no cluster address on this machine): a
-  problem. The GPUs
-  are counted through ``torch.cuda.device_count()`` (NVML; CUDA stays uninitialised;
-  0 with a CPU build of torch). Ray is not started. With a cluster address the check
-  belongs to the run, which asks Ray;
+- ``cluster.gpu_per_node`` larger than the GPUs of this machine when the run would use
+  this machine alone (``ray_address: local``, or ``auto`` when this process has joined
+  no Ray cluster and ``ray start`` left no cluster address on this machine): a problem.
+  The GPUs are counted through ``torch.cuda.device_count()`` (NVML; CUDA stays
+  uninitialised; 0 with a CPU build of torch). Ray is not started. With a cluster
+  address the check belongs to the run, which asks Ray;
 - a taskset's ``subset_name`` on a local folder that has neither a subfolder of that
   name nor a configuration of that name in its ``README.md``: a problem (``datasets``
   would refuse it when the run starts); on a local data file: a warning (it has no effect);
@@ -116,8 +115,8 @@ def check_engines_available(c: RftConfig, v: Validation) -> None:
 
 
 def check_host_gpus(c: RftConfig, v: Validation) -> None:
-    """``cluster.gpu_per_node`` against this machine's GPUs when the run starts its own
-    Ray cluster here (see the module docstring)."""
+    """``cluster.gpu_per_node`` against this machine's GPUs when the run would use this
+    machine alone (see the module docstring)."""
     asked = c.cluster.gpu_per_node
     address = cluster_address(c)
     if not asked or address not in PRIVATE_CLUSTER_ADDRESSES:
