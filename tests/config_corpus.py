@@ -15,10 +15,13 @@ BASE_CONFIG = CONFIGS / "base.yaml"
 CORPUS = yaml.safe_load((CONFIGS / "bad_configs.yaml").read_text())
 
 
-def prepare_environment(tmp_path: Path, monkeypatch: Any) -> None:
-    """Set the variables base.yaml reads: a model dir, a task file, a checkpoint root."""
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
+def prepare_environment(tmp_path: Path, monkeypatch: Any, model: Path | None = None) -> None:
+    """Set the variables base.yaml reads: a model dir (``model``, else an empty folder:
+    enough for config validation, not for ``rft validate``'s model files check), a task
+    file, a checkpoint root."""
+    if model is None:
+        model = tmp_path / "model"
+        model.mkdir(exist_ok=True)
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     (data / "tasks.jsonl").write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")

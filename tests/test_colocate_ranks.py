@@ -83,12 +83,15 @@ def test_colocate_derives_one_rank_per_device_and_rejects_impossible_splits(tmp_
     loaded = build_stages(plain(tmp_path, tiny_model_dir, **{"trainer.cpu_ranks": 2}), registry)
     assert loaded.stages[0].config.trainer.ranks == 2 and loaded.warnings == []
     gpus = build_stages(plain(tmp_path, tiny_model_dir, **{
-        "cluster": {"node_num": 2, "gpu_per_node": 4}, "buffer.batch_size": 4}), registry)
+        # GPU nodes of a cluster (not this machine's)
+        "cluster": {"node_num": 2, "gpu_per_node": 4, "ray_address": "10.0.0.1:6379"},
+        "buffer.batch_size": 4}), registry)
     assert gpus.stages[0].config.trainer.ranks == 8  # a rank and its engine on every GPU
     with pytest.raises(ConfigError, match=r"^trainer.ranks: 8 trainer ranks need at least 8 "
                                           r"rows per mini-batch \(optimizer step\), got 4 rows"):
         build_stages(plain(tmp_path, tiny_model_dir,
-                           cluster={"node_num": 2, "gpu_per_node": 4}), registry)
+                           cluster={"node_num": 2, "gpu_per_node": 4,
+                                    "ray_address": "10.0.0.1:6379"}), registry)
     with pytest.raises(ConfigError, match=r"explorer.rollout_model.engine_num: mode 'colocate' "
                                           r"runs one engine per device \(per trainer rank\)"):
         build_stages(plain(tmp_path, tiny_model_dir, **{

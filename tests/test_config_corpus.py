@@ -17,8 +17,8 @@ from rft.cli import main
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    prepare_environment(tmp_path, monkeypatch)
+def env(tmp_path, monkeypatch, tiny_model_dir):
+    prepare_environment(tmp_path, monkeypatch, tiny_model_dir)
     return tmp_path
 
 

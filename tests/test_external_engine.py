@@ -640,7 +640,8 @@ def test_engine_type_external_alone_enables_the_external_model(tmp_path, monkeyp
         config["model"]["external_model"]["enable"] = False
         config["explorer"]["rollout_model"] = {"engine_type": "external"}
         config["continue_from_checkpoint"] = False
-        config["cluster"] = {"node_num": 1, "gpu_per_node": 1}
+        # a GPU node of a cluster (not this machine)
+        config["cluster"] = {"node_num": 1, "gpu_per_node": 1, "ray_address": "10.0.0.1:6379"}
 
     loaded = load_config(edited(bench_config(tmp_path, tasks, "alone", external=True,
                                              model=None), by_engine_type))

@@ -32,8 +32,9 @@ BLOCKS_DIR = Path(__file__).parent / "data" / "reference_configs" / "guide_block
 BLOCKS = sorted(BLOCKS_DIR.glob("*.yaml"))
 
 LAPTOP = {
-    # 8 GPUs on one node give 8 trainer ranks: at least 8 rows per optimizer step.
-    "06_cluster": {"buffer": {"batch_size": 4}},
+    # 8 GPUs on one node give 8 trainer ranks: at least 8 rows per optimizer step; such
+    # nodes are a cluster's (on this machine a run would refuse them: cluster.gpu_per_node)
+    "06_cluster": {"buffer": {"batch_size": 4}, "cluster": {"ray_address": "10.0.0.1:6379"}},
 }
 """Beyond local paths, what a block needs on this laptop-sized config, and why."""
 

@@ -222,7 +222,8 @@ def test_validation_derives_ranks_and_rejects_impossible_splits(registry, tmp_pa
                                           r"rows per mini-batch \(optimizer step\), got 1 rows"):
         build_stages(rows, registry)
     gpus = both_plain(tmp_path, tiny_model_dir)
-    gpus["cluster"] = {"node_num": 2, "gpu_per_node": 4}
+    # GPU nodes of a cluster (not this machine)
+    gpus["cluster"] = {"node_num": 2, "gpu_per_node": 4, "ray_address": "10.0.0.1:6379"}
     gpus["explorer"]["rollout_model"]["tensor_parallel_size"] = 8
     with pytest.raises(ConfigError, match=r"explorer.rollout_model.tensor_parallel_size: 8 is "
                                           r"larger than a node \(cluster.gpu_per_node = 4\)"):

@@ -197,7 +197,7 @@ def test_row_missing_the_prompt_key_names_file_row_and_key(tmp_path):
     path.write_text(json.dumps({"q": "1", "a": "1"}) + "\n" + json.dumps({"question": "2", "a": "2"}))
     with pytest.raises(TasksetError) as caught:
         load_tasks(taskset(path), PLUGINS, is_eval=False)
-    assert str(caught.value) == (f"taskset 'ts' ({path}): row 1 has no key 'q' "
+    assert str(caught.value) == (f"taskset 'ts' ({path}): line 2 has no key 'q' "
                                  "(format.prompt_key) or 'message' (format.messages_key); "
                                  "keys: a, question")
 
@@ -205,7 +205,7 @@ def test_row_missing_the_prompt_key_names_file_row_and_key(tmp_path):
 def test_row_missing_the_response_key(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"q": "1"}) + "\n")
-    with pytest.raises(TasksetError, match=r"row 0 has no key 'a' \(format.response_key\)"):
+    with pytest.raises(TasksetError, match=r"line 1 has no key 'a' \(format.response_key\)"):
         load_tasks(taskset(path), PLUGINS, is_eval=False)
 
 

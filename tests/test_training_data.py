@@ -358,7 +358,7 @@ def test_task_tools_come_from_the_row():
     assert row_to_task(cfg, {"prompt": "q", "tools": json.dumps(TOOLS)}, 0, plugins,
                        is_eval=False).tools == TOOLS
     assert row_to_task(cfg, {"prompt": "q"}, 0, plugins, is_eval=False).tools is None
-    with pytest.raises(TasksetError, match=r"taskset 't' \(t.jsonl\): row 2: 'tools' "
+    with pytest.raises(TasksetError, match=r"taskset 't' \(t.jsonl\): row 3: 'tools' "
                                            r"\(format.tools_key\) is a string but not JSON"):
         row_to_task(cfg, {"prompt": "q", "tools": "add"}, 2, plugins, is_eval=False)
 
@@ -549,7 +549,8 @@ def test_a_row_naming_an_unknown_workflow_is_one_line(tmp_path):
                             "workflow (format.workflow_key 'wf')") for w in loaded.warnings)
     plan = loaded.stages[0].plan.tasksets[0]
     assert plan.row_workflows["simple_workflow"].args.system_prompt == "Be brief"
-    with pytest.raises(TasksetError, match=r"row 1: workflow 'math_workflw' \(format.workflow_key "
+    with pytest.raises(TasksetError, match=r"line 2: workflow 'math_workflw' "
+                                           r"\(format.workflow_key "
                                            r"'wf'\) is not registered; did you mean "
                                            r"'math_workflow'"):
         open_taskset(plan)

@@ -67,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import yaml
 
     from rft.config import load_config
-    from rft.modes.preflight import data_problems
+    from rft.modes.preflight import data_problems, model_file_problems
 
     _warn_about_plugin_versions()
     loaded = load_config(args.config, args.overrides)
@@ -75,8 +75,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"rft: warning: {warning}", file=sys.stderr)
     # the first rows of every data file: a bad byte, malformed JSON or an empty file is
     # reported now, with its file and line, not when the run reaches it
+    # and the files of every local model folder (config, tokenizer, weights' headers)
     problems = list(dict.fromkeys(problem for stage in loaded.stages
-                                  for problem in data_problems(stage.plan)))
+                                  for problem in (*model_file_problems(stage.plan),
+                                                  *data_problems(stage.plan))))
     if problems:
         _print_problems(ConfigError(problems))
         return EXIT_USAGE

@@ -282,7 +282,9 @@ def register_workflows() -> dict[str, Any]:
         distillation workflow stores a teacher's log-probs in ``teacher_logprobs`` ``(R,)``
         (the trainer's ``teacher_log_prob``). A task's tools (``format.tools_key``,
         ``Task.tools``) are offered in the prompts of ``self.model.chat`` calls that pass
-        no ``tools=`` of their own.
+        no ``tools=`` of their own. A class with ``default_reward_fn = "<name>"`` scores
+        with that registered reward function when its taskset names none (validation
+        selects it and says so; ``math_workflow``: ``math_reward``).
 
     Example::
 
@@ -357,7 +359,10 @@ def register_engines() -> dict[str, Any]:
         dataclass gets ``extra_engine_args`` checked against it at validation. One with
         ``serves_lora = True`` implements ``update_adapter(adapter, version)`` and serves
         ``model.lora_configs`` adapters (:class:`rft.adapter.AdapterWeights`); validation
-        refuses LoRA with any other.
+        refuses LoRA with any other. ``required_modules`` (with ``install_hint``) name the
+        Python packages it imports when it starts: validation refuses the engine where one
+        is missing. ``engine_options`` name the vLLM-style ``InferenceModelConfig`` fields
+        it reads; one set for an engine that does not read it is a warning.
 
     Example::
 

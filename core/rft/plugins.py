@@ -20,7 +20,6 @@ still loaded).
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata as importlib_metadata
 import os
 import sys
@@ -36,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from rft import hookspecs
 from rft.errors import DuplicateNameError, PluginError, UnknownNameError
+from rft.suggest import closest
 
 CORE_DISTRIBUTION = "rft-framework"
 """The core's distribution name (the import name and the command stay ``rft``); reported
@@ -555,7 +555,7 @@ class PluginRegistry:
         external = external_provider(kind, str(name))
         if external:  # a name of Trinity-RFT's, not a typo
             return f"{message} ({external})"
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.75)
+        close = closest(str(name), known, n=3, cutoff=0.75)
         if close:
             message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
         provider = KNOWN_PROVIDERS.get((kind, str(name)))

@@ -87,6 +87,13 @@ class Task:
         return messages + [{"role": "user", "content": self.prompt or ""}]
 
 
+def default_reward_fn(workflow: Any) -> str | None:
+    """The reward function ``workflow`` (a class) falls back to
+    (:attr:`Workflow.default_reward_fn`; ``None`` for a workflow that declares none)."""
+    name = getattr(workflow, "default_reward_fn", None)
+    return name if isinstance(name, str) and name else None
+
+
 def score_response(reward_fn: RewardFn, response: str, truth: Any, args: Any,
                    name: str = "reward function") -> dict[str, float]:
     """Call a reward function and check what it returned.
@@ -118,6 +125,12 @@ class Workflow(ABC):
 
     Args: type | None = None
     """Dataclass of the workflow's ``workflow_args``; ``None``: takes none."""
+
+    default_reward_fn: str | None = None
+    """The registered reward function the workflow scores with when its taskset names none
+    (``default_reward_fn_type`` unset): config validation selects it and says so in one
+    line (Trinity-RFT's ``math_workflow`` falls back to its math reward this way).
+    ``None``: the taskset's reward function, when the workflow needs one, must be set."""
 
     def __init__(self, task: Task, model: ModelWrapper,
                  auxiliary_models: list[ModelWrapper] | None = None) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import difflib
 import glob
 import io
 import itertools
@@ -41,6 +40,7 @@ from rft.buffer.errors import TasksetError
 from rft.buffer.retry import retrying, storage_retry
 from rft.config.schema import TasksetConfig
 from rft.hub import hub_unreachable
+from rft.suggest import closest
 from rft.workflow import Task
 
 if TYPE_CHECKING:
@@ -423,6 +423,49 @@ class TaskPlugins:
     """Reward functions a row may name in ``format.reward_fn_key`` (the plan's)."""
 
 
+def row_place(cfg: TasksetConfig, index: int) -> str:
+    """Where the row at ``index`` (0-based, in reading order) is, 1-based as an editor
+    shows it: ``line N`` of a JSON-lines or CSV file (blank lines and the CSV header
+    counted, so ``sed -n Np FILE`` prints it), else ``row N`` (a Parquet file, a JSON list,
+    a folder of files, an SQLite table)."""
+    path = os.path.expanduser(cfg.path or "")
+    extension = os.path.splitext(path)[1].lower()
+    if cfg.storage_type == "file" and os.path.isfile(path) and extension in TEXT_EXTENSIONS:
+        line = _line_of_row(path, extension, index)
+        if line is not None:
+            return f"line {line}"
+    return f"row {index + 1}"
+
+
+def _line_of_row(path: str, extension: str, index: int) -> int | None:
+    """The 1-based line where row ``index`` of a JSON-lines / CSV file starts; ``None``
+    for a file that is not one row per line (a JSON list or document) or that is shorter."""
+    try:
+        with open(path, encoding="utf-8", newline="" if extension == ".csv" else None) as f:
+            if extension == ".csv":
+                reader = csv.reader(f)
+                if next(reader, None) is None:  # the header
+                    return None
+                start = reader.line_num + 1
+                for number, _ in enumerate(reader):
+                    if number == index:
+                        return start
+                    start = reader.line_num + 1
+                return None
+            rows = 0
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                if rows == 0 and line.lstrip().startswith("["):
+                    return None  # a JSON list: its items are not lines
+                if rows == index:
+                    return number
+                rows += 1
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
+
+
 def _row_plugin(cfg: TasksetConfig, row: dict[str, Any], index: int, column: str, field_name: str,
                 choices: Mapping[str, Selected[Any]], label: str) -> Selected[Any] | None:
     """The plugin a row names in ``column`` (``None``: it names none)."""
@@ -430,9 +473,9 @@ def _row_plugin(cfg: TasksetConfig, row: dict[str, Any], index: int, column: str
         return None
     name = str(row[column])
     if name not in choices:
-        close = difflib.get_close_matches(name, list(choices), n=3)
+        close = closest(name, choices)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise TasksetError(f"{_where(cfg)}: row {index}: {label} {name!r} "
+        raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)}: {label} {name!r} "
                            f"(format.{field_name} {column!r}) is not registered{hint}")
     return choices[name]
 
@@ -465,7 +508,8 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
         if fmt.prompt_key not in row:
             also = (f" or {fmt.messages_key!r} (format.messages_key)"
                     if fmt.prompt_type == "messages" else "")
-            raise TasksetError(f"{_where(cfg)}: row {index} has no key {fmt.prompt_key!r} "
+            raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)} has no key "
+                               f"{fmt.prompt_key!r} "
                                f"(format.prompt_key){also}; keys: {', '.join(row)}")
         task.prompt = str(row[fmt.prompt_key])
         if fmt.system_prompt_key and row.get(fmt.system_prompt_key):
@@ -473,12 +517,18 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
         else:
             task.system_prompt = fmt.system_prompt
     if fmt.tools_key and fmt.tools_key in row:
-        task.tools = parse_tools(row[fmt.tools_key],
-                                 f"row {index}: {fmt.tools_key!r} (format.tools_key)", _where(cfg))
+        try:
+            task.tools = parse_tools(row[fmt.tools_key], f"{fmt.tools_key!r} (format.tools_key)",
+                                     _where(cfg))
+        except TasksetError as exc:  # the row's place is looked up only for the message
+            where = f"{_where(cfg)}: "
+            raise TasksetError(str(exc).replace(where, where + row_place(cfg, index) + ": ", 1)
+                               ) from exc
     if fmt.response_key in row:
         task.truth = row[fmt.response_key]
     elif task.reward_fn is not None:
-        raise TasksetError(f"{_where(cfg)}: row {index} has no key {fmt.response_key!r} "
+        raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)} has no key "
+                           f"{fmt.response_key!r} "
                            f"(format.response_key) for the reward; keys: {', '.join(row)}")
     return task
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,11 +83,41 @@ def timestamp_name(plain: dict[str, Any]) -> None:
 
 
 def _convert(plain: dict[str, Any], prefix: str, problems: list[str]) -> RftConfig | None:
+    """The typed config, its conversion problems appended to ``problems``. A key that
+    failed to convert keeps its default, so the rest is still validated: every problem
+    of a config is reported in one pass. ``None`` only when no config could be built."""
     local: list[str] = []
     config = to_dataclass(RftConfig, plain, "", local)
     local = explain_unknown_keys(local)
     problems.extend(prefix + p for p in local if p not in problems)  # global ones once
-    return None if config is INVALID or local else config
+    return None if config is INVALID else config
+
+
+_SUGGESTED = re.compile(r"did you mean '([^']+)'")
+_STAGE_PREFIX = re.compile(r"^stages\[\d+\]\.")
+
+
+def reported_keys(problems: list[str]) -> set[str]:
+    """Dotted keys that conversion ``problems`` already speak for: the culprit's, and the
+    key a did-you-mean names (its sibling). A stage's problems count without their
+    ``stages[i].`` prefix (a stage's config holds the global keys too)."""
+    keys: set[str] = set()
+    for line in problems:
+        key = line.split(": ", 1)[0]
+        keys.add(key)
+        match = _SUGGESTED.search(line)
+        if match:
+            parent = key.rsplit(".", 1)[0] if "." in key else ""
+            keys.add(f"{parent}.{match.group(1)}" if parent else match.group(1))
+    return keys
+
+
+def follow_on(problem: str, reported: set[str]) -> bool:
+    """Whether a validation ``problem`` is about a key conversion already reported (the
+    default it fell back to, e.g. ``model.model_path: must be set`` after
+    ``model.model_pth: unknown key; did you mean 'model_path'?``)."""
+    key = problem.split(": ", 1)[0]
+    return any(key == k or key.startswith((k + ".", k + "[")) for k in reported)
 
 
 def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfig:
@@ -130,9 +161,10 @@ def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfi
         config = global_config if not prefix else _convert(stage_plain, prefix, problems)
         if config is None:
             continue
+        reported = reported_keys([_STAGE_PREFIX.sub("", p) for p in problems])
         config = copy.deepcopy(config)
         found, warnings, plan = validate(config, registry)
-        problems.extend(prefix + p for p in found)
+        problems.extend(prefix + p for p in found if not follow_on(p, reported))
         if plan is not None:
             loaded_stages.append(Stage(stage_name, plan, tuple(warnings)))
     if problems:

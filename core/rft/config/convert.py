@@ -15,11 +15,12 @@ typed configs, a string is taken for a number or a boolean when it spells one
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
+
+from rft.suggest import closest, did_you_mean
 
 T = TypeVar("T")
 
@@ -135,7 +136,7 @@ def convert_value(tp: Any, value: Any, key: str, problems: list[str]) -> Any:
         if value in allowed and type(value) in {type(a) for a in allowed}:
             return value
         message = f"{key}: {_describe(value)} is not allowed; expected {type_name(tp)}"
-        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        close = closest(str(value), [str(a) for a in allowed], n=1)
         if close:
             message += f" (did you mean {close[0]!r}?)"
         problems.append(message)
@@ -185,6 +186,27 @@ def _empty_section(tp: Any) -> bool:
     return dataclasses.is_dataclass(tp) or origin in (list, dict)
 
 
+def unknown_key_message(key: str, name: str, value: Any, known: list[str]) -> str:
+    """One line for the unknown key ``name`` under ``key``: the closest known keys
+    (:func:`rft.suggest.did_you_mean`, case-insensitive), else the known keys. A key
+    written ``name:value`` without a space (YAML reads ``{epsilon:1e-6}`` as the key
+    ``'epsilon:1e-6'`` with no value) is told to write ``key: value``."""
+    where = join_key(key, name)
+    head, colon, rest = name.partition(":")
+    if colon and value is None and head.strip():
+        head = head.strip()
+        message = (f"{where}: unknown key {name!r}; write `key: value` with a space after "
+                   f"the colon (`{head}: {rest.strip()}`)")
+        if head not in known:
+            message += did_you_mean(head, known, n=1) or f"; known keys: {', '.join(known)}"
+        return message
+    hint = did_you_mean(name, known, n=1)
+    if hint:
+        return f"{where}: unknown key{hint}"
+    return (f"{where}: unknown key {'in ' + key if key else 'at the top level'}; known "
+            f"keys: {', '.join(known)}")
+
+
 def to_dataclass(cls: type[T], data: dict[str, Any], key: str, problems: list[str]) -> T:
     """Build ``cls`` from ``data``; unknown keys and bad values are appended to ``problems``.
 
@@ -196,14 +218,7 @@ def to_dataclass(cls: type[T], data: dict[str, Any], key: str, problems: list[st
     for name, value in data.items():
         name = str(name)
         if name not in types_by_name:
-            message = f"{join_key(key, name)}: unknown key"
-            close = difflib.get_close_matches(name, list(types_by_name), n=1, cutoff=0.6)
-            if close:
-                message += f"; did you mean {close[0]!r}?"
-            else:
-                where = f"in {key}" if key else "at the top level"
-                message += f" {where}; known keys: {', '.join(types_by_name)}"
-            problems.append(message)
+            problems.append(unknown_key_message(key, name, value, list(types_by_name)))
             continue
         if value is None and _empty_section(types_by_name[name]):
             continue  # `section:` with nothing (or only comments) under it: its defaults

@@ -21,6 +21,7 @@ from rft.config.convert import INVALID, to_dataclass
 from rft.config.data_checks import check_datasets
 from rft.config.dotted import import_dotted, looks_dotted
 from rft.config.external import check_external_engines, derive_external_model, is_remote
+from rft.config.host_checks import check_host
 from rft.config.load import unset_env_variable
 from rft.config.lora import check_lora
 from rft.config.plan import LossPlan, ModelPlan, RunPlan, Selected, TasksetPlan
@@ -37,6 +38,7 @@ from rft.config.trinity_forms import check_trinity_forms
 from rft.contracts import needs_values
 from rft.hosts import why_not_loopback
 from rft.plugins import KINDS, PluginRegistry, args_type_of
+from rft.workflow import default_reward_fn
 
 GPU_MODES = ("both", "train", "explore", "bench")
 """Modes whose processes are placed on GPUs through the cluster section."""
@@ -425,6 +427,7 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
     workflow = v.select("workflow", f"{key}.default_workflow_type",
                         taskset.default_workflow_type, taskset.workflow_args,
                         f"{key}.workflow_args")
+    fallback_reward(key, taskset, workflow, v)
     reward = v.select("reward_fn", f"{key}.default_reward_fn_type",
                       taskset.default_reward_fn_type, taskset.reward_fn_args,
                       f"{key}.reward_fn_args")
@@ -436,6 +439,19 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
         planned = TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector,
                               **row_plugins(key, taskset, v))
         (v.eval_tasksets if is_eval else v.tasksets).append(planned)
+
+
+def fallback_reward(key: str, taskset: TasksetConfig, workflow: Selected[Any] | None,
+                    v: Validation) -> None:
+    """A taskset naming no reward function whose workflow declares one to fall back to
+    (:attr:`rft.workflow.Workflow.default_reward_fn`) gets it, said in one line."""
+    name = default_reward_fn(workflow.implementation) if workflow is not None else None
+    if taskset.default_reward_fn_type is not None or name is None:
+        return
+    taskset.default_reward_fn_type = name
+    v.warnings.append(f"{key}.default_reward_fn_type: not set; workflow "
+                      f"{taskset.default_workflow_type!r} scores with its default reward "
+                      f"function {name!r} (as in Trinity-RFT)")
 
 
 def row_plugins(key: str, taskset: TasksetConfig, v: Validation) -> dict[str, Any]:
@@ -947,6 +963,7 @@ CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_global, check_algorithm, derive_external_model, check_model, check_buffer,
     check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
     check_trainer, check_memory, check_lora, check_split_modes, check_monitor, check_data_processor,
+    check_host,
     check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""

@@ -189,6 +189,18 @@ class InferenceEngine(ABC):
     """The engine serves LoRA adapters (:meth:`update_adapter`); validation refuses
     ``model.lora_configs`` with an engine that does not."""
 
+    required_modules: ClassVar[tuple[str, ...]] = ()
+    """Python packages the engine imports when it starts; validation refuses the engine
+    where one is not installed (:attr:`install_hint` says how to get it)."""
+
+    install_hint: ClassVar[str] = ""
+    """How to install :attr:`required_modules` (one line)."""
+
+    engine_options: ClassVar[frozenset[str]] = frozenset()
+    """The engine-specific ``InferenceModelConfig`` fields it reads (of
+    :data:`rft.config.host_checks.ENGINE_OPTIONS`); validation warns about one set for an
+    engine that does not read it."""
+
     def __init__(
         self,
         *,

@@ -95,6 +95,11 @@ class VLLMEngine(InferenceEngine):
         :class:`~rft.explorer.engine.InferenceEngine`.
     """
 
+    required_modules = ("vllm",)
+    install_hint = INSTALL_HINT
+    engine_options = frozenset({"enforce_eager", "enable_prefix_caching",
+                                "enable_chunked_prefill", "gpu_memory_utilization"})
+
     def __init__(
         self,
         model_path: str,
@@ -167,8 +172,8 @@ class VLLMEngine(InferenceEngine):
         try:
             from vllm import LLM  # lazy: rft imports without vllm
         except ImportError as exc:
-            raise RftError(f"vllm engine: vLLM is not installed ({INSTALL_HINT}): {exc}"
-                           ) from exc
+            raise RftError(f"vllm engine: vLLM is not installed ({self.install_hint}): "
+                           f"{exc}") from exc
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_path,
                                                         trust_remote_code=trust_remote_code)

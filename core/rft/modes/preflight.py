@@ -3,7 +3,10 @@
 A model path that is neither a local folder nor in the Hugging Face cache would be fetched
 from the Hub; on a machine that cannot reach it, transformers retries for about a minute
 and ends in a traceback. :func:`check_model_sources` says it in one line within seconds
-instead (a local-looking path that does not exist is already a validation problem).
+instead (a local-looking path that does not exist is already a validation problem). A
+local folder that is not a whole model (empty, no weights, a truncated safetensors file, a
+file instead of a folder) is one line naming its path (:func:`model_file_problems`, also
+run by ``rft validate``).
 
 :func:`data_problems` (``rft validate``) reads the first rows of every data file a stage
 reads — its tasksets, the dataset of a train-only stage (SFT or DPO rows) and the
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from rft.buffer.offline import RowFormat, check_rows, row_format, rows_config
 from rft.buffer.taskset import TaskPlugins, TasksetError, preview_rows, row_to_task
 from rft.config.load import unset_env_variable
+from rft.config.model_files import model_folder_problem
 from rft.config.plan import RunPlan
 from rft.config.schema import ExperienceBufferConfig
 from rft.config.validate import local_looking
@@ -28,7 +32,7 @@ from rft.hub import HUB_CONNECT_TIMEOUT_S, hub_unreachable, in_hub_cache
 
 __all__ = ["HUB_CONNECT_TIMEOUT_S", "check_data_sources", "check_model_sources", "data_paths",
            "data_problems", "hub_unreachable",
-           "in_hub_cache", "model_paths", "model_source_problem"]
+           "in_hub_cache", "model_file_problems", "model_paths", "model_source_problem"]
 
 
 def model_paths(plan: RunPlan) -> Iterator[tuple[str, str]]:
@@ -57,10 +61,35 @@ def model_source_problem(key: str, path: str) -> str | None:
             "model folder (`rft tiny-model DIR` builds a tiny one)")
 
 
+def model_file_problems(plan: RunPlan) -> list[str]:
+    """One line per local model folder of the stage that is not complete
+    (:func:`rft.config.model_files.model_folder_problem`): config, tokenizer, and the
+    weights' headers where the stage loads weights (not for a model only a remote engine
+    serves, whose folder gives the tokenizer)."""
+    remote = {m.key: bool(getattr(m.engine.implementation, "remote", False))
+              for m in (plan.rollout_model, *plan.auxiliary_models)}
+    trains = plan.config.mode in ("both", "train", "colocate")
+    problems: list[str] = []
+    for key, path in model_paths(plan):
+        engine_key = key.rsplit(".", 1)[0]
+        if key == "model.model_path":
+            weights, tokenizer = trains or not remote.get("explorer.rollout_model", False), True
+        elif engine_key in remote:
+            weights, tokenizer = not remote[engine_key], True
+        else:  # the critic: weights (its tokenizer is the policy's)
+            weights, tokenizer = True, False
+        problem = model_folder_problem(key, path, weights=weights, tokenizer=tokenizer)
+        if problem is not None:
+            problems.append(problem)
+    return list(dict.fromkeys(problems))
+
+
 def check_model_sources(plan: RunPlan) -> None:
-    """Raise one :class:`RftError` listing every model of the stage that cannot be had."""
+    """Raise one :class:`RftError` listing every model of the stage that cannot be had:
+    not here nor on the Hub, or a local folder that is not complete."""
     problems = [p for key, path in model_paths(plan)
                 if (p := model_source_problem(key, path)) is not None]
+    problems += model_file_problems(plan)
     if problems:
         raise RftError("\n".join(dict.fromkeys(problems)))
 

@@ -77,6 +77,7 @@ class MathRMWorkflow(MathWorkflow):
     scored by teacher forcing (``reward/reward_model``)."""
 
     Args = RewardModelArgs
+    default_reward_fn = None  # the judge scores: no math_reward fallback
 
     def reward(self, experiences: list[Experience]) -> None:
         args = self.options
@@ -160,6 +161,7 @@ class MathRULERWorkflow(MathWorkflow):
     ``n`` numbers gives every answer 0 (``judge_success`` 0)."""
 
     Args = RulerArgs
+    default_reward_fn = None  # the judge scores: no math_reward fallback
 
     def reward(self, experiences: list[Experience]) -> None:
         args = self.options

@@ -138,9 +138,11 @@ MATH_SYSTEM_PROMPT = (
 
 
 class MathWorkflow(SimpleWorkflow):
-    """Reason in ``<think>`` tags, answer in ``<answer>`` tags (scored by e.g. ``math_reward``)."""
+    """Reason in ``<think>`` tags, answer in ``<answer>`` tags; scored by the taskset's
+    reward function, ``math_reward`` when it names none (as Trinity-RFT's)."""
 
     default_system_prompt = MATH_SYSTEM_PROMPT
+    default_reward_fn = "math_reward"
 
 
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
