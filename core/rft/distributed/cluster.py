@@ -1,9 +1,12 @@
 """Joining or starting the Ray cluster of a run.
 
 ``rft run`` joins the cluster at ``RAY_ADDRESS`` or ``cluster.ray_address``; with the
-default ``auto`` it joins the one running on this machine (left by ``ray start --head``, or
-started by another process's ``ray.init``), and with none — or with ``local`` — it starts a
-private local cluster bound to 127.0.0.1 and stops it when the run ends. The run's actors
+default ``auto`` it joins the one that ``ray start --head`` started on this machine (named
+in Ray's address file), and with none — or with ``local`` — it starts a private local
+cluster bound to 127.0.0.1 and stops it when the run ends. A private cluster (another run's,
+a notebook's ``ray.init()``) is never joined unless its address is given: it ends with the
+process that started it, and so would the run that joined it. Which cluster a run is on is
+one stderr line (``rft: started a local …`` / ``rft: joined the …``). The run's actors
 live in ``ray_namespace``. The cluster to join is checked first, in bounded time
 (:mod:`rft.distributed.ray_join`): one that does not answer is one line, not minutes of
 Ray's retries.
@@ -21,7 +24,9 @@ sockets of its processes).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -59,12 +64,13 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
         if target is None or is_loopback(target):  # a private or loopback-only cluster
             restore = loopback_only()
         try:
-            if target is not None:
-                ray.init(address=target, namespace=config.ray_namespace)
-            else:  # no cluster to join: a private one
-                ray.init(namespace=config.ray_namespace, include_dashboard=False,
-                         _node_ip_address=LOOPBACK)
-                started_here = True
+            with own_sigterm_handler():
+                if target is not None:
+                    ray.init(address=target, namespace=config.ray_namespace)
+                else:  # no cluster to join: a private one
+                    ray.init(namespace=config.ray_namespace, include_dashboard=False,
+                             _node_ip_address=LOOPBACK)
+                    started_here = True
         except BaseException:
             restore()
             raise
@@ -84,6 +90,22 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
         if started_here:
             ray.shutdown()
         restore()
+
+
+@contextmanager
+def own_sigterm_handler() -> Iterator[None]:
+    """Keep this process's SIGTERM handler across ``ray.init``, which installs two of its
+    own: a Python one (``sys.exit``) and, below it, its core worker's crash handler (the
+    ``*** SIGTERM received ***`` abort, exit 134). Installing the previous Python handler
+    again replaces both, so a run on Ray ends on SIGTERM as one without (``rft.cli``: one
+    line, exit 143, the trainer's last step saved). Main thread only (Python's rule)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def loopback_only() -> Callable[[], None]:

@@ -105,7 +105,10 @@ class TrainerRank:
         group's backend."""
         import ray
 
+        from rft.distributed.placement import check_actor_device
+
         self.rank = rank
+        check_actor_device(f"trainer {self.plan.trainer.name!r} rank {rank}")  # no CPU fallback
         device = (torch.device("cuda", 0) if ray.get_gpu_ids() and _has_gpu()
                   else torch.device("cpu"))  # Ray shows the rank its own GPU as cuda:0
         self.group = RankGroup.initialize(rank, self.world_size, master_addr, master_port,
