@@ -6,7 +6,11 @@ in Ray's address file), and with none — or with ``local`` — it starts a priv
 cluster bound to 127.0.0.1 and stops it when the run ends. A private cluster (another run's,
 a notebook's ``ray.init()``) is never joined unless its address is given: it ends with the
 process that started it, and so would the run that joined it. Which cluster a run is on is
-one stderr line (``rft: started a local …`` / ``rft: joined the …``). The run's actors
+one stderr line (``rft: started a local …`` / ``rft: joined the …``).
+
+Stopping: SIGTERM ends a run on Ray as one without (``ray.init`` replaces the process's
+handler: :func:`own_sigterm_handler` puts it back), and a run killed outright takes its
+private cluster along within about a second (:mod:`rft.distributed.reaper`). The run's actors
 live in ``ray_namespace``. The cluster to join is checked first, in bounded time
 (:mod:`rft.distributed.ray_join`): one that does not answer is one line, not minutes of
 Ray's retries.
@@ -32,6 +36,7 @@ from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
 from rft.distributed.ray_join import configured_address, is_loopback, join_address
+from rft.distributed.reaper import watch
 from rft.distributed.timeline import write_timeline
 from rft.errors import RftError
 
@@ -79,6 +84,8 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
     except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
         where = "a local cluster" if address == "auto" else f"address {address!r}"
         raise RftError(f"cannot connect to Ray ({where}): {str(exc).splitlines()[0]}") from exc
+    # a killed run takes its private cluster along (rft.distributed.reaper)
+    watcher = watch() if started_here else None
     where = ray.get_runtime_context().gcs_address
     print(f"rft: {'started a local' if started_here else 'joined the'} Ray cluster at {where} "
           f"(namespace {config.ray_namespace!r})", file=sys.stderr, flush=True)
@@ -89,6 +96,8 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
             write_timeline(timeline)
         if started_here:
             ray.shutdown()
+        if watcher is not None:
+            watcher.done()
         restore()
 
 
