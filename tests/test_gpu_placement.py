@@ -152,3 +152,23 @@ def test_no_silent_cpu_fallback(assigned, cuda, refused):
     assert line.startswith(f"trainer actor 'trainer': Ray assigned GPU {', '.join(assigned)} "
                            "but torch.cuda.is_available() is False"), line
     assert "cluster.gpu_per_node: 0" in line
+
+
+def test_a_both_run_on_declared_gpus_refuses_to_run_on_cpu(ray_with_gpus, tmp_path,
+                                                           tiny_model_dir):
+    """The whole decision in a real ``both`` run: gpu_per_node detected from Ray's 4 GPUs,
+    the explorer actor gets one, finds no usable CUDA on this machine and the run ends in
+    one line naming it (before: the actors asked for no GPU and ran on CPU)."""
+    from rft.launcher import run
+
+    config = apply_overrides(tiny_run_config(tiny_model_dir, write_taskset(tmp_path / "t.jsonl"),
+                                             tmp_path), {
+        "mode": "both", "cluster": {"gpu_per_node": None, "node_num": None}})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    with pytest.raises(RftError) as failed:
+        run(load_config(path))
+    line = str(failed.value)
+    assert "\n" not in line, line
+    assert "explorer actor 'explorer': Ray assigned GPU " in line, line
+    assert "but torch.cuda.is_available() is False" in line, line

@@ -547,6 +547,11 @@ class Coordinator:
     def _died(self, exc: Exception, call: Call, seen_by: str | None = None) -> RftError:
         """The one-line error of a dead actor, naming the actor that died: the one
         ``exc`` says (by its id), else the one called."""
+        refused = _refusal(exc)
+        if refused is not None:  # the actor refused to start: its own line names it
+            if seen_by is None:
+                self.actors.pop(call.role, None)
+            return RftError(refused)
         dead_id = getattr(exc, "actor_id", None)
         role = next((r for r, actor in self.actors.items()
                      if dead_id and _actor_id(actor) == dead_id), None)
@@ -615,6 +620,18 @@ def _actor_id(actor: Any) -> str | None:
     """The hex id of an actor handle (what Ray's actor errors carry)."""
     actor_id = getattr(actor, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else None
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The message of an :class:`RftError` an actor's ``__init__`` raised (Ray keeps only
+    its traceback's text, whose last line is ``rft.errors.<class>: <message>``); ``None``
+    when the actor died otherwise."""
+    if not getattr(exc, "actor_init_failed", False):
+        return None
+    lines = str(exc).strip().splitlines()
+    last = lines[-1] if lines else ""
+    kind, _, message = last.partition(": ")
+    return message if kind.startswith("rft.errors.") and message else None
 
 
 def _first_line(exc: BaseException) -> str:

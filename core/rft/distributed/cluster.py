@@ -28,15 +28,14 @@ sockets of its processes).
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
 from rft.distributed.ray_join import configured_address, is_loopback, join_address
 from rft.distributed.reaper import watch
+from rft.distributed.sigterm import own_sigterm_handler
 from rft.distributed.timeline import write_timeline
 from rft.errors import RftError
 
@@ -99,22 +98,6 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
         if watcher is not None:
             watcher.done()
         restore()
-
-
-@contextmanager
-def own_sigterm_handler() -> Iterator[None]:
-    """Keep this process's SIGTERM handler across ``ray.init``, which installs two of its
-    own: a Python one (``sys.exit``) and, below it, its core worker's crash handler (the
-    ``*** SIGTERM received ***`` abort, exit 134). Installing the previous Python handler
-    again replaces both, so a run on Ray ends on SIGTERM as one without (``rft.cli``: one
-    line, exit 143, the trainer's last step saved). Main thread only (Python's rule)."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main else None
-    try:
-        yield
-    finally:
-        if main and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def loopback_only() -> Callable[[], None]:

@@ -245,7 +245,10 @@ class RankedTrainer(Trainer):
         self._failure: str | None = None
         self._started_ray = False
         if not ray.is_initialized():  # a process without Ray (mode train): a private one
-            ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
+            from rft.distributed.sigterm import own_sigterm_handler
+
+            with own_sigterm_handler():  # SIGTERM stays the run's (one line, exit 143)
+                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
             self._started_ray = True
         strategy = plan.trainer.trainer_strategy
         if strategy == "fsdp":
