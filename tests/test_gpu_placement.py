@@ -142,6 +142,8 @@ def test_gpus_of_nodes_reads_alive_nodes_only():
     (["0"], True, False),  # a usable GPU
 ])
 def test_no_silent_cpu_fallback(assigned, cuda, refused):
+    # Ray's GPUs declared as labels only (RFT_RAY_GPUS_AS_LABELS=1, multi-node tests on CPU)
+    refuse_cpu_fallback("trainer actor 'trainer'", assigned, cuda, gpus_as_labels=True)
     if not refused:
         refuse_cpu_fallback("trainer actor 'trainer'", assigned, cuda)
         return

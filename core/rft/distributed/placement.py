@@ -23,6 +23,7 @@ the one torch was built for) — one line, not a silent run on CPU over gloo.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -135,13 +136,21 @@ def detect_from_ray(config: RftConfig) -> None:
         print(f"rft: {line}", file=sys.stderr, flush=True)
 
 
-def refuse_cpu_fallback(who: str, assigned_gpus: list[Any], cuda_available: bool) -> None:
+GPUS_AS_LABELS_ENV = "RFT_RAY_GPUS_AS_LABELS"
+"""``1`` in an actor's environment: Ray's GPUs are placement labels only and the actor
+computes on the CPU (tests of multi-node placement on CPU machines, with GPUs declared to
+Ray); :func:`refuse_cpu_fallback` then lets it run."""
+
+
+def refuse_cpu_fallback(who: str, assigned_gpus: list[Any], cuda_available: bool,
+                        gpus_as_labels: bool = False) -> None:
     """Refuse to run on CPU where Ray assigned GPUs (``assigned_gpus``: ``ray.get_gpu_ids()``
-    of the actor) but CUDA is not usable (``cuda_available``: ``torch.cuda.is_available()``).
+    of the actor) but CUDA is not usable (``cuda_available``: ``torch.cuda.is_available()``),
+    unless the GPUs are declared labels only (``gpus_as_labels``, :data:`GPUS_AS_LABELS_ENV`).
 
     :raises RftError: one line naming ``who`` and the GPU ids.
     """
-    if not assigned_gpus or cuda_available:
+    if not assigned_gpus or cuda_available or gpus_as_labels:
         return
     import torch
 
@@ -157,4 +166,5 @@ def check_actor_device(who: str) -> None:
     import ray
     import torch
 
-    refuse_cpu_fallback(who, list(ray.get_gpu_ids()), torch.cuda.is_available())
+    refuse_cpu_fallback(who, list(ray.get_gpu_ids()), torch.cuda.is_available(),
+                        os.environ.get(GPUS_AS_LABELS_ENV) == "1")
