@@ -91,6 +91,7 @@ def side_by_side(tmp_path_factory, tiny_model_dir):
                                    "openai_api_key_env": "RFT_LIFECYCLE_KEY"}})
     second = both_run(root / "second", tiny_model_dir, 6, name="second")
     logs = root / "first.log", root / "second.log"
+    before = set(RAY_TMP.glob("session_*"))
     one = start(first, logs[0])
     try:
         wait_for(lambda: cluster_line(logs[0]), 120, "the first run's cluster")
@@ -101,7 +102,8 @@ def side_by_side(tmp_path_factory, tiny_model_dir):
             two.kill()
     finally:
         one.kill()
-    return {"codes": codes, "stderr": [log.read_text() for log in logs], "secret": secret}
+    return {"codes": codes, "stderr": [log.read_text() for log in logs], "secret": secret,
+            "sessions": sorted(set(RAY_TMP.glob("session_*")) - before)}
 
 
 @pytest.mark.slow
@@ -125,7 +127,8 @@ def test_explorer_env_vars_reach_the_actor_but_no_ray_log(side_by_side):
     assert side_by_side["codes"][0] == 0, side_by_side["stderr"][0][-3000:]
     secret = side_by_side["secret"].encode()
     holders = []
-    for session in RAY_TMP.glob("session_*"):
+    assert side_by_side["sessions"]  # the two runs' Ray session directories
+    for session in side_by_side["sessions"]:
         for path in session.rglob("*"):
             try:
                 if path.is_file() and not path.is_symlink() and secret in path.read_bytes():

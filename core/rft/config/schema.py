@@ -319,8 +319,9 @@ class ClusterConfig:
     node_num: int | None = None
     """Number of compute nodes (veRL ``trainer.nnodes``); ``None``: detected from Ray."""
     gpu_per_node: int | None = None
-    """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected.
-    ``0`` runs on CPU."""
+    """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected (modes
+    on Ray: from the cluster's GPU resources when the run starts, see
+    :mod:`rft.distributed.placement`). ``0`` runs on CPU."""
     explorer_gpu_num: int | None = None
     """Derived: GPUs of the rollout engines (``engine_num × tensor_parallel_size``)."""
     auxiliary_gpu_num: int | None = None
