@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from rft.config import load_config
+from rft.device_check import refuse_cpu_fallback
 from rft.distributed.placement import (actor_gpus, auxiliary_placement, detect_cluster_gpus,
-                                       detect_from_ray, gpus_of_nodes, refuse_cpu_fallback)
+                                       detect_from_ray, gpus_of_nodes)
 from rft.errors import RftError
 from rft.testing.runs import apply_overrides, tiny_run_config, write_taskset
 

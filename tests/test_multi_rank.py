@@ -624,7 +624,7 @@ def test_both_on_a_ray_cluster_of_three_nodes(ray_two_cpus, registry, tmp_path, 
     packed, on the two others; vLLM and nccl sync as on one node."""
     import ray
     from ray.cluster_utils import Cluster
-    from rft.distributed.placement import GPUS_AS_LABELS_ENV
+    from rft.device_check import GPUS_AS_LABELS_ENV
     from rft.launcher import run
 
     release()

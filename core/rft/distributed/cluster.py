@@ -10,7 +10,7 @@ one stderr line (``rft: started a local …`` / ``rft: joined the …``).
 
 Stopping: SIGTERM ends a run on Ray as one without (``ray.init`` replaces the process's
 handler: :func:`own_sigterm_handler` puts it back), and a run killed outright takes its
-private cluster along within about a second (:mod:`rft.distributed.reaper`). The run's actors
+private cluster along within about a second (:mod:`rft.ray_reaper`). The run's actors
 live in ``ray_namespace``. The cluster to join is checked first, in bounded time
 (:mod:`rft.distributed.ray_join`): one that does not answer is one line, not minutes of
 Ray's retries.
@@ -34,10 +34,10 @@ from contextlib import contextmanager
 
 from rft.config.schema import RftConfig
 from rft.distributed.ray_join import configured_address, is_loopback, join_address
-from rft.distributed.reaper import watch
-from rft.distributed.sigterm import own_sigterm_handler
 from rft.distributed.timeline import write_timeline
 from rft.errors import RftError
+from rft.ray_reaper import watch
+from rft.sigterm import own_sigterm_handler
 
 LOOPBACK = "127.0.0.1"
 
@@ -83,7 +83,7 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
     except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
         where = "a local cluster" if address == "auto" else f"address {address!r}"
         raise RftError(f"cannot connect to Ray ({where}): {str(exc).splitlines()[0]}") from exc
-    # a killed run takes its private cluster along (rft.distributed.reaper)
+    # a killed run takes its private cluster along (rft.ray_reaper)
     watcher = watch() if started_here else None
     where = ray.get_runtime_context().gcs_address
     print(f"rft: {'started a local' if started_here else 'joined the'} Ray cluster at {where} "

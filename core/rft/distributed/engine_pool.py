@@ -29,8 +29,9 @@ import torch
 
 from rft.adapter import AdapterWeights
 from rft.config.schema import RftConfig
+from rft.device_check import check_actor_device
 from rft.distributed.actor_env import set_explorer_env
-from rft.distributed.placement import auxiliary_placement, check_actor_device, on_gpus
+from rft.distributed.placement import auxiliary_placement, on_gpus
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.explorer.auxiliary import AuxiliaryEngineBuilder
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs

@@ -32,10 +32,11 @@ from rft.adapter import AdapterWeights
 from rft.chat_template import load_tokenizer
 from rft.checkpoint import Checkpoint, load_sync_weights, rng_state, set_rng_state
 from rft.config.plan import RunPlan
+from rft.device_check import check_actor_device
 from rft.distributed.actor_env import set_explorer_env
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool, auxiliary_pools
-from rft.distributed.placement import actor_gpus, check_actor_device
+from rft.distributed.placement import actor_gpus
 from rft.distributed.weight_broadcast import (
     BUCKET_BYTES,
     Broadcast,

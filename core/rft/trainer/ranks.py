@@ -105,7 +105,7 @@ class TrainerRank:
         group's backend."""
         import ray
 
-        from rft.distributed.placement import check_actor_device
+        from rft.device_check import check_actor_device
 
         self.rank = rank
         check_actor_device(f"trainer {self.plan.trainer.name!r} rank {rank}")  # no CPU fallback
@@ -246,8 +246,8 @@ class RankedTrainer(Trainer):
         self._started_ray = False
         self._watcher: Any = None
         if not ray.is_initialized():  # a process without Ray (mode train): a private one
-            from rft.distributed.reaper import watch
-            from rft.distributed.sigterm import own_sigterm_handler
+            from rft.ray_reaper import watch
+            from rft.sigterm import own_sigterm_handler
 
             with own_sigterm_handler():  # SIGTERM stays the run's (one line, exit 143)
                 ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
