@@ -67,6 +67,14 @@ def cluster_line(log: Path) -> str | None:
                  if " Ray cluster at " in line), None)
 
 
+def alive(process: psutil.Process) -> bool:
+    """Running, and not a zombie (killed, waiting for a parent that is gone to reap it)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def trained_steps(root: Path) -> list[int]:
     paths = list(root.glob("checkpoints/**/monitor/trainer.jsonl"))
     if not paths:
@@ -195,14 +203,53 @@ def test_ray_processes_do_not_outlive_a_killed_driver(tmp_path, tiny_model_dir):
         assert "gcs_server" in names and "raylet" in names, names
         run.kill()  # SIGKILL
         run.wait(timeout=30)
-        _, alive = psutil.wait_procs(started, timeout=5)
+        _, remaining = psutil.wait_procs(started, timeout=5)
     finally:
         run.kill()
-    left = [f"{p.pid} {p.name()}" for p in alive if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
-    for process in alive:  # not left behind by the test either
+    left = [f"{p.pid} {p.name()}" for p in remaining if alive(p)]
+    for process in remaining:  # not left behind by the test either
         try:
             process.kill()
         except psutil.NoSuchProcess:
             pass
     assert left == [], left
+
+
+@pytest.mark.parametrize("run_says_done", [False, True])
+def test_the_watcher_kills_the_ray_processes_of_a_dead_run_only(run_says_done):
+    """``rft.ray_reaper`` on a stand-in run (a shell that started a process named like a Ray
+    worker, ``ray::Fake``, and a plain one): when the run dies without saying ``done`` the
+    Ray-like process is killed within a second and the plain one is left alone; after
+    ``done`` nothing is killed."""
+    from rft import ray_reaper
+
+    run = subprocess.Popen(["bash", "-c", "(exec -a ray::Fake sleep 60) & sleep 60 & "
+                            "echo started; wait"], stdout=subprocess.PIPE, text=True)
+    assert run.stdout is not None and run.stdout.readline().strip() == "started"
+    def started() -> dict[str, psutil.Process] | None:
+        named = {p.cmdline()[0]: p for p in psutil.Process(run.pid).children()}
+        return named if {"ray::Fake", "sleep"} <= set(named) else None
+
+    named = wait_for(started, 10, "the stand-in run's processes")
+    ray_like, plain = named["ray::Fake"], named["sleep"]
+    watcher = subprocess.Popen([sys.executable, "-I", "-S", ray_reaper.__file__, str(run.pid)],
+                               stdin=subprocess.PIPE)
+    try:
+        time.sleep(2 * ray_reaper.POLL_S + 0.5)  # it has noted the run's processes
+        assert watcher.stdin is not None
+        if run_says_done:
+            watcher.stdin.write(ray_reaper.DONE)
+        run.kill()
+        run.wait()
+        watcher.stdin.close()  # the run's end of the pipe: gone with the run
+        assert watcher.wait(timeout=10) == 0
+        time.sleep(1)
+        assert alive(ray_like) is run_says_done
+        assert alive(plain)
+    finally:
+        for process in (ray_like, plain):
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        watcher.kill()
