@@ -311,12 +311,15 @@ def test_trainer_without_data_and_explorer_waiting_on_a_sync(ray_local, tmp_path
 
 @pytest.mark.slow
 def test_rft_run_joins_the_running_cluster(ray_local, tmp_path, tiny_model_dir, tasks):
-    """``rft run`` in another process finds the cluster this test module started (as it
-    would one left by ``ray start --head``) and runs there."""
+    """``rft run`` in another process joins the cluster this test module started when given
+    its address (``RAY_ADDRESS``; without it, another process's private cluster is never
+    joined: ``tests/test_ray_lifecycle.py``) and runs there."""
+    import ray
+
     config = both_config(tmp_path, tiny_model_dir, tasks, buffer__total_steps=2,
                          explorer__rollout_model={"engine_type": "hf", "dtype": "float32"})
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("RAY_ADDRESS", None)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     done = subprocess.run([str(RFT), "run", str(config)], capture_output=True, text=True,
                           env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -635,6 +635,7 @@ def test_both_on_a_ray_cluster_of_three_nodes(ray_two_cpus, registry, tmp_path, 
     packed, on the two others; vLLM and nccl sync as on one node."""
     import ray
     from ray.cluster_utils import Cluster
+    from rft.device_check import GPUS_AS_LABELS_ENV
     from rft.launcher import run
 
     release()
@@ -646,8 +647,9 @@ def test_both_on_a_ray_cluster_of_three_nodes(ray_two_cpus, registry, tmp_path, 
         for _ in range(3):
             cluster.add_node(num_cpus=1, num_gpus=1, env_vars={"OMP_NUM_THREADS": "1"})
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, namespace="rft-three-nodes",
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+        ray.init(address=cluster.address, namespace="rft-three-nodes",  # GPUs: labels only
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
+                                           GPUS_AS_LABELS_ENV: "1"}})
         config = both_config(tmp_path, model_hd32, cluster__node_num=3, cluster__gpu_per_node=1)
         loaded = load_config(config, registry=registry)
         assert loaded.stages[0].config.trainer.ranks == 2

@@ -110,7 +110,8 @@ def check_stage_chain(stages: list[Stage]) -> None:
 @contextmanager
 def explorer_environment(stage: Stage) -> Iterator[None]:
     """``explorer.env_vars`` set in this process while a stage whose explorer runs here
-    (every mode but ``both``, whose explorer actor gets them as its runtime environment)
+    (every mode but ``both``, whose explorer actor sets them itself:
+    :mod:`rft.distributed.actor_env`)
     runs; the environment is restored afterwards."""
     env_vars = stage.config.explorer.env_vars
     if stage.config.mode == "both" or not env_vars:

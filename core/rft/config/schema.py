@@ -314,13 +314,15 @@ class ClusterConfig:
     """Nodes and accelerators of the Ray cluster (``cluster``)."""
 
     ray_address: str = "auto"
-    """Ray address to connect to (``RAY_ADDRESS`` wins); ``auto`` joins the cluster running
-    on this machine or starts a private local one; ``local`` always starts a private one."""
+    """Ray address to connect to (``RAY_ADDRESS`` wins); ``auto`` joins the cluster that
+    ``ray start`` left on this machine (never another process's private one) or starts a
+    private local one; ``local`` always starts a private one."""
     node_num: int | None = None
     """Number of compute nodes (veRL ``trainer.nnodes``); ``None``: detected from Ray."""
     gpu_per_node: int | None = None
-    """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected.
-    ``0`` runs on CPU."""
+    """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected (modes
+    on Ray: from the cluster's GPU resources when the run starts, see
+    :mod:`rft.distributed.placement`). ``0`` runs on CPU."""
     explorer_gpu_num: int | None = None
     """Derived: GPUs of the rollout engines (``engine_num × tensor_parallel_size``)."""
     auxiliary_gpu_num: int | None = None

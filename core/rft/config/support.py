@@ -254,7 +254,8 @@ SUPPORT: dict[str, Support] = {
     # ---- cluster ------------------------------------------------------------------------
     "ClusterConfig.ray_address": _c(CLUSTER, SHARED_QUEUE),
     "ClusterConfig.node_num": _c(VALIDATE, note="GPU split check"),
-    "ClusterConfig.gpu_per_node": _c(VALIDATE, BOTH, WORKERS),
+    "ClusterConfig.gpu_per_node": _c(VALIDATE, "rft.distributed.placement",
+                                     note="unset: detected from the Ray cluster's GPUs"),
     "ClusterConfig.explorer_gpu_num": Derived("engine_num × tensor_parallel_size"),
     "ClusterConfig.auxiliary_gpu_num": Derived("sum over the auxiliary models"),
     "ClusterConfig.trainer_gpu_num": Derived("the GPUs left for the trainer"),
@@ -378,8 +379,10 @@ SUPPORT: dict[str, Support] = {
     # ---- explorer.rollout_model / auxiliary_models[i] (shared fields) ------------------
     "InferenceModelConfig.model_path": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
     "InferenceModelConfig.engine_type": _c(VALIDATE, note=_RESOLVED),
-    "InferenceModelConfig.engine_num": _c(BOTH, WORKERS, EXPLORE_ENGINES, VALIDATE),
-    "InferenceModelConfig.tensor_parallel_size": _c(VLLM, WORKERS, VALIDATE),
+    "InferenceModelConfig.engine_num": _c("rft.distributed.placement", WORKERS,
+                                          EXPLORE_ENGINES, VALIDATE),
+    "InferenceModelConfig.tensor_parallel_size": _c(VLLM, "rft.distributed.placement",
+                                                    VALIDATE),
     "InferenceModelConfig.use_v1": Unsupported(
         "not applied: rft's vllm engine always runs vLLM's V1 engine; it has no effect"),
     "InferenceModelConfig.enforce_eager": _c(VLLM, note="vllm engine"),
@@ -434,7 +437,7 @@ SUPPORT: dict[str, Support] = {
     "ExplorerConfig.max_repeat_times_per_runner": _c(EXPLORER),
     "ExplorerConfig.max_timeout": _c(EXPLORER),
     "ExplorerConfig.max_retry_times": _c(EXPLORER),
-    "ExplorerConfig.env_vars": _c("rft.launcher", BOTH),
+    "ExplorerConfig.env_vars": _c("rft.launcher", "rft.distributed.actor_env"),
     "ExplorerConfig.rollout_model": Structural(),
     "ExplorerConfig.auxiliary_models": Structural(),
     "ExplorerConfig.eval_interval": _c(STAGE),

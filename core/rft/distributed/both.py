@@ -50,6 +50,7 @@ from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
+from rft.distributed.placement import actor_gpus, detect_from_ray
 from rft.distributed.sync_policy import SYNC_POLICIES, Decision, SyncPolicy
 from rft.distributed.timeline import timeline_file
 from rft.distributed.workers import (ExplorerService, ExplorerState, ResumePoint,
@@ -146,15 +147,15 @@ class Coordinator:
         import ray
 
         c = self.config
-        gpus = c.cluster.gpu_per_node or 0
+        detect_from_ray(c)  # cluster.gpu_per_node unset: from the cluster's resources
+        gpus = actor_gpus(c)
         buffer = self._actor("buffer", self.plan.experience_buffer.name, BufferService,
                              self.plan.experience_buffer, self.plan.priority_fn,
                              max_concurrency=BUFFER_CONCURRENCY)
-        single = c.explorer.rollout_model.engine_num == 1  # else the replicas hold the GPUs
-        env = {"runtime_env": {"env_vars": dict(c.explorer.env_vars)}} if c.explorer.env_vars else {}
+        # explorer.env_vars travel in the plan, set by the actor itself (rft.distributed.
+        # actor_env): Ray's runtime_env would write their values to a world-readable log
         explorer = self._actor("explorer", c.explorer.name, ExplorerService, self.plan, buffer,
-                               num_gpus=(c.cluster.explorer_gpu_num or 0) if gpus and single
-                               else 0, **env)
+                               num_gpus=gpus.explorer)
         train_size = self._get(explorer.train_size.remote(), Call("explorer", "start-up", 0))
         steps = steps_over_tasks(c, train_size)
         if steps <= 0:
@@ -164,10 +165,8 @@ class Coordinator:
         extra: dict[str, Any] = {}
         if self.broadcasting:  # broadcasts run beside train steps, in a thread of their own
             extra["concurrency_groups"] = {BROADCAST_GROUP: 1}
-        sharded = (c.trainer.ranks or 1) > 1  # the ranks hold the GPUs, this actor none
         trainer = self._actor("trainer", c.trainer.name, TrainerService, self.plan, buffer, steps,
-                              num_gpus=min(c.cluster.trainer_gpu_num or 0, 1)
-                              if gpus and not sharded else 0, **extra)
+                              num_gpus=gpus.trainer, **extra)
         placement = self._get(trainer.placement.remote(), Call("trainer", "start-up", 0))
         if placement is not None:
             print(f"rft: {placement}", file=sys.stderr, flush=True)
@@ -253,7 +252,7 @@ class Coordinator:
                 self._schedule()
                 self._wait()
             self._finish(self.lifecycle.has_eval)
-        except RftError:
+        except (RftError, KeyboardInterrupt):  # KeyboardInterrupt: also SIGTERM (rft.cli)
             self._save_after_failure()
             raise
         finally:
@@ -548,6 +547,11 @@ class Coordinator:
     def _died(self, exc: Exception, call: Call, seen_by: str | None = None) -> RftError:
         """The one-line error of a dead actor, naming the actor that died: the one
         ``exc`` says (by its id), else the one called."""
+        refused = _refusal(exc)
+        if refused is not None:  # the actor refused to start: its own line names it
+            if seen_by is None:
+                self.actors.pop(call.role, None)
+            return RftError(refused)
         dead_id = getattr(exc, "actor_id", None)
         role = next((r for r, actor in self.actors.items()
                      if dead_id and _actor_id(actor) == dead_id), None)
@@ -616,6 +620,18 @@ def _actor_id(actor: Any) -> str | None:
     """The hex id of an actor handle (what Ray's actor errors carry)."""
     actor_id = getattr(actor, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else None
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The message of an :class:`RftError` an actor's ``__init__`` raised (Ray keeps only
+    its traceback's text, whose last line is ``rft.errors.<class>: <message>``); ``None``
+    when the actor died otherwise."""
+    if not getattr(exc, "actor_init_failed", False):
+        return None
+    lines = str(exc).strip().splitlines()
+    last = lines[-1] if lines else ""
+    kind, _, message = last.partition(": ")
+    return message if kind.startswith("rft.errors.") and message else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,9 +1,16 @@
 """Joining or starting the Ray cluster of a run.
 
 ``rft run`` joins the cluster at ``RAY_ADDRESS`` or ``cluster.ray_address``; with the
-default ``auto`` it joins the one running on this machine (left by ``ray start --head``, or
-started by another process's ``ray.init``), and with none — or with ``local`` — it starts a
-private local cluster bound to 127.0.0.1 and stops it when the run ends. The run's actors
+default ``auto`` it joins the one that ``ray start --head`` started on this machine (named
+in Ray's address file), and with none — or with ``local`` — it starts a private local
+cluster bound to 127.0.0.1 and stops it when the run ends. A private cluster (another run's,
+a notebook's ``ray.init()``) is never joined unless its address is given: it ends with the
+process that started it, and so would the run that joined it. Which cluster a run is on is
+one stderr line (``rft: started a local …`` / ``rft: joined the …``).
+
+Stopping: SIGTERM ends a run on Ray as one without (``ray.init`` replaces the process's
+handler: :func:`own_sigterm_handler` puts it back), and a run killed outright takes its
+private cluster along within about a second (:mod:`rft.ray_reaper`). The run's actors
 live in ``ray_namespace``. The cluster to join is checked first, in bounded time
 (:mod:`rft.distributed.ray_join`): one that does not answer is one line, not minutes of
 Ray's retries.
@@ -29,6 +36,8 @@ from rft.config.schema import RftConfig
 from rft.distributed.ray_join import configured_address, is_loopback, join_address
 from rft.distributed.timeline import write_timeline
 from rft.errors import RftError
+from rft.ray_reaper import watch
+from rft.sigterm import own_sigterm_handler
 
 LOOPBACK = "127.0.0.1"
 
@@ -59,12 +68,13 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
         if target is None or is_loopback(target):  # a private or loopback-only cluster
             restore = loopback_only()
         try:
-            if target is not None:
-                ray.init(address=target, namespace=config.ray_namespace)
-            else:  # no cluster to join: a private one
-                ray.init(namespace=config.ray_namespace, include_dashboard=False,
-                         _node_ip_address=LOOPBACK)
-                started_here = True
+            with own_sigterm_handler():
+                if target is not None:
+                    ray.init(address=target, namespace=config.ray_namespace)
+                else:  # no cluster to join: a private one
+                    ray.init(namespace=config.ray_namespace, include_dashboard=False,
+                             _node_ip_address=LOOPBACK)
+                    started_here = True
         except BaseException:
             restore()
             raise
@@ -73,6 +83,8 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
     except Exception as exc:  # noqa: BLE001 (Ray raises many kinds; one line for all)
         where = "a local cluster" if address == "auto" else f"address {address!r}"
         raise RftError(f"cannot connect to Ray ({where}): {str(exc).splitlines()[0]}") from exc
+    # a killed run takes its private cluster along (rft.ray_reaper)
+    watcher = watch() if started_here else None
     where = ray.get_runtime_context().gcs_address
     print(f"rft: {'started a local' if started_here else 'joined the'} Ray cluster at {where} "
           f"(namespace {config.ray_namespace!r})", file=sys.stderr, flush=True)
@@ -83,6 +95,8 @@ def ray_cluster(config: RftConfig, timeline: str | None = None) -> Iterator[None
             write_timeline(timeline)
         if started_here:
             ray.shutdown()
+        if watcher is not None:
+            watcher.done()
         restore()
 
 

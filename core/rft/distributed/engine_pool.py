@@ -29,6 +29,9 @@ import torch
 
 from rft.adapter import AdapterWeights
 from rft.config.schema import RftConfig
+from rft.device_check import check_actor_device
+from rft.distributed.actor_env import set_explorer_env
+from rft.distributed.placement import auxiliary_placement, on_gpus
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.explorer.auxiliary import AuxiliaryEngineBuilder
 from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
@@ -44,6 +47,8 @@ class EngineReplica:
 
     def __init__(self, config: RftConfig, engine_cls: type[InferenceEngine]) -> None:
         quiet_libraries()
+        set_explorer_env(config)
+        check_actor_device(f"engine actor of {config.model.model_path!r}")
         self.engine = build_engine(config, engine_cls)
         self.broadcast_end = EngineEnd(self.engine)
         self.calls = 0
@@ -247,18 +252,22 @@ class EnginePool(InferenceEngine):
                 ray.kill(replica)
 
 
-def auxiliary_pools(config: RftConfig) -> AuxiliaryEngineBuilder:
+def auxiliary_pools(config: RftConfig, own_actors: bool = False) -> AuxiliaryEngineBuilder:
     """The auxiliary models' engine builder of the modes on Ray: for ``engine_num > 1`` an
     :class:`EnginePool` of that many replicas (each with the model's
     ``tensor_parallel_size`` GPUs when the cluster has GPUs, none on CPU), its calls spread
-    over them in turn; else one engine in this process (a remote engine: one client)."""
-    on_gpus = bool(config.cluster.gpu_per_node)
+    over them in turn; else one engine in this process (a remote engine: one client).
+    ``own_actors`` (mode ``both``, whose explorer actor holds the rollout engine's GPUs): on
+    GPUs one engine is an actor with GPUs of its own too
+    (:func:`~rft.distributed.placement.auxiliary_placement`)."""
 
     def build(aux_config: RftConfig, engine_cls: type[InferenceEngine],
               engine_num: int) -> InferenceEngine:
-        if engine_num <= 1 or engine_cls.remote:
+        replicas, each = auxiliary_placement(
+            engine_num, aux_config.explorer.rollout_model.tensor_parallel_size,
+            remote=bool(engine_cls.remote), gpus=on_gpus(config), own_actors=own_actors)
+        if replicas == 0:
             return build_engine(aux_config, engine_cls)
-        tp = aux_config.explorer.rollout_model.tensor_parallel_size
-        return EnginePool(aux_config, engine_cls, engine_num, tp if on_gpus else 0)
+        return EnginePool(aux_config, engine_cls, replicas, each)
 
     return build

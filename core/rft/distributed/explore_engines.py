@@ -19,6 +19,7 @@ from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.engine_pool import EnginePool, auxiliary_pools
+from rft.distributed.placement import actor_gpus, detect_from_ray
 from rft.distributed.shared_queue import run_sharing_queue, shares_queue
 from rft.distributed.timeline import timeline_file
 from rft.explorer.auxiliary import one_engine
@@ -32,10 +33,10 @@ def pool_builder(config: RftConfig) -> EngineBuilder:
     """What makes the pool of ``engine_num`` replicas, each with
     ``tensor_parallel_size`` GPUs when the cluster has GPUs (none on CPU)."""
     rm = config.explorer.rollout_model
-    gpus = rm.tensor_parallel_size if config.cluster.gpu_per_node else 0
 
     def build(stage_config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
-        return EnginePool(stage_config, engine_cls, rm.engine_num, gpus)
+        return EnginePool(stage_config, engine_cls, rm.engine_num,
+                          actor_gpus(stage_config).rollout_replica)
 
     return build
 
@@ -61,4 +62,5 @@ def run_explore_mode(stage: Stage) -> StageResult:
     if not pooled and not auxiliary_pooled:
         return run_explore(stage)
     with ray_cluster(stage.config, timeline_file(stage.plan)):
+        detect_from_ray(stage.config)
         return run_explore(stage, build, auxiliary_build=auxiliary_build)

@@ -36,7 +36,8 @@ def configured_address(config_address: str) -> tuple[str, str]:
 def join_address(address: str, key: str, timeout_s: float = JOIN_TIMEOUT_S) -> str | None:
     """The GCS address (``host:port``) of the cluster to join for ``address`` (``auto`` or
     an address; not ``local``), once its GCS has answered; ``None`` when ``auto`` finds no
-    cluster on this machine (the caller starts a private one). A Ray Client address
+    cluster that ``ray start`` recorded on this machine (the caller starts a private one;
+    private clusters of other processes are joined only by their address). A Ray Client address
     (``ray://…``) is returned as it is, unchecked.
 
     Ray swaps a loopback host for the machine's network address; a cluster that listens on
@@ -56,16 +57,15 @@ def join_address(address: str, key: str, timeout_s: float = JOIN_TIMEOUT_S) -> s
     source = ""
     given = address
     if address == "auto":
-        try:
-            given = services.get_ray_address_from_environment("auto", None)
-        except ConnectionError:
+        # the cluster 'ray start' recorded, not any GCS process of this machine (Ray's own
+        # "auto" takes those too): another run's private cluster ends with that run
+        given = services.find_bootstrap_address(None)
+        if given is None:
             return None
         # what ray.init does for a cluster it finds: use the token of ~/.ray if there is one
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
         recorded = _recorded_address()
-        source = (f", named by {recorded[0]} (written by 'ray start')"
-                  if recorded is not None and recorded[1] == given
-                  else ", a gcs_server process of this machine")
+        source = f", named by {recorded[0] if recorded else 'Ray'} (written by 'ray start')"
     try:
         resolved = services.canonicalize_bootstrap_address(given)
     except Exception as exc:

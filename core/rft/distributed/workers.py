@@ -33,8 +33,11 @@ from rft.buffer.storage import explore_step_key
 from rft.chat_template import load_tokenizer
 from rft.checkpoint import Checkpoint, load_sync_weights, rng_state, set_rng_state
 from rft.config.plan import RunPlan
+from rft.device_check import check_actor_device
+from rft.distributed.actor_env import set_explorer_env
 from rft.distributed.buffer_actor import RemoteStorage
 from rft.distributed.engine_pool import EnginePool, auxiliary_pools
+from rft.distributed.placement import actor_gpus
 from rft.distributed.weight_broadcast import (
     BUCKET_BYTES,
     Broadcast,
@@ -122,16 +125,19 @@ class ExplorerService:
     def __init__(self, plan: RunPlan, buffer: Any) -> None:
         quiet_libraries()
         config = plan.config
+        set_explorer_env(config)  # not Ray's runtime_env: its agent logs the values
+        check_actor_device(f"explorer actor {config.explorer.name!r}")
         engine_cls = plan.rollout_model.engine.implementation
         rm = config.explorer.rollout_model
         if rm.engine_num > 1:  # replicas as actors of their own, used as one engine
-            gpus = rm.tensor_parallel_size if config.cluster.gpu_per_node else 0
-            self.engine: InferenceEngine = EnginePool(config, engine_cls, rm.engine_num, gpus)
+            self.engine: InferenceEngine = EnginePool(config, engine_cls, rm.engine_num,
+                                                      actor_gpus(config).rollout_replica)
         else:
             self.engine = build_engine(config, engine_cls)
         self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
+        # auxiliary models: actors with GPUs of their own (this actor's are the engine's)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
-                                 self.storage, auxiliary_pools(config))
+                                 self.storage, auxiliary_pools(config, own_actors=True))
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
         self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
         self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
@@ -229,6 +235,7 @@ class TrainerService:
 
     def __init__(self, plan: RunPlan, buffer: Any, total_steps: int) -> None:
         quiet_libraries()
+        check_actor_device(f"trainer actor {plan.config.trainer.name!r}")
         self.plan = plan
         self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
         self.trainer, self.strategy = build_trainer(plan, self.storage, total_steps)

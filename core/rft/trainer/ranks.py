@@ -105,7 +105,10 @@ class TrainerRank:
         group's backend."""
         import ray
 
+        from rft.device_check import check_actor_device
+
         self.rank = rank
+        check_actor_device(f"trainer {self.plan.trainer.name!r} rank {rank}")  # no CPU fallback
         device = (torch.device("cuda", 0) if ray.get_gpu_ids() and _has_gpu()
                   else torch.device("cpu"))  # Ray shows the rank its own GPU as cuda:0
         self.group = RankGroup.initialize(rank, self.world_size, master_addr, master_port,
@@ -241,9 +244,15 @@ class RankedTrainer(Trainer):
         self.name = plan.trainer.name
         self._failure: str | None = None
         self._started_ray = False
+        self._watcher: Any = None
         if not ray.is_initialized():  # a process without Ray (mode train): a private one
-            ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
+            from rft.ray_reaper import watch
+            from rft.sigterm import own_sigterm_handler
+
+            with own_sigterm_handler():  # SIGTERM stays the run's (one line, exit 143)
+                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
             self._started_ray = True
+            self._watcher = watch()  # killed, the run takes its cluster along
         strategy = plan.trainer.trainer_strategy
         if strategy == "fsdp":
             log.info("trainer.trainer_strategy 'fsdp': runs as FSDP2 (fully_shard)")
@@ -494,6 +503,9 @@ class RankedTrainer(Trainer):
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+            if self._watcher is not None:
+                self._watcher.done()
+                self._watcher = None
 
 
 def _adapter_weights(rank: TrainerRank) -> AdapterWeights | None:
