@@ -831,7 +831,10 @@ class TrainerConfig:
     """Pack micro-batches by token count (``max_token_len_per_gpu``) instead of by samples."""
     max_token_len_per_gpu: int | None = None
     """Tokens per micro-batch and rank with ``use_dynamic_bsz``; ``None``: derived,
-    ``⌈2 · model.max_model_len / ulysses_sequence_parallel_size⌉`` (Trinity-RFT's rule)."""
+    ``max(⌈2 · L / sp⌉, min(⌈rows · L / sp⌉, 16384))`` (``L`` = ``model.max_model_len``,
+    ``rows`` = one rank's mini-batch, ``sp`` = ``ulysses_sequence_parallel_size``):
+    Trinity-RFT's rule, raised so that a mini-batch up to veRL's default 16384 tokens is
+    one micro-batch (:mod:`rft.config.token_budget`); the run's first lines state it."""
     ppo_max_token_len_per_gpu: int | None = None
     """Trinity-RFT's older name of ``max_token_len_per_gpu`` (read into it)."""
     ulysses_sequence_parallel_size: int = 1
