@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -41,10 +42,14 @@ from typing import Any
 
 import yaml
 
+from rft.config.token_budget import derived_budget
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 MODEL = "runs/tiny-qwen2"
 RFT = [sys.executable, "-m", "rft.cli"]
+TRAIN_ROWS = 16 * 8
+"""Rows of a GRPO step of the quickstart (batch_size x repeat_times)."""
 
 
 def prepare() -> None:
@@ -81,7 +86,7 @@ def quickstart_config(workdir: Path, name: str, stage: str | None, steps: int | 
     return path
 
 
-def run_once(workdir: Path, name: str, config: Path) -> dict[str, Any]:
+def run_once(workdir: Path, name: str, config: Path, budget: int) -> dict[str, Any]:
     """Run ``rft run config`` from the repository root; its figures."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     log = open(workdir / f"{name}.log", "w", encoding="utf-8")
@@ -102,13 +107,16 @@ def run_once(workdir: Path, name: str, config: Path) -> dict[str, Any]:
         entry = {"seconds": stage["seconds"], "steps": stage["steps"],
                  "before": stage["eval_before"].get("eval/heldout/accuracy"),
                  "after": stage["eval_after"].get("eval/heldout/accuracy")}
-        entry.update(step_times(job / stage["name"] / "monitor" / "trainer.jsonl"))
+        entry.update(step_times(job / stage["name"] / "monitor" / "trainer.jsonl",
+                                budget if stage["name"] == "grpo" else None))
         figures["stages"][stage["name"]] = entry
     return figures
 
 
-def step_times(path: Path) -> dict[str, float]:
-    """Steady per-step time and mean ``timing_s/update_actor`` of a ``trainer.jsonl``."""
+def step_times(path: Path, budget: int | None = None) -> dict[str, float]:
+    """Steady per-step time and mean ``timing_s/update_actor`` of a ``trainer.jsonl``; with
+    the token ``budget``, the micro-batches per step its rows of mean length make
+    (``⌈rows / ⌊budget / mean length⌋⌉``, rows = the step's ``train_batch_size``)."""
     if not path.is_file():
         return {}
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -120,6 +128,11 @@ def step_times(path: Path) -> dict[str, float]:
                if "timing_s/update_actor" in r["metrics"]]
     if updates:
         out["update_actor_s"] = statistics.fmean(updates)
+    lengths = [r["metrics"]["prompt_length/mean"] + r["metrics"]["response_length/mean"]
+               for r in steps if "prompt_length/mean" in r["metrics"]]
+    if budget and lengths:
+        per_micro = max(1, int(budget // statistics.fmean(lengths)))
+        out["micro_batches"] = math.ceil(TRAIN_ROWS / per_micro)
     return out
 
 
@@ -133,6 +146,8 @@ def print_figures(label: str, figures: dict[str, Any]) -> None:
             parts.append(f"steady {s['steady_s_per_step']:.3f} s/step")
         if "update_actor_s" in s:
             parts.append(f"update_actor {s['update_actor_s']:.3f} s")
+        if "micro_batches" in s:
+            parts.append(f"~{s['micro_batches']:.0f} micro-batches/step")
         if s["before"] is not None or s["after"] is not None:
             fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
             parts.append(f"held-out accuracy {fmt(s['before'])} -> {fmt(s['after'])}")
@@ -156,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({os.cpu_count()} CPUs); runs in {workdir}", flush=True)
     max_model_len = (yaml.safe_load(QUICKSTART.read_text())["model"]["max_prompt_tokens"]
                      + yaml.safe_load(QUICKSTART.read_text())["model"]["max_response_tokens"])
+    derived = derived_budget(max_model_len, TRAIN_ROWS).tokens
     variants: list[tuple[str, int | None]] = [("derived", None)]
     if args.compare_budget:
         variants.append(("trinity", 2 * max_model_len))
@@ -165,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{label}_{n}"
             config = quickstart_config(workdir, name, args.stage, args.steps,
                                        not args.no_eval, budget)
-            figures = run_once(workdir, name, config)
+            figures = run_once(workdir, name, config, budget or derived)
             results[label].append(figures)
             print_figures(f"{name} (budget {budget or 'derived'})", figures)
             print(f"  load average now: {os.getloadavg()[0]:.2f}", flush=True)
@@ -177,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         def mean(label: str, key: str) -> float:
             return statistics.fmean(r["stages"][stage][key] for r in results[label])
 
-        for key in ("steady_s_per_step", "update_actor_s"):
+        for key in ("steady_s_per_step", "update_actor_s", "micro_batches"):
             d, t = mean("derived", key), mean("trinity", key)
             print(f"{key}: derived {d:.3f}, trinity {t:.3f}, trinity / derived = {t / d:.2f}")
     return 0
