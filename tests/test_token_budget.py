@@ -36,8 +36,14 @@ def test_trinity_rule_kept_for_long_contexts_and_large_batches_are_cut_at_16384(
     assert derived_budget(max_model_len=1024, rows=4).tokens == 4096  # the whole batch
 
 
-def test_quickstart_stages_state_their_derived_budget():
-    loaded = load_config(str(ROOT / "examples" / "quickstart.yaml"))
+def quickstart(tiny_model_dir, monkeypatch, *overrides: str):
+    monkeypatch.chdir(ROOT)  # the example's paths are relative to the repository root
+    return load_config(str(ROOT / "examples" / "quickstart.yaml"),
+                       [f"model.model_path={tiny_model_dir}", *overrides])
+
+
+def test_quickstart_stages_state_their_derived_budget(tiny_model_dir, monkeypatch):
+    loaded = quickstart(tiny_model_dir, monkeypatch)
     lines = {s.name: budget_line(s.config) for s in loaded.stages}
     grpo = next(s for s in loaded.stages if s.name == "grpo").config.trainer
     assert grpo.max_token_len_per_gpu == 3456
@@ -45,7 +51,6 @@ def test_quickstart_stages_state_their_derived_budget():
     assert "1 micro-batch per mini-batch of 128 rows" in lines["grpo"]
 
 
-def test_no_line_when_the_budget_is_set():
-    loaded = load_config(str(ROOT / "examples" / "quickstart.yaml"),
-                         overrides=["trainer.max_token_len_per_gpu=3456"])
+def test_no_line_when_the_budget_is_set(tiny_model_dir, monkeypatch):
+    loaded = quickstart(tiny_model_dir, monkeypatch, "trainer.max_token_len_per_gpu=3456")
     assert all(budget_line(s.config) is None for s in loaded.stages)
