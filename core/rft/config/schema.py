@@ -972,7 +972,9 @@ class LogConfig:
     """Logging of a run (``log``)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    """Minimum level written to ``<job dir>/log/launcher.log``."""
+    """Minimum level written to ``<job dir>/log/launcher.log``. vLLM's own INFO records
+    (engine start-up, hundreds of lines) are shown only with ``DEBUG``; otherwise vLLM logs
+    at WARNING (a ``VLLM_LOGGING_LEVEL`` set in the environment wins)."""
     group_by_node: bool = False
     """Write ``log/<node_ip>/launcher.log`` instead of ``log/launcher.log`` under the
     checkpoint job dir."""
