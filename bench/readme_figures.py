@@ -1,7 +1,8 @@
-"""The figures README's "What `make quickstart` does" states, measured by running the
-quickstart (``examples/quickstart.yaml``) as ``make quickstart`` does.
+"""The figures README's "What `make quickstart` does" and "Mode `both` on a CPU" state,
+measured by running the examples as ``make quickstart`` / ``make both-example`` do.
 
     .venv/bin/python bench/readme_figures.py                     # the whole quickstart
+    .venv/bin/python bench/readme_figures.py --example both_cpu  # the `both` example
     .venv/bin/python bench/readme_figures.py --stage grpo --steps 40 --no-eval
     .venv/bin/python bench/readme_figures.py --stage grpo --steps 30 --no-eval \\
         --compare-budget --repeat 2                               # token budget A/B
@@ -16,7 +17,8 @@ made first when missing, as ``make quickstart`` makes them. Printed, in the READ
 - steady per-step time: (time of the last − the first logged train step) / (steps − 1)
   from ``trainer.jsonl`` (start-up, evaluations before/after and the first step left out);
   and the mean ``timing_s/update_actor``;
-- peak memory: the process's maximum resident set (``wait4``'s ``ru_maxrss``), GB;
+- peak memory: the process's maximum resident set (``wait4``'s ``ru_maxrss``), GB (in
+  mode ``both`` that of the driver alone: the Ray actors are not its children);
 - held-out accuracy before → after each stage (``summary.json``).
 
 ``--stage grpo`` runs the GRPO stage alone from the random tiny model (no SFT warm-up:
@@ -45,35 +47,37 @@ import yaml
 from rft.config.token_budget import derived_budget
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "examples" / "quickstart.yaml"
-MODEL = "runs/tiny-qwen2"
+EXAMPLES = {"quickstart": ("runs/tiny-qwen2", []),
+            "both_cpu": ("runs/tiny-qwen2-hd32", ["--num-heads", "2", "--num-kv-heads", "1"])}
+"""Example → its tiny model and the ``rft tiny-model`` options that make it (Makefile)."""
 RFT = [sys.executable, "-m", "rft.cli"]
 TRAIN_ROWS = 16 * 8
-"""Rows of a GRPO step of the quickstart (batch_size x repeat_times)."""
+"""Rows of a GRPO step of both examples (batch_size x repeat_times)."""
 
 
-def prepare() -> None:
-    """The tiny model and the data, as ``make quickstart`` makes them."""
-    if not (ROOT / MODEL).is_dir():
-        subprocess.run([*RFT, "tiny-model", MODEL], cwd=ROOT, check=True)
+def prepare(example: str) -> None:
+    """The tiny model and the data, as the Makefile makes them."""
+    model, options = EXAMPLES[example]
+    if not (ROOT / model).is_dir():
+        subprocess.run([*RFT, "tiny-model", model, *options], cwd=ROOT, check=True)
     if not (ROOT / "examples/data/max_digit/heldout.jsonl").is_file():
         subprocess.run([sys.executable, "examples/make_quickstart_data.py"], cwd=ROOT,
                        check=True)
 
 
-def quickstart_config(workdir: Path, name: str, stage: str | None, steps: int | None,
-                      eval_: bool, budget: int | None) -> Path:
-    """A copy of the quickstart YAML: its own job dir; only ``stage`` when given; the
+def example_config(example: Path, workdir: Path, name: str, stage: str | None,
+                   steps: int | None, eval_: bool, budget: int | None) -> Path:
+    """A copy of the example's YAML: its own job dir; only ``stage`` when given; the
     GRPO stage cut to ``steps``; no eval tasksets without ``eval_``; ``budget`` as
     ``trainer.max_token_len_per_gpu`` (``None``: derived)."""
-    config: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
+    config: dict[str, Any] = yaml.safe_load(example.read_text())
     config["name"] = name
     config["continue_from_checkpoint"] = True  # a new name each run: the job dir is <name>
     config["checkpoint_root_dir"] = str(workdir / "checkpoints")
     if stage is not None:
         config["stages"] = [s for s in config["stages"] if s["stage_name"] == stage]
         if not config["stages"]:
-            raise SystemExit(f"--stage: no stage {stage!r} in {QUICKSTART}")
+            raise SystemExit(f"--stage: no stage {stage!r} in {example}")
     for s in config["stages"]:
         if steps is not None and s["stage_name"] == "grpo":
             s["buffer"]["total_steps"] = steps
@@ -99,7 +103,8 @@ def run_once(workdir: Path, name: str, config: Path, budget: int) -> dict[str, A
     log.close()
     if process.returncode != 0:
         raise SystemExit(f"{name}: rft run exited {process.returncode}; see {log.name}")
-    job = workdir / "checkpoints" / "quickstart" / name
+    project = yaml.safe_load(config.read_text())["project"]
+    job = workdir / "checkpoints" / project / name
     summary = json.loads((job / "summary.json").read_text())
     figures: dict[str, Any] = {"wall_s": wall, "peak_gb": usage.ru_maxrss * 1024 / 1e9,
                                "stages": {}}
@@ -156,6 +161,7 @@ def print_figures(label: str, figures: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--example", choices=sorted(EXAMPLES), default="quickstart")
     parser.add_argument("--stage", choices=["sft", "grpo"], help="run this stage alone")
     parser.add_argument("--steps", type=int, help="GRPO steps (default: the YAML's 400)")
     parser.add_argument("--no-eval", action="store_true", help="leave out the evaluations")
@@ -164,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs (per budget)")
     parser.add_argument("--workdir", help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
-    prepare()
+    prepare(args.example)
+    example = ROOT / "examples" / f"{args.example}.yaml"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="rft_readme_figures_"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs); runs in {workdir}", flush=True)
-    max_model_len = (yaml.safe_load(QUICKSTART.read_text())["model"]["max_prompt_tokens"]
-                     + yaml.safe_load(QUICKSTART.read_text())["model"]["max_response_tokens"])
+    model = yaml.safe_load(example.read_text())["model"]
+    max_model_len = model["max_prompt_tokens"] + model["max_response_tokens"]
     derived = derived_budget(max_model_len, TRAIN_ROWS).tokens
     variants: list[tuple[str, int | None]] = [("derived", None)]
     if args.compare_budget:
@@ -179,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     for n in range(args.repeat):
         for label, budget in variants:
             name = f"{label}_{n}"
-            config = quickstart_config(workdir, name, args.stage, args.steps,
-                                       not args.no_eval, budget)
+            config = example_config(example, workdir, name, args.stage, args.steps,
+                                    not args.no_eval, budget)
             figures = run_once(workdir, name, config, budget or derived)
             results[label].append(figures)
             print_figures(f"{name} (budget {budget or 'derived'})", figures)
