@@ -85,6 +85,10 @@ def example_config(example: Path, workdir: Path, name: str, stage: str | None,
         config["buffer"]["explorer_input"].pop("eval_tasksets", None)
     if budget is not None:
         config["trainer"]["max_token_len_per_gpu"] = budget
+    if config.get("mode") == "both" or any(s.get("mode") == "both" for s in config["stages"]):
+        # a private Ray cluster: the default `auto` joins any cluster running on this
+        # machine, whose workers run that cluster's code and environment
+        config["cluster"]["ray_address"] = "local"
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -1,8 +1,8 @@
 """How much of vLLM's own logging reaches the console.
 
-vLLM logs at INFO by default: its engine start-up alone is dozens of lines per engine, and
-a short ``both`` run printed ~1,100 of them (Ray forwards every actor's output to the
-driver). rft quiets them to WARNING unless ``log.level`` is ``DEBUG``, which shows vLLM's
+vLLM logs at INFO by default: its engine start-up, and a line or two at every weight
+reload and prefix-cache reset (Ray forwards every actor's output to the driver): a 3-step
+``both`` run of the example printed 60 lines with them, 35 without. rft quiets them to WARNING unless ``log.level`` is ``DEBUG``, which shows vLLM's
 INFO records. A ``VLLM_LOGGING_LEVEL`` the user set in the environment wins.
 """
 
