@@ -2,8 +2,9 @@
 
 vLLM logs at INFO by default: its engine start-up, and a line or two at every weight
 reload and prefix-cache reset (Ray forwards every actor's output to the driver): a 3-step
-``both`` run of the example printed 60 lines with them, 35 without. rft quiets them to WARNING unless ``log.level`` is ``DEBUG``, which shows vLLM's
-INFO records. A ``VLLM_LOGGING_LEVEL`` the user set in the environment wins.
+``both`` run of the example printed 60 lines with them, 35 without. rft quiets them to
+WARNING unless ``log.level`` is ``DEBUG``, which shows vLLM's INFO records. A
+``VLLM_LOGGING_LEVEL`` the user set in the environment wins.
 """
 
 from __future__ import annotations
