@@ -13,9 +13,9 @@ from test_embedded_run import write_config
 
 
 def test_resume_line_decisions():
-    assert resume_line("job/grpo", Resumed(), 10) is None  # a fresh start says nothing
-    assert resume_line("job/grpo", Resumed(4, checkpoint="ck/job/grpo/global_step_4"), 10) == (
-        "[job/grpo] resumed from ck/job/grpo/global_step_4: step 4 of 10 done, going on at "
+    assert resume_line("job_grpo", Resumed(), 10) is None  # a fresh start says nothing
+    assert resume_line("job_grpo", Resumed(4, checkpoint="ck/job/grpo/global_step_4"), 10) == (
+        "[job_grpo] resumed from ck/job/grpo/global_step_4: step 4 of 10 done, going on at "
         "step 5")
     finished = resume_line("job", Resumed(10, checkpoint="ck/job/global_step_10"), 10)
     assert finished.startswith("[job] already finished: ck/job/global_step_10 holds step 10 "
@@ -30,7 +30,9 @@ def test_rerun_and_resume_print_one_line(tmp_path, tiny_model_dir, capsys):
                           continue_from_checkpoint=True)
     assert run(load_config(config)) == 0
     job = tmp_path / "ck" / "e2e" / "run"
-    assert "resumed from" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "resumed from" not in out
+    assert "[run] trainer.max_token_len_per_gpu: 544 tokens per micro-batch (derived" in out
     assert run(load_config(config)) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "already finished" in line]
     assert lines == [f"[run] already finished: {job}/global_step_1 holds step 1 of 1; nothing "

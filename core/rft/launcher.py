@@ -83,7 +83,7 @@ def announce_token_budget(stage: Stage) -> None:
     (:func:`rft.config.token_budget.budget_line`)."""
     line = budget_line(stage.config)
     if line is not None:
-        print(f"[{stage.name or stage.config.name}] {line}", file=sys.stdout, flush=True)
+        print(f"[{stage.config.name}] {line}", file=sys.stdout, flush=True)
 
 
 def start_from(stage: Stage, previous_model: str, previous: Stage) -> None:

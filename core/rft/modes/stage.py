@@ -181,9 +181,9 @@ class StageLifecycle:
 
     @property
     def label(self) -> str:
-        """``<name>/<stage>`` (``<name>`` for a run without stages): the console's name."""
-        name = self.plan.config.name
-        return f"{name}/{self.stage.name}" if self.stage.name else name
+        """The stage's run name (``<name>_<stage>`` in a run with stages), as the console
+        monitor's lines are prefixed."""
+        return self.plan.config.name
 
     def evaluates_before(self, resumed: Resumed) -> bool:
         """Evaluate before step 1: nothing was done yet, the engine holds the initial model
