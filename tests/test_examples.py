@@ -31,5 +31,14 @@ def test_example_validates(path, tiny_model_dir, tmp_path, monkeypatch):
     assert loaded.stages
 
 
+ALL_EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", ALL_EXAMPLES, ids=[p.name for p in ALL_EXAMPLES])
+def test_examples_resume_by_default(path):
+    """Running an example's command again after a crash goes on from its checkpoints."""
+    assert yaml.safe_load(path.read_text()).get("continue_from_checkpoint", True) is True
+
+
 def test_there_are_examples():
     assert any(p.name == "quickstart.yaml" for p in EXAMPLES)

@@ -30,9 +30,12 @@ def table_rows() -> list[tuple[str, str]]:
 
 
 def pattern(name: str) -> re.Pattern[str]:
-    """``eval/<taskset>/pass@<k>`` matches ``eval/held/pass@2``."""
+    """``eval/<taskset>/pass@<k>`` matches ``eval/held/pass@2``; ``<metric>`` (a metric's
+    own name) may hold slashes: ``rollout/<metric>/mean`` matches
+    ``rollout/reward/accuracy/mean``."""
     parts = re.split(r"(<[a-z]+>)", name)
-    return re.compile("".join("[^/]+" if p.startswith("<") else re.escape(p) for p in parts) + "$")
+    return re.compile("".join((".+" if p == "<metric>" else "[^/]+") if p.startswith("<")
+                              else re.escape(p) for p in parts) + "$")
 
 
 def test_table_parses():

@@ -209,7 +209,7 @@ def test_validation_derives_ranks_and_rejects_impossible_splits(registry, tmp_pa
     loaded = build_stages(both_plain(tmp_path, tiny_model_dir, cpu_ranks=2), registry)
     trainer = loaded.stages[0].config.trainer
     assert (trainer.ranks, trainer.rank_timeout) == (2, 1200.0)
-    assert trainer.max_token_len_per_gpu == 48  # ⌈2 · (16 + 8) / 1⌉
+    assert trainer.max_token_len_per_gpu == 48  # max(⌈2 · (16 + 8)⌉, min(2 rows · 24, 16384))
     assert loaded.warnings == []
 
     too_many = both_plain(tmp_path, tiny_model_dir, cpu_ranks=(os.cpu_count() or 1) + 1)

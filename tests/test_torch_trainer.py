@@ -478,8 +478,9 @@ def test_memory_controls_in_one_process_give_the_same_step(registry, model_dir, 
 
 def test_token_budget_is_derived_from_the_model_length(registry, model_dir, tmp_path) -> None:
     trainer = make_trainer(registry, model_dir, tmp_path, trainer={"use_dynamic_bsz": True})
-    assert trainer.plan.trainer.max_token_len_per_gpu == 32  # ⌈2 · (8 + 8) / 1⌉
-    assert trainer.options.max_token_len == 32 and trainer.plan.trainer.ranks == 1
+    # max(⌈2 · (8 + 8)⌉, min(6 rows · 16, 16384)): the whole mini-batch
+    assert trainer.plan.trainer.max_token_len_per_gpu == 96
+    assert trainer.options.max_token_len == 96 and trainer.plan.trainer.ranks == 1
 
 
 def test_the_critic_head_is_the_same_in_every_build(registry, model_dir, tmp_path) -> None:

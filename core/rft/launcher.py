@@ -18,6 +18,7 @@ from typing import Any
 from rft.adapter import is_adapter_folder
 from rft.checkpoint import check_writable
 from rft.config import LoadedConfig, Stage
+from rft.config.token_budget import budget_line
 from rft.distributed.both import run_both
 from rft.distributed.colocate_ranks import run_colocate_mode
 from rft.distributed.explore_engines import run_explore_mode
@@ -67,6 +68,7 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_model_sources(stage.plan)
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
+        announce_token_budget(stage)
         with explorer_environment(stage):
             result = MODE_RUNNERS[stage.config.mode](stage)
         results.append(result)
@@ -74,6 +76,14 @@ def _run_stages(loaded: LoadedConfig) -> int:
         write_summary(loaded, results)
     print_summary(results)
     return 0
+
+
+def announce_token_budget(stage: Stage) -> None:
+    """One console line when the stage's ``trainer.max_token_len_per_gpu`` was derived
+    (:func:`rft.config.token_budget.budget_line`)."""
+    line = budget_line(stage.config)
+    if line is not None:
+        print(f"[{stage.config.name}] {line}", file=sys.stdout, flush=True)
 
 
 def start_from(stage: Stage, previous_model: str, previous: Stage) -> None:

@@ -833,7 +833,10 @@ class TrainerConfig:
     """Pack micro-batches by token count (``max_token_len_per_gpu``) instead of by samples."""
     max_token_len_per_gpu: int | None = None
     """Tokens per micro-batch and rank with ``use_dynamic_bsz``; ``None``: derived,
-    ``⌈2 · model.max_model_len / ulysses_sequence_parallel_size⌉`` (Trinity-RFT's rule)."""
+    ``max(⌈2 · L / sp⌉, min(⌈rows · L / sp⌉, 16384))`` (``L`` = ``model.max_model_len``,
+    ``rows`` = one rank's mini-batch, ``sp`` = ``ulysses_sequence_parallel_size``):
+    Trinity-RFT's rule, raised so that a mini-batch up to veRL's default 16384 tokens is
+    one micro-batch (:mod:`rft.config.token_budget`); the run's first lines state it."""
     ppo_max_token_len_per_gpu: int | None = None
     """Trinity-RFT's older name of ``max_token_len_per_gpu`` (read into it)."""
     ulysses_sequence_parallel_size: int = 1
@@ -971,7 +974,9 @@ class LogConfig:
     """Logging of a run (``log``)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    """Minimum level written to ``<job dir>/log/launcher.log``."""
+    """Minimum level written to ``<job dir>/log/launcher.log``. vLLM's own INFO records
+    (engine start-up, hundreds of lines) are shown only with ``DEBUG``; otherwise vLLM logs
+    at WARNING (a ``VLLM_LOGGING_LEVEL`` set in the environment wins)."""
     group_by_node: bool = False
     """Write ``log/<node_ip>/launcher.log`` instead of ``log/launcher.log`` under the
     checkpoint job dir."""

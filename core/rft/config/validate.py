@@ -34,6 +34,7 @@ from rft.config.schema import (
     TaskSelectorConfig,
     TasksetConfig,
 )
+from rft.config.token_budget import derive_into as derive_token_budget
 from rft.config.trinity_forms import check_trinity_forms
 from rft.contracts import needs_values
 from rft.hosts import why_not_loopback
@@ -750,13 +751,11 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
         t.total_steps = c.buffer.total_steps
     if t.rank_timeout is None:
         t.rank_timeout = float(c.synchronizer.sync_timeout)
-    if t.max_token_len_per_gpu is None and c.model.max_model_len:
-        t.max_token_len_per_gpu = -(-2 * c.model.max_model_len
-                                    // max(1, t.ulysses_sequence_parallel_size))
     if t.cpu_ranks <= 0:
         v.problem("trainer.cpu_ranks", f"must be > 0, got {t.cpu_ranks}")
     else:
         check_trainer_ranks(c, v)
+    derive_token_budget(c)  # an unset max_token_len_per_gpu (rft.config.token_budget)
     if t.save_interval < 0:
         v.problem("trainer.save_interval", f"must be >= 0, got {t.save_interval}")
     if t.max_checkpoints_to_keep is not None and t.max_checkpoints_to_keep <= 0:

@@ -57,7 +57,7 @@ from rft.distributed.workers import (ExplorerService, ExplorerState, ResumePoint
                                      TrainerService)
 from rft.errors import RftError
 from rft.modes.builders import steps_over_tasks
-from rft.modes.stage import Resumed, StageLifecycle, StageResult
+from rft.modes.stage import Resumed, StageLifecycle, StageResult, announce_resume
 from rft.monitor.preview import ROLLOUT_EXAMPLES
 
 log = logging.getLogger("rft.distributed")
@@ -219,7 +219,7 @@ class Coordinator:
         self.result.eval_before = state.get("eval_before", {})
         log.info("resumed from %s", found.path)
         return Resumed(step, self.result.eval_before, initial_weights=False,
-                       eval_after=state.get("eval_after"))
+                       eval_after=state.get("eval_after"), checkpoint=found.path)
 
     def _resumed_weights(self, step: int, path: str) -> Any:
         """What the resumed explorer loads first: the checkpoint itself when it holds the
@@ -240,6 +240,7 @@ class Coordinator:
             self._start_actors()
             self.lifecycle.start(self.steps)
             resumed = self._resume()
+            announce_resume(self.lifecycle.label, resumed, self.steps)
             self.lifecycle.rewind(resumed.step)
             if resumed.step >= self.steps:  # a finished stage run again
                 self._finish_again(resumed)

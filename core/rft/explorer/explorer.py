@@ -362,7 +362,29 @@ def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) ->
             "rollout/response_length/mean": statistics.fmean(lengths),
             "rollout/response_length/max": float(max(lengths)),
         })
+        for key, value in experience_metric_stats("rollout", experiences).items():
+            metrics.setdefault(key, value)  # the step's own figures above come first
     return metrics
+
+
+def experience_metric_stats(prefix: str, experiences: list[Experience]) -> dict[str, float]:
+    """``<prefix>/<metric>/mean|max|min`` of every numeric metric the experiences carry
+    (``Experience.metrics``: a workflow's own, ``multi_turn/turns``, ``agent/tool_calls``,
+    the reward parts ``reward/<part>``), over the experiences that carry it (Trinity-RFT's
+    ``rollout/<metric>/<stat>``)::
+
+        mean = Σ_i x_i / n,   max = max_i x_i,   min = min_i x_i   (i over those n)
+    """
+    values: dict[str, list[float]] = {}
+    for exp in experiences:
+        for key, value in exp.metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                values.setdefault(key, []).append(float(value))
+    stats: dict[str, float] = {}
+    for key, xs in sorted(values.items()):
+        stats.update({f"{prefix}/{key}/mean": statistics.fmean(xs),
+                      f"{prefix}/{key}/max": max(xs), f"{prefix}/{key}/min": min(xs)})
+    return stats
 
 
 def eval_metrics(name: str, tasks: Sequence[Task], experiences: list[Experience],

@@ -19,10 +19,17 @@ where the environment ids are what the chat template renders after the reply (th
 the assistant turn, the new user / tool messages, the generation prompt). Each call's
 prompt then extends the previous call's tokens, and :func:`merge_turns` joins the calls of
 one conversation into one experience whose action mask is 1 on the model's tokens only.
+
+A turn whose prompt is longer than ``max_prompt_tokens`` is left-truncated by the engine
+(``enable_prompt_truncation``): its tokens no longer extend the earlier turns, and its
+action mask is all 0 (it is not trained). Such a *cut turn* that continues a recorded turn
+is left out of the merge, so the conversation stays one experience holding the turns up to
+the last whole one; the first cut is named in one warning per process.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -34,6 +41,12 @@ import torch
 from rft.experience import Experience
 from rft.explorer.engine import Completion, InferenceEngine, render_text
 from rft.explorer.reply_parsing import AssistantReply
+
+log = logging.getLogger("rft.explorer.history")
+
+_warned_cut = False
+"""A cut turn was warned about in this process (:meth:`History.remember`)."""
+_warn_lock = threading.Lock()
 
 REPLY_SENTINEL = "\u0000rft-reply\u0000"
 """Placeholder rendered in place of a recorded reply to find where the template puts it."""
@@ -57,6 +70,11 @@ class RecordedTurn:
     reply: AssistantReply | None = None
     """The reply as the OpenAI endpoint parsed it (content, reasoning, tool calls), which
     a client may send back instead of the text."""
+    turn: int = 1
+    """Position of the call in its conversation (1: the first)."""
+    truncated: bool = False
+    """The call's prompt was left-truncated: its ids do not continue the conversation, so
+    no later prompt is built from them (it is remembered for :attr:`turn` counting)."""
 
     def is_reply(self, message: dict[str, Any]) -> bool:
         """True when an assistant message carries this reply: its text verbatim, or the
@@ -88,6 +106,8 @@ class History:
         self._lock = threading.Lock()
         self._experiences: list[Experience] = []
         self._turns: deque[RecordedTurn] = deque(maxlen=MAX_TURNS_REMEMBERED)
+        self._cut: set[int] = set()
+        """``id`` of recorded experiences that are cut turns (see the module docstring)."""
 
     def __len__(self) -> int:
         with self._lock:
@@ -100,38 +120,56 @@ class History:
 
     def remember(self, messages: Sequence[dict[str, Any]], completions: Sequence[Completion],
                  *, tools: Sequence[dict[str, Any]] | None = None,
-                 replies: Sequence[AssistantReply] | None = None) -> None:
+                 replies: Sequence[AssistantReply] | None = None,
+                 experiences: Sequence[Experience] | None = None) -> None:
         """Remember the replies of one chat call (with the tools it offered and the replies
-        as the endpoint parsed them) so that a later call can continue them."""
+        as the endpoint parsed them) so that a later call can continue them; a cut turn
+        among ``experiences`` (the call's, one per completion) is marked and warned about."""
+        found = self.continued_turn(messages, tools, include_truncated=True)
+        turn = found[0].turn + 1 if found is not None else 1
         frozen, frozen_tools = freeze_messages(messages), _freeze(list(tools or []))
         parsed = list(replies) if replies is not None else [None] * len(completions)
+        cut = [c.prompt_truncated for c in completions]
         with self._lock:
             for c, reply in zip(completions, parsed, strict=True):
-                if not c.prompt_truncated:
-                    self._turns.append(RecordedTurn(frozen, tuple(c.prompt_token_ids),
-                                                    tuple(c.token_ids), c.text,
-                                                    frozen_tools, reply))
+                self._turns.append(RecordedTurn(frozen, tuple(c.prompt_token_ids),
+                                                tuple(c.token_ids), c.text, frozen_tools,
+                                                reply, turn, c.prompt_truncated))
+            if found is not None and experiences is not None:
+                self._cut.update(id(e) for e, is_cut in zip(experiences, cut, strict=True)
+                                 if is_cut)
+        if found is not None and any(cut):
+            _warn_cut_once(turn, len(completions[cut.index(True)].prompt_token_ids))
 
     def extract(self, clear: bool = True) -> list[Experience]:
         """The recorded experiences in call order; forgotten when ``clear``."""
+        return self.extract_marked(clear)[0]
+
+    def extract_marked(self, clear: bool = True) -> tuple[list[Experience], list[bool]]:
+        """The recorded experiences in call order and, for each, whether it is a cut turn
+        (see the module docstring); forgotten when ``clear``."""
         with self._lock:
             out = list(self._experiences)
+            cut = [id(e) in self._cut for e in out]
             if clear:
                 self._experiences.clear()
-            return out
+                self._cut.clear()
+            return out, cut
 
     def continued_turn(self, messages: Sequence[dict[str, Any]],
-                       tools: Sequence[dict[str, Any]] | None = None
-                       ) -> tuple[RecordedTurn, int] | None:
+                       tools: Sequence[dict[str, Any]] | None = None, *,
+                       include_truncated: bool = False) -> tuple[RecordedTurn, int] | None:
         """The latest recorded reply that ``messages`` (offering ``tools``) continue, with
         the index of the assistant message carrying it; ``None`` when the conversation
-        continues none."""
+        continues none. Replies to cut prompts count only with ``include_truncated``."""
         frozen, frozen_tools = freeze_messages(messages), _freeze(list(tools or []))
         with self._lock:
             turns = list(self._turns)
         best: tuple[RecordedTurn, int] | None = None
         for turn in reversed(turns):
             k = len(turn.messages)
+            if turn.truncated and not include_truncated:
+                continue
             if (k + 1 >= len(messages) or frozen[:k] != turn.messages
                     or turn.tools != frozen_tools or not turn.is_reply(messages[k])):
                 continue
@@ -172,7 +210,21 @@ def _drop_generated_tail(engine: InferenceEngine, turn: RecordedTurn, after: str
     return after[len(tail):] if tail and after.startswith(tail) else after
 
 
-def merge_turns(experiences: Sequence[Experience]) -> list[Experience]:
+def _warn_cut_once(turn: int, prompt_tokens: int) -> None:
+    """One warning per process: a continued conversation's prompt was cut."""
+    global _warned_cut
+    with _warn_lock:
+        if _warned_cut:
+            return
+        _warned_cut = True
+    log.warning("model.max_prompt_tokens: turn %d of a multi-turn conversation was longer "
+                "than the limit and was left-truncated to %d tokens; the conversation is kept "
+                "as one experience up to turn %d, cut turns are not trained (raise "
+                "model.max_prompt_tokens; said once)", turn, prompt_tokens, turn - 1)
+
+
+def merge_turns(experiences: Sequence[Experience],
+                cut: Sequence[bool] | None = None) -> list[Experience]:
     """Join the calls of multi-turn conversations into one experience per conversation.
 
     An experience *continues* an earlier one when its prompt starts with the earlier one's
@@ -184,8 +236,12 @@ def merge_turns(experiences: Sequence[Experience]) -> list[Experience]:
     Calls that continue nothing and are continued by nothing come back unchanged.
 
     :param experiences: recorded experiences in call order.
+    :param cut: for each, whether it is a cut turn (:meth:`History.extract_marked`): those
+        are left out, so that their conversation stays one experience.
     :return: one experience per conversation, in the order of their last calls.
     """
+    if cut is not None:
+        experiences = [e for e, is_cut in zip(experiences, cut, strict=True) if not is_cut]
     tokens = [e.tokens.tolist() for e in experiences]
     parent: list[int | None] = []
     for i, exp in enumerate(experiences):

@@ -158,8 +158,8 @@ class ModelWrapper:
         if not self.enable_history:
             raise RftError(f"model {self.name!r}: history is off; set enable_history: true "
                            "on explorer.rollout_model (or the auxiliary model)")
-        experiences = self.history.extract(clear=clear_history)
-        return merge_history(experiences) if merge_turns else experiences
+        experiences, cut = self.history.extract_marked(clear=clear_history)
+        return merge_history(experiences, cut) if merge_turns else experiences
 
     # ---- calls --------------------------------------------------------------------------
 
@@ -249,9 +249,10 @@ class ModelWrapper:
             experiences.append(flat[start: start + len(g)])
             start += len(g)
         if self.enable_history:
-            for conversation, group, group_replies in zip(conversations, results, replies,
-                                                          strict=True):
-                self.history.remember(conversation, group, tools=tools, replies=group_replies)
+            for conversation, group, group_replies, group_experiences in zip(
+                    conversations, results, replies, experiences, strict=True):
+                self.history.remember(conversation, group, tools=tools, replies=group_replies,
+                                      experiences=group_experiences)
             self.history.record([e for g in experiences for e in g])
         return ChatResults(results, experiences, replies)
 

@@ -54,6 +54,7 @@ from rft.chat_template import model_chat_template
 from rft.errors import RftError
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.explorer.hf_engine import _strip_wrappers
+from rft.explorer.vllm_logs import configure_vllm_logging
 from rft.rope import apply_rope
 
 _DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
@@ -91,6 +92,8 @@ class VLLMEngine(InferenceEngine):
     :param llm_kwargs: further keyword arguments of ``vllm.LLM`` (the config's
         ``extra_engine_args``), e.g. ``kv_cache_memory_bytes``, ``max_num_seqs``; they win
         over the values chosen here.
+    :param log_level: rft's ``log.level``: vLLM logs at INFO under ``DEBUG``, else at
+        WARNING (:mod:`rft.explorer.vllm_logs`).
     :param engine_kwargs: the prompt / template / seed settings of
         :class:`~rft.explorer.engine.InferenceEngine`.
     """
@@ -118,9 +121,11 @@ class VLLMEngine(InferenceEngine):
         fully_sharded_loras: bool = False,
         rope_scaling: dict[str, Any] | None = None,
         rope_theta: float | None = None,
+        log_level: str = "INFO",
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(**engine_kwargs)
+        configure_vllm_logging(log_level)  # vLLM's INFO records only under DEBUG
         if dtype not in _DTYPE_NAMES:
             raise RftError(f"vllm engine: unknown dtype {dtype!r}; use one of "
                            + ", ".join(sorted(_DTYPE_NAMES)))
@@ -214,6 +219,7 @@ class VLLMEngine(InferenceEngine):
             enable_thinking=(rm.enable_thinking if rm.enable_thinking is not None
                              else m.enable_thinking),
             seed=rm.seed, rope_scaling=m.rope_scaling, rope_theta=m.rope_theta,
+            log_level=config.log.level,
         )
 
     # ---- properties --------------------------------------------------------------------

@@ -183,7 +183,7 @@ class ColocateStage:
         self.saved_eval_after = state.get("eval_after")
         log.info("resumed from %s", loaded.checkpoint.path)
         return Resumed(state["step"], state.get("eval_before", {}),
-                       eval_after=self.saved_eval_after)
+                       eval_after=self.saved_eval_after, checkpoint=loaded.checkpoint.path)
 
     def step(self, step: int) -> None:
         if self.explores and self.explorer is not None:

@@ -172,7 +172,8 @@ class ExploreStage:
         if progress.rng is not None:
             set_rng_state(progress.rng)
         return Resumed(progress.step, progress.eval_before,
-                       initial_weights=self.sync.version == 0, eval_after=progress.eval_after)
+                       initial_weights=self.sync.version == 0, eval_after=progress.eval_after,
+                       checkpoint=self.plan.job_dir if progress.step > 0 else None)
 
     def step(self, step: int) -> None:
         config, progress = self.plan.config, self.progress

@@ -17,6 +17,7 @@ and trainer run at once, asks the same lifecycle what is due as its calls finish
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,28 @@ class Resumed:
     eval_after: dict[str, float] | None = None
     """The evaluation after the last step, when the interrupted run got that far (its
     final checkpoint holds it): a finished stage run again is not evaluated again."""
+    checkpoint: str | None = None
+    """The checkpoint folder it went on from (``None``: a fresh start)."""
+
+
+def resume_line(run_name: str, resumed: Resumed, steps: int) -> str | None:
+    """The console line of a stage that goes on from a checkpoint: which one and from which
+    step, or that the stage is already finished and where; ``None`` for a fresh start."""
+    if resumed.checkpoint is None:
+        return None
+    if resumed.step >= steps:
+        return (f"[{run_name}] already finished: {resumed.checkpoint} holds step "
+                f"{resumed.step} of {steps}; nothing to redo (a new run needs another "
+                "name or continue_from_checkpoint: false)")
+    return (f"[{run_name}] resumed from {resumed.checkpoint}: step {resumed.step} of "
+            f"{steps} done, going on at step {resumed.step + 1}")
+
+
+def announce_resume(run_name: str, resumed: Resumed, steps: int) -> None:
+    """Print :func:`resume_line` (when there is one) on the console."""
+    line = resume_line(run_name, resumed, steps)
+    if line is not None:
+        print(line, file=sys.stdout, flush=True)
 
 
 class StageBody(Protocol):
@@ -156,6 +179,12 @@ class StageLifecycle:
     def steps(self) -> int:
         return self.result.steps
 
+    @property
+    def label(self) -> str:
+        """The stage's run name (``<name>_<stage>`` in a run with stages), as the console
+        monitor's lines are prefixed."""
+        return self.plan.config.name
+
     def evaluates_before(self, resumed: Resumed) -> bool:
         """Evaluate before step 1: nothing was done yet, the engine holds the initial model
         and ``explorer.eval_on_startup``."""
@@ -179,6 +208,7 @@ class StageLifecycle:
     def drive(self, body: StageBody, explorer_role: str = "explorer") -> None:
         """Run the stage's steps through ``body`` (monitors already started)."""
         resumed = body.resume()
+        announce_resume(self.label, resumed, self.steps)
         self.rewind(resumed.step)
         self.result.eval_before = dict(resumed.eval_before)
         if self.evaluates_before(resumed):
@@ -220,4 +250,4 @@ def run_stage(stage: Stage, roles: Sequence[str], *, has_eval: bool,
 
 
 __all__ = ["BodyFactory", "CheckpointEval", "Resumed", "StageBody", "StageLifecycle",
-           "StageResult", "run_stage"]
+           "StageResult", "announce_resume", "resume_line", "run_stage"]

@@ -112,7 +112,7 @@ class TrainAloneStage:
             log.warning("experience buffer %r: %d experience(s) read after global_step_%d "
                         "by a trainer that stopped are read again", self.storage.name,
                         returned, step)
-        return Resumed(step)
+        return Resumed(step, checkpoint=loaded.checkpoint.path if loaded is not None else None)
 
     def step(self, step: int) -> None:
         self.storage.lease_reads(step)

@@ -42,8 +42,8 @@ Memory controls (veRL's keys; they change memory, not results):
   float32 throughout.
 
 ``trainer.max_token_len_per_gpu`` (the token budget of a dynamic micro-batch, per rank)
-defaults to ``⌈2 · model.max_model_len / trainer.ulysses_sequence_parallel_size⌉``
-(Trinity-RFT's rule: two full-length sequences per micro-batch).
+defaults to Trinity-RFT's ``⌈2 · model.max_model_len / sp⌉``, raised to hold a whole
+mini-batch up to veRL's 16384 tokens (:mod:`rft.config.token_budget`).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ import torch
 
 from rft.config.plan import TrainerPlan
 from rft.config.schema import resolved_grad_clip
+from rft.config.token_budget import derived_budget
 from rft.errors import RftError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -145,8 +146,9 @@ class TorchTrainerOptions:
         temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
         max_token_len = t.max_token_len_per_gpu
         if max_token_len is None and plan.model.max_model_len:
-            max_token_len = derived_max_token_len(plan.model.max_model_len,
-                                                  t.ulysses_sequence_parallel_size)
+            max_token_len = derived_budget(plan.model.max_model_len,
+                                           math.ceil(mini_rows / max(1, t.ranks or 1)),
+                                           t.ulysses_sequence_parallel_size).tokens
         chunking = bool(lookup(tree, "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
                                False))
         return cls(
@@ -185,11 +187,6 @@ A = "actor_rollout_ref.actor."
 """Prefix of the actor's keys in ``trainer_config``. The keys this trainer reads are
 listed in :data:`rft.config.support.TRAINER_CONFIG_HONOURED` (validation warns about
 every other key set there)."""
-
-
-def derived_max_token_len(max_model_len: int, sequence_parallel: int = 1) -> int:
-    """``⌈2 · max_model_len / sequence_parallel⌉`` (see the module docstring)."""
-    return math.ceil(2 * max_model_len / max(1, sequence_parallel))
 
 
 def _device(name: str) -> torch.device:
