@@ -508,3 +508,34 @@ def test_mix_entropy_loss_is_named_as_trinitys(tmp_path, tiny_model_dir, registr
         ("algorithm.entropy_loss_fn: unknown entropy loss function 'mix' (Trinity-RFT's "
          "entropy bonus of mix on rollout rows only: rft does not ship it; 'default' counts "
          "the expert rows too, 'none' has no bonus)")]
+
+
+def test_empty_checkpoint_root_is_the_working_directory(tmp_path, tiny_model_dir, registry,
+                                                        monkeypatch):
+    """``checkpoint_root_dir: ''`` (Trinity-RFT's test template): Trinity-RFT joins a
+    relative root onto the working directory, so the job dir is ``./<project>/<name>``."""
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace(f"checkpoint_root_dir: {tmp_path / 'ck'}",
+                                             "checkpoint_root_dir: ''"))
+    monkeypatch.chdir(tmp_path)
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.checkpoint_root_dir == "."
+    assert Path(config.checkpoint_job_dir).resolve() == tmp_path / "trinity-forms" / "test"
+
+
+def test_a_queue_backup_directory_holds_a_jsonl_file(tmp_path, tiny_model_dir, registry):
+    """A queue's backup ``path: ./exp_buffer`` (a directory) is the JSON lines file
+    ``<dir>/<buffer name>.jsonl``, Trinity-RFT's name of a queue's own backup file."""
+    path = write_config(tmp_path, tiny_model_dir, f"""\
+  trainer_input:
+    experience_buffer:
+      name: exp_buffer
+      storage_type: queue
+      path: {tmp_path / 'exp_buffer'}
+""")
+    text = path.read_text().replace("    default_workflow_type: math_workflow\n", "")
+    path.write_text(text.replace("  explorer_input:\n",
+                                 "  explorer_input:\n    default_workflow_type: math_workflow\n"))
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.buffer.trainer_input.experience_buffer.path == str(
+        tmp_path / "exp_buffer" / "exp_buffer.jsonl")
