@@ -498,16 +498,15 @@ def test_keys_no_trinity_version_reads_name_the_field_to_use(tmp_path, tiny_mode
          "buffer.train_batch_size")]
 
 
-def test_mix_entropy_loss_is_named_as_trinitys(tmp_path, tiny_model_dir, registry):
+def test_mix_entropy_loss_validates_as_trinitys(tmp_path, tiny_model_dir, registry):
+    """``entropy_loss_fn: mix`` (Trinity-RFT's entropy bonus on rollout rows only; the
+    default of its mix / mix_chord presets) is a name rft resolves, with its coefficient."""
     path = write_config(tmp_path, tiny_model_dir, "")
-    path.write_text(path.read_text().replace("  repeat_times: 2\n", "  repeat_times: 2\n"
-                                             "  entropy_loss_fn: mix\n"))
-    with pytest.raises(ConfigError) as caught:
-        load_config(path, registry=registry)
-    assert caught.value.problems == [
-        ("algorithm.entropy_loss_fn: unknown entropy loss function 'mix' (Trinity-RFT's "
-         "entropy bonus of mix on rollout rows only: rft does not ship it; 'default' counts "
-         "the expert rows too, 'none' has no bonus)")]
+    path.write_text(path.read_text().replace(
+        "  repeat_times: 2\n", "  repeat_times: 2\n  entropy_loss_fn: mix\n"
+        "  entropy_loss_fn_args:\n    entropy_coef: 0.01\n"))
+    plan = load_config(path, registry=registry).stages[0].plan
+    assert plan.loss.entropy.name == "mix" and plan.loss.entropy.args.entropy_coef == 0.01
 
 
 def test_empty_checkpoint_root_is_the_working_directory(tmp_path, tiny_model_dir, registry,

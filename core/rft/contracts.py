@@ -311,6 +311,9 @@ class EntropyInputs:
     """``(B, T)`` float, 1 on response tokens that count."""
     agg: AggContext
     """The trainer's aggregation (``loss_agg_mode`` and the mini-batch's global counts)."""
+    is_expert_mask: Tensor | None = None
+    """``(B,)`` bool: rows that are expert (SFT) data in a mixed batch (``mix``), as
+    :attr:`PolicyLossInputs.is_expert_mask`; ``None`` when no experience says."""
 
 
 class EntropyLossFn(Protocol[ArgsT]):

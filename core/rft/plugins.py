@@ -187,9 +187,6 @@ EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
     ("workflow", "sciworld_workflow"): (
         "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
         "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
-    ("entropy_loss_fn", "mix"): (
-        "Trinity-RFT's entropy bonus of mix on rollout rows only: rft does not ship it; "
-        "'default' counts the expert rows too, 'none' has no bonus"),
     ("workflow", "webshop_workflow"): (
         "Trinity-RFT's WebShop environment: it needs the web_agent_site package of "
         "github.com/princeton-nlp/WebShop (installed from source, about 15 GB of memory) and a "

@@ -267,8 +267,9 @@ def actor_loss(fns: LossPlan, inputs: LossInputs, agg: AggContext) -> LossOutput
         if inputs.entropy is None:
             raise RftError(f"{fns.entropy.key}: {fns.entropy.name!r} needs per-token "
                            "entropies but none were computed")
-        term = fns.entropy.implementation(EntropyInputs(inputs.entropy, mask, agg),
-                                          args_of(fns.entropy))
+        term = fns.entropy.implementation(
+            EntropyInputs(inputs.entropy, mask, agg, inputs.is_expert_mask),
+            args_of(fns.entropy))
         loss = loss - term
 
     if fns.kl_loss is not None and fns.uses_kl_loss:
