@@ -111,7 +111,7 @@ _ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "rft-plugin-sppo": {"algorithm": ("sppo",), "policy_loss_fn": ("sppo",)},
     "rft-plugin-on-policy-distill": {
         "algorithm": ("on_policy_distill",), "advantage_fn": ("on_policy_distill",),
-        "workflow": ("on_policy_distill_workflow",)},
+        "workflow": ("on_policy_distill_workflow", "on_policy_distill_math_workflow")},
     "rft-plugin-jsd": {"algorithm": ("jsd",), "advantage_fn": ("jsd",)},
     "rft-plugin-multi-step-grpo": {
         "algorithm": ("multi_step_grpo",), "advantage_fn": ("step_wise_grpo",),
