@@ -538,3 +538,19 @@ def test_a_queue_backup_directory_holds_a_jsonl_file(tmp_path, tiny_model_dir, r
     config = load_config(path, registry=registry).stages[0].config
     assert config.buffer.trainer_input.experience_buffer.path == str(
         tmp_path / "exp_buffer" / "exp_buffer.jsonl")
+
+
+def test_rm_gallery_reward_names_the_package_it_needs(tmp_path, tiny_model_dir, registry):
+    """``rm_gallery_reward`` wraps RM-Gallery, whose releases pin transformers<5: one line
+    naming the package and why rft does not ship it."""
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace(
+        "    default_workflow_type: math_workflow\n",
+        "    default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, registry=registry)
+    (line,) = caught.value.problems
+    assert line.startswith("buffer.explorer_input.taskset.default_reward_fn_type: unknown "
+                           "reward function 'rm_gallery_reward' (Trinity-RFT's wrapper of "
+                           "RM-Gallery's rewards")
+    assert "rm-gallery package" in line and "transformers<5" in line

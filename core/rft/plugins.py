@@ -187,6 +187,11 @@ EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
     ("workflow", "sciworld_workflow"): (
         "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
         "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
+    ("reward_fn", "rm_gallery_reward"): (
+        "Trinity-RFT's wrapper of RM-Gallery's rewards (reward_fn_args.reward_name): it "
+        "needs the rm-gallery package, whose releases (0.1.7) pin transformers<5 and pull in "
+        "label-studio, so it cannot be installed beside rft's transformers>=5; rft does not "
+        "ship it (for math_verify_reward use math_boxed_reward or accuracy_reward)"),
     ("workflow", "webshop_workflow"): (
         "Trinity-RFT's WebShop environment: it needs the web_agent_site package of "
         "github.com/princeton-nlp/WebShop (installed from source, about 15 GB of memory) and a "
