@@ -468,7 +468,11 @@ class VerlTrainer(Trainer):
                                                    self.fns.kl_penalty)
             metrics.update(kl_metrics)
         with timed(metrics, "adv"):
-            advantages, returns = batch_advantages(self.plan, batch, rewards, mask, values)
+            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, mask, values)
+        if kept is not mask:
+            raise RftError(f"algorithm.advantage_fn: {self.plan.algorithm.advantage_fn!r} drops "
+                           "tokens from the update, which the verl trainer does not support yet "
+                           "(use trainer_type: torch)")
         extra["advantages"], extra["returns"] = advantages, returns
         response_lengths = batch.attention_mask[:, batch.prompt_width:].sum(-1)  # (B,)
         metrics.update(data_metrics(
