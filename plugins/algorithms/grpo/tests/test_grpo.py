@@ -202,6 +202,26 @@ def test_clipb_by_hand() -> None:
     assert kept.tolist() == [[1.0] * 2] * 4
 
 
+@SETTINGS
+@given(advantage_inputs())
+def test_clipb_advantages_equal_verls_grpo(inputs: AdvantageInputs) -> None:
+    """Clip_B's advantages are veRL's GRPO advantages; only the mask is its own."""
+    shape = inputs.response_mask.shape
+    gen = torch.Generator().manual_seed(shape[0] * 31 + shape[1])
+    inputs = dataclasses.replace(
+        inputs, rollout_log_prob=-torch.rand(shape, generator=gen, dtype=torch.float64) * 4,
+        entropy=torch.rand(shape, generator=gen, dtype=torch.float64) * 3)
+
+    def advantages_only(inputs: AdvantageInputs, args: ClipBArgs):
+        advantages, returns, kept = clipb_advantages(inputs, args)
+        assert bool((kept <= inputs.response_mask).all())
+        return advantages, returns
+
+    assert_equals_verl(advantages_only, ClipBArgs(epsilon=1e-6, mu=0.5),
+                       "compute_grpo_outcome_advantage", inputs, epsilon=1e-6,
+                       norm_adv_by_std_in_grpo=True)
+
+
 def test_clipb_needs_entropies_and_validates_as_trinitys_example(tmp_path) -> None:
     """Trinity-RFT's examples/entropy/clipb.yaml: ``advantage_fn: clipb`` with
     ``advantage_fn_args: {mu: 2.5}``; a batch without entropies is one line."""
