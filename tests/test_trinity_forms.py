@@ -546,7 +546,8 @@ def test_rm_gallery_reward_names_the_package_it_needs(tmp_path, tiny_model_dir, 
     path = write_config(tmp_path, tiny_model_dir, "")
     path.write_text(path.read_text().replace(
         "    default_workflow_type: math_workflow\n",
-        "    default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward\n"))
+        "    default_workflow_type: math_workflow\n"
+        "    default_reward_fn_type: rm_gallery_reward\n"))
     with pytest.raises(ConfigError) as caught:
         load_config(path, registry=registry)
     (line,) = caught.value.problems

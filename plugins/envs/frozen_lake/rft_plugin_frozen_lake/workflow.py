@@ -2,12 +2,12 @@
 
 Each task is a map: the workflow arg ``desc`` (the same map for every task), else one drawn
 from the row's ``size`` (default 4), ``p`` (chance a tile is frozen, 0.8) and ``seed``
-(42) with its goal reachable within ``max_steps`` moves (Trinity-RFT's ``env_max_steps``). Each episode the model sees the
-map and answers with a move in a ```` ``` ```` block (``Up``, ``Down``, ``Left``,
-``Right``, or 1 … 4); the game answers with the new map, until the player reaches the
-goal (reward 1), falls into a hole (0), or ``max_steps`` moves (``agent_max_steps`` when
-set) were made (0). A reply
-without a valid move leaves the player where it is, and the next observation says so.
+(42) with its goal reachable within ``max_steps`` moves (Trinity-RFT's ``env_max_steps``).
+Each episode the model sees the map and answers with a move in a ```` ``` ```` block
+(``Up``, ``Down``, ``Left``, ``Right``, or 1 … 4); the game answers with the new map, until
+the player reaches the goal (reward 1), falls into a hole (0), or ``max_steps`` moves
+(``agent_max_steps`` when set) were made (0). A reply without a valid move leaves the
+player where it is, and the next observation says so.
 
 The episode is one experience (a :class:`~rft_plugin_workflows.multi_turn.MultiTurnWorkflow`):
 the model's replies trained on, the game's messages masked out; metrics ``env_steps``,
