@@ -1,16 +1,18 @@
 """The core's built-in loss-path functions keep the plugin contracts, checked with the
 kit rft ships for plugin authors (:mod:`rft.testing.strategies`,
 :mod:`rft.testing.checks`): the ``ppo`` policy loss, every KL estimator and both entropy
-terms. Their equality with veRL is ``tests/test_verl_equivalence.py``."""
+terms (``mix`` with expert rows). Their equality with veRL is ``tests/test_verl_equivalence.py``."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft.builtin.entropy import EntropyArgs, entropy_bonus, no_entropy
+from rft.builtin.entropy import EntropyArgs, entropy_bonus, no_entropy, rollout_entropy_bonus
 from rft.builtin.kl import KL_FNS, KLArgs
 from rft.builtin.policy_loss import PPOArgs, ppo_policy_loss
 from rft.contracts import EntropyInputs, KLInputs, PolicyLossInputs
@@ -58,6 +60,10 @@ def test_entropy_terms_keep_the_contract(inputs: EntropyInputs, coef: float) -> 
     """0-dim, finite, masked positions have no effect, micro-batches add up."""
     check_entropy(entropy_bonus, EntropyArgs(entropy_coef=coef), inputs)
     check_entropy(no_entropy, None, inputs)
+    rows = inputs.response_mask.shape[0]
+    expert = torch.arange(rows) % 2 == 1  # every other row is expert data
+    check_entropy(rollout_entropy_bonus, EntropyArgs(entropy_coef=coef),
+                  dataclasses.replace(inputs, is_expert_mask=expert))
 
 
 def test_every_registered_builtin_is_checked() -> None:
@@ -65,4 +71,4 @@ def test_every_registered_builtin_is_checked() -> None:
     registry = PluginRegistry.create(autoload=False)
     assert set(registry.names("policy_loss_fn")) == {"ppo"}
     assert set(registry.names("kl_fn")) == set(KL_FNS)
-    assert set(registry.names("entropy_loss_fn")) == {"default", "none"}
+    assert set(registry.names("entropy_loss_fn")) == {"default", "mix", "none"}

@@ -248,11 +248,12 @@ def test_every_registered_function_runs_on_its_inputs() -> None:
                                  values=torch.rand(B, T, dtype=torch.float64),
                                  reward_baselines=torch.full((B,), 0.5, dtype=torch.float64),
                                  rollout_log_prob=t["old_log_prob"].detach(),
-                                 teacher_log_prob=t["ref_log_prob"])
+                                 teacher_log_prob=t["ref_log_prob"], entropy=t["entropy"])
     for name in registry.names("advantage_fn"):
         fn = registry.get("advantage_fn", name)
-        advantages, returns = fn(adv_inputs, _args(fn))
-        assert advantages.shape == returns.shape == (B, T), name
+        result = fn(adv_inputs, _args(fn))
+        assert len(result) in (2, 3), name  # a third tensor: the kept response mask
+        assert all(tensor.shape == (B, T) for tensor in result), name
     policy_inputs = PolicyLossInputs(t["log_prob"], t["old_log_prob"], t["advantages"], mask,
                                      agg, ref_log_prob=t["ref_log_prob"],
                                      teacher_log_prob=t["ref_log_prob"], global_step=1)

@@ -112,7 +112,7 @@ def test_builtin_plugins_are_registered() -> None:
     assert set(registry.names("kl_fn")) == set(kl.KL_FNS)
     assert {"none", "k1", "k2", "k3", "low_var_kl", "abs", "k3+", "low_var_kl+"} <= set(
         registry.names("kl_fn"))
-    assert registry.names("entropy_loss_fn") == ["default", "none"]
+    assert registry.names("entropy_loss_fn") == ["default", "mix", "none"]
     assert "ppo" in registry.names("policy_loss_fn")
     assert registry.get("kl_fn", "low_var_kl") is kl.k3
 
@@ -152,6 +152,31 @@ def test_no_entropy_is_a_zero_scalar() -> None:
     term = entropy.no_entropy(EntropyInputs(torch.ones(2, 2, dtype=torch.float64),
                                             torch.ones(2, 2), AggContext()), None)
     assert term.shape == () and term.item() == 0.0 and term.dtype == torch.float64
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("token-mean", 0.5 * (1 + 2 + 6) / 6),                  # over the batch's 6 tokens
+    ("seq-mean-token-mean", 0.5 * ((1 + 2) / 2 + 6) / 3),   # over the batch's 3 rows
+    ("token-sum", 0.5 * (1 + 2 + 6)),
+])
+def test_mix_entropy_counts_rollout_rows_only(mode: str, expected: float) -> None:
+    """``mix`` (Trinity-RFT's entropy bonus of mix): row 1 is expert data and adds nothing;
+    the rollout rows' entropy is aggregated with the trainer's counts (all rows)."""
+    ent = torch.tensor([[1.0, 2.0, 9.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]],
+                       dtype=torch.float64, requires_grad=True)  # (B, T)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    agg = AggContext.for_mini_batch(mask, mode)  # 6 tokens, 3 rows
+    inputs = EntropyInputs(ent, mask, agg, torch.tensor([False, True, False]))
+    term = entropy.rollout_entropy_bonus(inputs, entropy.EntropyArgs(entropy_coef=0.5))
+    torch.testing.assert_close(term, torch.tensor(expected, dtype=torch.float64))
+    (grad,) = torch.autograd.grad(term, ent)
+    assert grad[1].abs().sum() == 0 and grad[0, 0] > 0
+    no_expert = dataclasses.replace(inputs, is_expert_mask=None)  # every row a rollout
+    args = entropy.EntropyArgs(entropy_coef=0.5)
+    torch.testing.assert_close(entropy.rollout_entropy_bonus(no_expert, args),
+                               entropy.entropy_bonus(no_expert, args))
+    all_expert = dataclasses.replace(inputs, is_expert_mask=torch.ones(3, dtype=torch.bool))
+    assert entropy.rollout_entropy_bonus(all_expert, args).item() == 0.0
 
 
 # --------------------------------------------------------------------------------------

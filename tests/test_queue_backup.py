@@ -44,6 +44,18 @@ def test_every_write_goes_to_the_backup_and_reads_back(tmp_path, suffix):
     backup.close()
 
 
+@pytest.mark.parametrize("directory", ["exp_buffer", "exp_buffer/", "existing.d"])
+def test_a_directory_path_backs_up_to_a_file_inside_it(tmp_path, directory):
+    """A directory (one that exists, ends with ``/`` or has no suffix; Trinity-RFT's
+    ``./exp_buffer``) holds the backup as ``<dir>/<queue name>.jsonl``."""
+    (tmp_path / "existing.d").mkdir()
+    queue = open_storage("queue", "exp", str(tmp_path / directory))
+    queue.write([make(0), make(1)])
+    queue.close()
+    backup = tmp_path / directory / "exp.jsonl"
+    assert [json.loads(line)["info"]["i"] for line in backup.read_text().splitlines()] == [0, 1]
+
+
 def test_keyed_writes_reach_a_json_backup_once(tmp_path):
     """An explore step redone after a crash (same idempotency key, a new process) is in the
     backup once, as with a SQLite backup."""

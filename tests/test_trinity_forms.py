@@ -498,13 +498,60 @@ def test_keys_no_trinity_version_reads_name_the_field_to_use(tmp_path, tiny_mode
          "buffer.train_batch_size")]
 
 
-def test_mix_entropy_loss_is_named_as_trinitys(tmp_path, tiny_model_dir, registry):
+def test_mix_entropy_loss_validates_as_trinitys(tmp_path, tiny_model_dir, registry):
+    """``entropy_loss_fn: mix`` (Trinity-RFT's entropy bonus on rollout rows only; the
+    default of its mix / mix_chord presets) is a name rft resolves, with its coefficient."""
     path = write_config(tmp_path, tiny_model_dir, "")
-    path.write_text(path.read_text().replace("  repeat_times: 2\n", "  repeat_times: 2\n"
-                                             "  entropy_loss_fn: mix\n"))
+    path.write_text(path.read_text().replace(
+        "  repeat_times: 2\n", "  repeat_times: 2\n  entropy_loss_fn: mix\n"
+        "  entropy_loss_fn_args:\n    entropy_coef: 0.01\n"))
+    plan = load_config(path, registry=registry).stages[0].plan
+    assert plan.loss.entropy.name == "mix" and plan.loss.entropy.args.entropy_coef == 0.01
+
+
+def test_empty_checkpoint_root_is_the_working_directory(tmp_path, tiny_model_dir, registry,
+                                                        monkeypatch):
+    """``checkpoint_root_dir: ''`` (Trinity-RFT's test template): Trinity-RFT joins a
+    relative root onto the working directory, so the job dir is ``./<project>/<name>``."""
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace(f"checkpoint_root_dir: {tmp_path / 'ck'}",
+                                             "checkpoint_root_dir: ''"))
+    monkeypatch.chdir(tmp_path)
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.checkpoint_root_dir == "."
+    assert Path(config.checkpoint_job_dir).resolve() == tmp_path / "trinity-forms" / "test"
+
+
+def test_a_queue_backup_directory_holds_a_jsonl_file(tmp_path, tiny_model_dir, registry):
+    """A queue's backup ``path: ./exp_buffer`` (a directory) is the JSON lines file
+    ``<dir>/<buffer name>.jsonl``, Trinity-RFT's name of a queue's own backup file."""
+    path = write_config(tmp_path, tiny_model_dir, f"""\
+  trainer_input:
+    experience_buffer:
+      name: exp_buffer
+      storage_type: queue
+      path: {tmp_path / 'exp_buffer'}
+""")
+    text = path.read_text().replace("    default_workflow_type: math_workflow\n", "")
+    path.write_text(text.replace("  explorer_input:\n",
+                                 "  explorer_input:\n    default_workflow_type: math_workflow\n"))
+    config = load_config(path, registry=registry).stages[0].config
+    assert config.buffer.trainer_input.experience_buffer.path == str(
+        tmp_path / "exp_buffer" / "exp_buffer.jsonl")
+
+
+def test_rm_gallery_reward_names_the_package_it_needs(tmp_path, tiny_model_dir, registry):
+    """``rm_gallery_reward`` wraps RM-Gallery, whose releases pin transformers<5: one line
+    naming the package and why rft does not ship it."""
+    path = write_config(tmp_path, tiny_model_dir, "")
+    path.write_text(path.read_text().replace(
+        "    default_workflow_type: math_workflow\n",
+        "    default_workflow_type: math_workflow\n"
+        "    default_reward_fn_type: rm_gallery_reward\n"))
     with pytest.raises(ConfigError) as caught:
         load_config(path, registry=registry)
-    assert caught.value.problems == [
-        ("algorithm.entropy_loss_fn: unknown entropy loss function 'mix' (Trinity-RFT's "
-         "entropy bonus of mix on rollout rows only: rft does not ship it; 'default' counts "
-         "the expert rows too, 'none' has no bonus)")]
+    (line,) = caught.value.problems
+    assert line.startswith("buffer.explorer_input.taskset.default_reward_fn_type: unknown "
+                           "reward function 'rm_gallery_reward' (Trinity-RFT's wrapper of "
+                           "RM-Gallery's rewards")
+    assert "rm-gallery package" in line and "transformers<5" in line

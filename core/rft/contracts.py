@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # torch is imported by the modules that compute, not by `impo
 __all__ = [
     "AdvantageFn", "AdvantageInputs", "AggContext", "EntropyInputs", "EntropyLossFn",
     "KLFn", "KLInputs", "MissingInputError", "PolicyLossFn", "PolicyLossInputs",
+    "needs_entropy",
     "needs_ref_log_prob",
     "needs_values",
 ]
@@ -127,6 +128,9 @@ PROVIDED_BY: dict[str, str] = {
     "rollout_log_prob": "rollout_log_prob comes from Experience.logprobs, the engine's "
                         "sampling log-probs",
     "global_step": "global_step is set by the trainer",
+    "entropy": "entropy comes from the trainer's forward pass before the update, for an "
+               "advantage fn that declares needs_entropy = True (the torch trainer computes "
+               "it; the verl trainer does not hand it over)",
 }
 """What provides each optional input of :class:`AdvantageInputs` (for error messages)."""
 
@@ -170,6 +174,10 @@ class AdvantageInputs:
     """``(B, T)`` a teacher model's log-probs of the response tokens
     (``Experience.teacher_logprobs``, set by a distillation workflow); ``None`` unless every
     experience carries them."""
+    entropy: Tensor | None = None
+    """``(B, T)`` per-token entropies of the current policy before the update (no
+    gradient); computed only for a function declaring ``fn.needs_entropy = True``
+    (:func:`needs_entropy`)."""
 
     def require(self, field: str, who: str) -> Tensor:
         """The input ``field``, or a one-line :class:`MissingInputError` naming ``who``
@@ -181,14 +189,25 @@ class AdvantageInputs:
 
 
 class AdvantageFn(Protocol[ArgsT]):
-    """``fn(inputs, args) -> (advantages, returns)``, both ``(B, T)``, without gradient.
+    """``fn(inputs, args) -> (advantages, returns)``, both ``(B, T)``, without gradient;
+    or ``(advantages, returns, response_mask)``: a function that drops tokens from the
+    update returns the ``(B, T)`` mask of the tokens that still count (0 where the input
+    mask is 0), and the trainer's losses and their counts use it from then on.
 
     A function that needs an optional input (``values``, ``reward_baselines``,
-    ``rollout_log_prob``, ``teacher_log_prob``) takes it with
-    ``inputs.require("values", "<its name>")``.
+    ``rollout_log_prob``, ``teacher_log_prob``, ``entropy``) takes it with
+    ``inputs.require("values", "<its name>")``; ``entropy`` is computed only for a
+    function declaring ``fn.needs_entropy = True``.
     """
 
-    def __call__(self, inputs: AdvantageInputs, args: ArgsT) -> tuple[Tensor, Tensor]: ...
+    def __call__(self, inputs: AdvantageInputs, args: ArgsT
+                 ) -> tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]: ...
+
+
+def needs_entropy(fn: Any) -> bool:
+    """Whether the advantage fn ``fn`` declares ``fn.needs_entropy = True`` (it reads
+    ``inputs.entropy``, so the trainer computes the policy's entropies before the update)."""
+    return getattr(fn, "needs_entropy", False) is True
 
 
 # --------------------------------------------------------------------------------------
@@ -311,6 +330,9 @@ class EntropyInputs:
     """``(B, T)`` float, 1 on response tokens that count."""
     agg: AggContext
     """The trainer's aggregation (``loss_agg_mode`` and the mini-batch's global counts)."""
+    is_expert_mask: Tensor | None = None
+    """``(B,)`` bool: rows that are expert (SFT) data in a mixed batch (``mix``), as
+    :attr:`PolicyLossInputs.is_expert_mask`; ``None`` when no experience says."""
 
 
 class EntropyLossFn(Protocol[ArgsT]):

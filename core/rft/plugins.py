@@ -82,7 +82,8 @@ KINDS: dict[str, Kind] = {
 }
 
 _ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
-    "rft-plugin-grpo": {"algorithm": ("grpo",), "advantage_fn": ("grpo", "grpo_no_std", "opo")},
+    "rft-plugin-grpo": {"algorithm": ("grpo",),
+                        "advantage_fn": ("grpo", "grpo_no_std", "opo", "clipb")},
     "rft-plugin-ppo": {"algorithm": ("ppo",), "advantage_fn": ("ppo", "gae")},
     "rft-plugin-opmd": {"algorithm": ("opmd",), "advantage_fn": ("opmd",),
                         "policy_loss_fn": ("opmd",)},
@@ -111,7 +112,7 @@ _ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "rft-plugin-sppo": {"algorithm": ("sppo",), "policy_loss_fn": ("sppo",)},
     "rft-plugin-on-policy-distill": {
         "algorithm": ("on_policy_distill",), "advantage_fn": ("on_policy_distill",),
-        "workflow": ("on_policy_distill_workflow",)},
+        "workflow": ("on_policy_distill_workflow", "on_policy_distill_math_workflow")},
     "rft-plugin-jsd": {"algorithm": ("jsd",), "advantage_fn": ("jsd",)},
     "rft-plugin-multi-step-grpo": {
         "algorithm": ("multi_step_grpo",), "advantage_fn": ("step_wise_grpo",),
@@ -187,9 +188,16 @@ EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
     ("workflow", "sciworld_workflow"): (
         "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
         "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
-    ("entropy_loss_fn", "mix"): (
-        "Trinity-RFT's entropy bonus of mix on rollout rows only: rft does not ship it; "
-        "'default' counts the expert rows too, 'none' has no bonus"),
+    ("advantage_fn", "clipv"): (
+        "Trinity-RFT's Clip_V entropy control (examples/entropy): besides the entropies it "
+        "needs per-token 'necs' that only a patch of Trinity-RFT's veRL trainer computes, and "
+        "its example says the implementation is coming; rft does not ship it, clipb "
+        "(rft-plugin-grpo) is Clip_B"),
+    ("reward_fn", "rm_gallery_reward"): (
+        "Trinity-RFT's wrapper of RM-Gallery's rewards (reward_fn_args.reward_name): it "
+        "needs the rm-gallery package, whose releases (0.1.7) pin transformers<5 and pull in "
+        "label-studio, so it cannot be installed beside rft's transformers>=5; rft does not "
+        "ship it (for math_verify_reward use math_boxed_reward or accuracy_reward)"),
     ("workflow", "webshop_workflow"): (
         "Trinity-RFT's WebShop environment: it needs the web_agent_site package of "
         "github.com/princeton-nlp/WebShop (installed from source, about 15 GB of memory) and a "

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 import torch
 
 from rft.buffer.retry import NO_RETRY, RetryPolicy, retrying
-from rft.config.buffer_paths import queue_backup_kind, sqlite_file
+from rft.config.buffer_paths import queue_backup_kind, resolve_queue_backup, sqlite_file
 from rft.errors import RftError
 from rft.experience import EID, Experience
 
@@ -594,7 +594,9 @@ def queue_backup(name: str, path: str | None) -> ExperienceStorage | None:
     """The backup of queue ``name`` at ``path`` (:mod:`rft.config.buffer_paths`): a
     :class:`SQLStorage` (a SQLite file or ``sqlite:///`` URL), a :class:`FileStorage`
     (``.jsonl`` / ``.json``: JSON lines) or ``None`` (no path). The queue writes to it and
-    never reads it; a later stage reads it as a ``sql`` / ``file`` buffer."""
+    never reads it; a later stage reads it as a ``sql`` / ``file`` buffer. A directory
+    ``path`` holds the backup as ``<path>/<name>.jsonl``."""
+    path = resolve_queue_backup(path, name)
     try:
         kind = queue_backup_kind(path)
     except ValueError as exc:

@@ -32,6 +32,12 @@ them, turned into rft's field so that the rest of validation sees one spelling:
   accepted when they equal ``algorithm.loss_agg_mode`` (rft's one mode for every part),
   refused otherwise.
 
+- ``checkpoint_root_dir: ''`` (Trinity-RFT's test template) → ``.``: Trinity-RFT joins
+  a relative root onto the working directory, so the empty root is the working directory;
+- a ``queue`` experience buffer's ``path`` naming a directory (``./exp_buffer``) → the
+  JSON lines file ``<dir>/<name>.jsonl`` inside it
+  (:func:`rft.config.buffer_paths.resolve_queue_backup`).
+
 Keys that no Trinity-RFT version reads but its example configs wrote
 (:data:`UNKNOWN_KEY_HINTS`) get a one-line message naming the field to use.
 """
@@ -41,6 +47,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from rft.config.buffer_paths import resolve_queue_backup
 from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
 
@@ -107,6 +114,9 @@ def check_trinity_forms(c: RftConfig, v: Validation) -> None:
             f"explorer.runner_num: deprecated in Trinity-RFT and ignored (there too); each "
             f"rollout engine runs explorer.runner_per_model={c.explorer.runner_per_model} "
             "workflow runners")
+    if c.checkpoint_root_dir == "":
+        c.checkpoint_root_dir = os.curdir
+    _queue_backup_directory(c)
     _loss_agg_mode(c, v)
     _mix_loss_args(c, v)
     _sft_warmup_dataset(c, v)
@@ -116,6 +126,13 @@ def check_trinity_forms(c: RftConfig, v: Validation) -> None:
     _priority_queue(c, v)
     from_file = _trainer_config_file(c, v)
     reconcile(c, v.warnings, v.problems, from_file=from_file)
+
+
+def _queue_backup_directory(c: RftConfig) -> None:
+    """A queue's backup ``path`` naming a directory → ``<dir>/<name>.jsonl``."""
+    buffer = c.buffer.trainer_input.experience_buffer
+    if buffer is not None and buffer.storage_type == "queue" and buffer.path:
+        buffer.path = resolve_queue_backup(buffer.path, buffer.name or "experience_buffer")
 
 
 def _priority_queue(c: RftConfig, v: Validation) -> None:

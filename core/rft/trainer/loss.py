@@ -94,37 +94,49 @@ def args_of(selected: Selected) -> Any:
 
 
 def batch_advantages(plan: TrainerPlan, batch: Batch, rewards: torch.Tensor,
-                     mask: torch.Tensor, values: torch.Tensor | None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(advantages, returns)`` ``(B, T)`` of a rollout batch: the batch's own when the
-    explorer computed them, else the advantage fn resolved from ``algorithm.advantage_fn``
-    on ``rewards`` / ``mask`` ``(B, T)`` and the critic's ``values`` (every trainer backend
-    calls this one rule)."""
+                     mask: torch.Tensor, values: torch.Tensor | None,
+                     entropy: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(advantages, returns, response_mask)`` ``(B, T)`` of a rollout batch: the batch's
+    own advantages when the explorer computed them, else the advantage fn resolved from
+    ``algorithm.advantage_fn`` on ``rewards`` / ``mask`` ``(B, T)``, the critic's
+    ``values`` and the policy's ``entropy`` (for a fn that declares ``needs_entropy``).
+    ``response_mask`` is ``mask`` unless the fn drops tokens from the update (every trainer
+    backend calls this one rule)."""
     selected = plan.loss.advantage
     if batch.advantages is not None or plan.preset.advantage_in_explorer or selected is None:
         if batch.advantages is None:
             raise RftError("algorithm.advantage_fn: the experiences carry no advantages and "
                            f"{plan.algorithm.algorithm_type!r} computes none in the trainer")
         returns = batch.returns if batch.returns is not None else batch.advantages
-        return batch.advantages, returns
+        return batch.advantages, returns, mask
     baselines = [e.info.get("reward_baseline") for e in batch.experiences]
     inputs = AdvantageInputs(
         token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
         values=values, rollout_log_prob=batch.rollout_log_prob,
-        teacher_log_prob=batch.teacher_log_prob,
+        teacher_log_prob=batch.teacher_log_prob, entropy=entropy,
         reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
                           if all(b is not None for b in baselines) else None))
-    return compute_advantages(selected, inputs)
+    return advantages_and_mask(selected, inputs)
 
 
 def compute_advantages(selected: Selected, inputs: AdvantageInputs
                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages, returns)`` of :func:`advantages_and_mask`."""
+    advantages, returns, _ = advantages_and_mask(selected, inputs)
+    return advantages, returns
+
+
+def advantages_and_mask(selected: Selected, inputs: AdvantageInputs
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``selected``'s advantage fn on ``inputs``, its results checked.
 
-    :return: ``(advantages, returns)`` ``(B, T)`` (the shape of
-        ``inputs.token_level_rewards``), detached, float32. A missing optional input
-        (``values`` without a critic, …) or a failure on the batch is a one-line
-        :class:`RftError` naming the config key.
+    :return: ``(advantages, returns, response_mask)`` ``(B, T)`` (the shape of
+        ``inputs.token_level_rewards``), detached; the first two float32, the mask the
+        fn's (a fn returning two tensors keeps ``inputs.response_mask``). A missing
+        optional input (``values`` without a critic, …), a failure on the batch, or a mask
+        keeping a token the input mask drops is a one-line :class:`RftError` naming the
+        config key.
     """
     shape = tuple(inputs.token_level_rewards.shape)
     try:
@@ -133,18 +145,25 @@ def compute_advantages(selected: Selected, inputs: AdvantageInputs
         raise MissingInputError(f"{selected.key}: {selected.name!r}", exc.field) from exc
     except ValueError as exc:  # e.g. whitening over fewer than two tokens
         raise RftError(f"{selected.key}: {selected.name!r} failed on this batch: {exc}") from exc
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise RftError(f"{selected.key}: {selected.name!r} must return (advantages, returns), "
-                       f"got {type(result).__name__}")
-    advantages, returns = result
-    for label, tensor in (("advantages", advantages), ("returns", returns)):
+    if not (isinstance(result, tuple) and len(result) in (2, 3)):
+        raise RftError(f"{selected.key}: {selected.name!r} must return (advantages, returns) "
+                       f"or (advantages, returns, response_mask), got {type(result).__name__}")
+    labels = ("advantages", "returns", "response_mask")[:len(result)]
+    for label, tensor in zip(labels, result, strict=True):
         if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != tuple(shape):
             got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise RftError(f"{selected.key}: {selected.name!r} returned {label} of shape {got}, "
                            f"expected {tuple(shape)}")
         if not torch.isfinite(tensor).all():
             raise RftError(f"{selected.key}: {selected.name!r} returned non-finite {label}")
-    return advantages.detach().float(), returns.detach().float()
+    mask = inputs.response_mask
+    if len(result) == 3:
+        kept = result[2].detach().to(mask.dtype)  # (B, T)
+        if bool(((kept != 0) & (mask == 0)).any()):
+            raise RftError(f"{selected.key}: {selected.name!r} returned a response_mask that "
+                           "keeps tokens the input mask drops")
+        mask = kept
+    return result[0].detach().float(), result[1].detach().float(), mask
 
 
 def apply_kl_penalty(token_level_scores: torch.Tensor, old_log_prob: torch.Tensor,
@@ -267,8 +286,9 @@ def actor_loss(fns: LossPlan, inputs: LossInputs, agg: AggContext) -> LossOutput
         if inputs.entropy is None:
             raise RftError(f"{fns.entropy.key}: {fns.entropy.name!r} needs per-token "
                            "entropies but none were computed")
-        term = fns.entropy.implementation(EntropyInputs(inputs.entropy, mask, agg),
-                                          args_of(fns.entropy))
+        term = fns.entropy.implementation(
+            EntropyInputs(inputs.entropy, mask, agg, inputs.is_expert_mask),
+            args_of(fns.entropy))
         loss = loss - term
 
     if fns.kl_loss is not None and fns.uses_kl_loss:

@@ -47,6 +47,7 @@ from rft.adapter import AdapterWeights, LoraSpec
 from rft.algorithm import AlgorithmPreset
 from rft.builtin.policy_loss import clipped_value_loss
 from rft.config.plan import LossPlan, TrainerPlan
+from rft.contracts import needs_entropy
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer import lora as lora_ops
@@ -385,24 +386,35 @@ class TorchTrainer(Trainer):
             return out
         return self.ranks.sum_tensor(out, what)
 
-    @torch.no_grad()
     def _infer_logprobs(self, model: nn.Module, tensors: TensorBatch) -> torch.Tensor:
         """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched."""
+        return self._infer(model, tensors, with_entropy=False)[0]
+
+    @torch.no_grad()
+    def _infer(self, model: nn.Module, tensors: TensorBatch, *, with_entropy: bool
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched,
+        and with ``with_entropy`` its ``(B, R)`` per-token entropies."""
         out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
+        ent = torch.zeros(len(tensors), tensors.response_width) if with_entropy else None
         was_training = model.training
         _set_training(model, False)
         try:
             for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
-                logps, _ = response_logprobs(model, micro, device=self.options.device,
-                                             temperature=self.options.temperature,
-                                             dtype=self.options.dtype,
-                                             shared_prompts=self.ranks is None)
+                logps, entropy = response_logprobs(model, micro, device=self.options.device,
+                                                   temperature=self.options.temperature,
+                                                   with_entropy=with_entropy,
+                                                   entropy_grad=False, dtype=self.options.dtype,
+                                                   shared_prompts=self.ranks is None)
                 if real:
                     out[rows, : micro.response_width] = logps.cpu()
+                    if ent is not None and entropy is not None:
+                        ent[rows, : micro.response_width] = entropy.cpu()
         finally:
             _set_training(model, was_training)
-        return self._gather_rows(out, "log-probs")
+        gathered = self._gather_rows(out, "log-probs")
+        return gathered, (self._gather_rows(ent, "entropies") if ent is not None else None)
 
     @torch.no_grad()
     def _infer_values(self, tensors: TensorBatch) -> torch.Tensor:
@@ -453,9 +465,17 @@ class TorchTrainer(Trainer):
             rewards, kl_metrics = apply_kl_penalty(scores, old_log_prob, tensors["ref_log_prob"],
                                                    mask, self.fns.kl_penalty)
             metrics.update(kl_metrics)
+        entropy = None
+        selected = self.plan.loss.advantage
+        if selected is not None and needs_entropy(selected.implementation):
+            with timed(metrics, "entropy"):
+                _, entropy = self._infer(self.actor, tensors, with_entropy=True)
         with timed(metrics, "adv"):
-            advantages, returns = batch_advantages(self.plan, batch, rewards, mask, values)
+            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, mask, values,
+                                                         entropy)
         tensors["advantages"], tensors["returns"] = advantages, returns
+        if kept is not mask:  # the advantage fn dropped tokens from the update
+            tensors["response_mask"] = kept
         metrics.update(data_metrics(
             token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
             returns=returns, response_mask=mask, response_lengths=tensors.response_lengths(),

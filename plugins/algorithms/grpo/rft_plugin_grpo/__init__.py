@@ -6,7 +6,9 @@ Registered names:
 - advantage fns ``grpo`` (GRPO; Dr.GRPO with ``norm_adv_by_std_in_grpo: false``),
   ``grpo_no_std`` (the same function, Dr.GRPO by default) and ``opo`` (OPO's
   length-weighted group baseline; it lives here as another group-baseline outcome
-  estimator used with GRPO's clipped surrogate).
+  estimator used with GRPO's clipped surrogate);
+- advantage fn ``clipb`` (Trinity-RFT's Clip_B entropy control: GRPO advantages, the
+  negative-advantage tokens that would raise the entropy most dropped from the update).
 
 The policy loss (``ppo``, the dual-clip surrogate), the KL estimators and the entropy
 bonus are the core's built-ins.
@@ -20,8 +22,10 @@ from rft import hookimpl
 from rft.algorithm import rl_preset
 from rft_plugin_grpo.advantages import (GRPOArgs, GRPONoStdArgs, grpo_advantages,
                                         grpo_no_std_advantages, opo_advantages)
+from rft_plugin_grpo.clip_b import ClipBArgs, clipb_advantages
 
-__all__ = ["GRPOArgs", "GRPONoStdArgs", "PRESET", "grpo_advantages", "grpo_no_std_advantages",
+__all__ = ["ClipBArgs", "GRPOArgs", "GRPONoStdArgs", "PRESET", "clipb_advantages",
+           "grpo_advantages", "grpo_no_std_advantages",
            "opo_advantages"]
 
 PRESET = rl_preset("grpo")
@@ -37,4 +41,4 @@ def register_algorithms() -> dict[str, Any]:
 @hookimpl
 def register_advantage_fns() -> dict[str, Any]:
     return {"grpo": grpo_advantages, "grpo_no_std": grpo_no_std_advantages,
-            "opo": opo_advantages}
+            "opo": opo_advantages, "clipb": clipb_advantages}

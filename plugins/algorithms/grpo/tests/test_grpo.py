@@ -3,19 +3,25 @@ the preset after validation, and the registry entries."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from rft.contracts import AdvantageInputs
+from rft.config.plan import Selected
+from rft.contracts import AdvantageInputs, MissingInputError
+from rft.errors import RftError
+from rft.trainer.loss import advantages_and_mask
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import (REWARD_KINDS, SETTINGS, Batch, batches, close, rewards_for,
                                     validated)
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
-from rft_plugin_grpo import (GRPOArgs, GRPONoStdArgs, grpo_advantages, grpo_no_std_advantages,
-                             opo_advantages)
+from rft_plugin_grpo import (ClipBArgs, GRPOArgs, GRPONoStdArgs, clipb_advantages,
+                             grpo_advantages, grpo_no_std_advantages, opo_advantages)
 
 torch.set_num_threads(1)
 
@@ -154,3 +160,140 @@ def test_std_threshold_zeroes_groups_without_signal():
     assert torch.equal(gated[:2], torch.zeros(2, 1, dtype=torch.float64))  # std 0 ≤ 0.1
     assert torch.equal(gated[2:], plain[2:])  # std 0.707 > 0.1, and the singleton
     assert gated[2:4].abs().sum() > 0
+
+
+# ---- clipb (Trinity-RFT's Clip_B entropy control) ---------------------------------------
+
+
+def _clipb_inputs(entropy: torch.Tensor | None = None) -> AdvantageInputs:
+    """Two groups of two rows, two tokens each: rows 1 and 2 have negative advantages.
+    Every token has ``p = 0.5, H = log 2`` (``S = 0``) except row 0 token 1 (positive
+    advantage) and row 1 token 0 (negative) with ``p = 0.9, H = 0`` (``S = 0.9 log 0.9``)."""
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 1.0]],
+                           dtype=torch.float64)  # (B, T)
+    log_p = torch.full((4, 2), math.log(0.5), dtype=torch.float64)  # (B, T)
+    h = torch.full((4, 2), math.log(2.0), dtype=torch.float64)  # (B, T)
+    for row, col in ((0, 1), (1, 0)):
+        log_p[row, col], h[row, col] = math.log(0.9), 0.0
+    return AdvantageInputs(rewards, torch.ones_like(rewards), ["g1", "g1", "g2", "g2"],
+                           rollout_log_prob=log_p, entropy=h if entropy is None else entropy)
+
+
+def test_clipb_by_hand() -> None:
+    """``S = p (H + log p)``; μ_S, σ_S over the 8 tokens (population std); a negative-
+    advantage token with ``S − μ_S < −μ σ_S`` leaves the mask, a positive one never does."""
+    inputs = _clipb_inputs()
+    s_low = 0.9 * math.log(0.9)
+    mean = 2 * s_low / 8
+    std = math.sqrt((2 * (s_low - mean) ** 2 + 6 * mean ** 2) / 8)
+    assert s_low - mean < -1.0 * std < -mean  # μ = 1 drops row 1 token 0 only
+    advantages, returns, kept = clipb_advantages(inputs, ClipBArgs(mu=1.0))
+    grpo, _ = grpo_advantages(inputs, GRPOArgs())
+    close(advantages, grpo)
+    assert torch.equal(returns, advantages)
+    assert advantages[0, 1] > 0 and advantages[1, 0] < 0
+    assert kept.tolist() == [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+    _, _, kept = clipb_advantages(inputs, ClipBArgs(mu=2.5))  # Trinity-RFT's default μ
+    assert kept.tolist() == [[1.0] * 2] * 4
+    flat = _clipb_inputs(entropy=-torch.log(torch.full((4, 2), 0.5, dtype=torch.float64)))
+    flat = dataclasses.replace(flat, rollout_log_prob=torch.full((4, 2), math.log(0.5),
+                                                                 dtype=torch.float64))
+    _, _, kept = clipb_advantages(flat, ClipBArgs(mu=0.0))  # σ_S = 0: every token kept
+    assert kept.tolist() == [[1.0] * 2] * 4
+
+
+@SETTINGS
+@given(advantage_inputs())
+def test_clipb_advantages_equal_verls_grpo(inputs: AdvantageInputs) -> None:
+    """Clip_B's advantages are veRL's GRPO advantages; only the mask is its own."""
+    shape = inputs.response_mask.shape
+    gen = torch.Generator().manual_seed(shape[0] * 31 + shape[1])
+    inputs = dataclasses.replace(
+        inputs, rollout_log_prob=-torch.rand(shape, generator=gen, dtype=torch.float64) * 4,
+        entropy=torch.rand(shape, generator=gen, dtype=torch.float64) * 3)
+
+    def advantages_only(inputs: AdvantageInputs, args: ClipBArgs):
+        advantages, returns, kept = clipb_advantages(inputs, args)
+        assert bool((kept <= inputs.response_mask).all())
+        return advantages, returns
+
+    assert_equals_verl(advantages_only, ClipBArgs(epsilon=1e-6, mu=0.5),
+                       "compute_grpo_outcome_advantage", inputs, epsilon=1e-6,
+                       norm_adv_by_std_in_grpo=True)
+
+
+def test_clipb_needs_entropies_and_validates_as_trinitys_example(tmp_path) -> None:
+    """Trinity-RFT's examples/entropy/clipb.yaml: ``advantage_fn: clipb`` with
+    ``advantage_fn_args: {mu: 2.5}``; a batch without entropies is one line."""
+    algorithm, plan = validated({"algorithm_type": "grpo", "advantage_fn": "clipb",
+                                 "advantage_fn_args": {"mu": 2.5}}, str(tmp_path))
+    assert plan.loss.advantage.args == ClipBArgs(mu=2.5) and algorithm.advantage_fn == "clipb"
+    assert PluginRegistry.create().registration("advantage_fn", "clipb").distribution == \
+        "rft-plugin-grpo"
+    with pytest.raises(MissingInputError, match="clipb needs entropy"):
+        clipb_advantages(dataclasses.replace(_clipb_inputs(), entropy=None), ClipBArgs())
+
+
+def test_clipb_drops_tokens_from_the_trainers_mask() -> None:
+    """The trainer's rule (:func:`rft.trainer.loss.advantages_and_mask`) hands the kept
+    mask on; a mask keeping a padded token is refused in one line."""
+    selected = Selected("algorithm.advantage_fn", "clipb", clipb_advantages, ClipBArgs(mu=1.0))
+    inputs = _clipb_inputs()
+    _, _, kept = advantages_and_mask(selected, inputs)
+    assert kept.sum().item() == 7 and kept[1, 0] == 0
+
+    def keeps_padding(inputs, args):
+        return inputs.response_mask * 0, inputs.response_mask * 0, torch.ones_like(
+            inputs.response_mask)
+    padded = dataclasses.replace(inputs, response_mask=torch.tensor(
+        [[1.0, 0.0]] * 4, dtype=torch.float64))
+    with pytest.raises(RftError, match="^algorithm.advantage_fn: 'bad' returned a response_mask "
+                                       "that keeps tokens the input mask drops$"):
+        advantages_and_mask(Selected("algorithm.advantage_fn", "bad", keeps_padding, None),
+                            padded)
+
+
+def test_clipv_names_what_it_needs(tmp_path) -> None:
+    from rft.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Clip_V entropy control.*'necs'.*clipb"):
+        validated({"algorithm_type": "grpo", "advantage_fn": "clipv"}, str(tmp_path))
+
+
+class _DropEverything:
+    """A test plugin: ``drop_all`` reads the entropies the trainer computed and drops every
+    token from the update."""
+
+    seen: list[tuple[int, ...]] = []
+
+    @staticmethod
+    def drop_all(inputs: AdvantageInputs, args: None):
+        entropy = inputs.require("entropy", "drop_all")
+        _DropEverything.seen.append(tuple(entropy.shape))
+        assert bool(torch.isfinite(entropy).all()) and float(entropy.max()) > 0
+        zeros = torch.zeros_like(inputs.response_mask)
+        return zeros, zeros, zeros
+
+    from rft import hookimpl
+
+    @staticmethod
+    @hookimpl
+    def register_advantage_fns():
+        _DropEverything.drop_all.needs_entropy = True
+        return {"drop_all": _DropEverything.drop_all}
+
+
+@pytest.mark.slow
+def test_the_torch_trainer_hands_entropies_over_and_trains_on_the_kept_mask(rft_run) -> None:
+    """The torch trainer computes the policy's entropies for a fn declaring
+    ``needs_entropy`` and trains on the mask it returns: with every token dropped the loss
+    and the gradient are 0. ``clipb`` itself runs by name."""
+    outcome = rft_run({"algorithm.advantage_fn": "drop_all"}, plugins=[_DropEverything],
+                      steps=1)
+    assert _DropEverything.seen and len(_DropEverything.seen[0]) == 2
+    step = outcome.metrics[0]  # the entropy metric is aggregated over the kept mask too
+    assert step["actor/pg_loss"] == 0.0 and step["actor/grad_norm"] == 0.0
+    assert step["actor/entropy_loss"] == 0.0
+    outcome = rft_run({"algorithm.advantage_fn": "clipb",
+                       "algorithm.advantage_fn_args": {"mu": 0.5}}, steps=1)
+    assert outcome.metrics[0]["actor/entropy_loss"] > 0  # the tiny model's rewards are all 0

@@ -165,7 +165,8 @@ class MixSampleStrategy(SampleStrategy):
         return usual + expert, metrics
 
 
-PRESET = rl_preset("grpo", policy_loss_fn="mix", sample_strategy="mix", repeat_times=8)
+PRESET = rl_preset("grpo", policy_loss_fn="mix", sample_strategy="mix", repeat_times=8,
+                   entropy_loss_fn="mix")
 """MIX: GRPO advantages on rollouts, SFT on expert rows (Trinity-RFT's defaults)."""
 
 

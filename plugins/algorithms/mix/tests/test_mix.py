@@ -140,7 +140,7 @@ def test_preset_fills_defaults(tmp_path) -> None:
         str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
-            algorithm.repeat_times) == ("grpo", "mix", "k2", "none", "default", "mix", 8)
+            algorithm.repeat_times) == ("grpo", "mix", "k2", "none", "mix", "mix", 8)
     assert plan.loss.policy_loss.args.mu == 0.1
     sample_args = plan.sample_strategy.args
     assert (sample_args.expert_data_ratio, sample_args.expert_buffer) == (0.25, "expert")

@@ -178,7 +178,8 @@ def mix_chord_policy_loss(inputs: PolicyLossInputs, args: MixChordArgs
 
 mix_chord_policy_loss.Args = MixChordArgs  # type: ignore[attr-defined]
 
-PRESET = rl_preset("grpo", policy_loss_fn="mix_chord", sample_strategy="mix", repeat_times=8)
+PRESET = rl_preset("grpo", policy_loss_fn="mix_chord", sample_strategy="mix", repeat_times=8,
+                   entropy_loss_fn="mix")
 """CHORD: GRPO advantages on rollouts, the φ-weighted expert NLL mixed in with weight μ,
 ``mix``'s sample strategy, k2 KL loss (Trinity-RFT's ``mix_chord`` preset)."""
 

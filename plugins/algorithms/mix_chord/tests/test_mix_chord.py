@@ -166,7 +166,7 @@ def test_preset_fills_defaults(tmp_path) -> None:
         str(tmp_path))
     assert (algorithm.advantage_fn, algorithm.policy_loss_fn, algorithm.kl_loss_fn,
             algorithm.kl_penalty_fn, algorithm.entropy_loss_fn, algorithm.sample_strategy,
-            algorithm.repeat_times) == ("grpo", "mix_chord", "k2", "none", "default", "mix", 8)
+            algorithm.repeat_times) == ("grpo", "mix_chord", "k2", "none", "mix", "mix", 8)
     args = plan.loss.policy_loss.args
     assert (args.mu_peak, args.mu_valley, args.enable_phi_function) == (0.1, 0.1, True)
     assert plan.preset.use_reference

@@ -12,7 +12,9 @@ Registered names:
 - advantage fn ``on_policy_distill``: the advantages, in the trainer, from the
   experiences' ``teacher_logprobs`` and sampling ``logprobs``;
 - workflow ``on_policy_distill_workflow``: student rollouts scored by an auxiliary
-  teacher model (``Experience.teacher_logprobs``).
+  teacher model (``Experience.teacher_logprobs``);
+- workflow ``on_policy_distill_math_workflow``: the same on maths questions in
+  Qwen2.5-Math's prompt format, each answer rewarded with its boxed-answer accuracy.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ import torch
 from rft import hookimpl
 from rft.algorithm import AlgorithmPreset
 from rft.contracts import AdvantageInputs
-from rft_plugin_on_policy_distill.teacher import (OnPolicyDistillWorkflow,
+from rft_plugin_on_policy_distill.teacher import (OnPolicyDistillMathWorkflow,
+                                                  OnPolicyDistillWorkflow,
                                                   OnPolicyDistillWorkflowArgs,
                                                   attach_teacher_logprobs, student_and_teacher)
 
-__all__ = ["PRESET", "OnPolicyDistillArgs", "OnPolicyDistillWorkflow",
+__all__ = ["PRESET", "OnPolicyDistillArgs", "OnPolicyDistillMathWorkflow",
+           "OnPolicyDistillWorkflow",
            "OnPolicyDistillWorkflowArgs", "attach_teacher_logprobs",
            "on_policy_distill_advantages", "student_and_teacher"]
 
@@ -80,4 +84,5 @@ def register_advantage_fns() -> dict[str, Any]:
 
 @hookimpl
 def register_workflows() -> dict[str, Any]:
-    return {"on_policy_distill_workflow": OnPolicyDistillWorkflow}
+    return {"on_policy_distill_workflow": OnPolicyDistillWorkflow,
+            "on_policy_distill_math_workflow": OnPolicyDistillMathWorkflow}

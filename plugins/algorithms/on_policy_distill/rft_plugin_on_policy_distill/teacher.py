@@ -23,7 +23,8 @@ from rft.workflow import Workflow
 if TYPE_CHECKING:
     from rft.explorer.model_wrapper import ModelWrapper
 
-__all__ = ["OnPolicyDistillWorkflow", "OnPolicyDistillWorkflowArgs", "attach_teacher_logprobs",
+__all__ = ["MATH_INSTRUCTION", "MATH_SYSTEM_PROMPT", "OnPolicyDistillMathWorkflow",
+           "OnPolicyDistillWorkflow", "OnPolicyDistillWorkflowArgs", "attach_teacher_logprobs",
            "student_and_teacher"]
 
 
@@ -87,4 +88,50 @@ class OnPolicyDistillWorkflow(Workflow):
                 self.score(exp, self.response_text(exp))
             else:
                 exp.reward = 0.0
+        return experiences
+
+
+MATH_SYSTEM_PROMPT = "You are a helpful assistant."
+"""System prompt of ``on_policy_distill_math_workflow`` (Qwen2.5-Math's evaluation format)."""
+
+MATH_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+"""What ``on_policy_distill_math_workflow`` appends to the question."""
+
+
+class OnPolicyDistillMathWorkflow(OnPolicyDistillWorkflow):
+    """Trinity-RFT's ``on_policy_distill_math_workflow``: on-policy distillation on maths
+    questions in Qwen2.5-Math's format — the system prompt :data:`MATH_SYSTEM_PROMPT`, the
+    task's prompt followed by :data:`MATH_INSTRUCTION` — each answer rewarded with its
+    accuracy (1 when its last ``\\boxed{}`` is equivalent to the task's truth, else 0;
+    metric ``accuracy``), for monitoring: the distillation advantages ignore it. A taskset
+    reward function, when configured, scores instead.
+    """
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat the student answers."""
+        return [{"role": "system", "content": MATH_SYSTEM_PROMPT},
+                {"role": "user", "content": f"{self.task.prompt or ''}{MATH_INSTRUCTION}"}]
+
+    def accuracy(self, response: str) -> float:
+        """1.0 when the response's last ``\\boxed{}`` is equivalent to the truth, else 0.0
+        (rft-plugin-rewards' ``math_boxed_reward``)."""
+        from rft_plugin_rewards.math import math_boxed_reward
+
+        if self.task.truth is None:
+            return 0.0
+        return math_boxed_reward(response, self.task.truth)["accuracy"]
+
+    def run(self) -> list[Experience]:
+        args = self.args or OnPolicyDistillWorkflowArgs()
+        teacher = self.auxiliary_model(args.teacher)
+        experiences = self.model.chat(self.messages(), n=self.task.repeat_times,
+                                      **self.task.sampling)
+        for exp in experiences:
+            attach_teacher_logprobs(exp, teacher, args.temperature)
+            text = self.response_text(exp)
+            if self.task.reward_fn is not None:
+                self.score(exp, text)
+            else:
+                exp.reward = self.accuracy(text)
+                exp.metrics["accuracy"] = exp.reward
         return experiences

@@ -20,7 +20,8 @@ from rft.testing.checks import check_advantage
 from rft.testing.strategies import advantage_inputs
 from rft.testing.tiny_model import build_tiny_model
 from rft.workflow import Task
-from rft_plugin_on_policy_distill import (OnPolicyDistillArgs, OnPolicyDistillWorkflow,
+from rft_plugin_on_policy_distill import (OnPolicyDistillArgs, OnPolicyDistillMathWorkflow,
+                                          OnPolicyDistillWorkflow,
                                           OnPolicyDistillWorkflowArgs,
                                           on_policy_distill_advantages)
 
@@ -87,6 +88,30 @@ def test_workflow_with_the_student_as_its_own_teacher(rft_model) -> None:
         assert exp.teacher_logprobs.dtype == torch.float32
         torch.testing.assert_close(exp.teacher_logprobs, exp.logprobs, atol=1e-4, rtol=1e-4)
         assert abs(exp.metrics["distill/kl"]) < 1e-3
+
+
+def test_math_workflow_asks_in_qwen_math_format_and_rewards_accuracy(rft_model) -> None:
+    """Trinity-RFT's ``on_policy_distill_math_workflow``, selected by name: Qwen2.5-Math's
+    prompt, teacher log-probs on every answer, the boxed answer's accuracy as reward."""
+    cls = PluginRegistry.create().get("workflow", "on_policy_distill_math_workflow")
+    assert cls is OnPolicyDistillMathWorkflow
+    task = Task(raw={}, index=0, taskset="t", prompt="3+1=", truth="4", repeat_times=2,
+                sampling={"temperature": 1.0, "max_tokens": 6})
+    workflow = cls(task, rft_model, auxiliary_models=[rft_model])
+    workflow.args = OnPolicyDistillWorkflowArgs()
+    assert workflow.messages() == [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "3+1=\nPlease reason step by step, and put your final "
+                                    "answer within \\boxed{}."}]
+    assert workflow.accuracy("so it is \\boxed{4}") == 1.0
+    assert workflow.accuracy("\\boxed{5}") == 0.0 and workflow.accuracy("4") == 0.0
+    experiences = workflow.run()
+    assert len(experiences) == 2
+    for exp in experiences:  # a random tiny model never boxes 4
+        assert exp.reward == 0.0 and exp.metrics["accuracy"] == 0.0
+        assert exp.teacher_logprobs.shape == (exp.response_length,)
+        text = rft_model.tokenizer.decode(exp.tokens[:exp.prompt_length].tolist())
+        assert "You are a helpful assistant." in text and "\\boxed{}" in text
 
 
 def test_workflow_without_a_teacher_says_so(rft_model) -> None:

@@ -2,11 +2,12 @@
 
 Each task is a map: the workflow arg ``desc`` (the same map for every task), else one drawn
 from the row's ``size`` (default 4), ``p`` (chance a tile is frozen, 0.8) and ``seed``
-(42) with its goal reachable within ``max_steps`` moves. Each episode the model sees the
-map and answers with a move in a ```` ``` ```` block (``Up``, ``Down``, ``Left``,
-``Right``, or 1 … 4); the game answers with the new map, until the player reaches the
-goal (reward 1), falls into a hole (0), or ``max_steps`` moves were made (0). A reply
-without a valid move leaves the player where it is, and the next observation says so.
+(42) with its goal reachable within ``max_steps`` moves (Trinity-RFT's ``env_max_steps``).
+Each episode the model sees the map and answers with a move in a ```` ``` ```` block
+(``Up``, ``Down``, ``Left``, ``Right``, or 1 … 4); the game answers with the new map, until
+the player reaches the goal (reward 1), falls into a hole (0), or ``max_steps`` moves
+(``agent_max_steps`` when set) were made (0). A reply without a valid move leaves the
+player where it is, and the next observation says so.
 
 The episode is one experience (a :class:`~rft_plugin_workflows.multi_turn.MultiTurnWorkflow`):
 the model's replies trained on, the game's messages masked out; metrics ``env_steps``,
@@ -76,8 +77,16 @@ Assistant: P is next to G but not on it yet: G is to the left. Action: ```Left``
 class FrozenLakeArgs:
     """Arguments of ``frozen_lake_workflow`` (``workflow_args``; Trinity-RFT's names)."""
 
-    max_steps: int = 10
-    """Most moves (model turns) per episode."""
+    max_steps: int | None = None
+    """Most moves (model turns) per episode, and the map's bound: its goal is reachable
+    within this many moves; ``None``: ``env_max_steps``, else 10."""
+    env_max_steps: int | None = None
+    """Trinity-RFT's name of ``max_steps`` (its AgentScope FrozenLake example); setting both
+    to different values is refused."""
+    agent_max_steps: int | None = None
+    """Most model turns per episode when it differs from ``max_steps`` (Trinity-RFT's
+    AgentScope example: the agent's turn limit, the map still drawn for ``max_steps``);
+    ``None``: ``max_steps``."""
     use_multistep_prompt: bool = False
     """Add worked examples to the system prompt."""
     desc: list[str] | None = None
@@ -90,8 +99,28 @@ class FrozenLakeArgs:
     ``max_model_len`` bounds the conversation."""
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if (self.env_max_steps is not None and self.max_steps is not None
+                and self.env_max_steps != self.max_steps):
+            raise ValueError(f"env_max_steps {self.env_max_steps} differs from max_steps "
+                             f"{self.max_steps} (Trinity-RFT's name of it); set one")
+        if self.max_steps is None:
+            self.max_steps = self.env_max_steps if self.env_max_steps is not None else 10
+        self.env_max_steps = self.max_steps
+        for name in ("max_steps", "agent_max_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+
+    @property
+    def steps(self) -> int:
+        """Moves per episode and the map's bound (``max_steps`` resolved)."""
+        assert self.max_steps is not None
+        return self.max_steps
+
+    @property
+    def turns(self) -> int:
+        """Model turns per episode: ``agent_max_steps``, else ``max_steps``."""
+        return self.agent_max_steps if self.agent_max_steps is not None else self.steps
 
 
 class FrozenLakeWorkflow(MultiTurnWorkflow):
@@ -105,7 +134,7 @@ class FrozenLakeWorkflow(MultiTurnWorkflow):
         row = task.raw or {}
         seed = int(row.get("seed", 42))
         desc = args.desc or generate_map(int(row.get("size", 4)), float(row.get("p", 0.8)),
-                                         seed, args.max_steps)
+                                         seed, args.steps)
         self.game = FrozenLakeGame(desc, is_slippery=args.is_slippery, seed=seed)
 
     @property
@@ -113,7 +142,7 @@ class FrozenLakeWorkflow(MultiTurnWorkflow):
         return self.args if self.args is not None else FrozenLakeArgs()
 
     def turn_limit(self) -> int:
-        return self.options.max_steps
+        return self.options.turns
 
     def reset(self) -> None:
         self.game.reset()
@@ -131,7 +160,7 @@ class FrozenLakeWorkflow(MultiTurnWorkflow):
             text += ("\nYour last reply did not move you: the position did not change. Check "
                      "your reasoning and the format: give only the next action inside ``` ```, "
                      "e.g. ```Up``` to move up.")
-        text += f"\nAt most {self.options.max_steps - self.steps} steps remain."
+        text += f"\nAt most {self.options.turns - self.steps} steps remain."
         self.previous = board
         return text
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rft.config.validate import build_args
 from rft.plugins import PluginRegistry
 from rft.testing.checks import check_workflow
 from rft.testing.strategies import workflow_tasks
@@ -118,6 +119,28 @@ def test_an_episode_is_one_experience_with_the_games_turns_masked(rft_model):
         text = rft_model.tokenizer.decode(exp.response_tokens[~mask].tolist(),
                                           skip_special_tokens=False)
         assert "Current observation (1)" in text
+
+
+def test_trinitys_env_max_steps_bounds_episodes_and_maps(rft_model):
+    """``workflow_args: {env_max_steps: 2}`` (Trinity-RFT's AgentScope FrozenLake example)
+    validates and is ``max_steps``: an episode of a model that never moves ends after two
+    turns, and the map's goal is reachable within two moves; ``agent_max_steps`` sets the
+    turns alone."""
+    problems: list[str] = []
+    args = build_args(FrozenLakeWorkflow, "frozen_lake_workflow", {"env_max_steps": 2},
+                      "buffer.explorer_input.taskset.workflow_args", problems)
+    assert problems == [] and args.max_steps == 2
+    task = make_task(raw={"size": 4, "seed": 3}, workflow_args=args)
+    workflow = FrozenLakeWorkflow(task, rft_model)
+    assert workflow.game.desc == generate_map(4, 0.8, 3, 2)
+    (exp,) = workflow.run()
+    assert exp.metrics["env_steps"] == 2.0 and exp.metrics["multi_turn/turns"] == 2.0
+    both = FrozenLakeArgs(env_max_steps=2, agent_max_steps=3, desc=["SF", "HG"])
+    (exp,) = FrozenLakeWorkflow(make_task(workflow_args=both), rft_model).run()
+    assert exp.metrics["env_steps"] == 3.0
+    build_args(FrozenLakeWorkflow, "frozen_lake_workflow", {"env_max_steps": 2, "max_steps": 3},
+               "w", problems)
+    assert len(problems) == 1 and "env_max_steps 2 differs from max_steps 3" in problems[0]
 
 
 @settings(max_examples=3, deadline=None,

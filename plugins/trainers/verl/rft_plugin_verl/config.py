@@ -191,7 +191,7 @@ def _apply_rft_fields(result: VerlConfig, model: Any, algorithm: Any, trainer: A
     if lora is not None and result.strategy == megatron.STRATEGY:
         result.problems.append(megatron.lora_problem())
     elif lora is not None:  # veRL's peft path (rft_plugin_verl.lora)
-        result.problems.extend(verl_lora.config_problems(lora, int(trainer.ranks or 1)))
+        result.problems.extend(verl_lora.config_problems(lora))
         for name, value in verl_lora.model_values(lora).items():
             values[f"{verl_lora.MODEL}.{name}"] = value
     optim = _optimizer(algorithm, trainer, total_steps)

@@ -63,17 +63,13 @@ def model_values(lora: LoRAConfig) -> dict[str, Any]:
     }
 
 
-def config_problems(lora: LoRAConfig, ranks: int) -> list[str]:
-    """What the verl trainer cannot honour in ``lora`` with ``ranks`` trainer ranks (one
-    line each)."""
+def config_problems(lora: LoRAConfig) -> list[str]:
+    """What the verl trainer cannot honour in ``lora`` (one line each)."""
     problems = []
     if lora.lora_dtype != AUTO_DTYPE:
         problems.append(f"{lora_ops.KEY}.lora_dtype: the verl trainer keeps the adapter in the "
                         f"base model's dtype (veRL's FSDP engine casts it); got "
                         f"{lora.lora_dtype!r}, use auto")
-    if ranks > 1:
-        problems.append(f"{lora_ops.KEY}: LoRA on the verl trainer runs one rank (its worker "
-                        f"groups do not carry the adapter yet); trainer.ranks is {ranks}")
     return problems
 
 
@@ -187,12 +183,14 @@ def check_adapter_state(module: torch.nn.Module, state: dict[str, torch.Tensor])
 
 
 def export(module: torch.nn.Module, spec: LoraSpec, path: str, *, merged: bool,
-           tokenizer_path: str | None, state: Iterator[tuple[str, torch.Tensor]]) -> None:
+           tokenizer_path: str | None, state: Iterator[tuple[str, torch.Tensor]],
+           is_rank0: bool = True) -> None:
     """peft's ``save_pretrained`` folder at ``path`` and, with ``merged``, the merged
     model in ``path/merged`` (:func:`rft.trainer.lora.export`); ``state`` is the peft
-    model's full state (tensors gathered on the CPU)."""
+    model's full state (tensors gathered on the CPU). With several ranks every rank calls
+    it (the adapter is gathered by all) and rank 0 (``is_rank0``) writes."""
     lora_ops.export(module, spec, path, merged=merged, tokenizer_path=tokenizer_path,
-                    stream=state)
+                    is_rank0=is_rank0, stream=state)
 
 
 __all__ = ["AdapterDisabledRef", "adapter_names", "adapter_weights", "check_adapter_state",

@@ -56,7 +56,12 @@ within 1e-5); the GPU path (NCCL, GPU bundles) is untested.
 engines, weights and export from the bridge's ``get_per_tensor_param``, checkpoints in
 veRL's layout only — written with care, untested (GPU only: it cannot run on a CPU).
 
-Not implemented: LoRA with several ranks or with Megatron; :meth:`VerlTrainer.check_config`
+LoRA with several ranks: every rank reads the initial adapter while it builds (the
+folder must be visible to every rank: one node, or a shared file system), the reference is
+the actor group with its adapter disabled, and the adapter, the merged weights, the state
+and the export are gathered by the ranks (``rft_*`` methods given :class:`LoraActor`).
+
+Not implemented: LoRA with Megatron; :meth:`VerlTrainer.check_config`
 refuses what it cannot run.
 """
 
@@ -67,12 +72,13 @@ import copy
 import os
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.config.plan import TrainerPlan
-from rft.config.schema import RftConfig
+from rft.config.schema import LoRAConfig, RftConfig
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer import lora as lora_ops
@@ -168,24 +174,28 @@ class VerlTrainer(Trainer):
 
         plan, settings = self.plan, self.settings
         tree = settings.tree
+        actor_tree = copy.deepcopy(tree).actor_rollout_ref
         roles: dict[str, tuple[type, tuple[Any, ...], dict[str, Any]]] = {
-            "actor": (wg.ActorWorker, (copy.deepcopy(tree).actor_rollout_ref,), {"role": "actor"})}
-        if self.preset.use_reference or self.fns.needs_ref:
+            "actor": (wg.ActorWorker, (actor_tree,), {"role": "actor"})}
+        needs_ref = self.preset.use_reference or self.fns.needs_ref
+        if needs_ref and self.lora is None:  # LoRA: the actor with its adapter disabled
             roles["ref"] = (wg.ActorWorker, (copy.deepcopy(tree).actor_rollout_ref,),
                             {"role": "ref"})
         if self.preset.use_critic:
             roles["critic"] = (wg.CriticWorker, (_critic_config(tree),), {})
         timeout = float(plan.trainer.rank_timeout or wg.DEFAULT_TIMEOUT_S)
-        with quiet_verl():
+        with quiet_verl(), verl_lora.initial_adapter(plan.model, self.lora, actor_tree):
             self.groups = wg.build(name=plan.trainer.name, ranks=self._ranks(), cpu=self.cpu,
                                    timeout_s=timeout, roles=roles)
             try:
                 self.actor_worker = self.groups.actor
-                self.actor_worker.init_model()
+                self.actor_worker.init_model()  # the ranks read the initial adapter here
                 self.actor_worker.set_loss_fn(ActorLoss(self.fns, scale))
                 self.ref_worker = self.groups.ref
                 if self.ref_worker is not None:
                     self.ref_worker.init_model()
+                elif self.lora is not None and needs_ref:  # ref_in_actor, as with one rank
+                    self.ref_worker = verl_lora.AdapterDisabledRef(self.actor_worker)
                 self.critic_worker = self.groups.critic
                 if self.critic_worker is not None:
                     self.critic_worker.reset()
@@ -284,16 +294,15 @@ class VerlTrainer(Trainer):
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         if self.groups is not None:  # gathered by the ranks, handed over by rank 0
-            yield from self._rank0(self.actor_worker.rft_weights())
+            yield from self._rank0(self.actor_worker.rft_weights(self._lora_actor))
             return
         if self.settings.strategy == megatron.STRATEGY:  # the bridge's HF export (untested)
             params, _ = self.actor_engine.get_per_tensor_param()
             yield from ((name, tensor.detach()) for name, tensor in params)
             return
         keep = set(unique_state_names(self.actor_engine.module))  # tied weights once
-        if self.lora is not None:  # Hugging Face names: the base with the adapter merged in
-            yield from verl_lora.merged_weights(_full_model_state(self.actor_engine.module),
-                                                keep, self._lora_spec())
+        if self._lora_actor is not None:  # Hugging Face names: the adapter merged in
+            yield from _lora_named_weights(self.actor_engine, self._lora_actor)
             return
         params, _ = self.actor_engine.get_per_tensor_param()
         for name, tensor in params:
@@ -303,13 +312,19 @@ class VerlTrainer(Trainer):
     def adapter_weights(self) -> AdapterWeights | None:
         """With LoRA: the adapter (veRL's adapter-only ``get_per_tensor_param``) for the
         synchronizer; ``None`` without."""
+        if self._lora_actor is None:
+            return None
+        if self.groups is not None:  # gathered by the ranks, handed over by rank 0
+            return self._rank0(self.actor_worker.rft_adapter_weights(self._lora_actor))
+        return verl_lora.adapter_weights(self.actor_engine,
+                                         self._lora_actor.spec(self.actor_engine))
+
+    @property
+    def _lora_actor(self) -> LoraActor | None:
+        """The LoRA actor's facts (``None`` without LoRA)."""
         if self.lora is None:
             return None
-        return verl_lora.adapter_weights(self.actor_engine, self._lora_spec())
-
-    def _lora_spec(self) -> LoraSpec:
-        assert self.lora is not None
-        return verl_lora.spec_of(self.actor_engine.module, self.lora, self.plan.model.model_path)
+        return LoraActor(self.lora, self.plan.model.model_path)
 
     def state_dict(self) -> dict[str, Any]:
         if self.settings.strategy == megatron.STRATEGY:
@@ -317,14 +332,15 @@ class VerlTrainer(Trainer):
                            "veRL's checkpoint layout (write_checkpoint); no in-memory state_dict")
         state: dict[str, Any] = {"format": STATE_FORMAT, "global_steps": self.global_steps}
         if self.groups is not None:  # gathered by the ranks, handed over by rank 0
-            state.update(self._rank0(self.actor_worker.rft_state("actor", "")))
+            state.update(self._rank0(self.actor_worker.rft_state("actor", "",
+                                                                 self._lora_actor)))
             if self.critic_worker is not None:
                 state.update(self._rank0(self.critic_worker.rft_state("critic", "critic_")))
             return state
-        state.update(_engine_state(self.actor_engine, "actor", "",
-                                   frozen=self.lora is None))  # LoRA: the adapter only
-        if self.lora is not None:
-            state["lora"] = self._lora_spec().to_plain()
+        if self._lora_actor is not None:  # the adapter only, and its spec
+            state.update(_lora_state(self.actor_engine, self._lora_actor))
+        else:
+            state.update(_engine_state(self.actor_engine, "actor", ""))
         if self.critic_engine is not None:
             state.update(_engine_state(self.critic_engine, "critic", "critic_"))
         return state
@@ -337,14 +353,15 @@ class VerlTrainer(Trainer):
             import ray
 
             shared = ray.put(state)
-            self.actor_worker.rft_load_state(shared, "actor", "")
+            self.actor_worker.rft_load_state(shared, "actor", "", self.lora is not None)
             if self.critic_worker is not None:
                 self.critic_worker.rft_load_state(shared, "critic", "critic_")
             self.global_steps = int(state["global_steps"])
             return
-        if self.lora is not None and "actor" in state:
-            verl_lora.check_adapter_state(self.actor_engine.module, state["actor"])
-        _load_engine_state(self.actor_engine, state, "actor", "", strict=self.lora is None)
+        if self.lora is not None:
+            _load_lora_state(self.actor_engine, state)
+        else:
+            _load_engine_state(self.actor_engine, state, "actor", "")
         if self.critic_engine is not None:
             _load_engine_state(self.critic_engine, state, "critic", "critic_")
         self.global_steps = int(state["global_steps"])
@@ -381,18 +398,17 @@ class VerlTrainer(Trainer):
 
     def save_pretrained(self, path: str) -> None:
         if self.groups is not None:  # gathered by the ranks, written by rank 0
-            self.actor_worker.rft_save_pretrained(path)
+            self.actor_worker.rft_save_pretrained(path, self._lora_actor,
+                                                  self.plan.trainer.save_hf_merged)
             return
         if self.settings.strategy == megatron.STRATEGY:  # the bridge's HF export (untested)
             params, _ = self.actor_engine.get_per_tensor_param()
             megatron.save_hf_folder(self.actor_engine.model_config.hf_config, params, path)
             return
         module = self.actor_engine.module
-        if self.lora is not None:  # the adapter (peft's format); merged/ when asked
-            verl_lora.export(module, self._lora_spec(), path,
-                             merged=self.plan.trainer.save_hf_merged,
-                             tokenizer_path=self.plan.model.model_path,
-                             state=_full_model_state(module))
+        if self._lora_actor is not None:  # the adapter (peft's format); merged/ when asked
+            _lora_export(self.actor_engine, self._lora_actor, path,
+                         merged=self.plan.trainer.save_hf_merged)
             return
         full = dict(_full_model_state(module))
         module.save_pretrained(path, state_dict=full)
@@ -468,7 +484,11 @@ class VerlTrainer(Trainer):
                                                    self.fns.kl_penalty)
             metrics.update(kl_metrics)
         with timed(metrics, "adv"):
-            advantages, returns = batch_advantages(self.plan, batch, rewards, mask, values)
+            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, mask, values)
+        if kept is not mask:
+            raise RftError(f"algorithm.advantage_fn: {self.plan.algorithm.advantage_fn!r} drops "
+                           "tokens from the update, which the verl trainer does not support yet "
+                           "(use trainer_type: torch)")
         extra["advantages"], extra["returns"] = advantages, returns
         response_lengths = batch.attention_mask[:, batch.prompt_width:].sum(-1)  # (B,)
         metrics.update(data_metrics(
@@ -625,6 +645,51 @@ def _reduce(metrics: dict[str, Any], role: str) -> dict[str, float]:
         else:
             out[name] = value
     return out
+
+
+@dataclass(frozen=True)
+class LoraActor:
+    """What a LoRA actor's engine needs to hand out its adapter in rft's forms (sent to
+    each veRL rank with the ``rft_*`` calls)."""
+
+    lora: LoRAConfig
+    """``model.lora_configs[0]``."""
+    model_path: str
+    """The base model (its target-module resolution, the export's tokenizer)."""
+
+    def spec(self, engine: Any) -> LoraSpec:
+        return verl_lora.spec_of(engine.module, self.lora, self.model_path)
+
+
+def _lora_named_weights(engine: Any, actor: LoraActor) -> Iterator[tuple[str, torch.Tensor]]:
+    """The Hugging Face weights of a LoRA actor, the adapter merged in (a collective)."""
+    keep = set(unique_state_names(engine.module))  # tied weights once
+    yield from verl_lora.merged_weights(_full_model_state(engine.module), keep,
+                                        actor.spec(engine))
+
+
+def _lora_state(engine: Any, actor: LoraActor) -> dict[str, Any]:
+    """A LoRA actor's state: ``actor`` its adapter only, optimizer, scheduler and
+    ``lora`` the adapter's spec (a collective)."""
+    state = _engine_state(engine, "actor", "", frozen=False)
+    state["lora"] = actor.spec(engine).to_plain()
+    return state
+
+
+def _load_lora_state(engine: Any, state: dict[str, Any]) -> None:
+    if "actor" in state:
+        verl_lora.check_adapter_state(engine.module, state["actor"])
+    _load_engine_state(engine, state, "actor", "", strict=False)
+
+
+def _lora_export(engine: Any, actor: LoraActor, path: str, *, merged: bool,
+                 write: bool = True) -> None:
+    """The adapter in peft's format at ``path`` (``merged/`` too when asked); every rank
+    calls it (the gathers are collectives), the rank where ``write`` writes."""
+    module = engine.module
+    state = list(_full_model_state(module))  # a collective
+    verl_lora.export(module, actor.spec(engine), path, merged=merged,
+                     tokenizer_path=actor.model_path, state=iter(state), is_rank0=write)
 
 
 def _full_model_state(module: torch.nn.Module, frozen: bool = True

@@ -173,24 +173,46 @@ class ActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
         return model_facts(self._engine().model_config.hf_config)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def rft_weights(self) -> list[tuple[str, torch.Tensor]] | None:
-        """Rank 0: the actor's full weights on the CPU; other ranks ``None``."""
-        named = [(name, tensor.to("cpu", copy=True)) for name, tensor in
-                 actor_weights(self._engine())]
+    def rft_weights(self, lora: Any = None) -> list[tuple[str, torch.Tensor]] | None:
+        """Rank 0: the actor's full weights on the CPU (with ``lora``, a
+        ``trainer.LoraActor``: the adapter merged in); other ranks ``None``."""
+        weights = (actor_weights(self._engine()) if lora is None
+                   else _state_functions()._lora_named_weights(self._engine(), lora))
+        named = [(name, tensor.to("cpu", copy=True)) for name, tensor in weights]
         return named if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def rft_state(self, model_key: str, prefix: str) -> dict[str, Any] | None:
-        state = _state_functions()._engine_state(self._engine(), model_key, prefix)
+    def rft_adapter_weights(self, lora: Any) -> Any:
+        """Rank 0: a LoRA actor's adapter (:class:`rft.adapter.AdapterWeights`)."""
+        from rft_plugin_verl import lora as verl_lora
+
+        engine = self._engine()
+        weights = verl_lora.adapter_weights(engine, lora.spec(engine))  # a collective
+        return weights if self.rank == 0 else None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rft_state(self, model_key: str, prefix: str, lora: Any = None
+                  ) -> dict[str, Any] | None:
+        functions = _state_functions()
+        state = (functions._engine_state(self._engine(), model_key, prefix) if lora is None
+                 else functions._lora_state(self._engine(), lora))
         return state if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def rft_load_state(self, state: dict[str, Any], model_key: str, prefix: str) -> None:
-        _state_functions()._load_engine_state(self._engine(), state, model_key, prefix)
+    def rft_load_state(self, state: dict[str, Any], model_key: str, prefix: str,
+                       lora: bool = False) -> None:
+        if lora:
+            _state_functions()._load_lora_state(self._engine(), state)
+        else:
+            _state_functions()._load_engine_state(self._engine(), state, model_key, prefix)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def rft_save_pretrained(self, path: str) -> None:
+    def rft_save_pretrained(self, path: str, lora: Any = None, merged: bool = False) -> None:
         module = self._engine().module
+        if lora is not None:  # the adapter in peft's format, written by rank 0
+            _state_functions()._lora_export(self._engine(), lora, path, merged=merged,
+                                            write=self.rank == 0)
+            return
         full = dict(_state_functions()._full_model_state(module))  # a collective
         if self.rank == 0:
             module.save_pretrained(path, state_dict=full)

@@ -11,6 +11,8 @@ outputs itself. veRL on GPUs (NCCL, CUDA placement) is not exercised here.
 - the state gathered from the ranks restores a one-rank trainer; the Hugging Face export
   written by rank 0 is what ``named_weights`` hands out (checkpoints in veRL's layout on 2
   ranks: ``test_verl_checkpoint_ranks.py``);
+- LoRA on 2 ranks: the same adapter as on 1 rank after each step, the reference the actor
+  with its adapter disabled, the gathered state and rank 0's peft export;
 - a rank that dies is one line naming it;
 - ``rft run`` in mode ``both`` trains on 2 ranks and syncs the explorer.
 
@@ -130,6 +132,66 @@ def test_grpo_steps_on_two_ranks_equal_one_rank(registry, rft_tiny_model, tmp_pa
         restored.load_state_dict(state)
         assert restored.global_steps == 2
         assert max_difference(dict(restored.named_weights()), weights) == 0.0
+    finally:
+        restored.close()
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_lora_on_two_ranks_equals_one_rank(registry, rft_tiny_model, tmp_path) -> None:
+    """LoRA (``model.lora_configs``, rank 4) on 2 veRL ranks: the ranks start from the
+    adapter one rank starts from, the reference is the actor group with its adapter
+    disabled (no ref role), two GRPO steps leave the adapter within 1e-5 of one rank's
+    with the same losses; the state gathered from the ranks (the adapter only and its
+    spec) resumes a one-rank trainer, and rank 0's export is peft's folder holding the
+    adapter ``adapter_weights`` hands out."""
+    from rft.adapter import AdapterWeights, is_adapter_folder
+    from rft_plugin_verl.lora import AdapterDisabledRef
+
+    lora = {"model.lora_configs": [{"lora_rank": 4, "lora_alpha": 8}],
+            "algorithm.optimizer.lr": 1e-4}
+    config = config_of(rft_tiny_model, tmp_path, "grpo", **lora)
+    single, ranked = one_and_two_ranks(registry, config)
+
+    def adapter(trainer: Any) -> dict[str, torch.Tensor]:
+        weights = trainer.adapter_weights()
+        assert isinstance(weights, AdapterWeights)
+        return dict(weights.tensors)
+
+    try:
+        assert ranked.groups is not None and ranked.groups.ref is None
+        assert isinstance(ranked.ref_worker, AdapterDisabledRef)
+        start = adapter(ranked)
+        assert max_difference(start, adapter(single)) == 0.0
+        assert ranked.adapter_weights().spec == single.adapter_weights().spec
+        for step in range(2):
+            batch = rollouts(seed=step)
+            got, expected = ranked.train_step(batch), single.train_step(batch)
+            assert_metrics_close(got, expected, "actor/pg_loss", "actor/kl_loss",
+                                 "actor/grad_norm")
+            apart = max_difference(adapter(ranked), adapter(single))
+            print(f"lora step {step + 1}: 2 ranks vs 1 rank, largest adapter difference "
+                  f"{apart:.3g}")
+            assert apart < TOLERANCE
+        assert got["actor/kl_loss"] > 0  # the reference is the base: the adapter moved away
+        assert max_difference(adapter(ranked), start) > 10 * TOLERANCE
+        merged = dict(ranked.named_weights())
+        assert max_difference(merged, dict(single.named_weights())) < TOLERANCE
+        expected_adapter = adapter(ranked)
+        state = ranked.state_dict()
+        assert state["lora"]["rank"] == 4 and all(".lora_" in n for n in state["actor"])
+        ranked.save_pretrained(str(tmp_path / "hf"))
+    finally:
+        ranked.close()
+        single.close()
+    assert is_adapter_folder(str(tmp_path / "hf"))
+    saved = dict(AdapterWeights.load(str(tmp_path / "hf")).tensors)
+    assert max_difference(saved, expected_adapter) == 0.0
+    plan = build_stages(config, registry).stages[0].plan
+    restored = plan.trainer.implementation(plan.trainer_plan())
+    try:
+        restored.load_state_dict(state)
+        assert restored.global_steps == 2
+        assert max_difference(adapter(restored), expected_adapter) == 0.0
     finally:
         restored.close()
 
