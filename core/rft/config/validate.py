@@ -522,6 +522,7 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
                       f"explorer.auxiliary_models[{names[name]}]")
         names.setdefault(name, i)
     for key, model in models:
+        _gpu_memory_utilization(c, key, model, v)
         engine = v.select("engine", f"{key}.engine_type", model.engine_type)
         if engine is not None and args_type_of(engine.implementation) is not None:
             # an engine declaring Args takes its extra_engine_args checked against them
@@ -554,6 +555,27 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
             v.rollout_model = planned
         else:
             v.auxiliary_models.append(planned)
+
+
+GPU_MEMORY_UTILIZATION = 0.9
+"""``gpu_memory_utilization`` of a vLLM engine with a GPU of its own (vLLM's default)."""
+COLOCATE_GPU_MEMORY_UTILIZATION = 0.5
+"""``gpu_memory_utilization`` of the rollout model in mode ``colocate`` (veRL's default):
+the engine and the trainer share each GPU."""
+
+
+def _gpu_memory_utilization(c: RftConfig, key: str, model: InferenceModelConfig,
+                            v: Validation) -> None:
+    """Resolve an unset ``gpu_memory_utilization`` (:data:`COLOCATE_GPU_MEMORY_UTILIZATION`
+    for the rollout model in mode ``colocate``, else :data:`GPU_MEMORY_UTILIZATION`);
+    check a set one is within (0, 1]."""
+    value = model.gpu_memory_utilization
+    if value is None:
+        shares_gpu = c.mode == "colocate" and key == "explorer.rollout_model"
+        model.gpu_memory_utilization = (COLOCATE_GPU_MEMORY_UTILIZATION if shares_gpu
+                                        else GPU_MEMORY_UTILIZATION)
+    elif not 0.0 < value <= 1.0:
+        v.problem(f"{key}.gpu_memory_utilization", f"must be within (0, 1], got {value}")
 
 
 def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation

@@ -75,7 +75,8 @@ class VLLMEngine(InferenceEngine):
     :param model_path: local directory (or hub id) of a Hugging Face checkpoint.
     :param dtype: ``auto`` / ``float32`` / ``bfloat16`` / ``float16``.
     :param tensor_parallel_size: tensor-parallel degree of this engine.
-    :param gpu_memory_utilization: share of GPU memory vLLM may take (CUDA only).
+    :param gpu_memory_utilization: share of GPU memory vLLM may take (CUDA only; ``None``:
+        vLLM's 0.9 — validation resolves the config's, 0.5 in mode ``colocate``).
     :param enforce_eager: disable CUDA graphs (always on without CUDA).
     :param enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
     :param enable_chunked_prefill: split long prefills into chunks.
@@ -96,7 +97,7 @@ class VLLMEngine(InferenceEngine):
         *,
         dtype: str = "auto",
         tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.9,
+        gpu_memory_utilization: float | None = None,
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
         enable_chunked_prefill: bool = True,
@@ -148,7 +149,7 @@ class VLLMEngine(InferenceEngine):
         # weight updates send functions to the workers (collective_rpc), which is pickled
         # when the workers run in processes of their own
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        if self.cuda:
+        if self.cuda and gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -187,6 +187,15 @@ listed in :data:`rft.config.support.TRAINER_CONFIG_HONOURED` (validation warns a
 every other key set there)."""
 
 
+def param_offload(tree: dict[str, Any] | None) -> bool:
+    """Some model of ``trainer.trainer_config`` ``tree`` is sharded with FSDP2's
+    ``CPUOffloadPolicy`` (a ``fsdp_config.param_offload`` of the actor, reference or
+    critic)."""
+    return (bool(lookup(tree, A + "fsdp_config.param_offload", False))
+            or bool(lookup(tree, "actor_rollout_ref.ref.fsdp_config.param_offload", False))
+            or bool(lookup(tree, "critic.model.fsdp_config.param_offload", False)))
+
+
 def derived_max_token_len(max_model_len: int, sequence_parallel: int = 1) -> int:
     """``⌈2 · max_model_len / sequence_parallel⌉`` (see the module docstring)."""
     return math.ceil(2 * max_model_len / max(1, sequence_parallel))
