@@ -8,6 +8,7 @@ default tiny model's 16 is not). One engine serves the whole module.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -39,7 +40,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine(model_dir: Path):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     eng = VLLMEngine(str(model_dir), dtype="float32", max_model_len=512, seed=7,
-                     llm_kwargs={"kv_cache_memory_bytes": 64 << 20, "max_num_seqs": 32})
+                     llm_kwargs={"kv_cache_memory_bytes": 64 << 20, "max_num_seqs": 32,
+                                 # the contract at any setting (the tiny vocabulary is cheap)
+                                 "rescore_full_vocabulary": True})
     yield eng
     for name, value in MAX_DIFFS.items():
         print(f"max |vllm - hf| logprob diff {name}: {value:.3g}")
@@ -125,6 +128,39 @@ def test_sampled_logprobs_equal_hf(engine: VLLMEngine, hf: HFEngine, prompts,
     results = engine.generate(prompts, sampling, n=2)
     assert all(len(c.token_ids) >= sampling.min_tokens for c in _flat(results))
     _assert_matches_hf(hf, results, sampling.logprob_temperature, "generate")
+
+
+def test_rescoring_that_needs_the_full_vocabulary_is_left_to_the_trainer(
+        engine: VLLMEngine, hf: HFEngine, prompts, caplog, monkeypatch) -> None:
+    """At T != 1 with top-k / top-p / a repetition penalty the engine keeps vLLM's processed
+    log-probs (those of the renormalised distribution it sampled from: never below the
+    contract's) and says so in one line, once; it asks for no prompt log-probs."""
+    sampling = SamplingArgs(max_tokens=16, seed=3, temperature=1.3, top_k=20, top_p=0.9)
+    scored: list[float] = []
+    monkeypatch.setattr(engine, "rescore_full_vocabulary", False)
+    monkeypatch.setattr(engine, "compute_logprobs",
+                        lambda token_ids, *a, temperature=1.0, **k: (
+                            scored.append(temperature) or [torch.zeros(0)] * len(token_ids)))
+    with caplog.at_level(logging.WARNING, logger="rft.explorer.vllm_engine"):
+        results = engine.generate(prompts, sampling, n=2)
+        engine.generate(prompts, sampling, n=2)
+    assert scored == []
+    lines = [r.getMessage() for r in caplog.records if r.name == "rft.explorer.vllm_engine"]
+    assert lines == ["vllm engine: rollout log-probs with top_p 0.9, top_k 20 at temperature "
+                     "1.3 are vLLM's processed ones, not log_softmax(z / T): re-scoring would "
+                     "need full-vocabulary prompt log-probs (vocabulary × length floats per "
+                     "response); the trainer scores the responses itself (trainer_config.torch."
+                     "use_rollout_logprobs: false, the default; extra_engine_args."
+                     "rescore_full_vocabulary: true re-scores)"]
+    completions = [c for c in _flat(results) if c.token_ids]
+    reference = hf.compute_logprobs([c.tokens for c in completions],
+                                    [len(c.prompt_token_ids) for c in completions],
+                                    temperature=1.3)
+    gaps = torch.cat([c.logprobs - ref for c, ref in zip(completions, reference)])
+    assert gaps.min().item() >= -ATOL and gaps.max().item() > 1e-2
+    # at T = 1 re-scoring needs the sampled token's log-prob only: still done
+    engine.generate(prompts, SamplingArgs(max_tokens=4, seed=4, top_p=0.8), n=1)
+    assert scored == [1.0]
 
 
 def test_greedy_matches_hf_greedy(engine: VLLMEngine, hf: HFEngine, prompts) -> None:

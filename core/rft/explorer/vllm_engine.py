@@ -15,7 +15,12 @@ contract when top-k, top-p, the repetition penalty and ``min_tokens`` are off; o
 the completions are re-scored with :meth:`VLLMEngine.compute_logprobs`. Scoring uses
 vLLM's prompt log-probs, which are always raw (``T = 1``): at another temperature the
 full distribution is requested (``prompt_logprobs=-1``) and rescaled, which costs
-``O(vocabulary × length)`` per sequence.
+``O(vocabulary × length)`` per sequence (~7 GB for a 3k-token response at a 152k
+vocabulary). So at ``T ≠ 1`` with top-p < 1, top-k > 0 or a repetition penalty the
+completions keep vLLM's processed log-probs (those of the distribution sampled from) and a
+warning says so in one line, once: the trainer scores the responses itself
+(``trainer_config.torch.use_rollout_logprobs: false``, the default). ``extra_engine_args:
+{rescore_full_vocabulary: true}`` re-scores anyway.
 
 Weights are replaced in place (:meth:`VLLMEngine.update_weights`): the worker's
 ``reload_weights(weights_iterator=…)``; with tied embeddings the output head is tied to
@@ -39,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import math
 import os
 import shutil
@@ -55,6 +61,8 @@ from rft.errors import RftError
 from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.explorer.hf_engine import _strip_wrappers
 from rft.rope import apply_rope
+
+log = logging.getLogger("rft.explorer.vllm_engine")
 
 _DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
                 "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
@@ -116,6 +124,9 @@ class VLLMEngine(InferenceEngine):
             raise RftError(f"vllm engine: unknown dtype {dtype!r}; use one of "
                            + ", ".join(sorted(_DTYPE_NAMES)))
         extra = dict(llm_kwargs or {})
+        self.rescore_full_vocabulary = bool(extra.pop("rescore_full_vocabulary", False))
+        """Re-score at ``T ≠ 1`` with full-vocabulary prompt log-probs (module docstring)."""
+        self._warned_processed: set[str] = set()
         mode = extra.pop("logprobs_mode", "processed_logprobs")
         if mode != "processed_logprobs":
             raise RftError(f"vllm engine: logprobs_mode {mode!r} is not supported; the "
@@ -256,9 +267,19 @@ class VLLMEngine(InferenceEngine):
             results.append([self._completion(prompt, output, sampling, extra_stop_ids)
                             for output in rows])
         if sampling.logprobs and not _processed_logprobs_exact(sampling):
-            self._rescore([c for group in results for c in group],
-                          sampling.logprob_temperature)
+            if self.rescore_full_vocabulary or _unit_temperature(sampling.logprob_temperature):
+                self._rescore([c for group in results for c in group],
+                              sampling.logprob_temperature)
+            else:
+                self._warn_processed(sampling)
         return results
+
+    def _warn_processed(self, sampling: SamplingArgs) -> None:
+        """One line, once per setting: the completions keep vLLM's processed log-probs."""
+        line = processed_logprobs_warning(sampling)
+        if line not in self._warned_processed:
+            self._warned_processed.add(line)
+            log.warning("%s", line)
 
     def _sampling_params(self, sampling: SamplingArgs, n: int, max_new_tokens: int,
                          seed: int) -> Any:
@@ -330,7 +351,7 @@ class VLLMEngine(InferenceEngine):
         from vllm import SamplingParams
 
         self.check_scoring_args(token_ids, prompt_lengths, temperature)
-        raw = math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
+        raw = _unit_temperature(temperature)
         params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
                                 prompt_logprobs=0 if raw else -1, flat_logprobs=True)
         sequences = [[int(t) for t in ids] for ids in token_ids]
@@ -553,6 +574,26 @@ def _prompt_seed(seed: int, index: int, n: int) -> int:
     return (seed * 1_000_003 + index * n) % (2**63 - 1)
 
 
+def _unit_temperature(temperature: float) -> bool:
+    """Scoring at ``temperature`` needs the sampled token's raw log-prob only."""
+    return math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
+
+
+def processed_logprobs_warning(sampling: SamplingArgs) -> str:
+    """The one-line warning of a generation whose log-probs are not re-scored."""
+    settings = [f"top_p {sampling.top_p:g}" if sampling.top_p < 1.0 else "",
+                f"top_k {sampling.top_k}" if sampling.top_k > 0 else "",
+                (f"repetition_penalty {sampling.repetition_penalty:g}"
+                 if sampling.repetition_penalty != 1.0 else ""),
+                f"min_tokens {sampling.min_tokens}" if sampling.min_tokens else ""]
+    return (f"vllm engine: rollout log-probs with {', '.join(x for x in settings if x)} at "
+            f"temperature {sampling.logprob_temperature:g} are vLLM's processed ones, not "
+            f"log_softmax(z / T): re-scoring would need full-vocabulary prompt log-probs "
+            f"(vocabulary × length floats per response); the trainer scores the responses "
+            f"itself (trainer_config.torch.use_rollout_logprobs: false, the default; "
+            f"extra_engine_args.rescore_full_vocabulary: true re-scores)")
+
+
 def _processed_logprobs_exact(sampling: SamplingArgs) -> bool:
     """vLLM's processed log-probs are ``log_softmax(z / T)`` only without logits
     processing beyond the temperature."""
@@ -572,9 +613,11 @@ def _position_logprob(prompt_logprobs: Any, position: int, token: int, temperatu
     values = prompt_logprobs.logprobs[start:end]
     if raw:
         return float(values[ids.index(token)])
-    full = dict(zip(ids, values))  # (V,) raw log-probs = z − logsumexp(z)
-    scaled = torch.tensor(list(full.values()), dtype=torch.float64) / temperature
-    return float(full[token] / temperature - torch.logsumexp(scaled, dim=0))
+    # (V,) raw log-probs z − logsumexp(z) by token id (the sampled token is listed twice:
+    # its own entry and the vocabulary's)
+    full = torch.full((max(ids) + 1,), -math.inf, dtype=torch.float64)
+    full[torch.as_tensor(ids)] = torch.as_tensor(values, dtype=torch.float64)
+    return float(full[token] / temperature - torch.logsumexp(full / temperature, dim=0))
 
 
 def _hf_parameter_shapes(config: Any, trust_remote_code: bool) -> dict[str, tuple[int, ...]]:
