@@ -152,3 +152,63 @@ def test_an_engine_built_before_the_trainer_sleeps_while_it_loads(tmp_path, tiny
     first = events.index("generate")
     assert events[:first] == ["sleep", "wake weights", "wake kv_cache"], events
     assert events[-4:] == ["sleep", "wake weights", "load", "wake kv_cache"], events
+
+
+# ---- item 4: the weight broadcast streams, in the engine's dtype -----------------------------
+
+
+def test_a_receiver_holds_one_bucket_and_the_weights_travel_in_the_engine_dtype():
+    """Two ranks over gloo: the sender casts the fp32 weights to the engine's bf16; the
+    receiver loads each tensor as its bucket arrives. The bytes of the live buckets are
+    counted at allocation and release (every bucket is allocated by the receiver)."""
+    import threading
+    import weakref
+
+    from rft.distributed.weight_broadcast import (BroadcastGroup, engine_dtype,
+                                                  host_rendezvous, in_dtype, spec_of)
+
+    g = torch.Generator().manual_seed(0)
+    model = {f"layers.{i}.weight": torch.randn(128, 128, generator=g) for i in range(8)}
+    model["steps"] = torch.arange(4)  # an integer buffer keeps its dtype
+    fp32_bytes = sum(t.numel() * t.element_size() for t in model.values())
+    dtype = engine_dtype("bfloat16")
+    sent = [(name, in_dtype(t, dtype)) for name, t in model.items()]
+    spec = spec_of(sent)
+    limit = 4 * 128 * 128 * 2  # four bf16 layers per bucket
+    store, address = host_rendezvous(2, torch.device("cpu"), timeout_s=30)
+    live, peak, allocated = [0], [0], [0]
+    loaded = {name: torch.zeros_like(t) for name, t in model.items()}
+    errors: list[BaseException] = []
+
+    def counted_empty(size: int, **kwargs: Any) -> torch.Tensor:
+        buffer = torch.empty(size, **kwargs)
+        live[0] += size
+        allocated[0] += size
+        peak[0] = max(peak[0], live[0])
+        weakref.finalize(buffer, lambda: live.__setitem__(0, live[0] - size))
+        return buffer
+
+    def receiver() -> None:
+        try:
+            group = BroadcastGroup(address, 1)
+            for _, name, tensor in group.stream(spec, limit, empty=counted_empty):
+                loaded[name].copy_(tensor)  # what vLLM's loader does with each
+            group.close()
+        except BaseException as exc:  # noqa: BLE001 (re-raised below)
+            errors.append(exc)
+
+    thread = threading.Thread(target=receiver)
+    thread.start()
+    sender = BroadcastGroup(address, 0, store=store)
+    sender.send([t for _, t in sent], limit=limit)
+    thread.join(60)
+    sender.close()
+    assert not errors, errors
+    assert spec[0].dtype == torch.bfloat16 and spec[-1].dtype == torch.int64
+    # half the bytes of the fp32 master copy went over the wire (+ the int64 buffer)
+    assert allocated[0] == (fp32_bytes - 32) // 2 + 32
+    # one bucket at a time, never the model: 131 kB of 262 kB
+    assert peak[0] <= limit < allocated[0] // 2 + 1, (peak[0], allocated[0])
+    assert live[0] == 0
+    for name, tensor in model.items():
+        assert torch.equal(loaded[name], in_dtype(tensor, dtype).to(tensor.dtype))

@@ -664,9 +664,14 @@ def _receive_weights_on_worker(worker: Any, spec: Sequence[Sequence[Any]],
     if group is None:
         raise RftError("synchronizer (nccl): this vLLM worker has not joined the "
                        "weight-broadcast group")
-    tensors = group.receive([TensorSpec.from_plain(item) for item in spec])
-    _reload_weights_on_worker(worker, [(str(key), tensors[int(index)][1])
-                                       for key, index in plan], tied)
+    keys = {int(index): str(key) for key, index in plan}
+    # each bucket straight into the loader as it arrives: one bucket held, not the model
+    streamed = ((keys[index], tensor) for index, _, tensor
+                in group.stream([TensorSpec.from_plain(item) for item in spec])
+                if index in keys)
+    worker.reload_weights(weights_iterator=streamed)
+    if tied:
+        _retie_output_embedding(worker.model_runner.get_model())
 
 
 def _leave_weight_group_on_worker(worker: Any) -> None:
