@@ -13,6 +13,7 @@ depends on, without a GPU and without pretending to have one.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,9 @@ def test_the_device_cache_is_released_before_every_wake_up(tiny_model_dir):
 
 @pytest.mark.slow
 def test_an_engine_built_before_the_trainer_sleeps_while_it_loads(tmp_path, tiny_model_dir,
-                                                                  monkeypatch):
+                                                                  monkeypatch, capfd):
+    """One colocate step with an engine recording its sleep mode; the first step's check of
+    the engine's log-probs against the trainer's is one line (item 11)."""
     import rft.modes.colocate as colocate
 
     build_trainer = colocate.build_trainer
@@ -145,13 +148,41 @@ def test_an_engine_built_before_the_trainer_sleeps_while_it_loads(tmp_path, tiny
     monkeypatch.setattr(colocate, "build_trainer", recording_build_trainer)
     SleepRecordingHF.built.clear()
     run_tiny(tiny_model_dir, write_taskset(tmp_path / "tasks.jsonl"), tmp_path,
-             {"explorer.rollout_model.engine_type": "sleep_recording_hf"},
+             {"explorer.rollout_model.engine_type": "sleep_recording_hf",
+              # two updates per step: the trainer computes old log-probs (and the check)
+              "trainer.trainer_config": {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}},
              plugins=[SleepRecordingPlugin()], steps=1)
     assert asleep_at_build == [{"weights", "kv_cache"}]
     events = SleepRecordingHF.built[-1].events
     first = events.index("generate")
     assert events[:first] == ["sleep", "wake weights", "wake kv_cache"], events
     assert events[-4:] == ["sleep", "wake weights", "load", "wake kv_cache"], events
+    checks = [line for line in capfd.readouterr().err.splitlines()
+              if line.startswith("rft: first step:")]
+    assert len(checks) == 1 and re.fullmatch(
+        r"rft: first step: engine vs trainer probabilities of the sampled tokens: mean gap "
+        r"\S+ \(max \S+\), threshold 0.01: agree", checks[0]), checks
+
+
+# ---- item 11: the first step's log-prob check ------------------------------------------------
+
+
+def test_the_first_step_check_says_the_gap_and_its_threshold_in_one_line():
+    from rft.trainer.metrics import first_step_check, rollout_probs_diff
+
+    mask = torch.ones(1, 3)
+    same = rollout_probs_diff(torch.log(torch.tensor([[0.5, 0.2, 0.9]])),
+                              torch.log(torch.tensor([[0.5, 0.2, 0.9]])), mask)
+    assert first_step_check(same) == (
+        "first step: engine vs trainer probabilities of the sampled tokens: mean gap 0 "
+        "(max 0), threshold 0.01: agree", True)
+    apart = rollout_probs_diff(torch.log(torch.tensor([[0.5, 0.2, 0.9]])),
+                               torch.log(torch.tensor([[0.3, 0.2, 0.9]])), mask)
+    line, ok = first_step_check(apart)
+    assert not ok and "\n" not in line
+    assert line.startswith("first step: engine vs trainer probabilities of the sampled tokens: "
+                           "mean gap 0.0667 (max 0.2), threshold 0.01: DISAGREE")
+    assert first_step_check({}) is None  # no engine log-probs: nothing to check
 
 
 # ---- item 4: the weight broadcast streams, in the engine's dtype -----------------------------
