@@ -1,0 +1,28 @@
+"""``bench/gpu_check.py``'s smoke run on CPU with the tiny model: every check prints its
+``RESULT`` line and passes (the GPU run itself has not happened here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke_run_on_cpu():
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--model",
+         "tiny", "--steps", "2", "--rows", "4", "--prompt", "8", "--response", "8"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    names = [line.split()[1] for line in lines]
+    assert names == ["import", "trainer", "fsdp2_offload", "colocate_t1", "colocate_t0.7",
+                     "prefix_sharing"], run.stdout + run.stderr[-2000:]
+    assert all(line.split()[2] == "ok" for line in lines), "\n".join(lines)
+    assert run.returncode == 0
