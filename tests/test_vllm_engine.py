@@ -294,6 +294,51 @@ def test_update_weights_in_place(engine: VLLMEngine, hf: HFEngine, model_dir: Pa
                        1.0, "restored")
 
 
+def test_update_weights_streams_whole_layers_in_the_engine_dtype(
+        engine: VLLMEngine, hf: HFEngine, model_dir: Path, prompts, monkeypatch) -> None:
+    """The tensors go to the workers in chunks of whole layers as they are produced, not
+    as one list, cast to the engine's dtype (float64 given, float32 loaded)."""
+    base = {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+    layers: dict[str, int] = {}
+    for name, tensor in base.items():
+        layer = engine._layer_of(name)
+        layers[layer] = layers.get(layer, 0) + tensor.numel() * 4  # float32 in the engine
+    produced = [0]
+    calls: list[tuple[int, int, set[torch.dtype]]] = []
+
+    def produce():
+        for name, tensor in base.items():
+            if name != "lm_head.weight":
+                produced[0] += 1
+                yield name, (tensor * 1.01).double()
+
+    rpc = engine.llm.collective_rpc
+
+    def recording_rpc(method, *args, **kwargs):
+        if method is _reload_weights_on_worker:
+            chunk = kwargs["args"][0]
+            calls.append((produced[0], sum(t.numel() * t.element_size() for _, t in chunk),
+                          {t.dtype for _, t in chunk}))
+        return rpc(method, *args, **kwargs)
+
+    monkeypatch.setattr(engine.llm, "collective_rpc", recording_rpc)
+    monkeypatch.setattr(engine, "sync_chunk_bytes", 64 * 1024)
+    try:
+        engine.update_weights(produce(), version=5)
+        hf.update_weights([(n, (t * 1.01)) for n, t in base.items()
+                           if n != "lm_head.weight"], version=5)
+        assert len(calls) > 3 and calls[0][0] < produced[0]  # loaded while still producing
+        assert all(dtypes == {torch.float32} for _, _, dtypes in calls)
+        assert max(size for _, size, _ in calls) < engine.sync_chunk_bytes + max(layers.values())
+        _assert_matches_hf(hf, engine.generate(prompts, SamplingArgs(max_tokens=6, seed=4)),
+                           1.0, "streamed update")
+    finally:
+        monkeypatch.undo()
+        original = [(k, v) for k, v in base.items() if k != "lm_head.weight"]
+        hf.update_weights(original, version=0)
+        engine.update_weights(original, version=0)
+
+
 def test_ignore_eos_runs_to_the_budget(engine: VLLMEngine, prompts) -> None:
     """``SamplingArgs.ignore_eos``: EOS ids no longer end a response (vLLM's ``ignore_eos``
     and no EOS in ``stop_token_ids``); the same seed without it stops some early."""

@@ -50,7 +50,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -191,6 +191,9 @@ class VLLMEngine(InferenceEngine):
         self.eos_token_ids = self._collect_eos_ids()
         self._param_shapes = _hf_parameter_shapes(self.hf_config, trust_remote_code)
         self.llm = LLM(**kwargs)
+        self.weight_dtype: torch.dtype | None = getattr(
+            self.llm.llm_engine.model_config, "dtype", None)
+        """The dtype of the engine's weights (synced tensors are cast to it)."""
         self._packed = self.llm.collective_rpc(_packed_modules_mapping)[0]
         self._lock = threading.RLock()
 
@@ -375,15 +378,86 @@ class VLLMEngine(InferenceEngine):
                        version: int) -> None:
         """Reload the given tensors in place (Hugging Face names), then reset the prefix
         cache. vLLM reloads whole layers: the parts of one fused layer (``q/k/v_proj``,
-        ``gate/up_proj``, with their biases) must come in the same update."""
-        weights = self._checked_weights(named_tensors)
+        ``gate/up_proj``, with their biases) must come in the same update.
+
+        The tensors are consumed as they come (a sharded trainer gathers them one at a
+        time) and sent to the workers in chunks of whole layers of about
+        :attr:`sync_chunk_bytes`, cast to the engine's dtype: a sync never holds the model
+        as one list, nor copies it whole to the engine-core process (vLLM's GPU default).
+        A wrong name or shape stops the update there; chunks before it are loaded."""
         with self._lock:
-            if weights:
-                self.llm.collective_rpc(_reload_weights_on_worker,
-                                        args=(weights, self.tied_embeddings))
+            for chunk, retie in self._layer_chunks(named_tensors):
+                self.llm.collective_rpc(_reload_weights_on_worker, args=(chunk, retie))
             if not self.llm.reset_prefix_cache():
                 raise RftError("update_weights: vLLM could not reset its prefix cache")
             self._model_version = int(version)
+
+    sync_chunk_bytes = 256 * 1024 * 1024
+    """Bytes of whole layers sent to the workers per call of :meth:`update_weights`."""
+
+    def _layer_chunks(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
+                      ) -> Iterator[tuple[list[tuple[str, torch.Tensor]], bool]]:
+        """``(tensors, retie)``: chunks of complete vLLM layers under the loader's names, in
+        the engine's dtype (``retie``: the chunk holds the tied embedding). Checks as
+        :meth:`_load_plan`: known names, their shapes, whole fused layers; a tied head
+        stands for the embedding when the embedding itself does not come."""
+        groups: dict[str, set[str]] = {}
+        for key in self._param_shapes:
+            groups.setdefault(self._layer_of(key), set()).add(key)
+        pending: dict[str, dict[str, torch.Tensor]] = {}
+        ready: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        head: torch.Tensor | None = None
+        embed_seen = False
+        dtype = self.weight_dtype
+
+        def cast(tensor: torch.Tensor) -> torch.Tensor:
+            tensor = tensor.detach()
+            return tensor.to(dtype) if tensor.is_floating_point() and dtype is not None else tensor
+
+        def take(key: str, tensor: torch.Tensor) -> None:
+            nonlocal size
+            layer = self._layer_of(key)
+            parts = pending.setdefault(layer, {})
+            parts[key] = cast(tensor)
+            if groups[layer] - {"lm_head.weight"} <= set(parts):
+                for item in pending.pop(layer).items():
+                    ready.append(item)
+                    size += item[1].numel() * item[1].element_size()
+
+        for name, tensor in named_tensors:
+            key = _strip_wrappers(name)
+            expected = self._param_shapes.get(key)
+            if expected is None:
+                raise RftError(f"update_weights: {self.hf_config.architectures} has no "
+                               f"parameter {name!r}")
+            if tuple(tensor.shape) != expected:
+                raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                               f"the model's is {expected}")
+            if self.tied_embeddings and key == "lm_head.weight":
+                head = tensor if not embed_seen else None
+                continue
+            embed_seen = embed_seen or key == "model.embed_tokens.weight"
+            take(key, tensor)
+            if size >= self.sync_chunk_bytes:
+                yield self._flush(ready)
+                size = 0
+        if head is not None and not embed_seen:
+            take("model.embed_tokens.weight", head)
+        for layer, parts in pending.items():
+            missing = sorted(groups[layer] - set(parts) - {"lm_head.weight"})
+            raise RftError(f"update_weights: vLLM reloads layer {layer!r} as a whole; "
+                           f"the update lacks {', '.join(missing)}")
+        if ready:
+            yield self._flush(ready)
+
+    def _flush(self, ready: list[tuple[str, torch.Tensor]]
+               ) -> tuple[list[tuple[str, torch.Tensor]], bool]:
+        """The chunk ``ready`` holds (emptied), and whether it re-ties the output head."""
+        chunk = list(ready)
+        ready.clear()
+        retie = self.tied_embeddings and any(k == "model.embed_tokens.weight" for k, _ in chunk)
+        return chunk, retie
 
     serves_lora = True
 
@@ -415,13 +489,6 @@ class VLLMEngine(InferenceEngine):
             if not self.llm.reset_prefix_cache():
                 raise RftError("update_adapter: vLLM could not reset its prefix cache")
             self._model_version = int(version)
-
-    def _checked_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
-                         ) -> list[tuple[str, torch.Tensor]]:
-        """The tensors to load, under the names vLLM's loader takes (see :meth:`_load_plan`)."""
-        tensors = [(name, tensor.detach()) for name, tensor in named_tensors]
-        plan = self._load_plan([(name, tuple(t.shape)) for name, t in tensors])
-        return [(key, tensors[index][1]) for key, index in plan]
 
     def _load_plan(self, named_shapes: Sequence[tuple[str, tuple[int, ...]]]
                    ) -> list[tuple[str, int]]:
