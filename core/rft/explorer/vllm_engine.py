@@ -23,7 +23,8 @@ warning says so in one line, once: the trainer scores the responses itself
 {rescore_full_vocabulary: true}`` re-scores anyway.
 
 Weights are replaced in place (:meth:`VLLMEngine.update_weights`): the worker's
-``reload_weights(weights_iterator=…)``; with tied embeddings the output head is tied to
+``reload_weights(weights_iterator=…)``, fed in chunks of whole layers in the engine's dtype
+as the trainer produces them (never the whole model at once); with tied embeddings the output head is tied to
 the embedding again and, on CPU, its prepacked GEMM is rebuilt (it would keep the old
 weights); then the prefix cache is reset, since cached KV blocks were computed with the
 old weights. With ``sync_method: nccl`` each vLLM worker is a rank of the trainer's
