@@ -1,6 +1,8 @@
 """A first check of rft on one GPU, for a machine with torch, transformers, peft, accelerate
 and pytest but no vLLM and no Ray (one H200 with a fixed image, nothing downloadable).
 
+    pip install --no-deps <rft wheels>   # the core and the grpo, workflows, rewards plugins,
+                                         # with pluggy and omegaconf if the image lacks them
     python bench/gpu_check.py                          # on the GPU (≤ 9 minutes)
     python bench/gpu_check.py --device cpu --model tiny --steps 2   # the smoke run (the suite)
 
@@ -17,6 +19,11 @@ Each check prints one line ``RESULT <name> ok|FAIL <figures>``:
 - ``prefix_sharing``: response log-probs with each prompt run once vs per row (fp32: the
   shared-prompt forward needs plain fp32 parameters; under the trainer's bf16 autocast it
   is not used, which the line reports).
+
+The colocate checks read their taskset through ``datasets`` (rft's taskset reader), whose
+``pyarrow`` wheel is ~40 MB: carry both, or those two checks print ``FAIL
+ModuleNotFoundError …`` naming it. The others need torch, transformers and rft only (the
+suite runs this script with ``ray`` and ``vllm`` unimportable).
 
 What needs vLLM or Ray on a GPU (mode ``both``, the ``nccl`` weight broadcast, vLLM's sleep
 mode, trainer ranks) is not checked here: it is tested on CPU only (docs/distributed.md,

@@ -243,3 +243,17 @@ def test_a_receiver_holds_one_bucket_and_the_weights_travel_in_the_engine_dtype(
     assert live[0] == 0
     for name, tensor in model.items():
         assert torch.equal(loaded[name], in_dtype(tensor, dtype).to(tensor.dtype))
+
+
+def test_the_engine_dtype_comes_from_the_rollout_model(tmp_path):
+    import json
+
+    from rft.distributed.weight_broadcast import engine_dtype
+
+    assert engine_dtype("bfloat16") is torch.bfloat16 and engine_dtype("fp16") is torch.float16
+    assert engine_dtype("float32") is torch.float32
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    assert engine_dtype("auto", str(tmp_path)) is torch.bfloat16  # vLLM's auto: the checkpoint's
+    (tmp_path / "config.json").write_text(json.dumps({"dtype": "float32"}))
+    assert engine_dtype("auto", str(tmp_path)) is None  # the trainer's own
+    assert engine_dtype("auto", "Qwen/Qwen2.5-1.5B") is None  # not here: the trainer's

@@ -33,7 +33,9 @@ dtype travels the same way::
 from __future__ import annotations
 
 import datetime
+import json
 import math
+import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -85,10 +87,23 @@ _ENGINE_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                   "float32": torch.float32, "fp32": torch.float32}
 
 
-def engine_dtype(name: str) -> torch.dtype | None:
+def engine_dtype(name: str, model_path: str | None = None) -> torch.dtype | None:
     """The dtype weights are sent in for an engine of ``explorer.rollout_model.dtype``
-    ``name`` (``None`` for ``auto``: the trainer's own)."""
-    return _ENGINE_DTYPES.get(name)
+    ``name``; for ``auto`` the half-precision dtype of the checkpoint's ``config.json`` at
+    ``model_path`` (``torch_dtype`` / ``dtype``), as vLLM picks it; ``None`` otherwise (the
+    trainer's own dtype)."""
+    if name != "auto":
+        return _ENGINE_DTYPES.get(name)
+    if not model_path:
+        return None
+    try:
+        with open(os.path.join(os.path.expanduser(model_path), "config.json"),
+                  encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):  # a hub id or no config: the trainer's dtype
+        return None
+    dtype = _ENGINE_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
 
 
 def in_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:

@@ -299,18 +299,24 @@ class TrainerService:
         store, address = self._rendezvous
         self.group = BroadcastGroup(address, rank=0, store=store)
 
+    def _engine_dtype(self) -> torch.dtype | None:
+        """The rollout engine's weight dtype (what the broadcast sends)."""
+        config = self.plan.config
+        rm = config.explorer.rollout_model
+        return engine_dtype(rm.dtype, rm.model_path or config.model.model_path)
+
     def snapshot_weights(self, version: int) -> Broadcast:
         """Keep a CPU copy of the weights as ``version`` (training goes on meanwhile);
         return what the explorer is handed."""
         if self.ranked is not None:  # each rank keeps its shards
             spec = self.ranked.call_all(
-                _snapshot, version, engine_dtype(self.plan.config.explorer.rollout_model.dtype),
+                _snapshot, version, self._engine_dtype(),
                 what="weight snapshot")[0]
             with self._snapshot_ready:
                 self._shard_specs[version] = spec
                 self._snapshot_ready.notify_all()
             return Broadcast(spec)
-        dtype = engine_dtype(self.plan.config.explorer.rollout_model.dtype)
+        dtype = self._engine_dtype()
         named = [(name, in_dtype(tensor, dtype)) for name, tensor in self.trainer.named_weights()]
         packed = pack([tensor for _, tensor in named])  # CPU byte buckets, ready to send
         with self._snapshot_ready:
