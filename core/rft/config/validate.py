@@ -824,6 +824,29 @@ def check_memory(c: RftConfig, v: Validation) -> None:
         v.warnings.append(line)
 
 
+def check_rollout_logprobs(c: RftConfig, v: Validation) -> None:
+    """``trainer_config.torch.use_rollout_logprobs`` trains on the engine's log-probs as the
+    old ones: refused where the engine keeps its processed log-probs (no full-vocabulary
+    re-scoring, :attr:`~rft.explorer.engine.InferenceEngine.keeps_processed_logprobs`) for
+    this sampling: ``T ∉ {0, 1}`` with top-p < 1, top-k > 0 or a repetition penalty."""
+    engine = v.rollout_model.engine if v.rollout_model is not None else None
+    torch_tree = (c.trainer.trainer_config or {}).get("torch") or {}
+    if engine is None or not getattr(engine.implementation, "keeps_processed_logprobs", False) \
+            or not torch_tree.get("use_rollout_logprobs"):
+        return
+    m, rm = c.model, c.explorer.rollout_model
+    penalty = rm.repetition_penalty if rm.repetition_penalty is not None else m.repetition_penalty
+    processed = (m.top_p < 1.0 or m.top_k > 0 or penalty != 1.0)
+    if m.temperature in (0.0, 1.0) or not processed \
+            or (rm.extra_engine_args or {}).get("rescore_full_vocabulary"):
+        return
+    v.problem("trainer.trainer_config.torch.use_rollout_logprobs",
+              f"engine {engine.name!r} keeps its processed log-probs at temperature "
+              f"{m.temperature:g} with top_p / top_k / repetition_penalty (re-scoring needs "
+              f"full-vocabulary prompt log-probs): leave it false (the trainer scores) or set "
+              f"explorer.rollout_model.extra_engine_args.rescore_full_vocabulary: true")
+
+
 def check_trainer_ranks(c: RftConfig, v: Validation) -> None:
     """``trainer.ranks`` and what the ``torch`` trainer needs of it."""
     t, cl = c.trainer, c.cluster
@@ -966,8 +989,8 @@ CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_trinity_forms,
     check_global, check_algorithm, derive_external_model, check_model, check_buffer,
     check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
-    check_trainer, check_memory, check_lora, check_split_modes, check_monitor, check_data_processor,
-    check_support,
+    check_trainer, check_memory, check_lora, check_rollout_logprobs, check_split_modes,
+    check_monitor, check_data_processor, check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""
 

@@ -18,7 +18,7 @@ One sync: every rank walks the same :class:`TensorSpec` list (names, shapes, dty
 the trainer's order), packs it into byte buckets of at most ``bucket_bytes`` and
 broadcasts each bucket from rank 0; receivers unpack views into their own tensors and load
 them into the engine in place (``update_weights``, vLLM's ``reload_weights`` iterator) as
-each bucket arrives (:meth:`BroadcastGroup.stream`): a receiver holds one bucket at a time
+each bucket arrives (:meth:`BroadcastGroup.stream`): a receiver holds one or two buckets
 (:data:`BUCKET_BYTES`), never the whole model. The trainer sends floating-point tensors in
 the rollout engine's dtype (:func:`engine_dtype`: ``bfloat16`` by default — half the bytes
 of the trainer's fp32 master copy). Bytes, not typed tensors, go over the wire, so every

@@ -461,6 +461,7 @@ class VLLMEngine(InferenceEngine):
         return chunk, retie
 
     serves_lora = True
+    keeps_processed_logprobs = True
 
     def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
         """Serve ``adapter`` as ``version``: written to ``<tmp>/v<version>`` (peft's
