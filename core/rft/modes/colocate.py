@@ -21,7 +21,8 @@ process (:class:`LocalEngine`), whose weights are copied from the trainer after 
 on N devices (``trainer.ranks > 1``) one engine in each trainer rank
 (:class:`rft.distributed.colocate_ranks.RankEngines`, veRL's hybrid engine). Either way an
 engine that can (vLLM's sleep mode on a GPU) releases its device memory while the trainer
-steps (:mod:`rft.explorer.engine_sleep`).
+steps (:mod:`rft.explorer.engine_sleep`), and in one process, where the engine is built
+first, also while the trainer loads (:meth:`RolloutEngines.make_room`).
 """
 
 from __future__ import annotations
