@@ -148,15 +148,15 @@ def test_an_engine_built_before_the_trainer_sleeps_while_it_loads(tmp_path, tiny
     monkeypatch.setattr(colocate, "build_trainer", recording_build_trainer)
     SleepRecordingHF.built.clear()
     run_tiny(tiny_model_dir, write_taskset(tmp_path / "tasks.jsonl"), tmp_path,
-             {"explorer.rollout_model.engine_type": "sleep_recording_hf",
-              # two updates per step: the trainer computes old log-probs (and the check)
-              "trainer.trainer_config": {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}},
-             plugins=[SleepRecordingPlugin()], steps=1)
+             {"explorer.rollout_model.engine_type": "sleep_recording_hf"},
+             plugins=[SleepRecordingPlugin()], steps=2)
     assert asleep_at_build == [{"weights", "kv_cache"}]
     events = SleepRecordingHF.built[-1].events
     first = events.index("generate")
     assert events[:first] == ["sleep", "wake weights", "wake kv_cache"], events
     assert events[-4:] == ["sleep", "wake weights", "load", "wake kv_cache"], events
+    # one update per step needs no old log-probs: the first step computes them for the
+    # check, once
     checks = [line for line in capfd.readouterr().err.splitlines()
               if line.startswith("rft: first step:")]
     assert len(checks) == 1 and re.fullmatch(

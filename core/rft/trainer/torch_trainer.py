@@ -126,6 +126,8 @@ class TorchTrainer(Trainer):
         self.fns: LossPlan = plan.loss
         self.options = TorchTrainerOptions.from_plan(plan)
         self.ranks = ranks
+        self._checked_first_step = False
+        """The first step's engine / trainer log-prob check ran (:meth:`_first_step_check`)."""
         if ranks is not None:
             self.options.device = ranks.device
         device = self.options.device
@@ -295,12 +297,12 @@ class TorchTrainer(Trainer):
     def _first_step_check(self, metrics: dict[str, float]) -> None:
         """Once, at the first step with engine log-probs: the gap in one line on stderr
         (rank 0; a warning when above :data:`~rft.trainer.metrics.FIRST_STEP_PROBS_DIFF_MEAN`)."""
-        if getattr(self, "_checked_first_step", False) or not self.is_rank0:
+        if self._checked_first_step:
             return
+        self._checked_first_step = True  # on every rank (its forward pass is a collective)
         checked = first_step_check(metrics)
-        if checked is None:
+        if checked is None or not self.is_rank0:
             return
-        self._checked_first_step = True
         line, ok = checked
         (logger.info if ok else logger.warning)("%s", line)
         print(f"rft: {line}", file=sys.stderr, flush=True)
@@ -459,6 +461,12 @@ class TorchTrainer(Trainer):
                 metrics.update(rollout_probs_diff(batch.rollout_log_prob,
                                                   tensors["old_log_prob"], mask))
                 self._first_step_check(metrics)
+        elif batch.rollout_log_prob is not None and not self._checked_first_step:
+            # one update per step needs no old log-probs: the first step computes them for
+            # the check alone (one forward pass, without gradients; nothing else uses them)
+            first = self._infer_logprobs(self.actor, tensors)  # (B, R)
+            metrics.update(rollout_probs_diff(batch.rollout_log_prob, first, mask))
+            self._first_step_check(metrics)
         if self.ref is not None:
             with timed(metrics, "ref"):
                 tensors["ref_log_prob"] = self._infer_logprobs(self.ref, tensors)
