@@ -151,7 +151,8 @@ def check_fsdp2_offload(args: argparse.Namespace, model: Path) -> tuple[bool, st
         dist.destroy_process_group()
     backend = process_group_backend(device.type, True)
     ok = group.backend == backend and norm == norm and norm > 0 and on_host
-    return ok, f"backend={group.backend} grad_norm={norm:.4g} gathered={gathered} params_on_host={on_host}"
+    return ok, (f"backend={group.backend} grad_norm={norm:.4g} gathered={gathered} "
+                f"params_on_host={on_host}")
 
 
 def check_colocate(args: argparse.Namespace, model: Path, work: Path,

@@ -23,14 +23,15 @@ warning says so in one line, once: the trainer scores the responses itself
 {rescore_full_vocabulary: true}`` re-scores anyway.
 
 Weights are replaced in place (:meth:`VLLMEngine.update_weights`): the worker's
-``reload_weights(weights_iterator=…)``, fed in chunks of whole layers in the engine's dtype
-as the trainer produces them (never the whole model at once); with tied embeddings the output head is tied to
-the embedding again and, on CPU, its prepacked GEMM is rebuilt (it would keep the old
-weights); then the prefix cache is reset, since cached KV blocks were computed with the
-old weights. With ``sync_method: nccl`` each vLLM worker is a rank of the trainer's
-broadcast group (:mod:`rft.distributed.weight_broadcast`): it receives the weights in its
-own process (the engine-core process, or one per tensor-parallel rank) and reloads them
-there (:meth:`VLLMEngine.receive_broadcast`).
+``reload_weights(weights_iterator=…)``, fed in chunks of whole layers in the engine's
+dtype as the trainer produces them (never the whole model at once); with tied embeddings
+the output head is tied to the embedding again and, on CPU, its prepacked GEMM is rebuilt
+(it would keep the old weights); then the prefix cache is reset, since cached KV blocks
+were computed with the old weights. With ``sync_method: nccl`` each vLLM worker is a rank
+of the trainer's broadcast group (:mod:`rft.distributed.weight_broadcast`): it receives
+the weights in its own process (the engine-core process, or one per tensor-parallel rank)
+and reloads them there, bucket by bucket as they arrive
+(:meth:`VLLMEngine.receive_broadcast`).
 
 LoRA (``model.lora_configs``): the engine is built with ``enable_lora`` (``max_lora_rank``:
 the adapter's rank rounded up to a rank vLLM allows) and serves the base model with one
