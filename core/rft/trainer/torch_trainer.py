@@ -461,9 +461,10 @@ class TorchTrainer(Trainer):
                 metrics.update(rollout_probs_diff(batch.rollout_log_prob,
                                                   tensors["old_log_prob"], mask))
                 self._first_step_check(metrics)
-        elif batch.rollout_log_prob is not None and not self._checked_first_step:
-            # one update per step needs no old log-probs: the first step computes them for
-            # the check alone (one forward pass, without gradients; nothing else uses them)
+        elif batch.rollout_log_prob is not None and self.global_steps == 0:
+            # one update per step needs no old log-probs: the run's first step computes them
+            # for the check alone (one forward pass without gradients; nothing else uses
+            # them; a resumed run's steps log what the uninterrupted run's do)
             first = self._infer_logprobs(self.actor, tensors)  # (B, R)
             metrics.update(rollout_probs_diff(batch.rollout_log_prob, first, mask))
             self._first_step_check(metrics)
