@@ -67,25 +67,45 @@ def guarded(name: str, check: Callable[[], tuple[bool, str]]) -> bool:
 def check_import() -> tuple[bool, str]:
     """rft imports; the torch here meets the distribution's requirement."""
     import torch
-    from packaging.requirements import Requirement
 
     import rft  # noqa: F401
     from rft.trainer.torch_trainer import TorchTrainer  # noqa: F401
 
-    need = ""
     try:
         requires = importlib.metadata.requires("rft-framework") or []
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout: none installed
-        requires = []
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout: its pyproject
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        requires = (tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+                    ["dependencies"] if pyproject.exists() else [])
+    need = torch_needed(requires)
+    refusal = torch_refusal(torch.__version__, need)
+    if refusal is not None:
+        return False, refusal
+    return True, f"torch {torch.__version__} (needs torch{need or ' any'}), cuda " \
+                 f"{torch.version.cuda}"
+
+
+def torch_needed(requires: list[str]) -> str:
+    """The torch version specifier among ``requires`` (requirement strings; ``""``: none)."""
+    from packaging.requirements import Requirement
+
     for line in requires:
         req = Requirement(line)
         if req.name == "torch" and not req.marker:
-            need = str(req.specifier)
-    have = torch.__version__.split("+")[0]
-    if need and not Requirement(f"torch{need}").specifier.contains(have, prereleases=True):
-        return False, f"torch {have}, rft needs torch{need}"
-    return True, f"torch {torch.__version__} (needs torch{need or ' any'}), cuda " \
-                 f"{torch.version.cuda}"
+            return str(req.specifier)
+    return ""
+
+
+def torch_refusal(version: str, need: str) -> str | None:
+    """One line when torch ``version`` does not meet ``need`` (a specifier); else ``None``."""
+    from packaging.specifiers import SpecifierSet
+
+    have = version.split("+")[0]
+    if need and not SpecifierSet(need).contains(have, prereleases=True):
+        return f"torch {have}, rft needs torch{need}"
+    return None
 
 
 def check_trainer(args: argparse.Namespace, model: Path, work: Path) -> tuple[bool, str]:

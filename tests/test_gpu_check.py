@@ -32,3 +32,16 @@ def test_gpu_check_smoke_run_on_cpu():
                      "prefix_sharing"], run.stdout + run.stderr[-2000:]
     assert all(line.split()[2] == "ok" for line in lines), "\n".join(lines)
     assert run.returncode == 0
+
+
+def test_a_torch_below_the_requirement_is_refused_in_one_line():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    need = gpu_check.torch_needed(["pluggy>=1.5", "torch>=2.13", "vllm; extra == 'vllm'"])
+    assert need == ">=2.13"
+    assert gpu_check.torch_refusal("2.11.0+cu130", need) == "torch 2.11.0, rft needs torch>=2.13"
+    assert gpu_check.torch_refusal("2.13.0+cpu", need) is None
+    assert gpu_check.torch_refusal("2.11.0", "") is None
