@@ -272,7 +272,8 @@ class VLLMEngine(InferenceEngine):
             results.append([self._completion(prompt, output, sampling, extra_stop_ids)
                             for output in rows])
         if sampling.logprobs and not _processed_logprobs_exact(sampling):
-            if self.rescore_full_vocabulary or _unit_temperature(sampling.logprob_temperature):
+            if (self.rescore_full_vocabulary or _unit_temperature(sampling.logprob_temperature)
+                    or not _reshapes_distribution(sampling)):
                 self._rescore([c for group in results for c in group],
                               sampling.logprob_temperature)
             else:
@@ -649,13 +650,20 @@ def _unit_temperature(temperature: float) -> bool:
     return math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
 
 
+def _reshapes_distribution(sampling: SamplingArgs) -> bool:
+    """Top-p < 1, top-k > 0 or a repetition penalty: the processed log-probs differ from the
+    contract's at every position (``min_tokens`` alone changes the first few only, and is
+    re-scored)."""
+    return sampling.temperature > 0 and (
+        sampling.top_p < 1.0 or sampling.top_k > 0 or sampling.repetition_penalty != 1.0)
+
+
 def processed_logprobs_warning(sampling: SamplingArgs) -> str:
     """The one-line warning of a generation whose log-probs are not re-scored."""
     settings = [f"top_p {sampling.top_p:g}" if sampling.top_p < 1.0 else "",
                 f"top_k {sampling.top_k}" if sampling.top_k > 0 else "",
                 (f"repetition_penalty {sampling.repetition_penalty:g}"
-                 if sampling.repetition_penalty != 1.0 else ""),
-                f"min_tokens {sampling.min_tokens}" if sampling.min_tokens else ""]
+                 if sampling.repetition_penalty != 1.0 else "")]
     return (f"vllm engine: rollout log-probs with {', '.join(x for x in settings if x)} at "
             f"temperature {sampling.logprob_temperature:g} are vLLM's processed ones, not "
             f"log_softmax(z / T): re-scoring would need full-vocabulary prompt log-probs "
