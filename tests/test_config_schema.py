@@ -159,7 +159,7 @@ GUIDE_DEFAULTS = [
     ("explorer.rollout_model.engine_num", 1),
     ("explorer.rollout_model.tensor_parallel_size", 1),
     ("explorer.rollout_model.enable_history", False),
-    ("explorer.rollout_model.gpu_memory_utilization", 0.9),
+    ("explorer.rollout_model.gpu_memory_utilization", None),  # resolved by validation
     ("explorer.auxiliary_models", []),
     ("explorer.eval_interval", 100),
     ("explorer.eval_on_startup", True),

@@ -8,6 +8,7 @@ default tiny model's 16 is not). One engine serves the whole module.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -39,7 +40,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine(model_dir: Path):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     eng = VLLMEngine(str(model_dir), dtype="float32", max_model_len=512, seed=7,
-                     llm_kwargs={"kv_cache_memory_bytes": 64 << 20, "max_num_seqs": 32})
+                     llm_kwargs={"kv_cache_memory_bytes": 64 << 20, "max_num_seqs": 32,
+                                 # the contract at any setting (the tiny vocabulary is cheap)
+                                 "rescore_full_vocabulary": True})
     yield eng
     for name, value in MAX_DIFFS.items():
         print(f"max |vllm - hf| logprob diff {name}: {value:.3g}")
@@ -125,6 +128,39 @@ def test_sampled_logprobs_equal_hf(engine: VLLMEngine, hf: HFEngine, prompts,
     results = engine.generate(prompts, sampling, n=2)
     assert all(len(c.token_ids) >= sampling.min_tokens for c in _flat(results))
     _assert_matches_hf(hf, results, sampling.logprob_temperature, "generate")
+
+
+def test_rescoring_that_needs_the_full_vocabulary_is_left_to_the_trainer(
+        engine: VLLMEngine, hf: HFEngine, prompts, caplog, monkeypatch) -> None:
+    """At T != 1 with top-k / top-p / a repetition penalty the engine keeps vLLM's processed
+    log-probs (those of the renormalised distribution it sampled from: never below the
+    contract's) and says so in one line, once; it asks for no prompt log-probs."""
+    sampling = SamplingArgs(max_tokens=16, seed=3, temperature=1.3, top_k=20, top_p=0.9)
+    scored: list[float] = []
+    monkeypatch.setattr(engine, "rescore_full_vocabulary", False)
+    monkeypatch.setattr(engine, "compute_logprobs",
+                        lambda token_ids, *a, temperature=1.0, **k: (
+                            scored.append(temperature) or [torch.zeros(0)] * len(token_ids)))
+    with caplog.at_level(logging.WARNING, logger="rft.explorer.vllm_engine"):
+        results = engine.generate(prompts, sampling, n=2)
+        engine.generate(prompts, sampling, n=2)
+    assert scored == []
+    lines = [r.getMessage() for r in caplog.records if r.name == "rft.explorer.vllm_engine"]
+    assert lines == ["vllm engine: rollout log-probs with top_p 0.9, top_k 20 at temperature "
+                     "1.3 are vLLM's processed ones, not log_softmax(z / T): re-scoring would "
+                     "need full-vocabulary prompt log-probs (vocabulary × length floats per "
+                     "response); the trainer scores the responses itself (trainer_config.torch."
+                     "use_rollout_logprobs: false, the default; extra_engine_args."
+                     "rescore_full_vocabulary: true re-scores)"]
+    completions = [c for c in _flat(results) if c.token_ids]
+    reference = hf.compute_logprobs([c.tokens for c in completions],
+                                    [len(c.prompt_token_ids) for c in completions],
+                                    temperature=1.3)
+    gaps = torch.cat([c.logprobs - ref for c, ref in zip(completions, reference)])
+    assert gaps.min().item() >= -ATOL and gaps.max().item() > 1e-2
+    # at T = 1 re-scoring needs the sampled token's log-prob only: still done
+    engine.generate(prompts, SamplingArgs(max_tokens=4, seed=4, top_p=0.8), n=1)
+    assert scored == [1.0]
 
 
 def test_greedy_matches_hf_greedy(engine: VLLMEngine, hf: HFEngine, prompts) -> None:
@@ -256,6 +292,51 @@ def test_update_weights_in_place(engine: VLLMEngine, hf: HFEngine, model_dir: Pa
         engine.update_weights(original, version=0)
     _assert_matches_hf(hf, engine.generate(prompts, SamplingArgs(max_tokens=6, seed=4)),
                        1.0, "restored")
+
+
+def test_update_weights_streams_whole_layers_in_the_engine_dtype(
+        engine: VLLMEngine, hf: HFEngine, model_dir: Path, prompts, monkeypatch) -> None:
+    """The tensors go to the workers in chunks of whole layers as they are produced, not
+    as one list, cast to the engine's dtype (float64 given, float32 loaded)."""
+    base = {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+    layers: dict[str, int] = {}
+    for name, tensor in base.items():
+        layer = engine._layer_of(name)
+        layers[layer] = layers.get(layer, 0) + tensor.numel() * 4  # float32 in the engine
+    produced = [0]
+    calls: list[tuple[int, int, set[torch.dtype]]] = []
+
+    def produce():
+        for name, tensor in base.items():
+            if name != "lm_head.weight":
+                produced[0] += 1
+                yield name, (tensor * 1.01).double()
+
+    rpc = engine.llm.collective_rpc
+
+    def recording_rpc(method, *args, **kwargs):
+        if method is _reload_weights_on_worker:
+            chunk = kwargs["args"][0]
+            calls.append((produced[0], sum(t.numel() * t.element_size() for _, t in chunk),
+                          {t.dtype for _, t in chunk}))
+        return rpc(method, *args, **kwargs)
+
+    monkeypatch.setattr(engine.llm, "collective_rpc", recording_rpc)
+    monkeypatch.setattr(engine, "sync_chunk_bytes", 64 * 1024)
+    try:
+        engine.update_weights(produce(), version=5)
+        hf.update_weights([(n, (t * 1.01)) for n, t in base.items()
+                           if n != "lm_head.weight"], version=5)
+        assert len(calls) > 3 and calls[0][0] < produced[0]  # loaded while still producing
+        assert all(dtypes == {torch.float32} for _, _, dtypes in calls)
+        assert max(size for _, size, _ in calls) < engine.sync_chunk_bytes + max(layers.values())
+        _assert_matches_hf(hf, engine.generate(prompts, SamplingArgs(max_tokens=6, seed=4)),
+                           1.0, "streamed update")
+    finally:
+        monkeypatch.undo()
+        original = [(k, v) for k, v in base.items() if k != "lm_head.weight"]
+        hf.update_weights(original, version=0)
+        engine.update_weights(original, version=0)
 
 
 def test_ignore_eos_runs_to_the_budget(engine: VLLMEngine, prompts) -> None:

@@ -23,9 +23,11 @@ class MemorySynchronizer:
     """In-process weight copy from a trainer to its engines (engines that can release their
     device memory while the trainer steps: :meth:`sleep`, then woken by :meth:`sync`)."""
 
-    def __init__(self, trainer: Trainer, engines: Sequence[InferenceEngine]) -> None:
+    def __init__(self, trainer: Trainer,
+                 engines: Sequence[InferenceEngine | EngineSleep]) -> None:
         self.trainer = trainer
-        self.engines = [EngineSleep(engine) for engine in engines]
+        self.engines = [engine if isinstance(engine, EngineSleep) else EngineSleep(engine)
+                        for engine in engines]
         self.version = 0
         """Version last pushed (0: the initial checkpoint)."""
 

@@ -613,8 +613,10 @@ class InferenceModelConfig:
     """vLLM: reuse KV cache across requests sharing a prefix."""
     enable_chunked_prefill: bool = True
     """vLLM: split long prefills into chunks."""
-    gpu_memory_utilization: float = 0.9
-    """vLLM: fraction of accelerator memory the engine may take (0–1)."""
+    gpu_memory_utilization: float | None = None
+    """vLLM: fraction of accelerator memory the engine may take (0–1); unset: 0.9, and 0.5
+    for the rollout model in mode ``colocate``, where it shares its GPU with the trainer
+    (veRL's default there)."""
     dtype: str = "bfloat16"
     """Weight / activation dtype: ``bfloat16``, ``float16``, ``float32``, ``auto``."""
     seed: int = 42

@@ -388,7 +388,8 @@ SUPPORT: dict[str, Support] = {
     "InferenceModelConfig.enforce_eager": _c(VLLM, note="vllm engine"),
     "InferenceModelConfig.enable_prefix_caching": _c(VLLM, note="vllm engine"),
     "InferenceModelConfig.enable_chunked_prefill": _c(VLLM, note="vllm engine"),
-    "InferenceModelConfig.gpu_memory_utilization": _c(VLLM, note="vllm engine, CUDA"),
+    "InferenceModelConfig.gpu_memory_utilization": _c(VLLM, VALIDATE, note=(
+        "vllm engine, CUDA; unset: 0.9, 0.5 in mode colocate")),
     "InferenceModelConfig.dtype": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.seed": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.extra_engine_args": _c(VLLM, EXTERNAL_ENGINE,

@@ -540,6 +540,7 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
                       f"explorer.auxiliary_models[{names[name]}]")
         names.setdefault(name, i)
     for key, model in models:
+        _gpu_memory_utilization(c, key, model, v)
         engine = v.select("engine", f"{key}.engine_type", model.engine_type)
         if engine is not None and args_type_of(engine.implementation) is not None:
             # an engine declaring Args takes its extra_engine_args checked against them
@@ -573,6 +574,27 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
             v.rollout_model = planned
         else:
             v.auxiliary_models.append(planned)
+
+
+GPU_MEMORY_UTILIZATION = 0.9
+"""``gpu_memory_utilization`` of a vLLM engine with a GPU of its own (vLLM's default)."""
+COLOCATE_GPU_MEMORY_UTILIZATION = 0.5
+"""``gpu_memory_utilization`` of the rollout model in mode ``colocate`` (veRL's default):
+the engine and the trainer share each GPU."""
+
+
+def _gpu_memory_utilization(c: RftConfig, key: str, model: InferenceModelConfig,
+                            v: Validation) -> None:
+    """Resolve an unset ``gpu_memory_utilization`` (:data:`COLOCATE_GPU_MEMORY_UTILIZATION`
+    for the rollout model in mode ``colocate``, else :data:`GPU_MEMORY_UTILIZATION`);
+    check a set one is within (0, 1]."""
+    value = model.gpu_memory_utilization
+    if value is None:
+        shares_gpu = c.mode == "colocate" and key == "explorer.rollout_model"
+        model.gpu_memory_utilization = (COLOCATE_GPU_MEMORY_UTILIZATION if shares_gpu
+                                        else GPU_MEMORY_UTILIZATION)
+    elif not 0.0 < value <= 1.0:
+        v.problem(f"{key}.gpu_memory_utilization", f"must be within (0, 1], got {value}")
 
 
 def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation
@@ -819,6 +841,29 @@ def check_memory(c: RftConfig, v: Validation) -> None:
         v.warnings.append(line)
 
 
+def check_rollout_logprobs(c: RftConfig, v: Validation) -> None:
+    """``trainer_config.torch.use_rollout_logprobs`` trains on the engine's log-probs as the
+    old ones: refused where the engine keeps its processed log-probs (no full-vocabulary
+    re-scoring, :attr:`~rft.explorer.engine.InferenceEngine.keeps_processed_logprobs`) for
+    this sampling: ``T ∉ {0, 1}`` with top-p < 1, top-k > 0 or a repetition penalty."""
+    engine = v.rollout_model.engine if v.rollout_model is not None else None
+    torch_tree = (c.trainer.trainer_config or {}).get("torch") or {}
+    if engine is None or not getattr(engine.implementation, "keeps_processed_logprobs", False) \
+            or not torch_tree.get("use_rollout_logprobs"):
+        return
+    m, rm = c.model, c.explorer.rollout_model
+    penalty = rm.repetition_penalty if rm.repetition_penalty is not None else m.repetition_penalty
+    processed = (m.top_p < 1.0 or m.top_k > 0 or penalty != 1.0)
+    if m.temperature in (0.0, 1.0) or not processed \
+            or (rm.extra_engine_args or {}).get("rescore_full_vocabulary"):
+        return
+    v.problem("trainer.trainer_config.torch.use_rollout_logprobs",
+              f"engine {engine.name!r} keeps its processed log-probs at temperature "
+              f"{m.temperature:g} with top_p / top_k / repetition_penalty (re-scoring needs "
+              f"full-vocabulary prompt log-probs): leave it false (the trainer scores) or set "
+              f"explorer.rollout_model.extra_engine_args.rescore_full_vocabulary: true")
+
+
 def check_trainer_ranks(c: RftConfig, v: Validation) -> None:
     """``trainer.ranks`` and what the ``torch`` trainer needs of it."""
     t, cl = c.trainer, c.cluster
@@ -961,9 +1006,8 @@ CHECKS: tuple[Callable[[RftConfig, Validation], None], ...] = (
     check_trinity_forms,
     check_global, check_algorithm, derive_external_model, check_model, check_buffer,
     check_datasets, check_explorer, check_cluster, check_external_engines, check_synchronizer,
-    check_trainer, check_memory, check_lora, check_split_modes, check_monitor, check_data_processor,
-    check_host,
-    check_support,
+    check_trainer, check_memory, check_lora, check_rollout_logprobs, check_split_modes,
+    check_monitor, check_data_processor, check_host, check_support,
 )
 """Checks in the order they run; later checks read what earlier ones derived."""
 

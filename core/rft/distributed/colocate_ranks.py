@@ -124,6 +124,9 @@ class RankEngines(InferenceEngine):
     def engine(self) -> InferenceEngine:
         return self
 
+    def make_room(self) -> None:
+        """Nothing to do: each rank builds its engine after its trainer shard."""
+
     def attach(self, trainer: Trainer) -> None:
         """Build one engine in every rank of ``trainer``; take rank 0's settings (limits,
         chat template, tokenizer, EOS ids); print the placement."""

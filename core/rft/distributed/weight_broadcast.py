@@ -17,8 +17,12 @@ Other engines (``hf``) are joined by :class:`EngineEnd` in their holding process
 One sync: every rank walks the same :class:`TensorSpec` list (names, shapes, dtypes, in
 the trainer's order), packs it into byte buckets of at most ``bucket_bytes`` and
 broadcasts each bucket from rank 0; receivers unpack views into their own tensors and load
-them into the engine in place (``update_weights``). Bytes, not typed tensors, go over the
-wire, so every dtype travels the same way::
+them into the engine in place (``update_weights``, vLLM's ``reload_weights`` iterator) as
+each bucket arrives (:meth:`BroadcastGroup.stream`): a receiver holds one or two buckets
+(:data:`BUCKET_BYTES`), never the whole model. The trainer sends floating-point tensors in
+the rollout engine's dtype (:func:`engine_dtype`: ``bfloat16`` by default — half the bytes
+of the trainer's fp32 master copy). Bytes, not typed tensors, go over the wire, so every
+dtype travels the same way::
 
     offset_i = ⌈(offset_{i−1} + nbytes_{i−1}) / 16⌉ · 16  (aligned, so any dtype can view it)
     bucket_k[offset_i : offset_i + nbytes_i] = bytes(t_i)   (rank 0)
@@ -29,9 +33,11 @@ wire, so every dtype travels the same way::
 from __future__ import annotations
 
 import datetime
+import json
 import math
+import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -74,6 +80,38 @@ class Broadcast:
     """What the explorer is handed instead of weights: receive ``spec`` from the group."""
 
     spec: tuple[TensorSpec, ...]
+
+
+_ENGINE_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                  "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+                  "float32": torch.float32, "fp32": torch.float32}
+
+
+def engine_dtype(name: str, model_path: str | None = None) -> torch.dtype | None:
+    """The dtype weights are sent in for an engine of ``explorer.rollout_model.dtype``
+    ``name``; for ``auto`` the half-precision dtype of the checkpoint's ``config.json`` at
+    ``model_path`` (``torch_dtype`` / ``dtype``), as vLLM picks it; ``None`` otherwise (the
+    trainer's own dtype)."""
+    if name != "auto":
+        return _ENGINE_DTYPES.get(name)
+    if not model_path:
+        return None
+    try:
+        with open(os.path.join(os.path.expanduser(model_path), "config.json"),
+                  encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):  # a hub id or no config: the trainer's dtype
+        return None
+    dtype = _ENGINE_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
+
+
+def in_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``tensor`` cast to ``dtype`` when both are floating point (integer buffers keep
+    theirs)."""
+    if dtype is None or not tensor.is_floating_point() or tensor.dtype == dtype:
+        return tensor
+    return tensor.to(dtype)
 
 
 def spec_of(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> tuple[TensorSpec, ...]:
@@ -220,19 +258,30 @@ class BroadcastGroup:
         for bucket in packed:
             self._broadcast(bucket.to(self.device))
 
-    def receive(self, spec: Sequence[TensorSpec], limit: int = BUCKET_BYTES
-                ) -> list[tuple[str, torch.Tensor]]:
-        """Ranks ≥ 1: the tensors of ``spec``, on this rank's device."""
-        out: list[tuple[str, torch.Tensor]] = []
+    def stream(self, spec: Sequence[TensorSpec], limit: int = BUCKET_BYTES,
+               empty: Callable[..., torch.Tensor] = torch.empty
+               ) -> Iterator[tuple[int, str, torch.Tensor]]:
+        """Ranks ≥ 1: ``(index, name, tensor)`` of each tensor of ``spec`` in order, on this
+        rank's device, received bucket by bucket: a bucket is received when the consumer
+        asks for its first tensor, and this generator drops it before the next one, so
+        the bytes held are one bucket plus what the consumer keeps. The consumer must read
+        to the end (every rank takes part in every bucket's broadcast). ``empty``
+        allocates each bucket (``torch.empty``)."""
         for group in buckets(spec, limit):
             offsets, size = layout(spec, group)
-            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)  # (bytes,)
+            buffer = empty(size, dtype=torch.uint8, device=self.device)  # (bytes,)
             self._broadcast(buffer)
             for i, offset in zip(group, offsets, strict=True):
                 item = spec[i]
                 chunk = buffer[offset: offset + item.nbytes]
-                out.append((item.name, chunk.view(item.dtype).reshape(item.shape)))
-        return out
+                yield i, item.name, chunk.view(item.dtype).reshape(item.shape)
+            del buffer, chunk  # the next bucket is allocated without this one
+
+    def receive(self, spec: Sequence[TensorSpec], limit: int = BUCKET_BYTES
+                ) -> list[tuple[str, torch.Tensor]]:
+        """Ranks ≥ 1: all the tensors of ``spec`` at once (the whole model: prefer
+        :meth:`stream`)."""
+        return [(name, tensor) for _, name, tensor in self.stream(spec, limit)]
 
     def close(self) -> None:
         shutdown = getattr(self.group, "shutdown", None)
@@ -296,8 +345,8 @@ class EngineEnd:
             self.workers.receive_broadcast(broadcast, version)
             return
         assert self.group is not None
-        tensors = self.group.receive(broadcast.spec)
-        self.engine.update_weights(iter(tensors), version=version)  # type: ignore[attr-defined]
+        tensors = ((name, tensor) for _, name, tensor in self.group.stream(broadcast.spec))
+        self.engine.update_weights(tensors, version=version)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self.joined and self.workers is not None:

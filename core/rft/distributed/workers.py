@@ -46,7 +46,9 @@ from rft.distributed.weight_broadcast import (
     GroupAddress,
     TensorSpec,
     buckets,
+    engine_dtype,
     host_rendezvous,
+    in_dtype,
     layout,
     pack,
     spec_of,
@@ -306,16 +308,25 @@ class TrainerService:
         store, address = self._rendezvous
         self.group = BroadcastGroup(address, rank=0, store=store)
 
+    def _engine_dtype(self) -> torch.dtype | None:
+        """The rollout engine's weight dtype (what the broadcast sends)."""
+        config = self.plan.config
+        rm = config.explorer.rollout_model
+        return engine_dtype(rm.dtype, rm.model_path or config.model.model_path)
+
     def snapshot_weights(self, version: int) -> Broadcast:
         """Keep a CPU copy of the weights as ``version`` (training goes on meanwhile);
         return what the explorer is handed."""
         if self.ranked is not None:  # each rank keeps its shards
-            spec = self.ranked.call_all(_snapshot, version, what="weight snapshot")[0]
+            spec = self.ranked.call_all(
+                _snapshot, version, self._engine_dtype(),
+                what="weight snapshot")[0]
             with self._snapshot_ready:
                 self._shard_specs[version] = spec
                 self._snapshot_ready.notify_all()
             return Broadcast(spec)
-        named = list(self.trainer.named_weights())
+        dtype = self._engine_dtype()
+        named = [(name, in_dtype(tensor, dtype)) for name, tensor in self.trainer.named_weights()]
         packed = pack([tensor for _, tensor in named])  # CPU byte buckets, ready to send
         with self._snapshot_ready:
             self._snapshots[version] = packed
@@ -420,11 +431,13 @@ def _close_group(rank: TrainerRank) -> None:
         group.close()
 
 
-def _snapshot(rank: TrainerRank, version: int) -> tuple[Any, ...]:
-    """Keep this rank's shards as ``version``; the broadcast spec (the same on all ranks)."""
+def _snapshot(rank: TrainerRank, version: int, dtype: torch.dtype | None = None
+              ) -> tuple[Any, ...]:
+    """Keep this rank's shards as ``version`` (floating point in ``dtype``, the engine's);
+    the broadcast spec (the same on all ranks)."""
     from rft.trainer.weight_gather import take_snapshot
 
-    snapshot = take_snapshot(rank.trainer.actor, rank.rank, rank.world_size)
+    snapshot = take_snapshot(rank.trainer.actor, rank.rank, rank.world_size, dtype)
     with _scratch_lock(rank):
         rank.scratch.setdefault("snapshots", {})[version] = snapshot
     return tuple(TensorSpec(m.name, m.shape, m.dtype) for m in snapshot.meta)

@@ -201,6 +201,12 @@ class InferenceEngine(ABC):
     :data:`rft.config.host_checks.ENGINE_OPTIONS`); validation warns about one set for an
     engine that does not read it."""
 
+    keeps_processed_logprobs: ClassVar[bool] = False
+    """At ``T ≠ 1`` with top-p < 1, top-k > 0 or a repetition penalty the engine's
+    ``Completion.logprobs`` are those of its processed distribution, not the contract's,
+    unless ``extra_engine_args.rescore_full_vocabulary`` (``vllm``); validation refuses
+    ``trainer_config.torch.use_rollout_logprobs`` then."""
+
     def __init__(
         self,
         *,

@@ -15,16 +15,23 @@ contract when top-k, top-p, the repetition penalty and ``min_tokens`` are off; o
 the completions are re-scored with :meth:`VLLMEngine.compute_logprobs`. Scoring uses
 vLLM's prompt log-probs, which are always raw (``T = 1``): at another temperature the
 full distribution is requested (``prompt_logprobs=-1``) and rescaled, which costs
-``O(vocabulary × length)`` per sequence.
+``O(vocabulary × length)`` per sequence (~7 GB for a 3k-token response at a 152k
+vocabulary). So at ``T ≠ 1`` with top-p < 1, top-k > 0 or a repetition penalty the
+completions keep vLLM's processed log-probs (those of the distribution sampled from) and a
+warning says so in one line, once: the trainer scores the responses itself
+(``trainer_config.torch.use_rollout_logprobs: false``, the default). ``extra_engine_args:
+{rescore_full_vocabulary: true}`` re-scores anyway.
 
 Weights are replaced in place (:meth:`VLLMEngine.update_weights`): the worker's
-``reload_weights(weights_iterator=…)``; with tied embeddings the output head is tied to
-the embedding again and, on CPU, its prepacked GEMM is rebuilt (it would keep the old
-weights); then the prefix cache is reset, since cached KV blocks were computed with the
-old weights. With ``sync_method: nccl`` each vLLM worker is a rank of the trainer's
-broadcast group (:mod:`rft.distributed.weight_broadcast`): it receives the weights in its
-own process (the engine-core process, or one per tensor-parallel rank) and reloads them
-there (:meth:`VLLMEngine.receive_broadcast`).
+``reload_weights(weights_iterator=…)``, fed in chunks of whole layers in the engine's
+dtype as the trainer produces them (never the whole model at once); with tied embeddings
+the output head is tied to the embedding again and, on CPU, its prepacked GEMM is rebuilt
+(it would keep the old weights); then the prefix cache is reset, since cached KV blocks
+were computed with the old weights. With ``sync_method: nccl`` each vLLM worker is a rank
+of the trainer's broadcast group (:mod:`rft.distributed.weight_broadcast`): it receives
+the weights in its own process (the engine-core process, or one per tensor-parallel rank)
+and reloads them there, bucket by bucket as they arrive
+(:meth:`VLLMEngine.receive_broadcast`).
 
 LoRA (``model.lora_configs``): the engine is built with ``enable_lora`` (``max_lora_rank``:
 the adapter's rank rounded up to a rank vLLM allows) and serves the base model with one
@@ -39,12 +46,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import math
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -56,6 +64,8 @@ from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, Sam
 from rft.explorer.hf_engine import _strip_wrappers
 from rft.explorer.vllm_logs import configure_vllm_logging
 from rft.rope import apply_rope
+
+log = logging.getLogger("rft.explorer.vllm_engine")
 
 _DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
                 "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
@@ -81,7 +91,8 @@ class VLLMEngine(InferenceEngine):
     :param model_path: local directory (or hub id) of a Hugging Face checkpoint.
     :param dtype: ``auto`` / ``float32`` / ``bfloat16`` / ``float16``.
     :param tensor_parallel_size: tensor-parallel degree of this engine.
-    :param gpu_memory_utilization: share of GPU memory vLLM may take (CUDA only).
+    :param gpu_memory_utilization: share of GPU memory vLLM may take (CUDA only; ``None``:
+        vLLM's 0.9 — validation resolves the config's, 0.5 in mode ``colocate``).
     :param enforce_eager: disable CUDA graphs (always on without CUDA).
     :param enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
     :param enable_chunked_prefill: split long prefills into chunks.
@@ -109,7 +120,7 @@ class VLLMEngine(InferenceEngine):
         *,
         dtype: str = "auto",
         tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.9,
+        gpu_memory_utilization: float | None = None,
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
         enable_chunked_prefill: bool = True,
@@ -130,6 +141,9 @@ class VLLMEngine(InferenceEngine):
             raise RftError(f"vllm engine: unknown dtype {dtype!r}; use one of "
                            + ", ".join(sorted(_DTYPE_NAMES)))
         extra = dict(llm_kwargs or {})
+        self.rescore_full_vocabulary = bool(extra.pop("rescore_full_vocabulary", False))
+        """Re-score at ``T ≠ 1`` with full-vocabulary prompt log-probs (module docstring)."""
+        self._warned_processed: set[str] = set()
         mode = extra.pop("logprobs_mode", "processed_logprobs")
         if mode != "processed_logprobs":
             raise RftError(f"vllm engine: logprobs_mode {mode!r} is not supported; the "
@@ -163,7 +177,7 @@ class VLLMEngine(InferenceEngine):
         # weight updates send functions to the workers (collective_rpc), which is pickled
         # when the workers run in processes of their own
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        if self.cuda:
+        if self.cuda and gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -193,6 +207,9 @@ class VLLMEngine(InferenceEngine):
         self.eos_token_ids = self._collect_eos_ids()
         self._param_shapes = _hf_parameter_shapes(self.hf_config, trust_remote_code)
         self.llm = LLM(**kwargs)
+        self.weight_dtype: torch.dtype | None = getattr(
+            self.llm.llm_engine.model_config, "dtype", None)
+        """The dtype of the engine's weights (synced tensors are cast to it)."""
         self._packed = self.llm.collective_rpc(_packed_modules_mapping)[0]
         self._lock = threading.RLock()
 
@@ -270,9 +287,20 @@ class VLLMEngine(InferenceEngine):
             results.append([self._completion(prompt, output, sampling, extra_stop_ids)
                             for output in rows])
         if sampling.logprobs and not _processed_logprobs_exact(sampling):
-            self._rescore([c for group in results for c in group],
-                          sampling.logprob_temperature)
+            if (self.rescore_full_vocabulary or _unit_temperature(sampling.logprob_temperature)
+                    or not _reshapes_distribution(sampling)):
+                self._rescore([c for group in results for c in group],
+                              sampling.logprob_temperature)
+            else:
+                self._warn_processed(sampling)
         return results
+
+    def _warn_processed(self, sampling: SamplingArgs) -> None:
+        """One line, once per setting: the completions keep vLLM's processed log-probs."""
+        line = processed_logprobs_warning(sampling)
+        if line not in self._warned_processed:
+            self._warned_processed.add(line)
+            log.warning("%s", line)
 
     def _sampling_params(self, sampling: SamplingArgs, n: int, max_new_tokens: int,
                          seed: int) -> Any:
@@ -344,7 +372,7 @@ class VLLMEngine(InferenceEngine):
         from vllm import SamplingParams
 
         self.check_scoring_args(token_ids, prompt_lengths, temperature)
-        raw = math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
+        raw = _unit_temperature(temperature)
         params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
                                 prompt_logprobs=0 if raw else -1, flat_logprobs=True)
         sequences = [[int(t) for t in ids] for ids in token_ids]
@@ -368,17 +396,89 @@ class VLLMEngine(InferenceEngine):
                        version: int) -> None:
         """Reload the given tensors in place (Hugging Face names), then reset the prefix
         cache. vLLM reloads whole layers: the parts of one fused layer (``q/k/v_proj``,
-        ``gate/up_proj``, with their biases) must come in the same update."""
-        weights = self._checked_weights(named_tensors)
+        ``gate/up_proj``, with their biases) must come in the same update.
+
+        The tensors are consumed as they come (a sharded trainer gathers them one at a
+        time) and sent to the workers in chunks of whole layers of about
+        :attr:`sync_chunk_bytes`, cast to the engine's dtype: a sync never holds the model
+        as one list, nor copies it whole to the engine-core process (vLLM's GPU default).
+        A wrong name or shape stops the update there; chunks before it are loaded."""
         with self._lock:
-            if weights:
-                self.llm.collective_rpc(_reload_weights_on_worker,
-                                        args=(weights, self.tied_embeddings))
+            for chunk, retie in self._layer_chunks(named_tensors):
+                self.llm.collective_rpc(_reload_weights_on_worker, args=(chunk, retie))
             if not self.llm.reset_prefix_cache():
                 raise RftError("update_weights: vLLM could not reset its prefix cache")
             self._model_version = int(version)
 
+    sync_chunk_bytes = 256 * 1024 * 1024
+    """Bytes of whole layers sent to the workers per call of :meth:`update_weights`."""
+
+    def _layer_chunks(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
+                      ) -> Iterator[tuple[list[tuple[str, torch.Tensor]], bool]]:
+        """``(tensors, retie)``: chunks of complete vLLM layers under the loader's names, in
+        the engine's dtype (``retie``: the chunk holds the tied embedding). Checks as
+        :meth:`_load_plan`: known names, their shapes, whole fused layers; a tied head
+        stands for the embedding when the embedding itself does not come."""
+        groups: dict[str, set[str]] = {}
+        for key in self._param_shapes:
+            groups.setdefault(self._layer_of(key), set()).add(key)
+        pending: dict[str, dict[str, torch.Tensor]] = {}
+        ready: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        head: torch.Tensor | None = None
+        embed_seen = False
+        dtype = self.weight_dtype
+
+        def cast(tensor: torch.Tensor) -> torch.Tensor:
+            tensor = tensor.detach()
+            return tensor.to(dtype) if tensor.is_floating_point() and dtype is not None else tensor
+
+        def take(key: str, tensor: torch.Tensor) -> None:
+            nonlocal size
+            layer = self._layer_of(key)
+            parts = pending.setdefault(layer, {})
+            parts[key] = cast(tensor)
+            if groups[layer] - {"lm_head.weight"} <= set(parts):
+                for item in pending.pop(layer).items():
+                    ready.append(item)
+                    size += item[1].numel() * item[1].element_size()
+
+        for name, tensor in named_tensors:
+            key = _strip_wrappers(name)
+            expected = self._param_shapes.get(key)
+            if expected is None:
+                raise RftError(f"update_weights: {self.hf_config.architectures} has no "
+                               f"parameter {name!r}")
+            if tuple(tensor.shape) != expected:
+                raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                               f"the model's is {expected}")
+            if self.tied_embeddings and key == "lm_head.weight":
+                head = tensor if not embed_seen else None
+                continue
+            embed_seen = embed_seen or key == "model.embed_tokens.weight"
+            take(key, tensor)
+            if size >= self.sync_chunk_bytes:
+                yield self._flush(ready)
+                size = 0
+        if head is not None and not embed_seen:
+            take("model.embed_tokens.weight", head)
+        for layer, parts in pending.items():
+            missing = sorted(groups[layer] - set(parts) - {"lm_head.weight"})
+            raise RftError(f"update_weights: vLLM reloads layer {layer!r} as a whole; "
+                           f"the update lacks {', '.join(missing)}")
+        if ready:
+            yield self._flush(ready)
+
+    def _flush(self, ready: list[tuple[str, torch.Tensor]]
+               ) -> tuple[list[tuple[str, torch.Tensor]], bool]:
+        """The chunk ``ready`` holds (emptied), and whether it re-ties the output head."""
+        chunk = list(ready)
+        ready.clear()
+        retie = self.tied_embeddings and any(k == "model.embed_tokens.weight" for k, _ in chunk)
+        return chunk, retie
+
     serves_lora = True
+    keeps_processed_logprobs = True
 
     def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
         """Serve ``adapter`` as ``version``: written to ``<tmp>/v<version>`` (peft's
@@ -408,13 +508,6 @@ class VLLMEngine(InferenceEngine):
             if not self.llm.reset_prefix_cache():
                 raise RftError("update_adapter: vLLM could not reset its prefix cache")
             self._model_version = int(version)
-
-    def _checked_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
-                         ) -> list[tuple[str, torch.Tensor]]:
-        """The tensors to load, under the names vLLM's loader takes (see :meth:`_load_plan`)."""
-        tensors = [(name, tensor.detach()) for name, tensor in named_tensors]
-        plan = self._load_plan([(name, tuple(t.shape)) for name, t in tensors])
-        return [(key, tensors[index][1]) for key, index in plan]
 
     def _load_plan(self, named_shapes: Sequence[tuple[str, tuple[int, ...]]]
                    ) -> list[tuple[str, int]]:
@@ -567,6 +660,33 @@ def _prompt_seed(seed: int, index: int, n: int) -> int:
     return (seed * 1_000_003 + index * n) % (2**63 - 1)
 
 
+def _unit_temperature(temperature: float) -> bool:
+    """Scoring at ``temperature`` needs the sampled token's raw log-prob only."""
+    return math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
+
+
+def _reshapes_distribution(sampling: SamplingArgs) -> bool:
+    """Top-p < 1, top-k > 0 or a repetition penalty: the processed log-probs differ from the
+    contract's at every position (``min_tokens`` alone changes the first few only, and is
+    re-scored)."""
+    return sampling.temperature > 0 and (
+        sampling.top_p < 1.0 or sampling.top_k > 0 or sampling.repetition_penalty != 1.0)
+
+
+def processed_logprobs_warning(sampling: SamplingArgs) -> str:
+    """The one-line warning of a generation whose log-probs are not re-scored."""
+    settings = [f"top_p {sampling.top_p:g}" if sampling.top_p < 1.0 else "",
+                f"top_k {sampling.top_k}" if sampling.top_k > 0 else "",
+                (f"repetition_penalty {sampling.repetition_penalty:g}"
+                 if sampling.repetition_penalty != 1.0 else "")]
+    return (f"vllm engine: rollout log-probs with {', '.join(x for x in settings if x)} at "
+            f"temperature {sampling.logprob_temperature:g} are vLLM's processed ones, not "
+            f"log_softmax(z / T): re-scoring would need full-vocabulary prompt log-probs "
+            f"(vocabulary × length floats per response); the trainer scores the responses "
+            f"itself (trainer_config.torch.use_rollout_logprobs: false, the default; "
+            f"extra_engine_args.rescore_full_vocabulary: true re-scores)")
+
+
 def _processed_logprobs_exact(sampling: SamplingArgs) -> bool:
     """vLLM's processed log-probs are ``log_softmax(z / T)`` only without logits
     processing beyond the temperature."""
@@ -586,9 +706,11 @@ def _position_logprob(prompt_logprobs: Any, position: int, token: int, temperatu
     values = prompt_logprobs.logprobs[start:end]
     if raw:
         return float(values[ids.index(token)])
-    full = dict(zip(ids, values))  # (V,) raw log-probs = z − logsumexp(z)
-    scaled = torch.tensor(list(full.values()), dtype=torch.float64) / temperature
-    return float(full[token] / temperature - torch.logsumexp(scaled, dim=0))
+    # (V,) raw log-probs z − logsumexp(z) by token id (the sampled token is listed twice:
+    # its own entry and the vocabulary's)
+    full = torch.full((max(ids) + 1,), -math.inf, dtype=torch.float64)
+    full[torch.as_tensor(ids)] = torch.as_tensor(values, dtype=torch.float64)
+    return float(full[token] / temperature - torch.logsumexp(full / temperature, dim=0))
 
 
 def _hf_parameter_shapes(config: Any, trust_remote_code: bool) -> dict[str, tuple[int, ...]]:
@@ -635,9 +757,14 @@ def _receive_weights_on_worker(worker: Any, spec: Sequence[Sequence[Any]],
     if group is None:
         raise RftError("synchronizer (nccl): this vLLM worker has not joined the "
                        "weight-broadcast group")
-    tensors = group.receive([TensorSpec.from_plain(item) for item in spec])
-    _reload_weights_on_worker(worker, [(str(key), tensors[int(index)][1])
-                                       for key, index in plan], tied)
+    keys = {int(index): str(key) for key, index in plan}
+    # each bucket straight into the loader as it arrives: one bucket held, not the model
+    streamed = ((keys[index], tensor) for index, _, tensor
+                in group.stream([TensorSpec.from_plain(item) for item in spec])
+                if index in keys)
+    worker.reload_weights(weights_iterator=streamed)
+    if tied:
+        _retie_output_embedding(worker.model_runner.get_model())
 
 
 def _leave_weight_group_on_worker(worker: Any) -> None:

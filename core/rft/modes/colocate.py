@@ -21,7 +21,8 @@ process (:class:`LocalEngine`), whose weights are copied from the trainer after 
 on N devices (``trainer.ranks > 1``) one engine in each trainer rank
 (:class:`rft.distributed.colocate_ranks.RankEngines`, veRL's hybrid engine). Either way an
 engine that can (vLLM's sleep mode on a GPU) releases its device memory while the trainer
-steps (:mod:`rft.explorer.engine_sleep`).
+steps (:mod:`rft.explorer.engine_sleep`), and in one process, where the engine is built
+first, also while the trainer loads (:meth:`RolloutEngines.make_room`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rft.config import Stage
 from rft.errors import RftError
 from rft.explorer.engine import InferenceEngine
 from rft.explorer.engine_factory import build_engine, default_sampling
+from rft.explorer.engine_sleep import EngineSleep
 from rft.explorer.explorer import Explorer
 from rft.explorer.model_wrapper import ModelWrapper
 from rft.modes.builders import (
@@ -69,6 +71,10 @@ class RolloutEngines(Protocol):
     def engine(self) -> InferenceEngine:
         """What the explorer calls (one engine, or several used as one)."""
 
+    def make_room(self) -> None:
+        """The stage's trainer is about to be built: engines built already release their
+        device memory (and take it back in :meth:`attach`)."""
+
     def attach(self, trainer: Trainer) -> None:
         """The stage's trainer is built (engines that live in its ranks start now)."""
 
@@ -87,14 +93,20 @@ class LocalEngine:
 
     def __init__(self, engine: InferenceEngine) -> None:
         self._engine = engine
+        self.sleeper = EngineSleep(engine)
         self.synchronizer: MemorySynchronizer | None = None
 
     @property
     def engine(self) -> InferenceEngine:
         return self._engine
 
+    def make_room(self) -> None:
+        """The engine, built first, sleeps while the trainer loads (vLLM's sleep mode)."""
+        self.sleeper.sleep()
+
     def attach(self, trainer: Trainer) -> None:
-        self.synchronizer = MemorySynchronizer(trainer, [self._engine])
+        self.synchronizer = MemorySynchronizer(trainer, [self.sleeper])
+        self.sleeper.wake()
 
     @contextlib.contextmanager
     def training(self) -> Iterator[None]:
@@ -136,6 +148,7 @@ class ColocateStage:
                  else steps_over_data(config, self.storage))
         if steps <= 0:
             raise RftError("buffer.total_steps: the run has no step to do (empty data or 0 steps)")
+        self.engines.make_room()  # an engine built already sleeps while the trainer loads
         self.trainer, self.strategy = build_trainer(plan, self.storage, steps,
                                                     self.engine.tokenizer)
         cleanup.callback(self.trainer.close)

@@ -83,6 +83,31 @@ def rollout_probs_diff(rollout_logprobs: torch.Tensor, trainer_logprobs: torch.T
     }
 
 
+FIRST_STEP_PROBS_DIFF_MEAN = 0.01
+"""Largest ``training/rollout_probs_diff_mean`` the first step's check accepts: bf16
+engines and trainers differ by ~1e-3 on average; a wrong weight load, dtype or model runner
+(vLLM's GPU build runs Model Runner V2, which no CPU test exercises) by far more."""
+
+
+def first_step_check(metrics: dict[str, float],
+                     threshold: float = FIRST_STEP_PROBS_DIFF_MEAN) -> tuple[str, bool] | None:
+    """The first train step's comparison of the engine's log-probs with the trainer's, as
+    one line, and whether it passed (``None`` without :func:`rollout_probs_diff` metrics)::
+
+        ok  ⇔  mean_t |exp(logp_rollout_t) − exp(logp_trainer_t)| ≤ threshold
+    """
+    mean = metrics.get("training/rollout_probs_diff_mean")
+    if mean is None:
+        return None
+    top = metrics.get("training/rollout_probs_diff_max", mean)
+    ok = mean <= threshold
+    verdict = ("agree" if ok else
+               "DISAGREE: the engine does not sample from the trainer's weights (check the "
+               "weight sync, the dtypes, the engine's model runner)")
+    return (f"first step: engine vs trainer probabilities of the sampled tokens: mean gap "
+            f"{mean:.3g} (max {top:.3g}), threshold {threshold:g}: {verdict}", ok)
+
+
 class LossMetrics:
     """Accumulates loss metrics: *summed* ones add up over the micro-batches of a
     mini-batch (they are normalised by mini-batch counts) and are then averaged over

@@ -189,6 +189,15 @@ listed in :data:`rft.config.support.TRAINER_CONFIG_HONOURED` (validation warns a
 every other key set there)."""
 
 
+def param_offload(tree: dict[str, Any] | None) -> bool:
+    """Some model of ``trainer.trainer_config`` ``tree`` is sharded with FSDP2's
+    ``CPUOffloadPolicy`` (a ``fsdp_config.param_offload`` of the actor, reference or
+    critic)."""
+    return (bool(lookup(tree, A + "fsdp_config.param_offload", False))
+            or bool(lookup(tree, "actor_rollout_ref.ref.fsdp_config.param_offload", False))
+            or bool(lookup(tree, "critic.model.fsdp_config.param_offload", False)))
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

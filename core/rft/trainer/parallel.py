@@ -56,6 +56,17 @@ def balance_units(units: Sequence[Sequence[int]], lengths: torch.Tensor,
     return [[row for i in sorted(picked) for row in units[i]] for picked in chosen]
 
 
+def process_group_backend(device_type: str, cpu_offload: bool) -> str:
+    """The backend string of the trainer's process group: ``gloo`` on CPU, ``nccl`` on
+    CUDA — and ``cpu:gloo,cuda:nccl`` on CUDA with FSDP2's ``CPUOffloadPolicy``, whose
+    gradient clipping and weight gathering run collectives on CPU DTensors (a plain
+    ``nccl`` group fails them: "No backend type associated with device type cpu"), as
+    veRL and TorchTitan initialise it."""
+    if device_type != "cuda":
+        return "gloo"
+    return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
+
+
 @dataclass
 class RankGroup:
     """One rank's view of the trainer's process group (``torch.distributed``)."""
@@ -65,7 +76,7 @@ class RankGroup:
     device: torch.device
     """This rank's device (``cuda`` on GPUs: Ray shows each rank its own GPU as 0)."""
     backend: str
-    """``nccl`` (CUDA) or ``gloo``."""
+    """:func:`process_group_backend`: ``nccl`` or ``cpu:gloo,cuda:nccl`` (CUDA), ``gloo``."""
     timeout_s: float
     """Collective timeout (``synchronizer.sync_timeout``)."""
     mesh: Any
@@ -79,12 +90,15 @@ class RankGroup:
 
     @classmethod
     def initialize(cls, rank: int, world_size: int, master_addr: str, master_port: int,
-                   device: torch.device, timeout_s: float) -> RankGroup:
+                   device: torch.device, timeout_s: float, cpu_offload: bool = False
+                   ) -> RankGroup:
         """Join the group at ``master_addr:master_port`` (rank 0's node address) as
-        ``rank``; returns once all ranks have joined (or raises after ``timeout_s``)."""
+        ``rank``; returns once all ranks have joined (or raises after ``timeout_s``).
+        ``cpu_offload``: some model is sharded with ``CPUOffloadPolicy``
+        (:func:`process_group_backend`)."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = process_group_backend(device.type, cpu_offload)
         timeout = datetime.timedelta(seconds=timeout_s)
         if device.type == "cuda":
             torch.cuda.set_device(device)

@@ -42,6 +42,7 @@ from rft.config.plan import TrainerPlan
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.trainer.base import Trainer
+from rft.trainer.options import param_offload
 from rft.trainer.parallel import RankGroup, cpu_threads, free_port
 from rft.trainer.save_turns import SaveStrategy, SaveTurn, SaveWindow, save_turns
 
@@ -112,7 +113,9 @@ class TrainerRank:
         device = (torch.device("cuda", 0) if ray.get_gpu_ids() and _has_gpu()
                   else torch.device("cpu"))  # Ray shows the rank its own GPU as cuda:0
         self.group = RankGroup.initialize(rank, self.world_size, master_addr, master_port,
-                                          device, self.timeout_s)
+                                          device, self.timeout_s,
+                                          cpu_offload=param_offload(
+                                              self.plan.trainer.trainer_config))
         import transformers  # noqa: F401  (its import is not the model's memory)
 
         self.rss_at_start = _memory_status().get("VmRSS", 0)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -58,7 +59,13 @@ from rft.trainer.fsdp import (clip_grad_norm, full_tensor, move_optimizer_state,
 from rft.trainer.input_checks import check_experiences
 from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
                               batch_advantages)
-from rft.trainer.metrics import LossMetrics, data_metrics, rollout_probs_diff, timed
+from rft.trainer.metrics import (
+    LossMetrics,
+    data_metrics,
+    first_step_check,
+    rollout_probs_diff,
+    timed,
+)
 from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model,
                                 response_logprobs, response_values, unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
@@ -120,6 +127,8 @@ class TorchTrainer(Trainer):
         self.fns: LossPlan = plan.loss
         self.options = TorchTrainerOptions.from_plan(plan)
         self.ranks = ranks
+        self._checked_first_step = False
+        """The first step's engine / trainer log-prob check ran (:meth:`_first_step_check`)."""
         if ranks is not None:
             self.options.device = ranks.device
         device = self.options.device
@@ -286,6 +295,19 @@ class TorchTrainer(Trainer):
             else:
                 yield name, None  # type: ignore[misc]
 
+    def _first_step_check(self, metrics: dict[str, float]) -> None:
+        """Once, at the first step with engine log-probs: the gap in one line on stderr
+        (rank 0; a warning when above :data:`~rft.trainer.metrics.FIRST_STEP_PROBS_DIFF_MEAN`)."""
+        if self._checked_first_step:
+            return
+        self._checked_first_step = True  # on every rank (its forward pass is a collective)
+        checked = first_step_check(metrics)
+        if checked is None or not self.is_rank0:
+            return
+        line, ok = checked
+        (logger.info if ok else logger.warning)("%s", line)
+        print(f"rft: {line}", file=sys.stderr, flush=True)
+
     @property
     def is_rank0(self) -> bool:
         return self.ranks is None or self.ranks.rank == 0
@@ -450,6 +472,14 @@ class TorchTrainer(Trainer):
             if batch.rollout_log_prob is not None:  # the engine's: do they match the trainer's?
                 metrics.update(rollout_probs_diff(batch.rollout_log_prob,
                                                   tensors["old_log_prob"], mask))
+                self._first_step_check(metrics)
+        elif batch.rollout_log_prob is not None and self.global_steps == 0:
+            # one update per step needs no old log-probs: the run's first step computes them
+            # for the check alone (one forward pass without gradients; nothing else uses
+            # them; a resumed run's steps log what the uninterrupted run's do)
+            first = self._infer_logprobs(self.actor, tensors)  # (B, R)
+            metrics.update(rollout_probs_diff(batch.rollout_log_prob, first, mask))
+            self._first_step_check(metrics)
         if self.ref is not None:
             with timed(metrics, "ref"):
                 tensors["ref_log_prob"] = self._infer_logprobs(self.ref, tensors)

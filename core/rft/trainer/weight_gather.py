@@ -60,9 +60,11 @@ class ShardSnapshot:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def take_snapshot(actor: torch.nn.Module, rank: int, world_size: int) -> ShardSnapshot:
+def take_snapshot(actor: torch.nn.Module, rank: int, world_size: int,
+                  dtype: torch.dtype | None = None) -> ShardSnapshot:
     """Copy this rank's shards of ``actor``'s tensors (each shared tensor once) to host
-    memory. No collective."""
+    memory, floating-point ones in ``dtype`` (the rollout engine's; ``None``: their own).
+    No collective."""
     from torch.distributed.tensor import DTensor
 
     state = actor.state_dict()
@@ -71,7 +73,8 @@ def take_snapshot(actor: torch.nn.Module, rank: int, world_size: int) -> ShardSn
     for name in unique_state_names(actor):
         value = state[name]
         sharded = isinstance(value, DTensor)
-        item = TensorMeta(name, tuple(value.shape), value.dtype, sharded)
+        cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
+        item = TensorMeta(name, tuple(value.shape), cast, sharded)
         if sharded:
             local = value.to_local().detach()
             _, count = item.rows(rank, world_size)
@@ -79,9 +82,10 @@ def take_snapshot(actor: torch.nn.Module, rank: int, world_size: int) -> ShardSn
             if local_rows != count:
                 raise RftError(f"trainer: shard of {name} on rank {rank} has {local_rows} "
                                f"rows, expected {count} (not FSDP2's row sharding)")
-            pieces.append(local.to("cpu", copy=True).contiguous() if count else None)
+            pieces.append(local.to("cpu", cast, copy=True).contiguous() if count else None)
         else:
-            pieces.append(value.detach().to("cpu", copy=True).contiguous() if rank == 0 else None)
+            pieces.append(value.detach().to("cpu", cast, copy=True).contiguous() if rank == 0
+                          else None)
         meta.append(item)
     return ShardSnapshot(rank, world_size, meta, pieces)
 

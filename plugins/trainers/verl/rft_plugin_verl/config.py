@@ -91,7 +91,8 @@ def config_dir() -> str | None:
 
 
 def build_verl_config(*, model: Any, algorithm: Any, trainer: Any, train_batch_size: int,
-                      total_steps: int | None, cpu: bool) -> VerlConfig:
+                      total_steps: int | None, cpu: bool,
+                      flash_attn: bool | None = None) -> VerlConfig:
     """veRL's config for an rft stage (see the module docstring).
 
     :param model: the ``model`` section.
@@ -100,6 +101,7 @@ def build_verl_config(*, model: Any, algorithm: Any, trainer: Any, train_batch_s
     :param train_batch_size: experiences per training step.
     :param total_steps: training steps of the stage (``None``: unknown).
     :param cpu: whether veRL runs on rft's CPU shim here.
+    :param flash_attn: whether ``flash-attn`` is installed (``None``: look).
     """
     from omegaconf import OmegaConf
 
@@ -127,6 +129,9 @@ def build_verl_config(*, model: Any, algorithm: Any, trainer: Any, train_batch_s
         result.problems.extend(megatron.parallel_problems(result.get, int(trainer.ranks or 1)))
     elif cpu:
         _apply_cpu(result)
+    else:
+        _apply_attention(result, flash_attn if flash_attn is not None
+                         else importlib.util.find_spec("flash_attn") is not None)
     _check_unsupported(result)
     return result
 
@@ -365,6 +370,43 @@ def _apply_cpu(result: VerlConfig) -> None:
                                    "FlashAttention's varlen kernels, which have no CPU build; "
                                    "on this machine without CUDA leave it unset (false)")
         _set(result, f"{section}.use_remove_padding", False)
+
+
+NO_FLASH_ATTN = ("trainer.trainer_config: flash-attn is not installed, so veRL runs "
+                 "attn_implementation 'sdpa' with use_remove_padding false (no packed "
+                 "sequences); pip install flash-attn for veRL's defaults "
+                 "(flash_attention_2, use_remove_padding true)")
+"""The one-line warning of a GPU run without ``flash-attn``."""
+
+
+def _apply_attention(result: VerlConfig, flash_attn: bool) -> None:
+    """On GPUs veRL defaults to ``flash_attention_2`` and ``use_remove_padding: true``, both
+    FlashAttention's; without ``flash-attn`` installed: ``sdpa`` and no remove-padding,
+    together (one warning), and a user's request for either is a problem naming its key."""
+    if flash_attn:
+        return
+    user = result.user_paths
+    changed = False
+    for section in ("actor_rollout_ref.model", "critic.model"):
+        attn = f"{section}.override_config.attn_implementation"
+        if attn in user:
+            if result.get(attn) == "flash_attention_2":
+                result.problems.append(f"{KEY}.{attn}: flash_attention_2 needs flash-attn, which "
+                                       "is not installed (pip install flash-attn, or 'sdpa')")
+        else:
+            _set(result, attn, "sdpa")
+            changed = True
+        padding = f"{section}.use_remove_padding"
+        if padding in user:
+            if result.get(padding):
+                result.problems.append(f"{KEY}.{padding}: packed sequences need flash-attn's "
+                                       "varlen kernels, which are not installed (pip install "
+                                       "flash-attn, or false)")
+        elif result.get(padding):
+            _set(result, padding, False)
+            changed = True
+    if changed:
+        result.warnings.append(NO_FLASH_ATTN)
 
 
 def _check_unsupported(result: VerlConfig) -> None:

@@ -337,3 +337,42 @@ def test_lora_configs_map_onto_verls_model_config(registry, rft_tiny_model: Path
         "(model.lora_configs trains the actor's adapter; the critic trains in full, as with "
         "trainer_type torch)",
     ])
+
+
+def gpu_verl_config(registry: PluginRegistry, config: dict[str, Any], flash_attn: bool,
+                    trainer_config: dict[str, Any] | None = None) -> VerlConfig:
+    """What the trainer would hand to veRL on GPUs (``cpu=False``), with or without
+    ``flash-attn`` installed (``trainer_config``: set after validation, which here on a CPU
+    refuses what needs CUDA)."""
+    c = build_stages(config, registry).stages[0].config
+    trainer = (dataclasses.replace(c.trainer, trainer_config=trainer_config)
+               if trainer_config is not None else c.trainer)
+    return build_verl_config(model=c.model, algorithm=c.algorithm, trainer=trainer,
+                             train_batch_size=c.buffer.train_batch_size,
+                             total_steps=c.trainer.total_steps, cpu=False, flash_attn=flash_attn)
+
+
+def test_gpu_without_flash_attn_runs_sdpa_without_remove_padding(
+        registry: PluginRegistry, rft_tiny_model: Path, installed: None) -> None:
+    from rft_plugin_verl.config import NO_FLASH_ATTN
+
+    got = gpu_verl_config(registry, plain(str(rft_tiny_model)), flash_attn=False)
+    assert got.problems == []
+    for section in ("actor_rollout_ref.model", "critic.model"):
+        assert got.get(f"{section}.override_config.attn_implementation") == "sdpa"
+        assert got.get(f"{section}.use_remove_padding") is False
+    assert got.warnings.count(NO_FLASH_ATTN) == 1  # said once, both settings together
+    with_flash = gpu_verl_config(registry, plain(str(rft_tiny_model)), flash_attn=True)
+    assert NO_FLASH_ATTN not in with_flash.warnings
+    assert with_flash.get("actor_rollout_ref.model.use_remove_padding") is True  # veRL's own
+    asked = gpu_verl_config(registry, plain(str(rft_tiny_model)), flash_attn=False,
+                            trainer_config={"actor_rollout_ref": {"model": {
+                                "use_remove_padding": True,
+                                "override_config": {"attn_implementation": "flash_attention_2"}}}})
+    assert asked.problems == [
+        "trainer.trainer_config.actor_rollout_ref.model.override_config.attn_implementation: "
+        "flash_attention_2 needs flash-attn, which is not installed (pip install flash-attn, "
+        "or 'sdpa')",
+        "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding: packed sequences "
+        "need flash-attn's varlen kernels, which are not installed (pip install flash-attn, "
+        "or false)"]
