@@ -63,18 +63,23 @@ def test_colocate_resolves_gpu_memory_utilization_to_half(tmp_path, tiny_model_d
     from rft.plugins import PluginRegistry
 
     registry = PluginRegistry.create()
-    colocate = build_stages(plain(tmp_path, tiny_model_dir), registry).stages[0].config
+    vllm = {"explorer.rollout_model.engine_type": "vllm"}
+    colocate = build_stages(plain(tmp_path, tiny_model_dir, **vllm), registry).stages[0].config
     assert colocate.explorer.rollout_model.gpu_memory_utilization == 0.5
-    both = build_stages(plain(tmp_path, tiny_model_dir, mode="both"),
+    both = build_stages(plain(tmp_path, tiny_model_dir, mode="both", **vllm),
                         registry).stages[0].config
     assert both.explorer.rollout_model.gpu_memory_utilization == 0.9  # a GPU of its own
-    chosen = build_stages(plain(tmp_path, tiny_model_dir, **{
+    chosen = build_stages(plain(tmp_path, tiny_model_dir, **vllm, **{
         "explorer.rollout_model.gpu_memory_utilization": 0.7}), registry).stages[0].config
     assert chosen.explorer.rollout_model.gpu_memory_utilization == 0.7  # the user's wins
     with pytest.raises(ConfigError, match=r"explorer.rollout_model.gpu_memory_utilization: "
                                           r"must be within \(0, 1\], got 1.5"):
-        build_stages(plain(tmp_path, tiny_model_dir, **{
+        build_stages(plain(tmp_path, tiny_model_dir, **vllm, **{
             "explorer.rollout_model.gpu_memory_utilization": 1.5}), registry)
+    # an engine that does not read it keeps it unset, so nothing warns about it
+    hf = build_stages(plain(tmp_path, tiny_model_dir), registry)
+    assert hf.stages[0].config.explorer.rollout_model.gpu_memory_utilization is None
+    assert not [w for w in hf.warnings if "gpu_memory_utilization" in w]
 
 
 class SleepRecordingHF(HFEngine):

@@ -540,8 +540,9 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
                       f"explorer.auxiliary_models[{names[name]}]")
         names.setdefault(name, i)
     for key, model in models:
-        _gpu_memory_utilization(c, key, model, v)
         engine = v.select("engine", f"{key}.engine_type", model.engine_type)
+        _gpu_memory_utilization(c, key, model, v, reads_it=engine is not None and (
+            "gpu_memory_utilization" in getattr(engine.implementation, "engine_options", ())))
         if engine is not None and args_type_of(engine.implementation) is not None:
             # an engine declaring Args takes its extra_engine_args checked against them
             engine = Selected(engine.key, engine.name, engine.implementation, build_args(
@@ -584,12 +585,15 @@ the engine and the trainer share each GPU."""
 
 
 def _gpu_memory_utilization(c: RftConfig, key: str, model: InferenceModelConfig,
-                            v: Validation) -> None:
-    """Resolve an unset ``gpu_memory_utilization`` (:data:`COLOCATE_GPU_MEMORY_UTILIZATION`
-    for the rollout model in mode ``colocate``, else :data:`GPU_MEMORY_UTILIZATION`);
-    check a set one is within (0, 1]."""
+                            v: Validation, reads_it: bool) -> None:
+    """Resolve an unset ``gpu_memory_utilization`` for an engine that ``reads_it``
+    (:data:`COLOCATE_GPU_MEMORY_UTILIZATION` for the rollout model in mode ``colocate``,
+    else :data:`GPU_MEMORY_UTILIZATION`; an engine that does not read it keeps ``None``, so
+    nothing warns about a value the user never set); check a set one is within (0, 1]."""
     value = model.gpu_memory_utilization
     if value is None:
+        if not reads_it:
+            return
         shares_gpu = c.mode == "colocate" and key == "explorer.rollout_model"
         model.gpu_memory_utilization = (COLOCATE_GPU_MEMORY_UTILIZATION if shares_gpu
                                         else GPU_MEMORY_UTILIZATION)
