@@ -126,6 +126,7 @@ it: ``pip install -e '.[test]'`` first)."""
 from hypothesis import given, settings
 
 from rft.testing.checks import check_policy_loss
+from rft.testing.references import ClippedSurrogate
 from rft.testing.strategies import policy_loss_inputs
 from {module} import {camel}Args, {name}
 
@@ -133,7 +134,10 @@ from {module} import {camel}Args, {name}
 @settings(max_examples=50, deadline=None)
 @given(policy_loss_inputs())
 def test_{name}_keeps_the_policy_loss_contract(inputs):
-    check_policy_loss({name}, {camel}Args(), inputs)
+    # reference=: the clipped-surrogate maths too (values, the clip region's zero gradient,
+    # the gradient's sign); drop it, or name another family, when the loss is not PPO's
+    args = {camel}Args()
+    check_policy_loss({name}, args, inputs, reference=ClippedSurrogate(clip_range=args.clip_range))
 
 
 def test_{name}_trains_by_name(rft_run):
