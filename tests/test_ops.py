@@ -222,3 +222,30 @@ def test_known_providers_match_the_installed_algorithm_plugins() -> None:
                       if registry.registration(kind, name).distribution == distribution}
         listed = {key for key, value in KNOWN_PROVIDERS.items() if value == distribution}
         assert registered == listed, (distribution, registered ^ listed)
+
+
+# ---- the expected entropy signal (Clip_V's N) --------------------------------------------
+
+
+def test_expected_entropy_signal_is_the_mean_entropy_signal_under_the_policy() -> None:
+    """``N = H Σ p² + Σ p² log p`` equals a direct loop over the vocabulary and equals
+    ``E_{v~p}[S_v]`` with ``S_v = p_v (H + log p_v)``; bfloat16 logits are computed in
+    float32."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 7, generator=gen, dtype=torch.float64) * 3  # (B, T, V)
+    got = ops.expected_entropy_signal_from_logits(logits)  # (B, T)
+    assert got.shape == (2, 3) and got.dtype == torch.float64
+    for b in range(2):
+        for t in range(3):
+            probs = [float(x) for x in torch.softmax(logits[b, t], dim=-1)]
+            h = -sum(p * np.log(p) for p in probs)
+            direct = h * sum(p * p for p in probs) + sum(p * p * np.log(p) for p in probs)
+            signals = [p * (h + np.log(p)) for p in probs]  # S_v
+            expected = sum(p * s for p, s in zip(probs, signals, strict=True))
+            assert got[b, t].item() == pytest.approx(direct, abs=1e-12)
+            assert got[b, t].item() == pytest.approx(expected, abs=1e-12)
+    uniform = ops.expected_entropy_signal_from_logits(torch.zeros(4, 5))  # S_v = 0 for all v
+    assert torch.allclose(uniform, torch.zeros(4), atol=1e-7)
+    low = ops.expected_entropy_signal_from_logits(logits.to(torch.bfloat16))
+    assert low.dtype == torch.float32
+    assert torch.allclose(low.double(), got, atol=2e-2)

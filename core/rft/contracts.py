@@ -33,7 +33,8 @@ Names
 One name per quantity, veRL's, from the batch to the plugin: ``log_prob`` (current policy),
 ``old_log_prob`` (before the update), ``ref_log_prob`` (reference model),
 ``rollout_log_prob`` (the inference engine's, at sampling time), ``response_mask``,
-``token_level_rewards``, ``advantages``, ``returns``, ``values``, ``entropy``.
+``token_level_rewards``, ``advantages``, ``returns``, ``values``, ``entropy``,
+``expected_entropy_signal`` (Trinity-RFT's ``necs``).
 The user-facing :class:`rft.experience.Experience` keeps Trinity-RFT's names; the
 mappings are ``Experience.logprobs → rollout_log_prob``,
 ``Experience.teacher_logprobs → teacher_log_prob`` and
@@ -56,6 +57,7 @@ __all__ = [
     "AdvantageFn", "AdvantageInputs", "AggContext", "EntropyInputs", "EntropyLossFn",
     "KLFn", "KLInputs", "MissingInputError", "PolicyLossFn", "PolicyLossInputs",
     "needs_entropy",
+    "needs_expected_entropy_signal",
     "needs_ref_log_prob",
     "needs_values",
 ]
@@ -131,6 +133,14 @@ PROVIDED_BY: dict[str, str] = {
     "entropy": "entropy comes from the trainer's forward pass before the update, for an "
                "advantage fn that declares needs_entropy = True (the torch trainer computes "
                "it; the verl trainer does not hand it over)",
+    "old_log_prob": "old_log_prob comes from the trainer's forward pass before the update "
+                    "that computes entropy, for an advantage fn that declares needs_entropy "
+                    "= True (the torch trainer computes it; the verl trainer does not hand "
+                    "it over)",
+    "expected_entropy_signal": "expected_entropy_signal comes from the trainer's forward pass "
+                               "before the update, for an advantage fn that declares "
+                               "needs_expected_entropy_signal = True (the torch trainer "
+                               "computes it; the verl trainer does not hand it over)",
 }
 """What provides each optional input of :class:`AdvantageInputs` (for error messages)."""
 
@@ -178,6 +188,20 @@ class AdvantageInputs:
     """``(B, T)`` per-token entropies of the current policy before the update (no
     gradient); computed only for a function declaring ``fn.needs_entropy = True``
     (:func:`needs_entropy`)."""
+    old_log_prob: Tensor | None = None
+    """``(B, T)`` the policy's log-probs of the response tokens before the update (no
+    gradient), from the trainer's forward pass that gives ``entropy`` and only with it
+    (unlike ``rollout_log_prob``, the engine's, these are the trainer's)."""
+    expected_entropy_signal: Tensor | None = None
+    """``(B, T)`` per response token, with ``p = softmax(logits / temperature)`` of the
+    current policy before the update and ``H`` its entropy::
+
+        N = H · Σ_v p_v² + Σ_v p_v² log p_v  =  E_{v~p}[p_v (H + log p_v)]
+
+    the expected first-order entropy change over the vocabulary (Trinity-RFT's ``necs``,
+    :func:`rft.ops.expected_entropy_signal_from_logits`, float32, no gradient); computed
+    only for a function declaring ``fn.needs_expected_entropy_signal = True``
+    (:func:`needs_expected_entropy_signal`)."""
 
     def require(self, field: str, who: str) -> Tensor:
         """The input ``field``, or a one-line :class:`MissingInputError` naming ``who``
@@ -195,9 +219,11 @@ class AdvantageFn(Protocol[ArgsT]):
     mask is 0), and the trainer's losses and their counts use it from then on.
 
     A function that needs an optional input (``values``, ``reward_baselines``,
-    ``rollout_log_prob``, ``teacher_log_prob``, ``entropy``) takes it with
-    ``inputs.require("values", "<its name>")``; ``entropy`` is computed only for a
-    function declaring ``fn.needs_entropy = True``.
+    ``rollout_log_prob``, ``teacher_log_prob``, ``entropy``, ``old_log_prob``,
+    ``expected_entropy_signal``) takes it with ``inputs.require("values", "<its name>")``;
+    ``entropy`` and ``old_log_prob`` are computed only for a function declaring
+    ``fn.needs_entropy = True``, ``expected_entropy_signal`` only for one declaring
+    ``fn.needs_expected_entropy_signal = True``.
     """
 
     def __call__(self, inputs: AdvantageInputs, args: ArgsT
@@ -208,6 +234,13 @@ def needs_entropy(fn: Any) -> bool:
     """Whether the advantage fn ``fn`` declares ``fn.needs_entropy = True`` (it reads
     ``inputs.entropy``, so the trainer computes the policy's entropies before the update)."""
     return getattr(fn, "needs_entropy", False) is True
+
+
+def needs_expected_entropy_signal(fn: Any) -> bool:
+    """Whether the advantage fn ``fn`` declares ``fn.needs_expected_entropy_signal = True``
+    (it reads ``inputs.expected_entropy_signal``, so the trainer computes it from the
+    policy's full-vocabulary logits before the update)."""
+    return getattr(fn, "needs_expected_entropy_signal", False) is True
 
 
 # --------------------------------------------------------------------------------------

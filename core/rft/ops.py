@@ -1,5 +1,5 @@
 """Pure tensor maths shared by losses and advantages: masked statistics, loss aggregation,
-entropy and log-probabilities from logits.
+entropy, the expected entropy signal and log-probabilities from logits.
 
 Conventions: ``B`` is the batch (number of sequences), ``T`` the response length, ``V`` the
 vocabulary. A ``mask`` is ``1`` on tokens that count and ``0`` on padding; it may be bool,
@@ -147,6 +147,28 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """
     probs = F.softmax(logits, dim=-1)  # (..., V)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def expected_entropy_signal_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """The expected entropy signal of the softmax distribution ``p = softmax(z)`` (Trinity-RFT's
+    ``necs``, used by Clip_V), in float32 or wider::
+
+        H = −Σ_v p_v log p_v
+        N = H · Σ_v p_v² + Σ_v p_v² log p_v  =  Σ_v p_v² (log p_v + H)  =  E_{v~p}[S_v]
+
+    with ``S_v = p_v (H + log p_v)`` the first-order entropy change of pushing token ``v``
+    up (see ``rft_plugin_grpo.clip_b.entropy_signal``). No gradient is needed: it is a
+    statistic of the batch before the update.
+
+    ``logits``: ``(..., V)`` → ``(...)``.
+    """
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
+    log_p = F.log_softmax(logits, dim=-1)  # (..., V)
+    p = log_p.exp()  # (..., V)
+    entropy = -(p * log_p).sum(dim=-1, keepdim=True)  # (..., 1)
+    p_sq = p * p  # (..., V)
+    return (p_sq * (log_p + entropy)).sum(dim=-1)  # (...)
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -83,7 +83,8 @@ KINDS: dict[str, Kind] = {
 
 _ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "rft-plugin-grpo": {"algorithm": ("grpo",),
-                        "advantage_fn": ("grpo", "grpo_no_std", "opo", "clipb")},
+                        "advantage_fn": ("grpo", "grpo_no_std", "opo", "clipb",
+                                         "clipv")},
     "rft-plugin-ppo": {"algorithm": ("ppo",), "advantage_fn": ("ppo", "gae")},
     "rft-plugin-opmd": {"algorithm": ("opmd",), "advantage_fn": ("opmd",),
                         "policy_loss_fn": ("opmd",)},
@@ -188,11 +189,6 @@ EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
     ("workflow", "sciworld_workflow"): (
         "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
         "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
-    ("advantage_fn", "clipv"): (
-        "Trinity-RFT's Clip_V entropy control (examples/entropy): besides the entropies it "
-        "needs per-token 'necs' that only a patch of Trinity-RFT's veRL trainer computes, and "
-        "its example says the implementation is coming; rft does not ship it, clipb "
-        "(rft-plugin-grpo) is Clip_B"),
     ("reward_fn", "rm_gallery_reward"): (
         "Trinity-RFT's wrapper of RM-Gallery's rewards (reward_fn_args.reward_name): it "
         "needs the rm-gallery package, whose releases (0.1.7) pin transformers<5 and pull in "

@@ -95,12 +95,16 @@ def args_of(selected: Selected) -> Any:
 
 def batch_advantages(plan: TrainerPlan, batch: Batch, rewards: torch.Tensor,
                      mask: torch.Tensor, values: torch.Tensor | None,
-                     entropy: torch.Tensor | None = None
+                     entropy: torch.Tensor | None = None, *,
+                     old_log_prob: torch.Tensor | None = None,
+                     expected_entropy_signal: torch.Tensor | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(advantages, returns, response_mask)`` ``(B, T)`` of a rollout batch: the batch's
     own advantages when the explorer computed them, else the advantage fn resolved from
     ``algorithm.advantage_fn`` on ``rewards`` / ``mask`` ``(B, T)``, the critic's
-    ``values`` and the policy's ``entropy`` (for a fn that declares ``needs_entropy``).
+    ``values``, the policy's ``entropy`` and ``old_log_prob`` from the same forward pass
+    (for a fn that declares ``needs_entropy``) and its ``expected_entropy_signal`` (for one
+    that declares ``needs_expected_entropy_signal``), each ``(B, T)``.
     ``response_mask`` is ``mask`` unless the fn drops tokens from the update (every trainer
     backend calls this one rule)."""
     selected = plan.loss.advantage
@@ -114,7 +118,8 @@ def batch_advantages(plan: TrainerPlan, batch: Batch, rewards: torch.Tensor,
     inputs = AdvantageInputs(
         token_level_rewards=rewards, response_mask=mask, index=batch.group_ids,
         values=values, rollout_log_prob=batch.rollout_log_prob,
-        teacher_log_prob=batch.teacher_log_prob, entropy=entropy,
+        teacher_log_prob=batch.teacher_log_prob, entropy=entropy, old_log_prob=old_log_prob,
+        expected_entropy_signal=expected_entropy_signal,
         reward_baselines=(torch.tensor(baselines, dtype=torch.float32)
                           if all(b is not None for b in baselines) else None))
     return advantages_and_mask(selected, inputs)

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rft.errors import RftError
-from rft.ops import entropy_from_logits, logprobs_from_logits
+from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
+                     logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
 from rft.trainer.lean_forward import shared_prompt_logits
@@ -104,6 +105,30 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     (:func:`rft.trainer.lean_forward.shared_prompt_logits`) where the model and the
     batch allow it (:func:`uses_shared_prompts`); else the model's forward.
     """
+    logits, labels = response_logits(model, batch, device=device, temperature=temperature,
+                                     dtype=dtype, shared_prompts=shared_prompts)
+    metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
+    if metric_entropy and entropy_chunk is None:  # one logsumexp for both (the same values)
+        lse = torch.logsumexp(logits, dim=-1)  # (B, R)
+        logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (B, R)
+        with torch.no_grad():
+            entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
+        return logps, entropy
+    logps = logprobs_from_logits(logits, labels)  # (B, R)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = (entropy_from_logits(logits) if entropy_chunk is None
+                       else chunked_entropy(logits, entropy_chunk))  # (B, R)
+    return logps, entropy
+
+
+def response_logits(model: nn.Module, batch: TensorBatch, *, device: torch.device,
+                    temperature: float = 1.0, dtype: torch.dtype | None = None,
+                    shared_prompts: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits ``(B, R, V)`` that predict the response tokens, ``logits / temperature``
+    in float32, and those tokens ``(B, R)`` (the labels); ``shared_prompts`` as in
+    :func:`response_logprobs`."""
     width = batch.response_width
     inputs = _model_inputs(batch, device)
     if shared_prompts and uses_shared_prompts(model, batch, dtype):
@@ -119,20 +144,23 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     if temperature != 1.0:
         logits = logits / temperature
     labels = inputs["input_ids"][:, batch.prompt_width:]  # (B, R)
-    metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
-    if metric_entropy and entropy_chunk is None:  # one logsumexp for both (the same values)
-        lse = torch.logsumexp(logits, dim=-1)  # (B, R)
-        logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (B, R)
-        with torch.no_grad():
-            entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
-        return logps, entropy
+    return logits, labels
+
+
+@torch.no_grad()
+def response_entropy_signals(model: nn.Module, batch: TensorBatch, *, device: torch.device,
+                             temperature: float = 1.0, dtype: torch.dtype | None = None,
+                             shared_prompts: bool = False
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From one forward pass without gradients (:func:`response_logits`): the response
+    tokens' log-probs, the entropies ``H`` and the expected entropy signals ``N``
+    (:func:`rft.ops.expected_entropy_signal_from_logits`, Trinity-RFT's ``necs``), each
+    ``(B, R)`` in float32."""
+    logits, labels = response_logits(model, batch, device=device, temperature=temperature,
+                                     dtype=dtype, shared_prompts=shared_prompts)  # (B, R, V)
     logps = logprobs_from_logits(logits, labels)  # (B, R)
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = (entropy_from_logits(logits) if entropy_chunk is None
-                       else chunked_entropy(logits, entropy_chunk))  # (B, R)
-    return logps, entropy
+    entropy = entropy_from_logits(logits)  # (B, R)
+    return logps, entropy, expected_entropy_signal_from_logits(logits)  # (B, R) each
 
 
 def uses_shared_prompts(model: nn.Module, batch: TensorBatch,

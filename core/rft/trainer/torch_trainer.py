@@ -48,7 +48,7 @@ from rft.adapter import AdapterWeights, LoraSpec
 from rft.algorithm import AlgorithmPreset
 from rft.builtin.policy_loss import clipped_value_loss
 from rft.config.plan import LossPlan, TrainerPlan
-from rft.contracts import needs_entropy
+from rft.contracts import needs_entropy, needs_expected_entropy_signal
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer import lora as lora_ops
@@ -67,7 +67,8 @@ from rft.trainer.metrics import (
     timed,
 )
 from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model,
-                                response_logprobs, response_values, unique_tensors)
+                                response_entropy_signals, response_logprobs, response_values,
+                                unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
 from rft.trainer.options import TorchTrainerOptions
 from rft.trainer.parallel import RankGroup, balance_units
@@ -413,30 +414,48 @@ class TorchTrainer(Trainer):
         return self._infer(model, tensors, with_entropy=False)[0]
 
     @torch.no_grad()
-    def _infer(self, model: nn.Module, tensors: TensorBatch, *, with_entropy: bool
-               ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched,
-        and with ``with_entropy`` its ``(B, R)`` per-token entropies."""
+    def _infer(self, model: nn.Module, tensors: TensorBatch, *, with_entropy: bool,
+               with_expected_entropy_signal: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched;
+        with ``with_entropy`` its ``(B, R)`` per-token entropies, and with
+        ``with_expected_entropy_signal`` also its ``(B, R)`` expected entropy signals
+        (:func:`rft.ops.expected_entropy_signal_from_logits`), all from one forward pass."""
+        with_entropy = with_entropy or with_expected_entropy_signal
         out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
         ent = torch.zeros(len(tensors), tensors.response_width) if with_entropy else None
+        signal = (torch.zeros(len(tensors), tensors.response_width)
+                  if with_expected_entropy_signal else None)  # (B, R)
         was_training = model.training
         _set_training(model, False)
         try:
             for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
-                logps, entropy = response_logprobs(model, micro, device=self.options.device,
-                                                   temperature=self.options.temperature,
-                                                   with_entropy=with_entropy,
-                                                   entropy_grad=False, dtype=self.options.dtype,
-                                                   shared_prompts=self.ranks is None)
+                micro_signal = None
+                if signal is not None:
+                    logps, entropy, micro_signal = response_entropy_signals(
+                        model, micro, device=self.options.device,
+                        temperature=self.options.temperature, dtype=self.options.dtype,
+                        shared_prompts=self.ranks is None)
+                else:
+                    logps, entropy = response_logprobs(
+                        model, micro, device=self.options.device,
+                        temperature=self.options.temperature, with_entropy=with_entropy,
+                        entropy_grad=False, dtype=self.options.dtype,
+                        shared_prompts=self.ranks is None)
                 if real:
-                    out[rows, : micro.response_width] = logps.cpu()
+                    width = micro.response_width
+                    out[rows, :width] = logps.cpu()
                     if ent is not None and entropy is not None:
-                        ent[rows, : micro.response_width] = entropy.cpu()
+                        ent[rows, :width] = entropy.cpu()
+                    if signal is not None and micro_signal is not None:
+                        signal[rows, :width] = micro_signal.cpu()
         finally:
             _set_training(model, was_training)
         gathered = self._gather_rows(out, "log-probs")
-        return gathered, (self._gather_rows(ent, "entropies") if ent is not None else None)
+        return (gathered, self._gather_rows(ent, "entropies") if ent is not None else None,
+                self._gather_rows(signal, "expected entropy signals")
+                if signal is not None else None)
 
     @torch.no_grad()
     def _infer_values(self, tensors: TensorBatch) -> torch.Tensor:
@@ -495,14 +514,19 @@ class TorchTrainer(Trainer):
             rewards, kl_metrics = apply_kl_penalty(scores, old_log_prob, tensors["ref_log_prob"],
                                                    mask, self.fns.kl_penalty)
             metrics.update(kl_metrics)
-        entropy = None
+        policy_log_prob = entropy = expected_signal = None
         selected = self.plan.loss.advantage
-        if selected is not None and needs_entropy(selected.implementation):
+        with_signal = (selected is not None
+                       and needs_expected_entropy_signal(selected.implementation))
+        if selected is not None and (needs_entropy(selected.implementation) or with_signal):
             with timed(metrics, "entropy"):
-                _, entropy = self._infer(self.actor, tensors, with_entropy=True)
+                policy_log_prob, entropy, expected_signal = self._infer(
+                    self.actor, tensors, with_entropy=True,
+                    with_expected_entropy_signal=with_signal)
         with timed(metrics, "adv"):
-            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, mask, values,
-                                                         entropy)
+            advantages, returns, kept = batch_advantages(
+                self.plan, batch, rewards, mask, values, entropy, old_log_prob=policy_log_prob,
+                expected_entropy_signal=expected_signal)
         tensors["advantages"], tensors["returns"] = advantages, returns
         if kept is not mask:  # the advantage fn dropped tokens from the update
             tensors["response_mask"] = kept

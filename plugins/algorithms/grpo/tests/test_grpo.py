@@ -20,8 +20,9 @@ from rft.testing.algorithms import (REWARD_KINDS, SETTINGS, Batch, batches, clos
                                     validated)
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
-from rft_plugin_grpo import (ClipBArgs, GRPOArgs, GRPONoStdArgs, clipb_advantages,
-                             grpo_advantages, grpo_no_std_advantages, opo_advantages)
+from rft_plugin_grpo import (ClipBArgs, ClipVArgs, GRPOArgs, GRPONoStdArgs, clipb_advantages,
+                             clipv_advantages, grpo_advantages, grpo_no_std_advantages,
+                             opo_advantages)
 
 torch.set_num_threads(1)
 
@@ -253,11 +254,115 @@ def test_clipb_drops_tokens_from_the_trainers_mask() -> None:
                             padded)
 
 
-def test_clipv_names_what_it_needs(tmp_path) -> None:
-    from rft.errors import ConfigError
+# ---- clipv (Trinity-RFT's Clip_V entropy control) ---------------------------------------
 
-    with pytest.raises(ConfigError, match="Clip_V entropy control.*'necs'.*clipb"):
-        validated({"algorithm_type": "grpo", "advantage_fn": "clipv"}, str(tmp_path))
+
+def _clipv_inputs(deviation: list[list[float]]) -> AdvantageInputs:
+    """Three groups of two rows, two tokens each: row 0 and 3 have positive advantages,
+    rows 1 and 2 negative ones, rows 4 and 5 (equal rewards) zero. Every token has
+    ``p = 0.5, H = log 2`` (``S = 0``), so ``D = N`` is ``deviation``."""
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.5],
+                            [0.0, 0.5]], dtype=torch.float64)  # (B, T)
+    return AdvantageInputs(
+        rewards, torch.ones_like(rewards), ["g1", "g1", "g2", "g2", "g3", "g3"],
+        old_log_prob=torch.full((6, 2), math.log(0.5), dtype=torch.float64),
+        entropy=torch.full((6, 2), math.log(2.0), dtype=torch.float64),
+        expected_entropy_signal=torch.tensor(deviation, dtype=torch.float64))
+
+
+D_BY_HAND = [[10.0, 0.0], [10.0, 0.0], [5.0, 0.0], [0.0, 0.0], [10.0, 0.0], [0.0, 0.0]]
+"""``D`` of :func:`_clipv_inputs`: μ_D = 35/12, σ_D = sqrt(325/12 − μ_D²) ≈ 4.31."""
+
+
+def test_clipv_by_hand() -> None:
+    """``D = N − S`` compared with ``μ σ_D`` itself (not centred: row 2's ``D = 5`` is
+    dropped although ``5 − μ_D < σ_D``); tokens with ``A = 0`` take the negative test,
+    positive ones always stay."""
+    inputs = _clipv_inputs(D_BY_HAND)
+    mean = 35 / 12
+    std = math.sqrt(325 / 12 - mean ** 2)
+    assert 5 - mean < std < 5  # μ = 1 separates "D" from "D − μ_D"
+    advantages, returns, kept = clipv_advantages(inputs, ClipVArgs(mu=1.0, max_frac=1.0))
+    close(advantages, grpo_advantages(inputs, GRPOArgs())[0])
+    assert torch.equal(returns, advantages)
+    assert [row[0] > 0 for row in advantages.tolist()] == [True, False, False, True, False,
+                                                           False]
+    assert advantages[4:].abs().max() == 0  # the equal-reward group
+    assert kept.tolist() == [[1.0, 1.0], [0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0],
+                             [1.0, 1.0]]
+    _, _, kept = clipv_advantages(inputs, ClipVArgs(max_frac=1.0))  # μ = 8.5: 36.6 > 10
+    assert kept.tolist() == [[1.0] * 2] * 6
+    # S enters as N − S: only row 1 token 0 has S ≠ 0 (p = 0.9, H = 0), so D = −S > 0 there
+    log_p = inputs.old_log_prob.clone()
+    entropy = inputs.entropy.clone()
+    log_p[1, 0], entropy[1, 0] = math.log(0.9), 0.0
+    signed = dataclasses.replace(inputs, old_log_prob=log_p, entropy=entropy,
+                                 expected_entropy_signal=torch.zeros(6, 2, dtype=torch.float64))
+    _, _, kept = clipv_advantages(signed, ClipVArgs(mu=1.0, max_frac=1.0))
+    assert kept.sum() == 11 and kept[1, 0] == 0
+
+
+def test_clipv_caps_the_dropped_share_at_the_largest_deviations() -> None:
+    """3 of 12 tokens fail the test (μ = 1): above ``max_frac`` the ``max(⌊max_frac n⌋, 1)``
+    negative-advantage candidates with the largest ``D`` are dropped and the others kept;
+    the ``A = 0`` token stays dropped; with no more candidates than the cap nothing
+    changes; a batch whose ``σ_D < 1e-12`` keeps every token."""
+    inputs = _clipv_inputs(D_BY_HAND)
+    capped = [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0]]
+    for max_frac in (0.1, 1e-4):  # cap 1: row 1 (D = 10) goes, row 2 (D = 5) comes back
+        _, _, kept = clipv_advantages(inputs, ClipVArgs(mu=1.0, max_frac=max_frac))
+        assert kept.tolist() == capped, max_frac
+    _, _, kept = clipv_advantages(inputs, ClipVArgs(mu=1.0, max_frac=0.2))  # cap 2 = 2 cands
+    assert kept.sum() == 9 and kept[2, 0] == 0
+    flat = _clipv_inputs([[0.3, 0.3]] * 6)  # σ_D = 0
+    _, _, kept = clipv_advantages(flat, ClipVArgs(mu=0.0, max_frac=1.0))
+    assert kept.tolist() == [[1.0] * 2] * 6
+    padded = dataclasses.replace(inputs, response_mask=torch.tensor(
+        [[1.0, 0.0]] * 6, dtype=torch.float64))  # D off the mask does not count
+    _, _, kept = clipv_advantages(padded, ClipVArgs(mu=1.0, max_frac=1.0))
+    assert kept.tolist() == [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0],
+                             [1.0, 0.0]]
+
+
+@SETTINGS
+@given(advantage_inputs())
+def test_clipv_advantages_equal_verls_grpo(inputs: AdvantageInputs) -> None:
+    """Clip_V's advantages are veRL's GRPO advantages; its mask never keeps padding."""
+    shape = inputs.response_mask.shape
+    gen = torch.Generator().manual_seed(shape[0] * 17 + shape[1])
+    inputs = dataclasses.replace(
+        inputs, old_log_prob=-torch.rand(shape, generator=gen, dtype=torch.float64) * 4,
+        entropy=torch.rand(shape, generator=gen, dtype=torch.float64) * 3,
+        expected_entropy_signal=torch.rand(shape, generator=gen, dtype=torch.float64) - 0.5)
+
+    def advantages_only(inputs: AdvantageInputs, args: ClipVArgs):
+        advantages, returns, kept = clipv_advantages(inputs, args)
+        assert bool((kept <= inputs.response_mask).all())
+        return advantages, returns
+
+    assert_equals_verl(advantages_only, ClipVArgs(epsilon=1e-6, mu=0.5, max_frac=0.5),
+                       "compute_grpo_outcome_advantage", inputs, epsilon=1e-6,
+                       norm_adv_by_std_in_grpo=True)
+
+
+def test_clipv_validates_as_trinitys_example_and_names_what_it_needs(tmp_path) -> None:
+    """Trinity-RFT's examples/entropy/clipv.yaml: ``advantage_fn: clipv`` with
+    ``advantage_fn_args: {mu: 8.5}``; it declares the trainer inputs it reads, and a batch
+    without them is one line."""
+    from rft.contracts import needs_entropy, needs_expected_entropy_signal
+
+    algorithm, plan = validated({"algorithm_type": "grpo", "advantage_fn": "clipv",
+                                 "advantage_fn_args": {"mu": 8.5}}, str(tmp_path))
+    assert plan.loss.advantage.args == ClipVArgs(mu=8.5) and algorithm.advantage_fn == "clipv"
+    assert plan.loss.advantage.args.max_frac == 1e-4
+    assert PluginRegistry.create().registration("advantage_fn", "clipv").distribution == \
+        "rft-plugin-grpo"
+    assert needs_entropy(clipv_advantages) and needs_expected_entropy_signal(clipv_advantages)
+    assert not needs_expected_entropy_signal(clipb_advantages)
+    inputs = _clipv_inputs(D_BY_HAND)
+    for field in ("old_log_prob", "entropy", "expected_entropy_signal"):
+        with pytest.raises(MissingInputError, match=f"^clipv needs {field}, which this run"):
+            clipv_advantages(dataclasses.replace(inputs, **{field: None}), ClipVArgs())
 
 
 class _DropEverything:
