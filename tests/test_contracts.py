@@ -248,7 +248,9 @@ def test_every_registered_function_runs_on_its_inputs() -> None:
                                  values=torch.rand(B, T, dtype=torch.float64),
                                  reward_baselines=torch.full((B,), 0.5, dtype=torch.float64),
                                  rollout_log_prob=t["old_log_prob"].detach(),
-                                 teacher_log_prob=t["ref_log_prob"], entropy=t["entropy"])
+                                 teacher_log_prob=t["ref_log_prob"], entropy=t["entropy"],
+                                 old_log_prob=t["old_log_prob"].detach(),
+                                 expected_entropy_signal=t["entropy"] * 0.1)
     for name in registry.names("advantage_fn"):
         fn = registry.get("advantage_fn", name)
         result = fn(adv_inputs, _args(fn))

@@ -620,3 +620,64 @@ def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
     for name, tensor in reference.items():  # Adam magnifies the rounding of tiny gradients
         update = (tensor - initial[name]).abs().max().item()
         assert update > 0 and (after[name] - tensor).abs().max().item() <= 1e-2 * update, name
+
+
+class EntropySignalRecorder:
+    """An advantage fn declaring ``needs_expected_entropy_signal``: it records what the
+    trainer hands over, runs ``clipv`` on it and drops every token from the update."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+        self.clipv_kept: list[torch.Tensor] = []
+
+    def advantage(self, inputs, args: None):
+        from rft_plugin_grpo import ClipVArgs, clipv_advantages
+
+        self.inputs.append(inputs)
+        advantages, returns, kept = clipv_advantages(inputs, ClipVArgs(mu=0.0, max_frac=1.0))
+        self.clipv_kept.append(kept)
+        return advantages, returns, torch.zeros_like(inputs.response_mask)
+
+    @hookimpl
+    def register_algorithms(self) -> dict[str, Any]:
+        return {"test_signal": AlgorithmPreset(advantage_fn="test_signal_adv", repeat_times=2,
+                                               sample_strategy="test_sampler")}
+
+    @hookimpl
+    def register_advantage_fns(self) -> dict[str, Any]:
+        self.advantage.__func__.needs_expected_entropy_signal = True  # type: ignore[attr-defined]
+        return {"test_signal_adv": self.advantage}
+
+
+def test_the_expected_entropy_signal_reaches_the_advantage_fn(model_dir, tmp_path) -> None:
+    """For a fn declaring ``needs_expected_entropy_signal`` the trainer hands over, per
+    response token of the policy before the update, ``N = Σ p² (log p + H)`` (Trinity-RFT's
+    ``necs``), ``H`` and the sampled token's ``log p`` — checked against the model's own
+    forward in float64, row by row — and trains on the mask the fn returns (none: the
+    loss and the gradient are 0). ``clipv`` runs on those inputs and drops tokens."""
+    recorder = EntropySignalRecorder()
+    registry = PluginRegistry.create(extra_plugins=[StandInPlugin(), recorder], autoload=False)
+    trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
+        "algorithm_type": "test_signal"})
+    experiences = rollouts()
+    metrics = trainer.train_step(experiences)
+    assert metrics["actor/pg_loss"] == 0.0 and metrics["actor/grad_norm"] == 0.0
+    (inputs,) = recorder.inputs
+    batch = pad_batch(experiences, 0)
+    assert torch.equal(inputs.response_mask, batch.response_mask)
+    model = Qwen2ForCausalLM.from_pretrained(model_dir).double().eval()
+    for row, exp in enumerate(experiences):
+        width = len(exp.tokens) - exp.prompt_length
+        with torch.no_grad():
+            logits = model(exp.tokens[None]).logits[0, exp.prompt_length - 1: -1]  # (R, V)
+        log_p = torch.log_softmax(logits, dim=-1)  # (R, V)
+        p = log_p.exp()
+        entropy = -(p * log_p).sum(-1)  # (R,)
+        expected = (p ** 2 * (log_p + entropy[:, None])).sum(-1)  # (R,)
+        sampled = log_p.gather(-1, exp.tokens[exp.prompt_length:, None]).squeeze(-1)  # (R,)
+        for got, want in ((inputs.expected_entropy_signal, expected),
+                          (inputs.entropy, entropy), (inputs.old_log_prob, sampled)):
+            torch.testing.assert_close(got[row, :width].double(), want, atol=1e-5, rtol=1e-4)
+    assert inputs.expected_entropy_signal.abs().max() > 0
+    (kept,) = recorder.clipv_kept
+    assert 0 < kept.sum() < batch.response_mask.sum()

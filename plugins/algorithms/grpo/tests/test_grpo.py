@@ -402,3 +402,15 @@ def test_the_torch_trainer_hands_entropies_over_and_trains_on_the_kept_mask(rft_
     outcome = rft_run({"algorithm.advantage_fn": "clipb",
                        "algorithm.advantage_fn_args": {"mu": 0.5}}, steps=1)
     assert outcome.metrics[0]["actor/entropy_loss"] > 0  # the tiny model's rewards are all 0
+
+
+@pytest.mark.slow
+def test_clipv_runs_by_name_end_to_end(rft_run) -> None:
+    """``clipv`` by name: the torch trainer computes its inputs and trains on the kept mask
+    (μ = 0: the tiny model's rewards are all 0, so every token takes the ``D ≤ 0`` test and
+    some stay)."""
+    outcome = rft_run({"algorithm.advantage_fn": "clipv",
+                       "algorithm.advantage_fn_args": {"mu": 0.0, "max_frac": 1.0}}, steps=1)
+    step = outcome.metrics[0]
+    assert step["actor/entropy_loss"] > 0 and math.isfinite(step["actor/pg_loss"])
+    assert step["timing_s/entropy"] >= 0  # the one forward pass that gives H, log p and N
