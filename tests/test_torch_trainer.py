@@ -652,13 +652,14 @@ class EntropySignalRecorder:
 def test_the_expected_entropy_signal_reaches_the_advantage_fn(model_dir, tmp_path) -> None:
     """For a fn declaring ``needs_expected_entropy_signal`` the trainer hands over, per
     response token of the policy before the update, ``N = Σ p² (log p + H)`` (Trinity-RFT's
-    ``necs``), ``H`` and the sampled token's ``log p`` — checked against the model's own
-    forward in float64, row by row — and trains on the mask the fn returns (none: the
+    ``necs``), ``H`` and the sampled token's ``log p``, all of ``softmax(logits / T)`` —
+    checked against the model's own forward in float64, row by row — and trains on the mask the fn returns (none: the
     loss and the gradient are 0). ``clipv`` runs on those inputs and drops tokens."""
     recorder = EntropySignalRecorder()
     registry = PluginRegistry.create(extra_plugins=[StandInPlugin(), recorder], autoload=False)
     trainer = make_trainer(registry, model_dir, tmp_path, algorithm={
-        "algorithm_type": "test_signal"})
+        "algorithm_type": "test_signal"}, model={"temperature": 0.7})
+    assert trainer.options.temperature == 0.7
     experiences = rollouts()
     metrics = trainer.train_step(experiences)
     assert metrics["actor/pg_loss"] == 0.0 and metrics["actor/grad_norm"] == 0.0
@@ -669,7 +670,7 @@ def test_the_expected_entropy_signal_reaches_the_advantage_fn(model_dir, tmp_pat
     for row, exp in enumerate(experiences):
         width = len(exp.tokens) - exp.prompt_length
         with torch.no_grad():
-            logits = model(exp.tokens[None]).logits[0, exp.prompt_length - 1: -1]  # (R, V)
+            logits = model(exp.tokens[None]).logits[0, exp.prompt_length - 1: -1] / 0.7
         log_p = torch.log_softmax(logits, dim=-1)  # (R, V)
         p = log_p.exp()
         entropy = -(p * log_p).sum(-1)  # (R,)
