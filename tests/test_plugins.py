@@ -249,7 +249,8 @@ def register_reward_fns():
 '''
 
 
-def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(tmp_path):
+def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(tmp_path,
+                                                                                tiny_model_dir):
     import yaml
 
     from config_corpus import BASE_CONFIG
@@ -262,9 +263,8 @@ def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(
                    default_reward_fn_type="accuracy_reward_v2", reward_fn_args={"scale": 2.0})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    (tmp_path / "model").mkdir()
     (tmp_path / "tasks.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
-    env = {**os.environ, "RFT_TEST_MODEL": str(tmp_path / "model"),
+    env = {**os.environ, "RFT_TEST_MODEL": str(tiny_model_dir),
            "RFT_TEST_DATA": str(tmp_path), "RFT_TEST_CHECKPOINTS": str(tmp_path / "ck")}
 
     installed = subprocess.run([*RFT, "validate", str(path)], capture_output=True, text=True,
@@ -429,7 +429,7 @@ def test_plugin_pyprojects_follow_the_core_bound_rule():
         assert on_core == [("rft-framework", bound)], path
 
 
-def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path):
+def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path, tiny_model_dir):
     from config_corpus import BASE_CONFIG
     from rft.plugins import _core_version
 
@@ -437,7 +437,7 @@ def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path):
     fake_distribution(site, "rft-plugin-stale", "rft_plugin_stale", ["rft-framework<0.1"])
     fake_distribution(site, "rft-plugin-renamed", "rft_plugin_renamed", ["rft>=0.1"])
     env = {**os.environ, "PYTHONPATH": str(site),
-           "RFT_TEST_MODEL": str(tmp_path / "model"), "RFT_TEST_DATA": str(tmp_path),
+           "RFT_TEST_MODEL": str(tiny_model_dir), "RFT_TEST_DATA": str(tmp_path),
            "RFT_TEST_CHECKPOINTS": str(tmp_path / "ck")}
     table = subprocess.run([*RFT, "plugins"], capture_output=True, text=True, env=env,
                            check=True).stdout.splitlines()
@@ -454,7 +454,6 @@ def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path):
     assert (listed["rft_plugin_renamed"]["compatible"],
             listed["rft_plugin_renamed"]["requires_core"]) == (False, "rft>=0.1")
 
-    (tmp_path / "model").mkdir()
     (tmp_path / "tasks.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
     config = tmp_path / "config.yaml"
     config.write_text(BASE_CONFIG.read_text())
