@@ -31,6 +31,18 @@ def make_dataset_files(yaml_text: str) -> list[Path]:
     return made
 
 
+ELSEWHERE = "cluster.ray_address=10.0.0.1:6379"
+"""The converted launches are written for GPU nodes: validated as runs on a Ray cluster
+elsewhere (no connection is made), not on this CPU machine, which validation would refuse
+(``cluster.gpu_per_node`` above this machine's GPUs)."""
+
+
+@pytest.fixture
+def cluster_elsewhere() -> str:
+    """The override :data:`ELSEWHERE`, for a test that calls ``load_config`` itself."""
+    return ELSEWHERE
+
+
 @pytest.fixture
 def validate_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                        rft_tiny_model: Path) -> Callable[..., Any]:
@@ -49,6 +61,6 @@ def validate_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         make_dataset_files(yaml_text)
         path = tmp_path / "converted.yaml"
         path.write_text(yaml_text)
-        return load_config(path, [f"model.model_path={rft_tiny_model}", *overrides])
+        return load_config(path, [f"model.model_path={rft_tiny_model}", ELSEWHERE, *overrides])
 
     return validate

@@ -265,7 +265,8 @@ def test_gsm8k_script_converts_onto_the_schema(script: Path) -> None:
 
 @pytest.mark.parametrize("script", GSM8K_SCRIPTS, ids=lambda p: p.stem)
 def test_gsm8k_script_validates_once_its_dataset_exists(
-        script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        cluster_elsewhere: str) -> None:
     from rft.config import load_config
 
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -274,7 +275,7 @@ def test_gsm8k_script_validates_once_its_dataset_exists(
         (tmp_path / "data" / "gsm8k" / f"{split}.parquet").touch()
     converted = tmp_path / "converted.yaml"
     converted.write_text(convert_text(script.read_text()).yaml)
-    (stage,) = load_config(converted).stages
+    (stage,) = load_config(converted, [cluster_elsewhere]).stages
     config = stage.config
     assert (config.trainer.trainer_type, config.mode) == ("torch", "both")
     assert config.buffer.explorer_input.tasksets[0].default_workflow_type == "verl_workflow"

@@ -234,7 +234,7 @@ def test_scripts_that_stop_or_never_launch_give_one_line(
 
 def test_unbalanced_quote_in_an_interpolation_is_written_literally(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], cluster_elsewhere: str) -> None:
     """``'run_${oc.env:USER,"me}'`` once made OmegaConf raise GrammarParseError with a
     traceback; now the value is escaped and read literally, with a one-line note."""
     from rft.config import load_config
@@ -252,7 +252,7 @@ def test_unbalanced_quote_in_an_interpolation_is_written_literally(
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     for split in ("train", "test"):
         (tmp_path / "data" / "gsm8k" / f"{split}.parquet").touch()
-    (stage,) = load_config(out, [f"model.model_path={tmp_path}"]).stages
+    (stage,) = load_config(out, [f"model.model_path={tmp_path}", cluster_elsewhere]).stages
     assert stage.config.name.startswith('run_${oc.env:USER,"me}')
 
 
