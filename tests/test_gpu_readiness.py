@@ -162,10 +162,12 @@ def test_an_engine_built_before_the_trainer_sleeps_while_it_loads(tmp_path, tiny
     assert events[-4:] == ["sleep", "wake weights", "load", "wake kv_cache"], events
     # one update per step needs no old log-probs: the first step computes them for the
     # check, once
-    checks = [line for line in capfd.readouterr().err.splitlines()
-              if line.startswith("rft: first step:")]
+    captured = capfd.readouterr()
+    assert "first step" not in captured.err  # agreeing: no rft: line, which would read as an error
+    checks = [line for line in captured.out.splitlines()
+              if line.startswith("[trainer] first step:")]
     assert len(checks) == 1 and re.fullmatch(
-        r"rft: first step: engine vs trainer probabilities of the sampled tokens: mean gap "
+        r"\[trainer\] first step: engine vs trainer probabilities of the sampled tokens: mean gap "
         r"\S+ \(max \S+\), threshold 0.01: agree", checks[0]), checks
 
 

@@ -297,8 +297,10 @@ class TorchTrainer(Trainer):
                 yield name, None  # type: ignore[misc]
 
     def _first_step_check(self, metrics: dict[str, float]) -> None:
-        """Once, at the first step with engine log-probs: the gap in one line on stderr
-        (rank 0; a warning when above :data:`~rft.trainer.metrics.FIRST_STEP_PROBS_DIFF_MEAN`)."""
+        """Once, at the first step with engine log-probs: the gap in one line (rank 0): on
+        stdout as ``[trainer] first step: …`` when it agrees, on stderr as ``rft: warning:
+        first step: …`` when above :data:`~rft.trainer.metrics.FIRST_STEP_PROBS_DIFF_MEAN`
+        (an ``rft:`` line that is not a warning is an error, so an agreeing check is not one)."""
         if self._checked_first_step:
             return
         self._checked_first_step = True  # on every rank (its forward pass is a collective)
@@ -307,7 +309,10 @@ class TorchTrainer(Trainer):
             return
         line, ok = checked
         (logger.info if ok else logger.warning)("%s", line)
-        print(f"rft: {line}", file=sys.stderr, flush=True)
+        if ok:
+            print(f"[trainer] {line}", file=sys.stdout, flush=True)
+        else:
+            print(f"rft: warning: {line}", file=sys.stderr, flush=True)
 
     @property
     def is_rank0(self) -> bool:
