@@ -620,7 +620,7 @@ def test_validate_checks_the_dataset_of_a_train_only_stage(tmp_path, tiny_model_
     data.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+1="}\n')
     assert main(["validate", str(sft_config(tmp_path, tiny_model_dir, data))]) == 2
     assert errors(capsys.readouterr().err) == [
-        f"rft: experience buffer 'sft' ({data}): row 1 has no key 'answer' "
+        f"rft: experience buffer 'sft' ({data}): row 2 has no key 'answer' "
         "(format.response_key); keys: question"]
     data.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+1=" "answer": 3}\n')
     assert main(["validate", str(sft_config(tmp_path, tiny_model_dir, data))]) == 2

@@ -117,11 +117,11 @@ def test_preference_reply_with_a_tool_call_is_rendered_by_the_template(tokenizer
 
 
 @pytest.mark.parametrize(("row", "message"), [
-    ({"prompt": "q", "rejected": "r"}, "row 0 has no key 'chosen' (format.chosen_key)"),
-    ({"prompt": "q", "chosen": "c"}, "row 0 has no key 'rejected' (format.rejected_key)"),
-    ({"chosen": "c", "rejected": "r"}, ("row 0 has no key 'prompt' (format.prompt_key) or "
+    ({"prompt": "q", "rejected": "r"}, "row 1 has no key 'chosen' (format.chosen_key)"),
+    ({"prompt": "q", "chosen": "c"}, "row 1 has no key 'rejected' (format.rejected_key)"),
+    ({"chosen": "c", "rejected": "r"}, ("row 1 has no key 'prompt' (format.prompt_key) or "
                                         "'message' (format.messages_key)")),
-    ({"prompt": "q", "chosen": "", "rejected": "r"}, "row 0: the chosen reply is empty"),
+    ({"prompt": "q", "chosen": "", "rejected": "r"}, "row 1: the chosen reply is empty"),
     ({"prompt": "q", "chosen": [{"content": "c"}], "rejected": "r"}, "message 0 has no 'role'"),
 ])
 def test_preference_row_problems_name_row_and_key(tokenizer, row, message):
@@ -146,7 +146,7 @@ def test_dpo_dataset_was_read_as_sft_rows_before(tmp_path):
         plan = build_stages(config, PluginRegistry.create()).stages[0].plan
         problems[algorithm] = data_problems(plan)
     assert problems["dpo"] == []
-    assert problems["sft"] == [(f"experience buffer 'prefs' ({prefs}): row 0 has no key "
+    assert problems["sft"] == [(f"experience buffer 'prefs' ({prefs}): row 1 has no key "
                                 "'response' (format.response_key); keys: prompt, chosen, "
                                 "rejected")]
 
@@ -281,7 +281,7 @@ def test_concatenated_multi_turn_refuses_a_template_that_rewrites_turns(tokenize
                      "{% if add_generation_prompt %}<assistant>{% endif %}")
     fmt = FormatConfig(messages_key="messages", enable_concatenated_multi_turn=True,
                        chat_template=drops_earlier)
-    with pytest.raises(TasksetError, match=r"^d: row 4: the chat template does not render "
+    with pytest.raises(TasksetError, match=r"^d: row 5: the chat template does not render "
                                            r"assistant message 1 as a continuation"):
         row_to_sft_experience({"messages": CONVERSATION[1:4] + [CONVERSATION[-1]]}, 4, fmt,
                               tokenizer, "d")
@@ -320,12 +320,12 @@ def test_sft_row_checks_without_a_tokenizer():
     cfg = ExperienceBufferConfig(name="sft", format=FormatConfig(
         messages_key="messages", enable_concatenated_multi_turn=True))
     check_rows([{"messages": CONVERSATION}], cfg, "sft", "d")
-    with pytest.raises(TasksetError, match="row 1: no assistant message to train on"):
+    with pytest.raises(TasksetError, match="row 2: no assistant message to train on"):
         check_rows([{"messages": CONVERSATION}, {"messages": CONVERSATION[:2]}], cfg, "sft", "d")
     cfg.format.enable_concatenated_multi_turn = False
-    with pytest.raises(TasksetError, match="row 0: the last message must be the assistant's"):
+    with pytest.raises(TasksetError, match="row 1: the last message must be the assistant's"):
         check_rows([{"messages": CONVERSATION[:2]}], cfg, "sft", "d")
-    with pytest.raises(TasksetError, match=r"row 0: 'tools' \(format.tools_key\) must be a "
+    with pytest.raises(TasksetError, match=r"row 1: 'tools' \(format.tools_key\) must be a "
                                            "list of tool definitions"):
         check_rows([{"messages": CONVERSATION, "tools": 3}], cfg, "sft", "d")
 

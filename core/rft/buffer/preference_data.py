@@ -78,18 +78,18 @@ def preference_example(row: dict[str, Any], index: int, fmt: FormatConfig, where
             raise missing_key(where, index, key, field, row)
     messages = fmt.prompt_type == "messages"
     chosen = _reply(row[fmt.chosen_key], messages,
-                    f"row {index}: {fmt.chosen_key!r} (format.chosen_key)", where)
+                    f"row {index + 1}: {fmt.chosen_key!r} (format.chosen_key)", where)
     rejected = _reply(row[fmt.rejected_key], messages,
-                      f"row {index}: {fmt.rejected_key!r} (format.rejected_key)", where)
+                      f"row {index + 1}: {fmt.rejected_key!r} (format.rejected_key)", where)
     tools = row_tools(row, index, fmt, where)
     prompt: list[Message]
     if messages and fmt.messages_key in row:
         prompt = parse_messages(row[fmt.messages_key],
-                                f"row {index}: {fmt.messages_key!r} (format.messages_key)", where)
+                                f"row {index + 1}: {fmt.messages_key!r} (format.messages_key)", where)
     elif fmt.prompt_key in row:
         value = row[fmt.prompt_key]
         if messages and not isinstance(value, str):
-            prompt = parse_messages(value, f"row {index}: {fmt.prompt_key!r} (format.prompt_key)",
+            prompt = parse_messages(value, f"row {index + 1}: {fmt.prompt_key!r} (format.prompt_key)",
                                     where)
         else:
             prompt = plaintext_prompt(row, index, fmt, where)
@@ -100,11 +100,11 @@ def preference_example(row: dict[str, Any], index: int, fmt: FormatConfig, where
     else:
         also = (f" or {fmt.messages_key!r} (format.messages_key)"
                 if messages else "")
-        raise TasksetError(f"{where}: row {index} has no key {fmt.prompt_key!r} "
+        raise TasksetError(f"{where}: row {index + 1} has no key {fmt.prompt_key!r} "
                            f"(format.prompt_key){also}; keys: {', '.join(row)}")
     for name, reply in (("chosen", chosen), ("rejected", rejected)):
         if not reply:
-            raise TasksetError(f"{where}: row {index}: the {name} reply is empty")
+            raise TasksetError(f"{where}: row {index + 1}: the {name} reply is empty")
     return PreferenceExample(prompt, chosen, rejected, tools)
 
 
@@ -118,7 +118,7 @@ def row_to_preference_pair(row: dict[str, Any], index: int, fmt: FormatConfig, t
     pair = []
     for suffix, reply in (("chosen", example.chosen), ("rejected", example.rejected)):
         response_ids = reply_ids(tokenizer, example.prompt, reply, tools=example.tools,
-                                 chat_template=template, where=f"{where}: row {index}",
+                                 chat_template=template, where=f"{where}: row {index + 1}",
                                  what=f"the {suffix} reply")
         pair.append(Experience(tokens=torch.tensor(prompt_ids + response_ids, dtype=torch.long),
                                prompt_length=len(prompt_ids), reward=0.0,

@@ -54,7 +54,7 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
 def missing_key(where: str, index: int, key: str, field: str, row: dict[str, Any]
                 ) -> TasksetError:
     """The one-line error of a row without the column ``format.<field>`` names."""
-    return TasksetError(f"{where}: row {index} has no key {key!r} (format.{field}); keys: "
+    return TasksetError(f"{where}: row {index + 1} has no key {key!r} (format.{field}); keys: "
                         f"{', '.join(row) or 'none'}")
 
 
@@ -63,7 +63,7 @@ def row_tools(row: dict[str, Any], index: int, fmt: FormatConfig, where: str
     """The row's tool definitions (``format.tools_key``), ``None`` when it has none."""
     if not fmt.tools_key or fmt.tools_key not in row:
         return None
-    return parse_tools(row[fmt.tools_key], f"row {index}: {fmt.tools_key!r} (format.tools_key)",
+    return parse_tools(row[fmt.tools_key], f"row {index + 1}: {fmt.tools_key!r} (format.tools_key)",
                        where)
 
 
@@ -104,18 +104,18 @@ def sft_example(row: dict[str, Any], index: int, fmt: FormatConfig, where: str) 
     tools = row_tools(row, index, fmt, where)
     if fmt.prompt_type == "messages" and fmt.messages_key in row:
         messages = parse_messages(row[fmt.messages_key],
-                                  f"row {index}: {fmt.messages_key!r} (format.messages_key)",
+                                  f"row {index + 1}: {fmt.messages_key!r} (format.messages_key)",
                                   where)
         if fmt.enable_concatenated_multi_turn:
             if not any(m.get("role") == "assistant" for m in messages):
-                raise TasksetError(f"{where}: row {index}: no assistant message to train on")
+                raise TasksetError(f"{where}: row {index + 1}: no assistant message to train on")
             return SFTExample(messages, [], tools, concatenated=True)
         if not messages or messages[-1].get("role") != "assistant":
-            raise TasksetError(f"{where}: row {index}: the last message must be the "
+            raise TasksetError(f"{where}: row {index + 1}: the last message must be the "
                                "assistant's (or set format.enable_concatenated_multi_turn)")
         return SFTExample(messages[:-1], messages[-1:], tools)
     if fmt.prompt_key not in row and fmt.prompt_type == "messages":
-        raise TasksetError(f"{where}: row {index} has no key {fmt.messages_key!r} "
+        raise TasksetError(f"{where}: row {index + 1} has no key {fmt.messages_key!r} "
                            f"(format.messages_key) or {fmt.prompt_key!r} (format.prompt_key); "
                            f"keys: {', '.join(row) or 'none'}")
     prompt = plaintext_prompt(row, index, fmt, where)
@@ -132,18 +132,18 @@ def row_to_sft_experience(row: dict[str, Any], index: int, fmt: FormatConfig, to
     eid = EID(batch="sft", task=index, run=0)
     if example.concatenated:
         text, spans = assistant_spans(tokenizer, example.prompt, tools=example.tools,
-                                      chat_template=template, where=f"{where}: row {index}")
+                                      chat_template=template, where=f"{where}: row {index + 1}")
         ids, mask = tokens_with_mask(tokenizer, text, spans)
         prompt_length = mask.index(True) if True in mask else len(ids)
         if prompt_length == len(ids):
-            raise TasksetError(f"{where}: row {index}: the assistant turns render to no tokens")
+            raise TasksetError(f"{where}: row {index + 1}: the assistant turns render to no tokens")
         return Experience(tokens=torch.tensor(ids, dtype=torch.long), prompt_length=prompt_length,
                           action_mask=torch.tensor(mask[prompt_length:], dtype=torch.bool),
                           reward=0.0, eid=eid)
     prompt_ids = encode(tokenizer, render(tokenizer, example.prompt, add_generation_prompt=True,
                                           tools=example.tools, chat_template=template))
     response_ids = reply_ids(tokenizer, example.prompt, example.reply, tools=example.tools,
-                             chat_template=template, where=f"{where}: row {index}",
+                             chat_template=template, where=f"{where}: row {index + 1}",
                              what="the reply")
     return Experience(tokens=torch.tensor(prompt_ids + response_ids, dtype=torch.long),
                       prompt_length=len(prompt_ids), reward=0.0, eid=eid)
