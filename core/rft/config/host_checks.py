@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rft.config.schema import InferenceModelConfig, RftConfig, TrainerConfig
+from rft.ray_address_file import recorded_ray_address
 
 if TYPE_CHECKING:
     from rft.config.validate import Validation
@@ -68,13 +69,7 @@ def cluster_address(c: RftConfig) -> str:
 def ray_cluster_started_here() -> bool:
     """Whether ``ray start`` left the address of a cluster on this machine (Ray's address
     file), which ``ray_address: auto`` would join."""
-    from ray._common.utils import get_ray_address_file
-
-    try:
-        with open(get_ray_address_file(None), encoding="utf-8") as handle:
-            return bool(handle.read().strip())
-    except OSError:
-        return False
+    return recorded_ray_address() is not None
 
 
 def ray_joined() -> bool:

@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass
 
 from rft.errors import RftError
+from rft.ray_address_file import recorded_ray_address
 
 JOIN_TIMEOUT_S = 10.0
 """How long the GCS of the cluster to join has to answer its first call."""
@@ -64,7 +65,7 @@ def join_address(address: str, key: str, timeout_s: float = JOIN_TIMEOUT_S) -> s
             return None
         # what ray.init does for a cluster it finds: use the token of ~/.ray if there is one
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-        recorded = _recorded_address()
+        recorded = recorded_ray_address()
         source = f", named by {recorded[0] if recorded else 'Ray'} (written by 'ray start')"
     try:
         resolved = services.canonicalize_bootstrap_address(given)
@@ -103,19 +104,6 @@ def is_loopback(address: str) -> bool:
 
     parsed = parse_address(address) if "://" not in address else None
     return parsed is not None and is_localhost(parsed[0])
-
-
-def _recorded_address() -> tuple[str, str] | None:
-    """``(file, address)`` from Ray's address file (the last ``ray start``), if any."""
-    from ray._common.utils import get_ray_address_file
-
-    path = get_ray_address_file(None)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            recorded = handle.read().strip()
-    except OSError:
-        return None
-    return (path, recorded) if recorded else None
 
 
 @dataclass(frozen=True)
