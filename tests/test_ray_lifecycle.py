@@ -227,7 +227,11 @@ def test_the_watcher_kills_the_ray_processes_of_a_dead_run_only(run_says_done):
                             "echo started; wait"], stdout=subprocess.PIPE, text=True)
     assert run.stdout is not None and run.stdout.readline().strip() == "started"
     def started() -> dict[str, psutil.Process] | None:
-        named = {p.cmdline()[0]: p for p in psutil.Process(run.pid).children()}
+        named: dict[str, psutil.Process] = {}
+        for child in psutil.Process(run.pid).children():
+            command = child.cmdline()  # empty while the child is between fork and exec
+            if command:
+                named[command[0]] = child
         return named if {"ray::Fake", "sleep"} <= set(named) else None
 
     named = wait_for(started, 10, "the stand-in run's processes")
