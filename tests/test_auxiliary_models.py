@@ -14,7 +14,7 @@ import torch
 from fixtures_models import arithmetic_tasks
 from rft.config import load_config
 from rft.errors import ConfigError, RftError
-from rft.explorer.auxiliary import build_auxiliary_models, close_models
+from rft.rollout.auxiliary import build_auxiliary_models, close_models
 from rft.launcher import run
 from rft.workflow import Task
 from rft_plugin_workflows.agent import AgentArgs, AgentOpenAIWorkflow

@@ -15,11 +15,11 @@ import random
 import pytest
 import torch
 from rft.experience import EID, Batch, Experience, pad_batch
-from rft.explorer.call_batching import (
+from rft.engines.call_batching import (
     experience_from_completion,
     experiences_from_completions,
 )
-from rft.explorer.engine import Completion
+from rft.engines.engine import Completion
 
 TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids", "response_mask", "rewards",
                  "token_level_rewards", "rollout_log_prob", "advantages", "returns",

@@ -28,8 +28,8 @@ from ray import cloudpickle
 from rft.config import build_stages
 from rft.distributed.colocate_ranks import ENGINE, shares
 from rft.errors import ConfigError, RftError
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.hf_engine import HFEngine
+from rft.engines.engine import SamplingArgs
+from rft.engines.hf_engine import HFEngine
 from rft.hookspecs import hookimpl
 from rft.modes.colocate import ColocateStage
 from rft.plugins import PluginRegistry

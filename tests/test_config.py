@@ -354,7 +354,7 @@ def test_overrides_follow_list_indices(base, registry, tmp_path):
 
 def test_openai_endpoint_parsers_are_plugins(base, registry):
     from rft.builtin.reply_parsers import hermes_tool_calls, qwen3_reasoning
-    from rft.explorer.reply_parsing import reply_parser_of
+    from rft.engines.reply_parsing import reply_parser_of
 
     model = base["explorer"]["rollout_model"]
     model.update(enable_openai_api=True, enable_auto_tool_choice=True,

@@ -24,10 +24,10 @@ from rft.distributed.engine_pool import EnginePool, chunks, first_ranks
 from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
                                          TrainerDrivenSync)
 from rft.distributed.cluster import loopback_only
-from rft.explorer.engine_factory import build_engine
+from rft.engines.engine_factory import build_engine
 from rft.plugins import PluginRegistry
 from rft.errors import RftError
-from rft.explorer.engine import SamplingArgs
+from rft.engines.engine import SamplingArgs
 from rft.launcher import run
 from rft.testing.tiny_model import build_tiny_model
 from test_embedded_run import write_config

@@ -217,7 +217,7 @@ def test_default_sampling_takes_the_rollout_model_overrides(tmp_path):
     """``explorer.rollout_model`` overrides (response budget, repetition penalty,
     ignore_eos) win over the ``model`` section's defaults; unset ones inherit."""
     from rft.config import build_stages
-    from rft.explorer.engine_factory import default_sampling
+    from rft.engines.engine_factory import default_sampling
     from rft.plugins import PluginRegistry
     from rft.testing.algorithms import minimal_config
 

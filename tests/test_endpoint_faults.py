@@ -23,10 +23,10 @@ import torch
 from fixtures_models import arithmetic_tasks
 from rft.config import load_config
 from rft.errors import ConfigError, RftError
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.model_wrapper import ModelWrapper
-from rft.explorer.openai_server import (BACKLOG, PROMPT_BYTES_OVERHEAD, PROMPT_BYTES_PER_TOKEN,
+from rft.engines.engine import SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.model_wrapper import ModelWrapper
+from rft.endpoint.openai_server import (BACKLOG, PROMPT_BYTES_OVERHEAD, PROMPT_BYTES_PER_TOKEN,
                                         EndpointSettings, OpenAIServer, prompt_byte_limit)
 from rft.hosts import why_not_loopback
 from test_embedded_run import write_config
@@ -495,9 +495,9 @@ def test_stop_answers_waiting_requests_and_returns_quickly(engine, slow_engine):
 
 SERVE = """
 import signal, sys, time, torch
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.model_wrapper import ModelWrapper
 
 torch.set_num_threads(1)
 engine = HFEngine(sys.argv[1], dtype="float32", max_model_len=256, max_response_tokens=6)

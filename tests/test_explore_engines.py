@@ -16,7 +16,7 @@ from rft.checkpoint import save_checkpoint
 from rft.config import load_config
 from rft.distributed import explore_engines
 from rft.distributed.engine_pool import EnginePool
-from rft.explorer.hf_engine import HFEngine
+from rft.engines.hf_engine import HFEngine
 from rft.launcher import MODE_RUNNERS, run
 from rft.testing.runs import apply_overrides, read_metrics, tiny_run_config
 

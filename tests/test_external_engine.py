@@ -1,5 +1,5 @@
 """The ``external`` engine against a real OpenAI-compatible server on 127.0.0.1: rft's own
-explorer endpoint (:mod:`rft.explorer.openai_server`, uvicorn, the ``hf`` engine in
+explorer endpoint (:mod:`rft.endpoint.openai_server`, uvicorn, the ``hf`` engine in
 float32) in a process of its own, serving a tiny model fine-tuned here for a few seconds so
 that its greedy answers to ``i+1=`` are right for some tasks and wrong for others.
 
@@ -33,10 +33,10 @@ from rft.cli import main as rft_main
 from rft.config import load_config
 from rft.errors import ConfigError, RftError, ServerUnavailableError
 from rft.experience import Experience
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.external_engine import ExternalEngine, ExternalEngineArgs, engine_args
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import SamplingArgs
+from rft.engines.external_engine import ExternalEngine, ExternalEngineArgs, engine_args
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.hookspecs import hookimpl
 from rft.launcher import run
 from rft.modes.bench_results import read_results
@@ -52,9 +52,9 @@ TASKS = 12
 SERVER_SCRIPT = """
 import sys, time, torch
 torch.set_num_threads(1)
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.model_wrapper import ModelWrapper
 engine = HFEngine(sys.argv[1], dtype="float32", max_model_len=136, max_prompt_tokens=128,
                   max_response_tokens=8)
 # the same sampling defaults as the in-process runs (model.min_response_tokens: 1)

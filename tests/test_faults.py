@@ -43,8 +43,8 @@ from rft.cli import main
 from rft.config import load_config
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.explorer import rollout_metrics
-from rft.explorer.runner import TaskResult, WorkflowRunner
+from rft.rollout.explorer import rollout_metrics
+from rft.rollout.runner import TaskResult, WorkflowRunner
 from rft.launcher import run
 from rft.workflow import Task, Workflow
 
@@ -171,7 +171,7 @@ def kill_at(monkeypatch, owner: Any, name: str, when) -> None:
 
 def _colocate_kill_points():
     import rft.checkpoint
-    import rft.explorer.explorer
+    import rft.rollout.explorer
     import rft.modes.colocate
     import rft.monitor.files
     import rft.trainer.torch_trainer
@@ -179,7 +179,7 @@ def _colocate_kill_points():
     step_is = lambda k: (lambda a, kw, n: "before" if a[1] == k else None)
     return {
         # before exploring step 3 (checkpoint 2 covers steps 1-2)
-        "explore-3": (rft.explorer.explorer.Explorer, "explore_step", step_is(3)),
+        "explore-3": (rft.rollout.explorer.Explorer, "explore_step", step_is(3)),
         # step 3 trained, its weights not yet synced nor logged
         "train-3": (rft.trainer.torch_trainer.TorchTrainer, "train_step",
                     lambda a, kw, n: "after" if n == 3 else None),

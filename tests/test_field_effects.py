@@ -60,7 +60,7 @@ def _rollout(task: int, run: int, reward: float):
 
 
 def test_detailed_stats_adds_std_max_min_over_the_tasks():
-    from rft.explorer.explorer import eval_metrics
+    from rft.rollout.explorer import eval_metrics
     from rft.workflow import Task
 
     tasks = [Task(raw={}, index=i, taskset="x") for i in range(3)]

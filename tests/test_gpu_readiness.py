@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from rft.config import build_stages
-from rft.explorer.engine_sleep import EngineSleep
-from rft.explorer.hf_engine import HFEngine
+from rft.engines.engine_sleep import EngineSleep
+from rft.engines.hf_engine import HFEngine
 from rft.hookspecs import hookimpl
 from rft.testing.runs import run_tiny, tiny_run_config, write_taskset
 from rft.trainer.options import param_offload

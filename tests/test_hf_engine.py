@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from rft.errors import RftError  # noqa: E402
-from rft.explorer import Completion, InferenceEngine, SamplingArgs  # noqa: E402
-from rft.explorer.hf_engine import HFEngine, HFEngineArgs  # noqa: E402
+from rft.engines import Completion, InferenceEngine, SamplingArgs  # noqa: E402
+from rft.engines.hf_engine import HFEngine, HFEngineArgs  # noqa: E402
 from rft.testing.engines import (  # noqa: E402
     assert_seeded_generation_reproduces, assert_stop_tokens_and_min_tokens)
 
@@ -326,8 +326,8 @@ def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts
     does, against ``transformers``' ``generate`` with the engine's generation config: the
     same seed gives the same tokens (bit for bit), the same number of steps and the same
     raw logits — through the lean decoder and through the model's own forward."""
-    from rft.explorer.decode_loop import DecodeSettings, covers, draw_multinomial, sample_tokens
-    from rft.explorer.lean_decoder import unsupported_reason
+    from rft.engines.decode_loop import DecodeSettings, covers, draw_multinomial, sample_tokens
+    from rft.engines.lean_decoder import unsupported_reason
 
     assert unsupported_reason(engine.model) is None  # the tiny Qwen2 takes the lean path
 
@@ -351,14 +351,14 @@ def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts
 
 
 def test_settings_the_decode_loop_does_not_cover_go_through_generate() -> None:
-    from rft.explorer.decode_loop import covers
+    from rft.engines.decode_loop import covers
 
     assert not covers(SamplingArgs(repetition_penalty=1.2))
     assert covers(SamplingArgs(stop=("x",)))  # stop strings end rows inside the loop
 
 
 def test_chat_template_renders_once_per_conversation(engine: HFEngine, monkeypatch) -> None:
-    from rft.explorer import engine as engine_module
+    from rft.engines import engine as engine_module
 
     calls: list[int] = []
     render = type(engine)._render_chat
@@ -391,7 +391,7 @@ def test_max_model_len_below_prompt_plus_response_caps_the_response(
     max_response_tokens`` (Trinity-RFT up to 0.3.0 accepted it) validates with a warning,
     and its engine cuts a long prompt's response to fit ``max_model_len``."""
     from rft.config import load_config
-    from rft.explorer.engine_factory import build_engine, default_sampling
+    from rft.engines.engine_factory import build_engine, default_sampling
     from rft.plugins import PluginRegistry
 
     tasks = tmp_path / "tasks.jsonl"

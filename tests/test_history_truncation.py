@@ -8,10 +8,10 @@ import logging
 import pytest
 import torch
 
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer import history as history_module
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout import history as history_module
+from rft.rollout.model_wrapper import ModelWrapper
 
 QUESTION = [{"role": "user", "content": "max 302132"}]
 

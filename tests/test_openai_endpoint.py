@@ -15,11 +15,11 @@ import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.engine import Completion, SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.history import History, merge_turns
-from rft.explorer.model_wrapper import ModelWrapper
-from rft.explorer.openai_server import OpenAIServer
+from rft.engines.engine import Completion, SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.history import History, merge_turns
+from rft.rollout.model_wrapper import ModelWrapper
+from rft.endpoint.openai_server import OpenAIServer
 
 QUESTION = [{"role": "user", "content": "Tina has 3 apples. How many?"}]
 
@@ -309,7 +309,7 @@ def test_endpoint_on_the_vllm_engine(tmp_path_factory):
     pytest.importorskip("vllm")
     import os
 
-    from rft.explorer.vllm_engine import VLLMEngine
+    from rft.engines.vllm_engine import VLLMEngine
     from rft.testing.tiny_model import build_tiny_model
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

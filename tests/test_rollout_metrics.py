@@ -11,7 +11,7 @@ import torch
 from fixtures_models import arithmetic_tasks
 from rft.config import load_config
 from rft.experience import Experience
-from rft.explorer.explorer import experience_metric_stats
+from rft.rollout.explorer import experience_metric_stats
 from rft.launcher import run
 from rft.plugins import PluginRegistry
 from test_embedded_run import write_config

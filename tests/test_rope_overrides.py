@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 from rft.config import schema
-from rft.explorer.engine_factory import build_engine
-from rft.explorer.hf_engine import HFEngine
+from rft.engines.engine_factory import build_engine
+from rft.engines.hf_engine import HFEngine
 from rft.rope import rope_overrides
 from rft.trainer.models import load_causal_lm, load_value_model
 

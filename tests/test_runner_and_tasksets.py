@@ -13,7 +13,7 @@ import torch
 from rft.buffer.taskset import TaskPlugins, TasksetError, load_tasks, read_rows
 from rft.config.schema import FormatConfig, TasksetConfig
 from rft.experience import Experience
-from rft.explorer.runner import WorkflowRunner, split_repeats
+from rft.rollout.runner import WorkflowRunner, split_repeats
 from rft.workflow import RewardError, Task, Workflow, score_response
 
 

@@ -9,8 +9,8 @@ import time
 
 import torch
 from rft.experience import Experience
-from rft.explorer.runner import WorkflowRunner
-from rft.explorer.runner_states import start_reporter
+from rft.rollout.runner import WorkflowRunner
+from rft.rollout.runner_states import start_reporter
 from rft.workflow import Task, Workflow
 
 GATE = threading.Event()

@@ -29,7 +29,7 @@ from rft.checkpoint import (
 )
 from rft.config import load_config
 from rft.errors import RftError
-from rft.explorer.hf_engine import HFEngine
+from rft.engines.hf_engine import HFEngine
 from rft.launcher import run
 from rft.monitor.base import Monitor
 from rft import hookimpl

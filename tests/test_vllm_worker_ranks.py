@@ -32,8 +32,8 @@ def scenario(workdir: Path) -> dict:
 
     from rft.distributed.weight_broadcast import (Broadcast, BroadcastGroup, EngineEnd,
                                                   host_rendezvous, spec_of)
-    from rft.explorer.hf_engine import HFEngine
-    from rft.explorer.vllm_engine import VLLMEngine
+    from rft.engines.hf_engine import HFEngine
+    from rft.engines.vllm_engine import VLLMEngine
     from rft.testing.tiny_model import build_tiny_model
 
     torch.manual_seed(0)

@@ -3,7 +3,7 @@
 A weight sync with ``model.lora_configs`` moves only the adapter: an
 :class:`AdapterWeights` — its :class:`LoraSpec` (rank, alpha, the modules it adapts) and
 its tensors under peft's saved names — instead of the model's weights. Engines that
-serve adapters take it through :meth:`rft.explorer.engine.InferenceEngine.update_adapter`;
+serve adapters take it through :meth:`rft.engines.engine.InferenceEngine.update_adapter`;
 the trainer (:mod:`rft.trainer.lora`) builds it. This module sits below both.
 
 Names are those of peft's ``adapter_model.safetensors``: the trainer's parameter name

@@ -1,5 +1,5 @@
 """Operations of Llama-layout decoder layers (Qwen2, Llama) shared by the explorer's
-lean decoder (:mod:`rft.explorer.lean_decoder`) and the trainer's shared-prompt forward
+lean decoder (:mod:`rft.engines.lean_decoder`) and the trainer's shared-prompt forward
 (:mod:`rft.trainer.lean_forward`); the same arithmetic as ``transformers``' modules."""
 
 from __future__ import annotations

@@ -44,4 +44,4 @@ class ServerUnavailableError(RftError):
     finished before is kept (``bench`` writes each task's result as it finishes)."""
 
     fatal = True
-    """Read by :func:`rft.explorer.runner.is_fatal`."""
+    """Read by :func:`rft.rollout.runner.is_fatal`."""

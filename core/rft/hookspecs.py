@@ -352,7 +352,7 @@ def register_engines() -> dict[str, Any]:
         :class:`rft.distributed.weight_broadcast.JoinsWeightGroup`, so that with
         ``sync_method: nccl`` those processes receive the trainer's broadcast themselves.
         One that can release its device memory while a colocated trainer steps implements
-        :class:`rft.explorer.engine_sleep.SleepMode` (``sleep_mode``, ``sleep``,
+        :class:`rft.engines.engine_sleep.SleepMode` (``sleep_mode``, ``sleep``,
         ``wake_up``; vLLM's sleep mode). A class with ``remote = True`` serves a model on
         a server elsewhere (the built-in ``external``): chat only, no weights, never the
         policy being trained (validation reads the flag). A class with an ``Args``
@@ -379,7 +379,7 @@ def register_tool_call_parsers() -> dict[str, Any]:
 
     :return: ``{name: callable}``; the callable takes a reply's text and returns
         ``(content, calls)``: the text left as the message's ``content`` and a list of
-        :class:`rft.explorer.reply_parsing.FunctionCall` (empty when the reply calls no
+        :class:`rft.engines.reply_parsing.FunctionCall` (empty when the reply calls no
         tool). The endpoint returns the calls as ``message.tool_calls``.
 
     Example::

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
-from rft.explorer.engine import InferenceEngine
-from rft.explorer.engine_sleep import EngineSleep
+from rft.engines.engine import InferenceEngine
+from rft.engines.engine_sleep import EngineSleep
 from rft.trainer.base import Trainer
 
 

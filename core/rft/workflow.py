@@ -2,7 +2,7 @@
 
 A *task* is one row of a taskset plus what its taskset config says about it (workflow,
 reward function, format keys, rollout args, repeat count). A *workflow* turns one task
-into experiences by talking to the model through a :class:`~rft.explorer.model_wrapper.ModelWrapper`
+into experiences by talking to the model through a :class:`~rft.rollout.model_wrapper.ModelWrapper`
 and scoring the responses with the task's reward function:
 
     class MyWorkflow(Workflow):
@@ -28,7 +28,7 @@ from rft.errors import RftError
 
 if TYPE_CHECKING:
     from rft.experience import Experience
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.rollout.model_wrapper import ModelWrapper
 
 RewardFn = Callable[..., Mapping[str, float]]
 """``fn(response, truth, args) -> {part: value}``; the parts are summed into the reward."""
@@ -59,7 +59,7 @@ class Task:
     tools: list[dict[str, Any]] | None = None
     """Tool definitions (OpenAI function specs) of ``format.tools_key``; the workflow's
     model renders them into every chat prompt it does not give tools of its own
-    (:meth:`~rft.explorer.model_wrapper.ModelWrapper.chat`)."""
+    (:meth:`~rft.rollout.model_wrapper.ModelWrapper.chat`)."""
     repeat_times: int = 1
     """Rollouts to produce for this task."""
     sampling: dict[str, Any] = field(default_factory=dict)

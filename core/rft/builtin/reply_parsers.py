@@ -1,4 +1,4 @@
-"""Built-in reply parsers of the OpenAI endpoint (see :mod:`rft.explorer.reply_parsing`).
+"""Built-in reply parsers of the OpenAI endpoint (see :mod:`rft.engines.reply_parsing`).
 
 Tool calls (``tool_call_parser``):
 
@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from rft.explorer.reply_parsing import FunctionCall
+from rft.engines.reply_parsing import FunctionCall
 from rft.hookspecs import hookimpl
 
 THINK_START, THINK_END = "<think>", "</think>"

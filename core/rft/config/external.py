@@ -11,7 +11,7 @@ two agree: ``enable: true`` sets the engine type when it was left at its default
 :func:`check_external_engines` (after the cluster check) holds every remote engine — the
 rollout model's and the auxiliary models' (``engine_type: external``, settings in
 ``external_model_config``) — to what it can do (:attr:`InferenceEngine.remote
-<rft.explorer.engine.InferenceEngine.remote>`, read from the resolved engine class, never
+<rft.engines.engine.InferenceEngine.remote>`, read from the resolved engine class, never
 from its name):
 
 - as the rollout model only in modes ``bench`` (the hosted model is evaluated as it is)

@@ -2,7 +2,7 @@
 fields that have no effect where they are set.
 
 - an engine whose Python package is not installed here
-  (:attr:`~rft.explorer.engine.InferenceEngine.required_modules`: ``vllm``, also
+  (:attr:`~rft.engines.engine.InferenceEngine.required_modules`: ``vllm``, also
   through Trinity-RFT's ``vllm_async``): a problem, unless ``cluster.ray_address`` (or
   ``RAY_ADDRESS``) names a Ray cluster, whose nodes run the engines;
 - ``cluster.gpu_per_node`` larger than the GPUs of this machine when the run would use
@@ -16,7 +16,7 @@ fields that have no effect where they are set.
   would refuse it when the run starts); on a local data file: a warning (it has no effect);
 - fields with no effect here, a warning each: an engine option
   (:data:`ENGINE_OPTIONS`) set for an engine that does not read it
-  (:attr:`~rft.explorer.engine.InferenceEngine.engine_options`), trainer batching
+  (:attr:`~rft.engines.engine.InferenceEngine.engine_options`), trainer batching
   fields (:data:`TRAINER_FIELDS`) in a mode that runs no trainer, and
   ``synchronizer.sync_method: nccl`` in mode ``colocate`` (one process: the engine's
   weights are updated in memory).

@@ -47,7 +47,7 @@ class Consumed:
     """The field has its documented effect."""
 
     modules: tuple[str, ...]
-    """Modules that read the field (``rft.explorer.explorer``, ``rft_plugin_workflows...``)."""
+    """Modules that read the field (``rft.rollout.explorer``, ``rft_plugin_workflows...``)."""
     note: str = ""
     """Where / how it acts, when that is worth saying."""
     unsupported: Unsupported | None = None
@@ -97,15 +97,15 @@ BUILD_STAGES = "rft.config"
 OPTIM = "rft.trainer.optim"
 OPTIONS = "rft.trainer.options"
 TORCH_TRAINER = "rft.trainer.torch_trainer"
-ENGINE = "rft.explorer.engine"
-ENGINE_FACTORY = "rft.explorer.engine_factory"
-VLLM = "rft.explorer.vllm_engine"
-EXTERNAL_ENGINE = "rft.explorer.external_engine"
+ENGINE = "rft.engines.engine"
+ENGINE_FACTORY = "rft.engines.engine_factory"
+VLLM = "rft.engines.vllm_engine"
+EXTERNAL_ENGINE = "rft.engines.external_engine"
 EXTERNAL_CHECKS = "rft.config.external"
-EXPLORER = "rft.explorer.explorer"
-AUXILIARY = "rft.explorer.auxiliary"
-REPLY_PARSING = "rft.explorer.reply_parsing"
-OPENAI_SERVER = "rft.explorer.openai_server"
+EXPLORER = "rft.rollout.explorer"
+AUXILIARY = "rft.rollout.auxiliary"
+REPLY_PARSING = "rft.engines.reply_parsing"
+OPENAI_SERVER = "rft.endpoint.openai_server"
 TASKSET = "rft.buffer.taskset"
 SFT_DATA = "rft.buffer.sft_data"
 BUFFER_FACTORY = "rft.buffer.factory"
@@ -290,7 +290,7 @@ SUPPORT: dict[str, Support] = {
     "RolloutArgsConfig.top_p": _c(ENGINE, note="the task's sampling overrides"),
     "RolloutArgsConfig.top_k": _c(ENGINE, note="the task's sampling overrides"),
     "RolloutArgsConfig.logprobs": _c(
-        "rft.explorer.call_batching", note="any number: the sampled token's log-prob",
+        "rft.engines.call_batching", note="any number: the sampled token's log-prob",
         unsupported=Unsupported(
             "top log-probabilities are not returned (rft returns the sampled token's "
             "log-probability only, as with 0); it has no effect", when=_positive, example=5)),
@@ -447,7 +447,7 @@ SUPPORT: dict[str, Support] = {
     "ExplorerConfig.over_rollout": Structural(),
     "ExplorerConfig.dynamic_timeout": Structural(),
     "ExplorerConfig.runner_state_report_interval": _c(
-        EXPLORER, note="seconds between log lines of the runners' states (rft.explorer."
+        EXPLORER, note="seconds between log lines of the runners' states (rft.rollout."
                        "runner_states); 0: off"),
     # ---- synchronizer -------------------------------------------------------------------
     "SynchronizerConfig.sync_method": _c(BOTH, VALIDATE, note="unset: the mode's default"),

@@ -848,7 +848,7 @@ def check_memory(c: RftConfig, v: Validation) -> None:
 def check_rollout_logprobs(c: RftConfig, v: Validation) -> None:
     """``trainer_config.torch.use_rollout_logprobs`` trains on the engine's log-probs as the
     old ones: refused where the engine keeps its processed log-probs (no full-vocabulary
-    re-scoring, :attr:`~rft.explorer.engine.InferenceEngine.keeps_processed_logprobs`) for
+    re-scoring, :attr:`~rft.engines.engine.InferenceEngine.keeps_processed_logprobs`) for
     this sampling: ``T ∉ {0, 1}`` with top-p < 1, top-k > 0 or a repetition penalty."""
     engine = v.rollout_model.engine if v.rollout_model is not None else None
     torch_tree = (c.trainer.trainer_config or {}).get("torch") or {}

@@ -20,10 +20,10 @@ the lifecycle of one device (:class:`rft.modes.colocate.ColocateStage`,
   samples: the samples); share ``j`` samples with seed ``seed + j``, as
   :class:`~rft.distributed.engine_pool.EnginePool` does, so one rank reproduces a single
   engine. With ``explorer.concurrent_mode: multi-threading`` the calls of all the workflows
-  of an explore step are merged into one (:mod:`rft.explorer.call_batching`), so every
+  of an explore step are merged into one (:mod:`rft.engines.call_batching`), so every
   rank explores its share of the step's batch.
 - **Training.** Before each train step every engine that can releases its device memory
-  (vLLM's sleep mode on CUDA, :mod:`rft.explorer.engine_sleep`); the ranks then train
+  (vLLM's sleep mode on CUDA, :mod:`rft.engines.engine_sleep`); the ranks then train
   together as in mode ``both``.
 - **Weights.** After the step each rank gathers the actor tensor by tensor
   (``full_tensor()`` of its shards, over the trainer's own process group) and loads each
@@ -59,8 +59,8 @@ from rft.distributed.cluster import ray_cluster
 from rft.distributed.engine_pool import EngineReplica, chunks
 from rft.distributed.timeline import timeline_file
 from rft.errors import RftError
-from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
-from rft.explorer.engine_sleep import EngineSleep
+from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
+from rft.engines.engine_sleep import EngineSleep
 from rft.modes.colocate import run_colocate
 from rft.modes.stage import StageResult
 from rft.synchronizer import counted_tensors
@@ -73,7 +73,7 @@ log = logging.getLogger("rft.distributed.colocate_ranks")
 ENGINE = "colocated_engine"
 """A rank's engine (an :class:`EngineReplica`) in :attr:`TrainerRank.scratch`."""
 SLEEP = "colocated_engine_sleep"
-"""Its :class:`~rft.explorer.engine_sleep.EngineSleep` in :attr:`TrainerRank.scratch`."""
+"""Its :class:`~rft.engines.engine_sleep.EngineSleep` in :attr:`TrainerRank.scratch`."""
 
 
 def run_colocate_mode(stage: Stage) -> StageResult:

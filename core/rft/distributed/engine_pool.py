@@ -2,7 +2,7 @@
 
 Each replica is a Ray actor holding one engine of the configured type (on GPUs with
 ``tensor_parallel_size`` GPUs of its own). :class:`EnginePool` is an
-:class:`~rft.explorer.engine.InferenceEngine` itself, so the explorer, its model wrapper
+:class:`~rft.engines.engine.InferenceEngine` itself, so the explorer, its model wrapper
 and the workflows use it like a single engine:
 
 - ``generate`` / ``compute_logprobs`` split the call's prompts into one contiguous chunk
@@ -33,9 +33,9 @@ from rft.device_check import check_actor_device
 from rft.distributed.actor_env import set_explorer_env
 from rft.distributed.placement import auxiliary_placement, on_gpus
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
-from rft.explorer.auxiliary import AuxiliaryEngineBuilder
-from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
-from rft.explorer.engine_factory import build_engine
+from rft.rollout.auxiliary import AuxiliaryEngineBuilder
+from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
+from rft.engines.engine_factory import build_engine
 from rft.modes.builders import quiet_libraries
 from rft.tensor_wire import NamedTensors
 

@@ -22,9 +22,9 @@ from rft.distributed.engine_pool import EnginePool, auxiliary_pools
 from rft.distributed.placement import actor_gpus, detect_from_ray
 from rft.distributed.shared_queue import run_sharing_queue, shares_queue
 from rft.distributed.timeline import timeline_file
-from rft.explorer.auxiliary import one_engine
-from rft.explorer.engine import InferenceEngine
-from rft.explorer.engine_factory import build_engine
+from rft.rollout.auxiliary import one_engine
+from rft.engines.engine import InferenceEngine
+from rft.engines.engine_factory import build_engine
 from rft.modes.explore import EngineBuilder, run_explore
 from rft.modes.stage import StageResult
 

@@ -54,10 +54,10 @@ from rft.distributed.weight_broadcast import (
     spec_of,
 )
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine, load_weights
-from rft.explorer.engine_factory import build_engine, default_sampling
-from rft.explorer.explorer import Explorer
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import InferenceEngine, load_weights
+from rft.engines.engine_factory import build_engine, default_sampling
+from rft.rollout.explorer import Explorer
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     build_trainer,
     engine_seed,

@@ -33,10 +33,10 @@ from rft.checkpoint import (
 from rft.config import Stage
 from rft.config.plan import RunPlan
 from rft.errors import RftError
-from rft.explorer.engine import load_weights
-from rft.explorer.engine_factory import build_engine, default_sampling
-from rft.explorer.explorer import Explorer
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import load_weights
+from rft.engines.engine_factory import build_engine, default_sampling
+from rft.rollout.explorer import Explorer
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.bench_results import BenchRecord, BenchRun
 from rft.modes.builders import quiet_libraries
 from rft.modes.stage import CheckpointEval, StageLifecycle, StageResult

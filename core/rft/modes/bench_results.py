@@ -67,7 +67,7 @@ class BenchRun:
 
 
 class BenchRecord:
-    """The results of one evaluated model (an :class:`rft.explorer.explorer.EvalRecord`).
+    """The results of one evaluated model (an :class:`rft.rollout.explorer.EvalRecord`).
 
     :param job_dir: the run's job dir.
     :param step: the model's step (checkpoint step; 0 for a hosted model).

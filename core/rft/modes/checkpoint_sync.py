@@ -23,7 +23,7 @@ from rft.checkpoint import (
     newest_checkpoint,
 )
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine, load_weights
+from rft.engines.engine import InferenceEngine, load_weights
 
 
 class SyncTimeout(RftError):

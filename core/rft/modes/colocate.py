@@ -21,7 +21,7 @@ process (:class:`LocalEngine`), whose weights are copied from the trainer after 
 on N devices (``trainer.ranks > 1``) one engine in each trainer rank
 (:class:`rft.distributed.colocate_ranks.RankEngines`, veRL's hybrid engine). Either way an
 engine that can (vLLM's sleep mode on a GPU) releases its device memory while the trainer
-steps (:mod:`rft.explorer.engine_sleep`), and in one process, where the engine is built
+steps (:mod:`rft.engines.engine_sleep`), and in one process, where the engine is built
 first, also while the trainer loads (:meth:`RolloutEngines.make_room`).
 """
 
@@ -39,11 +39,11 @@ from rft.buffer.storage import ExperienceStorage, explore_step_key
 from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine
-from rft.explorer.engine_factory import build_engine, default_sampling
-from rft.explorer.engine_sleep import EngineSleep
-from rft.explorer.explorer import Explorer
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import InferenceEngine
+from rft.engines.engine_factory import build_engine, default_sampling
+from rft.engines.engine_sleep import EngineSleep
+from rft.rollout.explorer import Explorer
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     build_trainer,
     engine_seed,

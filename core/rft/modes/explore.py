@@ -40,11 +40,11 @@ from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.errors import RftError
-from rft.explorer.auxiliary import AuxiliaryEngineBuilder, one_engine
-from rft.explorer.engine import InferenceEngine
-from rft.explorer.engine_factory import build_engine, default_sampling
-from rft.explorer.explorer import Explorer
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.rollout.auxiliary import AuxiliaryEngineBuilder, one_engine
+from rft.engines.engine import InferenceEngine
+from rft.engines.engine_factory import build_engine, default_sampling
+from rft.rollout.explorer import Explorer
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     engine_seed,
     quiet_libraries,

@@ -601,7 +601,7 @@ def check_workflow(workflow_cls: type, args: Any, task: Any, model: Any) -> list
     4. when ``task.greedy_baseline`` is set (ReMax), each carries a finite
        ``info["reward_baseline"]``.
 
-    :param model: a :class:`rft.explorer.model_wrapper.ModelWrapper` (the ``rft_model``
+    :param model: a :class:`rft.rollout.model_wrapper.ModelWrapper` (the ``rft_model``
         fixture wraps the tiny model).
     :return: the experiences.
     """

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
+from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
 
 
 def flat(results: Sequence[Sequence[Completion]]) -> list[Completion]:

@@ -12,7 +12,7 @@ Fixtures (prefixed ``rft_`` so they never clash with a project's own):
 ``rft_tiny_taskset``
     a JSONL taskset of 8 arithmetic rows ``{"question": "3+1=", "answer": "4"}``.
 ``rft_model`` (session)
-    a :class:`~rft.explorer.model_wrapper.ModelWrapper` over the ``hf`` engine on the
+    a :class:`~rft.rollout.model_wrapper.ModelWrapper` over the ``hf`` engine on the
     tiny model, for :func:`rft.testing.checks.check_workflow`.
 ``rft_run``
     ``rft_run(overrides=None, *, plugins=(), steps=2) -> RunOutcome``: a colocate GRPO
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.rollout.model_wrapper import ModelWrapper
     from rft.testing.runs import RunOutcome
 
 
@@ -51,9 +51,9 @@ def rft_tiny_taskset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def rft_model(rft_tiny_model: Path) -> ModelWrapper:
     """The tiny model behind the ``hf`` engine (fp32, seed 0, at most 8 new tokens)."""
-    from rft.explorer.engine import SamplingArgs
-    from rft.explorer.hf_engine import HFEngine
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.rollout.model_wrapper import ModelWrapper
 
     engine = HFEngine(str(rft_tiny_model), max_model_len=256, max_response_tokens=8, seed=0)
     return ModelWrapper(engine, SamplingArgs(temperature=1.0, max_tokens=8))

@@ -14,7 +14,7 @@ once per row, attending to their prompt's keys / values::
                                                     the R response tokens
 
 Per layer and position the operations are those of the model's forward (as
-:mod:`rft.explorer.lean_decoder` does for decoding; key ``j`` is allowed for query ``i``
+:mod:`rft.engines.lean_decoder` does for decoding; key ``j`` is allowed for query ``i``
 when ``j ≤ i`` and ``attention_mask[j] = 1``, or ``j = i``), so the logits are the
 model's and the gradient is the same sum — the prompt's share, which the model's forward
 computes ``n`` times, is computed once with the summed upstream gradient

@@ -15,10 +15,10 @@ from rft.experience import Experience
 def judge(rft_tiny_model):
     """The tiny model in its own ``hf`` engine, named ``judge`` — what
     ``explorer.auxiliary_models: [{name: judge, model_path: <tiny>, engine_type: hf}]``
-    builds (``rft.explorer.auxiliary``)."""
-    from rft.explorer.engine import SamplingArgs
-    from rft.explorer.hf_engine import HFEngine
-    from rft.explorer.model_wrapper import ModelWrapper
+    builds (``rft.rollout.auxiliary``)."""
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.rollout.model_wrapper import ModelWrapper
 
     engine = HFEngine(str(rft_tiny_model), max_model_len=2048, max_response_tokens=8, seed=1)
     return ModelWrapper(engine, SamplingArgs(temperature=1.0, max_tokens=8), name="judge")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.hf_engine import HFEngine
-from rft.explorer.model_wrapper import ModelWrapper
+from rft.engines.engine import SamplingArgs
+from rft.engines.hf_engine import HFEngine
+from rft.rollout.model_wrapper import ModelWrapper
 from rft.plugins import PluginRegistry
 from rft.testing.tiny_model import build_tiny_model
 from rft.workflow import Task

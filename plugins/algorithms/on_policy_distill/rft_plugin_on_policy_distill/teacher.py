@@ -21,7 +21,7 @@ from rft.experience import Experience
 from rft.workflow import Workflow
 
 if TYPE_CHECKING:
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.rollout.model_wrapper import ModelWrapper
 
 __all__ = ["MATH_INSTRUCTION", "MATH_SYSTEM_PROMPT", "OnPolicyDistillMathWorkflow",
            "OnPolicyDistillWorkflow", "OnPolicyDistillWorkflowArgs", "attach_teacher_logprobs",

@@ -22,9 +22,9 @@ flight) with ``n``, ``temperature``, ``top_p``, ``max_tokens`` (the call's, else
 sent only when they differ from their neutral value (``min_tokens`` above 1), because
 OpenAI's own API refuses them. The answer's text, finish reason and — when the server returns
 them (top-level ``logprobs.content``) — the sampled tokens' log-probs become
-:class:`~rft.explorer.engine.Completion` s. Log-probs are the server's own (vLLM reports
+:class:`~rft.engines.engine.Completion` s. Log-probs are the server's own (vLLM reports
 them before temperature scaling unless its ``logprobs_mode`` says otherwise; rft's endpoint
-follows :mod:`rft.explorer.engine`'s contract).
+follows :mod:`rft.engines.engine`'s contract).
 
 Token ids: the server's, with ``extra_engine_args: {return_token_ids: true}`` (vLLM's and
 rft's endpoint's extension); else the local tokenizer's when there is one
@@ -33,7 +33,7 @@ template, the response text re-encoded; log-probs are kept only where they align
 token); else none — experiences then carry the text alone (``response_text``), which is
 what evaluation needs. Such experiences are never trained on: validation refuses the
 engine as the policy being trained (see :attr:`InferenceEngine.remote
-<rft.explorer.engine.InferenceEngine.remote>`).
+<rft.engines.engine.InferenceEngine.remote>`).
 
 Token-id paths — :meth:`generate` (``ModelWrapper.generate`` / ``generate_from_ids``,
 ``use_base``), :meth:`compute_logprobs` (teacher-forced verdicts of ``llm_judge_workflow``
@@ -66,7 +66,7 @@ from rft.chat_template import model_chat_template
 from rft.config.convert import INVALID, to_dataclass
 from rft.config.schema import ExternalModelConfig, RftConfig
 from rft.errors import RftError, ServerUnavailableError
-from rft.explorer.engine import Completion, FinishReason, InferenceEngine, SamplingArgs
+from rft.engines.engine import Completion, FinishReason, InferenceEngine, SamplingArgs
 
 T = TypeVar("T")
 
@@ -176,12 +176,12 @@ class ExternalEngine(InferenceEngine):
         self.model_name: str | None = model_name
         self.model_name = model_name or self._served_model()
         self.model_path = tokenizer_path or self.model_name
-        """The name :class:`~rft.explorer.model_wrapper.ModelWrapper` gives the model."""
+        """The name :class:`~rft.rollout.model_wrapper.ModelWrapper` gives the model."""
 
     @classmethod
     def from_config(cls, config: RftConfig) -> ExternalEngine:
         """The engine of a stage's rollout model (an auxiliary model's through
-        :func:`rft.explorer.auxiliary.engine_config`, whose ``model.external_model`` is the
+        :func:`rft.rollout.auxiliary.engine_config`, whose ``model.external_model`` is the
         auxiliary model's settings)."""
         m, rm, e = config.model, config.explorer.rollout_model, config.explorer
         url, key = server_address(m.external_model, "model.external_model")

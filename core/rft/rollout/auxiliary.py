@@ -2,7 +2,7 @@
 
 Each entry becomes an engine of its own (``engine_type``: ``hf``, ``vllm``, or ``external``
 for a model behind an OpenAI-compatible server, set by ``external_model_config``) wrapped in a
-:class:`~rft.explorer.model_wrapper.ModelWrapper` named ``name`` (or its position, ``"0"``,
+:class:`~rft.rollout.model_wrapper.ModelWrapper` named ``name`` (or its position, ``"0"``,
 ``"1"``, …). Workflows get them as ``self.auxiliary_models`` and look one up with
 ``self.auxiliary_model("judge")``; an LLM-judge reward, for instance::
 
@@ -34,11 +34,11 @@ from rft.config.schema import (
     RolloutModelConfig,
 )
 from rft.errors import RftError
-from rft.explorer.engine import InferenceEngine, SamplingArgs
-from rft.explorer.engine_factory import build_engine
-from rft.explorer.model_wrapper import ModelWrapper
-from rft.explorer.openai_server import EndpointSettings
-from rft.explorer.reply_parsing import reply_parser_of
+from rft.engines.engine import InferenceEngine, SamplingArgs
+from rft.engines.engine_factory import build_engine
+from rft.rollout.model_wrapper import ModelWrapper
+from rft.endpoint.openai_server import EndpointSettings
+from rft.engines.reply_parsing import reply_parser_of
 
 AuxiliaryEngineBuilder = Callable[[RftConfig, type[InferenceEngine], int], InferenceEngine]
 """Makes an auxiliary model's engine from its engine config (:func:`engine_config`), the

@@ -1,7 +1,7 @@
 """``explorer.runner_state_report_interval``: the workflow runners' states, logged every
 N seconds by a daemon thread (0: off).
 
-:class:`RunnerStates` counts what :class:`~rft.explorer.runner.WorkflowRunner` does
+:class:`RunnerStates` counts what :class:`~rft.rollout.runner.WorkflowRunner` does
 (tasks running, tasks ended ok / failed); :class:`StateReporter` logs
 :meth:`RunnerStates.line` every ``interval`` seconds until closed.
 """

@@ -34,11 +34,11 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from rft.errors import RftError
-from rft.explorer.engine import Completion
-from rft.explorer.reply_parsing import AssistantReply, ReplyParser, call_of
+from rft.engines.engine import Completion
+from rft.engines.reply_parsing import AssistantReply, ReplyParser, call_of
 
 if TYPE_CHECKING:
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.rollout.model_wrapper import ModelWrapper
 
 log = logging.getLogger("rft.openai")
 

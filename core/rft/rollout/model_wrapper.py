@@ -8,14 +8,14 @@ response ids, the sampling log-probs and the weights version. A response whose p
 left-truncated gets an all-zero action mask: it is kept (and counted) but not trained on.
 
 Workflows run in threads by the runner share their engine calls through a
-:class:`~rft.explorer.call_batching.CallBatcher` (one engine call serves every workflow
+:class:`~rft.engines.call_batching.CallBatcher` (one engine call serves every workflow
 waiting on the model).
 
-With ``enable_history`` every call is also recorded (:mod:`rft.explorer.history`):
+With ``enable_history`` every call is also recorded (:mod:`rft.rollout.history`):
 ``model.extract_experience_from_history()`` drains the record, ``merge_turns=True`` joins
 the calls of each multi-turn conversation into one experience. ``model.get_openai_client()``
 talks to the same engine through the explorer's OpenAI-compatible endpoint
-(:mod:`rft.explorer.openai_server`), recorded in the same history.
+(:mod:`rft.endpoint.openai_server`), recorded in the same history.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
-from rft.explorer.history import History
-from rft.explorer.history import merge_turns as merge_history
-from rft.explorer.call_batching import (ChatResults, engine_call,
+from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
+from rft.rollout.history import History
+from rft.rollout.history import merge_turns as merge_history
+from rft.engines.call_batching import (ChatResults, engine_call,
                                         experiences_from_completions, sampling_args)
-from rft.explorer.openai_server import EndpointSettings, OpenAIServer
-from rft.explorer.reply_parsing import AssistantReply, ReplyParser
+from rft.endpoint.openai_server import EndpointSettings, OpenAIServer
+from rft.engines.reply_parsing import AssistantReply, ReplyParser
 
 class ModelWrapper:
     """An engine plus default sampling settings, returning experiences.
@@ -152,7 +152,7 @@ class ModelWrapper:
         :param clear_history: forget them (else the next call returns them again).
         :param merge_turns: join the calls of each multi-turn conversation into one
             experience, action mask 1 on the model's tokens only
-            (:func:`rft.explorer.history.merge_turns`).
+            (:func:`rft.rollout.history.merge_turns`).
         :raises RftError: history is off.
         """
         if not self.enable_history:
@@ -231,7 +231,7 @@ class ModelWrapper:
 
         ``tools`` (OpenAI function specs) are rendered into the prompts by the chat
         template. With history on, a conversation that continues a recorded reply is sent
-        as exact token ids (see :mod:`rft.explorer.history`), so that the calls of one
+        as exact token ids (see :mod:`rft.rollout.history`), so that the calls of one
         conversation extend each other token for token.
         """
         conversations = [list(c) for c in conversations]

@@ -1,14 +1,14 @@
 """The ``hf`` engine: transformers models (CPU by default), the logprob reference.
 
 Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
-prompts), each repeated ``n`` times. Tokens are drawn by :mod:`rft.explorer.decode_loop`
+prompts), each repeated ``n`` times. Tokens are drawn by :mod:`rft.engines.decode_loop`
 (a plain KV-cache loop over the same logits as ``generate``, faster) or, with a
 repetition penalty (which it does not cover), by ``generate``. Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
 step as ``log_softmax(z_t / T)[y_t]`` — the
-convention of :mod:`rft.explorer.engine`, which :meth:`HFEngine.compute_logprobs`
+convention of :mod:`rft.engines.engine`, which :meth:`HFEngine.compute_logprobs`
 reproduces by teacher forcing.
 
 LoRA (:meth:`HFEngine.update_adapter`): the adapter's layers are inserted into the model
@@ -28,8 +28,8 @@ import torch
 
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
-from rft.explorer import decode_loop
-from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.engines import decode_loop
+from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.rope import apply_rope
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -74,7 +74,7 @@ class HFEngine(InferenceEngine):
     :param rope_scaling, rope_theta: ``model.rope_scaling`` / ``model.rope_theta``
         overrides of the checkpoint's config (:mod:`rft.rope`).
     :param engine_kwargs: the prompt / template / seed settings of
-        :class:`~rft.explorer.engine.InferenceEngine`.
+        :class:`~rft.engines.engine.InferenceEngine`.
     """
 
     Args = HFEngineArgs

@@ -1,7 +1,7 @@
 """Building an inference engine and its sampling defaults from a config.
 
 Used for the rollout model (every mode) and, through a config whose rollout model is the
-auxiliary one (:func:`rft.explorer.auxiliary.engine_config`), for auxiliary models.
+auxiliary one (:func:`rft.rollout.auxiliary.engine_config`), for auxiliary models.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from rft.adapter import AdapterWeights
 from rft.chat_template import model_chat_template
 from rft.config.schema import RftConfig
-from rft.explorer.engine import InferenceEngine, SamplingArgs
+from rft.engines.engine import InferenceEngine, SamplingArgs
 
 
 def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:

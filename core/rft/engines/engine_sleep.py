@@ -19,7 +19,7 @@ sleeps while the trainer loads (:meth:`EngineSleep.sleep` then :meth:`EngineSlee
 :class:`EngineSleep` keeps that order and the engine's state.
 Engines without it (``hf``), and engines whose sleep mode is off, keep their memory; on a
 CPU nothing sleeps. The vLLM engine turns its sleep mode on by default on CUDA in mode
-``colocate`` (:meth:`rft.explorer.vllm_engine.VLLMEngine.from_config`); that GPU path has
+``colocate`` (:meth:`rft.engines.vllm_engine.VLLMEngine.from_config`); that GPU path has
 not been run (no GPU was available).
 """
 
@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from rft.explorer.engine import InferenceEngine, SyncWeights, load_weights
+from rft.engines.engine import InferenceEngine, SyncWeights, load_weights
 
 WEIGHTS = "weights"
 """``wake_up`` tag: the model weights."""

@@ -1,6 +1,6 @@
 """Call history of a model wrapper: every call as an experience, and multi-turn merging.
 
-With ``enable_history`` a :class:`~rft.explorer.model_wrapper.ModelWrapper` records each
+With ``enable_history`` a :class:`~rft.rollout.model_wrapper.ModelWrapper` records each
 sampled response (from ``generate`` / ``chat`` or from the OpenAI-compatible endpoint) as
 an :class:`~rft.experience.Experience`; ``extract_experience_from_history()`` drains them.
 
@@ -39,10 +39,10 @@ from typing import Any
 import torch
 
 from rft.experience import Experience
-from rft.explorer.engine import Completion, InferenceEngine, render_text
-from rft.explorer.reply_parsing import AssistantReply
+from rft.engines.engine import Completion, InferenceEngine, render_text
+from rft.engines.reply_parsing import AssistantReply
 
-log = logging.getLogger("rft.explorer.history")
+log = logging.getLogger("rft.rollout.history")
 
 _warned_cut = False
 """A cut turn was warned about in this process (:meth:`History.remember`)."""

@@ -3,7 +3,7 @@
 ``transformers``' ``generate`` spends a large share of a tiny model's decode step in its
 own bookkeeping (input preparation, processor lists, stopping-criteria objects). For the
 common settings — temperature, top-k, top-p, a minimum length, EOS / stop token ids —
-this loop calls the model directly: through :class:`~rft.explorer.lean_decoder.LeanDecoder`
+this loop calls the model directly: through :class:`~rft.engines.lean_decoder.LeanDecoder`
 where it supports the model (the same logits, bit for bit, with less overhead), else the
 model's forward with a :class:`transformers.DynamicCache`. It uses the same forward
 inputs as ``generate`` (positions ``cumsum(mask) − 1``, logits of the last position
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rft.explorer.engine import SamplingArgs
-from rft.explorer.lean_decoder import LeanDecoder, lean_decoder_for
+from rft.engines.engine import SamplingArgs
+from rft.engines.lean_decoder import LeanDecoder, lean_decoder_for
 
 
 @dataclass
@@ -117,7 +117,7 @@ def draw_multinomial(probs: torch.Tensor) -> torch.Tensor:
 
 class _ModelForward:
     """The model's own forward with a :class:`transformers.DynamicCache` (the fallback of
-    :class:`~rft.explorer.lean_decoder.LeanDecoder`)."""
+    :class:`~rft.engines.lean_decoder.LeanDecoder`)."""
 
     def __init__(self, model: nn.Module) -> None:
         from transformers import DynamicCache
@@ -154,7 +154,7 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     token. Uses the global torch RNG.
 
     :param draw: picks one token per row from the step's probabilities ``(B·repeats, V)``.
-    :param lean: use :class:`~rft.explorer.lean_decoder.LeanDecoder` when it supports the
+    :param lean: use :class:`~rft.engines.lean_decoder.LeanDecoder` when it supports the
         model (``False``: always the model's own forward).
     :param repeats: completions per prompt row. The lean decoder runs each prompt once and
         copies its cache to the repeats (the same logits as on repeated rows); the model's

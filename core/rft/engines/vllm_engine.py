@@ -8,7 +8,7 @@ with vLLM's own defaults. vLLM is imported only when an engine is built, so rft 
 (and ``rft plugins`` lists this engine) without it. A script that builds the engine on
 CPU needs an ``if __name__ == "__main__":`` guard (vLLM may spawn processes).
 
-Log-probabilities (see :mod:`rft.explorer.engine`): the engine runs with
+Log-probabilities (see :mod:`rft.engines.engine`): the engine runs with
 ``logprobs_mode="processed_logprobs"`` and asks for ``logprobs=0`` (the sampled token
 only), i.e. ``log_softmax(z_t / T)[y_t]`` after vLLM's logits processing. That equals the
 contract when top-k, top-p, the repetition penalty and ``min_tokens`` are off; otherwise
@@ -60,12 +60,12 @@ import torch
 from rft.adapter import CONFIG_FILE, AdapterWeights
 from rft.chat_template import model_chat_template
 from rft.errors import RftError
-from rft.explorer.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
-from rft.explorer.hf_engine import _strip_wrappers
-from rft.explorer.vllm_logs import configure_vllm_logging
+from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.engines.hf_engine import _strip_wrappers
+from rft.engines.vllm_logs import configure_vllm_logging
 from rft.rope import apply_rope
 
-log = logging.getLogger("rft.explorer.vllm_engine")
+log = logging.getLogger("rft.engines.vllm_engine")
 
 _DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
                 "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
@@ -104,9 +104,9 @@ class VLLMEngine(InferenceEngine):
         ``extra_engine_args``), e.g. ``kv_cache_memory_bytes``, ``max_num_seqs``; they win
         over the values chosen here.
     :param log_level: rft's ``log.level``: vLLM logs at INFO under ``DEBUG``, else at
-        WARNING (:mod:`rft.explorer.vllm_logs`).
+        WARNING (:mod:`rft.engines.vllm_logs`).
     :param engine_kwargs: the prompt / template / seed settings of
-        :class:`~rft.explorer.engine.InferenceEngine`.
+        :class:`~rft.engines.engine.InferenceEngine`.
     """
 
     required_modules = ("vllm",)
@@ -569,7 +569,7 @@ class VLLMEngine(InferenceEngine):
             with self._lock:
                 self.llm.collective_rpc(_leave_weight_group_on_worker)
 
-    # ---- sleep mode: sharing a GPU with a trainer (rft.explorer.engine_sleep) ----------
+    # ---- sleep mode: sharing a GPU with a trainer (rft.engines.engine_sleep) ----------
 
     @property
     def sleep_mode(self) -> bool:

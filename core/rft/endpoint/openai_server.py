@@ -24,12 +24,12 @@ Agent workflows written against the OpenAI API talk to the rollout model through
 =============================================  ==========================================
 
 Each workflow's view of the model (:meth:`ModelWrapper.for_workflow
-<rft.explorer.model_wrapper.ModelWrapper.for_workflow>`) has its own *session*: its client
+<rft.rollout.model_wrapper.ModelWrapper.for_workflow>`) has its own *session*: its client
 uses ``/sessions/<id>/v1``, so the calls it makes are recorded in its own history, and they
 join the concurrent workflows' engine calls like its direct calls do
-(:class:`~rft.explorer.model_wrapper.CallBatcher`). Plain ``/v1`` is the model itself.
+(:class:`~rft.rollout.model_wrapper.CallBatcher`). Plain ``/v1`` is the model itself.
 
-Replies become messages through the model's :class:`~rft.explorer.reply_parsing.ReplyParser`
+Replies become messages through the model's :class:`~rft.engines.reply_parsing.ReplyParser`
 (``tool_call_parser``, ``reasoning_parser``): ``message.tool_calls`` and
 ``message.reasoning_content``. A streamed request gets the finished reply as
 ``chat.completion.chunk`` server-sent events (:func:`stream_chunks`).
@@ -44,7 +44,7 @@ handler: SIGINT / SIGTERM stay the process's.
 With an API key (:class:`EndpointSettings`, ``openai_api_key_env``) every request but
 ``/health`` needs ``Authorization: Bearer <key>``, else ``401``; serving beyond loopback
 without a key is refused. Requests the endpoint cannot honour are answered in the OpenAI
-error format (:mod:`rft.explorer.openai_protocol`): ``400`` for a bad or unsupported field
+error format (:mod:`rft.endpoint.openai_protocol`): ``400`` for a bad or unsupported field
 or a prompt over the model's prompt limit (naming it; the endpoint never truncates),
 ``404`` for an unknown path, model or session, ``405`` for a wrong method, ``413`` for a
 body over ``max_request_bytes``, ``503`` while the server stops; engine failures are
@@ -83,9 +83,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rft.errors import RftError
-from rft.explorer.call_batching import CallBatcher, ChatResults, sampling_args
-from rft.explorer.engine import Completion
-from rft.explorer.openai_protocol import (
+from rft.engines.call_batching import CallBatcher, ChatResults, sampling_args
+from rft.engines.engine import Completion
+from rft.endpoint.openai_protocol import (
     BadRequest,
     ChatRequest,
     RequestLimits,
@@ -94,12 +94,12 @@ from rft.explorer.openai_protocol import (
     parse_chat_request,
     stream_chunks,
 )
-from rft.explorer.reply_parsing import AssistantReply, ReplyParser
+from rft.engines.reply_parsing import AssistantReply, ReplyParser
 from rft.hosts import is_loopback, why_not_loopback
 
 if TYPE_CHECKING:
     from rft.config.schema import InferenceModelConfig
-    from rft.explorer.model_wrapper import ModelWrapper
+    from rft.rollout.model_wrapper import ModelWrapper
 
 log = logging.getLogger("rft.openai")
 

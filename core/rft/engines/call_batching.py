@@ -22,8 +22,8 @@ import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.engine import Completion, InferenceEngine, SamplingArgs
-from rft.explorer.reply_parsing import AssistantReply
+from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
+from rft.engines.reply_parsing import AssistantReply
 
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingArgs)}
 

@@ -15,7 +15,7 @@ plugins (``register_tool_call_parsers``, ``register_reasoning_parsers``):
 
 The sampled token ids never change: the trainer learns from the reply as sampled, and a
 conversation that continues a parsed reply is continued from its exact ids
-(:mod:`rft.explorer.history`, :meth:`AssistantReply.matches`).
+(:mod:`rft.rollout.history`, :meth:`AssistantReply.matches`).
 """
 
 from __future__ import annotations

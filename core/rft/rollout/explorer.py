@@ -36,17 +36,17 @@ from rft.config.plan import RunPlan, TasksetPlan
 from rft.config.schema import TasksetConfig
 from rft.errors import RftError
 from rft.experience import EID, Experience
-from rft.explorer.auxiliary import (
+from rft.rollout.auxiliary import (
     AuxiliaryEngineBuilder,
     build_auxiliary_models,
     close_models,
     one_engine,
 )
-from rft.explorer.model_wrapper import ModelWrapper
-from rft.explorer.openai_server import EndpointSettings
-from rft.explorer.reply_parsing import reply_parser_of
-from rft.explorer.runner import TaskResult, WorkflowRunner, split_repeats
-from rft.explorer.runner_states import start_reporter
+from rft.rollout.model_wrapper import ModelWrapper
+from rft.endpoint.openai_server import EndpointSettings
+from rft.engines.reply_parsing import reply_parser_of
+from rft.rollout.runner import TaskResult, WorkflowRunner, split_repeats
+from rft.rollout.runner_states import start_reporter
 from rft.workflow import Task, Workflow
 
 log = logging.getLogger("rft.explorer")
@@ -213,7 +213,7 @@ class Explorer:
         ``on_result`` gets the labelled experiences of each task as soon as it succeeds.
 
         :raises RftError: a fatal error stopped the runner (an external model's server is
-            down; see :mod:`rft.explorer.runner`), once every finished task was handed over.
+            down; see :mod:`rft.rollout.runner`), once every finished task was handed over.
         """
         units: list[tuple[Task, int]] = [part for task in tasks
                                          for part in split_repeats(task, self.max_repeat_times_per_runner)]

@@ -47,7 +47,7 @@ take ``ratio ×`` the mean seconds of the tasks that succeeded so far, at most
 ``max_timeout`` (:meth:`WorkflowRunner.task_timeout`).
 
 The model calls of the workflows running at the same time are merged into one engine
-call (:class:`~rft.explorer.model_wrapper.CallBatcher`), in task order, so a step makes
+call (:class:`~rft.rollout.model_wrapper.CallBatcher`), in task order, so a step makes
 as few engine calls as its workflows allow.
 """
 
@@ -68,8 +68,8 @@ from typing import Any
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.call_batching import CallBatcher
-from rft.explorer.runner_states import RunnerStates
+from rft.engines.call_batching import CallBatcher
+from rft.rollout.runner_states import RunnerStates
 from rft.workflow import Task, Workflow
 
 WorkflowFactory = Callable[[Task], Workflow]

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP endpoint over the rollout model: protocol and server."""
