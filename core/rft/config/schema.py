@@ -606,10 +606,9 @@ class ExperienceBufferConfig:
     """``queue`` (in memory; recommended), ``sql`` (SQLite / SQLAlchemy URL), ``file``
     (JSON lines; for debugging in explore mode, or a dataset for SFT / DPO)."""
     path: str | None = field(default=None, metadata=consumed(
-        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, VALIDATE, note="queue: optional backup of every "
-                                                               "write, SQLite (sqlite:///…, .db, "
-                                                               ".sqlite) or JSON lines (.jsonl, "
-                                                               ".json)"))
+        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, VALIDATE,
+        note="queue: optional backup of every write, SQLite (sqlite:///…, .db, .sqlite) or "
+             "JSON lines (.jsonl, .json)"))
     """``queue``: optional SQLite / JSON backup; ``sql``: database file or URL; ``file``:
     directory or dataset."""
     capacity: int = field(default=10000, metadata=consumed(
@@ -949,8 +948,9 @@ class TrainerConfig:
     """Trainer backend (plugin): ``torch`` (rft's native trainer) or ``verl`` (adapter)."""
     trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = field(
         default="fsdp", metadata=consumed(
-            TRAINER_RANKS, VERL_CONFIG, note="fsdp and fsdp2 run as FSDP2 (sharded trainers); "
-                                             "verl: veRL's engines (megatron: GPU only, untested)",
+            TRAINER_RANKS, VERL_CONFIG,
+            note="fsdp and fsdp2 run as FSDP2 (sharded trainers); verl: veRL's engines "
+                 "(megatron: GPU only, untested)",
             unsupported=Unsupported(
                 "megatron is not supported by the torch trainer; it shards with FSDP2 instead",
                 when=lambda value: value == "megatron", example="megatron")))
@@ -997,10 +997,10 @@ class TrainerConfig:
     max_checkpoints_to_keep: int | None = field(default=None, metadata=consumed(BUILDERS, BOTH))
     """Older checkpoints beyond this many are deleted; ``None``: keep all."""
     enable_preview: bool = field(default=True, metadata=consumed(
-        TRAIN, COLOCATE, WORKERS, BOTH, note="table rollout_examples per train step (highest / "
-                                             "lowest reward: prompt, response, reward): "
-                                             "tensorboard text, wandb / mlflow table, jsonl "
-                                             "<monitor dir>/rollout_examples/trainer.jsonl"))
+        TRAIN, COLOCATE, WORKERS, BOTH,
+        note="table rollout_examples per train step (highest / lowest reward: prompt, response, "
+             "reward): tensorboard text, wandb / mlflow table, jsonl "
+             "<monitor dir>/rollout_examples/trainer.jsonl"))
     """Log a preview of each train step's rollouts (highest / lowest reward: prompt,
     response, reward) to the monitors as table ``rollout_examples`` (:mod:`rft.monitor.
     preview`)."""
