@@ -95,9 +95,15 @@ def test_a_field_added_without_a_support_note_fails_the_check():
     untyped = dataclasses.make_dataclass("LogCopy", [
         *((f.name, f.type, f) for f in dataclasses.fields(schema.LogConfig)),
         ("label", str, dataclasses.field(default="", metadata={SUPPORT_KEY: "consumed"}))])
+    @dataclasses.dataclass
+    class BufferSubclass(BufferWithNewField):
+        pass
+
     missing = missing_support([*schema_classes(), BufferWithNewField, untyped])
     assert [line.split(":")[0] for line in missing] == [
         "BufferWithNewField.prefetch", "LogCopy.label"]
+    assert [line.split(":")[0] for line in missing_support([BufferSubclass])] == [
+        "BufferWithNewField.prefetch"]  # inherited: named after the class that declares it
     assert all("\n" not in line and "no support note" in line for line in missing)
     assert support_of(BufferWithNewField, "batch_size") == support_of(schema.BufferConfig,
                                                                      "batch_size")

@@ -31,6 +31,7 @@ the key paths in :data:`TRAINER_CONFIG_HONOURED` (see :mod:`rft.trainer.options`
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -69,17 +70,25 @@ def support_of(cls: type, name: str) -> Support | None:
 
 def declared_fields(cls: type) -> list[dataclasses.Field[Any]]:
     """The fields ``cls`` declares itself (not the ones it inherits unchanged)."""
-    own = cls.__dict__.get("__annotations__", {})
+    own = inspect.get_annotations(cls)
     return [f for f in dataclasses.fields(cls) if f.name in own]
 
 
+def declaring_class(cls: type, name: str) -> type:
+    """The class of ``cls.__mro__`` whose body declares field ``name`` (``cls`` if none)."""
+    return next((klass for klass in cls.__mro__ if name in inspect.get_annotations(klass)),
+                cls)
+
+
 def missing_support(classes: Iterable[type]) -> list[str]:
-    """One line per field of ``classes`` that declares no support note, naming it
-    ``Class.field``; empty when every field says what rft does with it."""
-    return [f"{cls.__name__}.{f.name}: no support note; declare it with field(metadata="
-            "consumed(...) | unsupported(...) | derived(...) | structural(...)) "
-            "(rft.config.field_support)"
-            for cls in classes for f in declared_fields(cls) if entry_of(f) is None]
+    """One line per field of the dataclasses ``classes`` (inherited ones included) that
+    declares no support note, naming it ``Class.field`` after the class that declares it;
+    empty when every field says what rft does with it."""
+    missing = {f"{declaring_class(cls, f.name).__name__}.{f.name}": None
+               for cls in classes for f in dataclasses.fields(cls) if entry_of(f) is None}
+    return [f"{key}: no support note; declare it with field(metadata=consumed(...) | "
+            "unsupported(...) | derived(...) | structural(...)) (rft.config.field_support)"
+            for key in missing]
 
 
 def support_table(classes: Iterable[type] | None = None) -> dict[str, Support]:
@@ -322,6 +331,7 @@ __all__ = [
     "below_unsupported",
     "class_sites",
     "declared_fields",
+    "declaring_class",
     "field_default",
     "field_kind",
     "is_set",
