@@ -1,11 +1,13 @@
-"""Render the field-support tables of docs/configuration.md from rft.config.support.
+"""Render the field-support tables of docs/configuration.md from the schema fields' notes.
 
     python scripts/config_support_table.py           # print the tables
     python scripts/config_support_table.py --write   # update docs/configuration.md in place
     python scripts/config_support_table.py --check   # exit 1 when the docs are out of date
 
 Only the block between the BEGIN / END markers of docs/configuration.md is rewritten;
-``tests/test_config_support.py`` checks that it matches the registry.
+Each row is the support note a field declares in its ``field(metadata=...)``
+(:mod:`rft.config.field_support`), read through :mod:`rft.config.support`;
+``tests/test_config_support.py`` checks that the docs match the notes.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def render() -> str:
         for f in fields:
             entry = support_of(cls, f.name)
             if entry is None:  # tests/test_config_support.py names it
-                lines.append(f"| `{f.name}` | ? | no entry in rft.config.support |")
+                lines.append(f"| `{f.name}` | ? | no support note in its field(metadata=...) |")
                 continue
             lines.append(f"| `{f.name}` | {support_label(entry)} | {_cell(support_note(entry))} |")
         lines.append("")

@@ -1,7 +1,7 @@
 """Every config field works or says so (:mod:`rft.config.support`).
 
-- every field of every schema dataclass has a support entry (a new field without one
-  fails here, naming it), and no entry names a field that does not exist;
+- every field of every schema dataclass carries a support note in its
+  ``field(metadata=...)`` (a new field without one fails here, naming it in one line);
 - a ``Consumed`` entry cannot lie: each module it names reads an attribute of that name
   (AST); an ``Unsupported`` field with a distinctive name is read nowhere (once a module
   reads it, the entry must become ``Consumed``);
@@ -35,11 +35,13 @@ from rft.config.support import (
     class_sites,
     field_default,
     field_kind,
+    missing_support,
     reported,
     schema_classes,
     support_messages,
     support_of,
 )
+from rft.config.field_support import SUPPORT_KEY, consumed
 from rft.config.validate import CHECKS, Validation, check_support
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
@@ -74,16 +76,61 @@ def _id(item: tuple[type, dataclasses.Field[Any]]) -> str:
 
 
 def test_every_field_of_every_schema_class_has_a_support_entry():
-    missing = [_id(item) for item in FIELDS if support_of(item[0], item[1].name) is None]
-    assert missing == [], (
-        "fields without an entry in rft.config.support.SUPPORT (mark each Consumed with "
-        "the modules that read it, Unsupported with its warning, Derived or Structural): "
-        + ", ".join(missing))
+    missing = missing_support(schema_classes())
+    assert missing == [], "\n".join(missing)
+    assert [_id(item) for item in FIELDS if support_of(item[0], item[1].name) is None] == []
+
+
+def copy_with(cls: type, name: str, *extra: tuple[str, Any, Any]) -> type:
+    """A dataclass ``name`` with the fields of the schema class ``cls`` (their notes
+    included) and the ``extra`` ones after them, as a schema change would add them."""
+
+    def again(f: dataclasses.Field[Any]) -> Any:
+        if f.default_factory is not dataclasses.MISSING:
+            return dataclasses.field(default_factory=f.default_factory, metadata=f.metadata)
+        return dataclasses.field(default=f.default, metadata=f.metadata)
+
+    return dataclasses.make_dataclass(
+        name, [*((f.name, f.type, again(f)) for f in dataclasses.fields(cls)), *extra])
+
+
+def test_a_field_added_without_a_support_note_fails_the_check():
+    """The check above, run over schema classes with a field added: a bare one, or one
+    whose metadata holds no typed note, is named in one line; one with a note is not."""
+    buffer = copy_with(schema.BufferConfig, "BufferConfig",
+                       ("prefetch", int, dataclasses.field(default=0)),
+                       ("noted", int, dataclasses.field(
+                           default=0, metadata=consumed("rft.modes.builders"))))
+    log = copy_with(schema.LogConfig, "LogConfig", ("label", str, dataclasses.field(
+        default="", metadata={SUPPORT_KEY: "consumed"})))
+    classes = [{"BufferConfig": buffer, "LogConfig": log}.get(cls.__name__, cls)
+               for cls in schema_classes()]
+    missing = missing_support(classes)
+    assert [line.split(":")[0] for line in missing] == ["BufferConfig.prefetch",
+                                                        "LogConfig.label"]
+    assert all("\n" not in line and "no support note" in line for line in missing)
+    assert support_of(buffer, "batch_size") == support_of(schema.BufferConfig, "batch_size")
+
+    subclass = dataclasses.make_dataclass("Subclass", [], bases=(buffer,))
+    assert [line.split(":")[0] for line in missing_support([subclass])] == [
+        "BufferConfig.prefetch"]  # inherited: named after the class that declares it
 
 
 def test_no_entry_names_a_field_that_does_not_exist():
     fields = {_id(item) for item in FIELDS}
     assert sorted(set(SUPPORT) - fields) == []
+
+
+def test_a_subclass_redeclares_a_field_to_note_it_its_own_way():
+    """``AuxiliaryModelConfig.engine_num`` has a note of its own; the field keeps its place
+    among the shared fields and its default."""
+    aux, shared = schema.AuxiliaryModelConfig, schema.InferenceModelConfig
+    assert support_of(aux, "engine_num") != support_of(shared, "engine_num")
+    assert support_of(schema.RolloutModelConfig, "engine_num") == support_of(shared,
+                                                                            "engine_num")
+    names = [f.name for f in dataclasses.fields(aux)]
+    assert names[:len(dataclasses.fields(shared))] == [f.name for f in dataclasses.fields(shared)]
+    assert aux().engine_num == shared().engine_num == 1
 
 
 def test_the_registry_covers_the_whole_schema():
