@@ -319,32 +319,32 @@ def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
     (SamplingArgs(stop_token_ids=tuple(range(3, 400))), 3),  # rows stop early, at different steps
     (SamplingArgs(stop_token_ids=tuple(range(3, 400)), min_tokens=4), 3),
 ], ids=["plain", "temp-topk", "topp-min", "all-filters", "greedy", "early-stops", "stops-min"])
-@pytest.mark.parametrize("lean", [True, False], ids=["lean-decoder", "model-forward"])
+@pytest.mark.parametrize("shared", [True, False], ids=["prompt-once", "repeated-rows"])
 def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts, sampling,
-                                                       n, lean) -> None:
+                                                       n, shared) -> None:
     """The engine's own KV-cache loop, drawing with ``torch.multinomial`` as ``generate``
     does, against ``transformers``' ``generate`` with the engine's generation config: the
     same seed gives the same tokens (bit for bit), the same number of steps and the same
-    raw logits — through the lean decoder and through the model's own forward."""
+    raw logits — with each prompt prefilled once and its cache expanded over its ``n``
+    rows, and with the ``n`` rows prefilled one by one."""
     from rft.engines.decode_loop import DecodeSettings, covers, draw_multinomial, sample_tokens
-    from rft.engines.lean_decoder import unsupported_reason
-
-    assert unsupported_reason(engine.model) is None  # the tiny Qwen2 takes the lean path
 
     assert covers(sampling)
     rows = [p for p in prompts for _ in range(n)]
     input_ids, attention_mask = engine._left_pad(rows)
+    distinct_ids, distinct_mask = engine._left_pad(prompts)
     config = engine._generation_config(sampling, 1, 12)
     with torch.random.fork_rng():
         torch.manual_seed(5)
         reference = engine.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                           generation_config=config)
         torch.manual_seed(5)
-        ours = sample_tokens(engine.model, input_ids, attention_mask, DecodeSettings(
+        ours = sample_tokens(engine.model, *((distinct_ids, distinct_mask) if shared
+                                             else (input_ids, attention_mask)), DecodeSettings(
             max_new_tokens=12, min_new_tokens=sampling.min_tokens,
             temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p,
             stop_token_ids=list(config.eos_token_id), pad_token_id=engine.pad_token_id),
-            draw=draw_multinomial, lean=lean)
+            draw=draw_multinomial, repeats=n if shared else 1)
     assert torch.equal(ours.tokens, reference.sequences[:, input_ids.shape[1]:])
     assert len(ours.logits) == len(reference.logits)
     assert all(torch.equal(a, b) for a, b in zip(ours.logits, reference.logits))

@@ -3,9 +3,12 @@
 ``transformers``' ``generate`` spends a large share of a tiny model's decode step in its
 own bookkeeping (input preparation, processor lists, stopping-criteria objects). For the
 common settings — temperature, top-k, top-p, a minimum length, EOS / stop token ids —
-this loop calls the model directly: through :class:`~rft.engines.lean_decoder.LeanDecoder`
-where it supports the model (the same logits, bit for bit, with less overhead), else the
-model's forward with a :class:`transformers.DynamicCache`. It uses the same forward
+this loop calls the model's own forward with a :class:`transformers.DynamicCache`, for
+any decoder ``transformers`` builds. **Shared prompts**: with ``repeats = n`` each prompt
+row is prefilled once and the cache is expanded to its ``n`` sample rows
+(``batch_repeat_interleave``), which then decode together; the logits equal those of the
+``n`` repeated rows (bit for bit on most batch shapes; a matrix product over fewer rows
+may take another CPU kernel, ~1e-7 apart in float32). It uses the same forward
 inputs as ``generate`` (positions ``cumsum(mask) − 1``, logits of the last position
 only), the same filters in the same order, one draw per step over every row (finished
 rows included, then replaced by the pad id), and it stops at the same step (a row also
@@ -27,14 +30,15 @@ Per step ``t`` with raw logits ``z_t`` ``(B, V)``::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from rft.engines.engine import SamplingArgs
-from rft.engines.lean_decoder import LeanDecoder, lean_decoder_for
 
 
 @dataclass
@@ -115,30 +119,73 @@ def draw_multinomial(probs: torch.Tensor) -> torch.Tensor:
     return torch.multinomial(probs, num_samples=1).squeeze(1)
 
 
-class _ModelForward:
-    """The model's own forward with a :class:`transformers.DynamicCache` (the fallback of
-    :class:`~rft.engines.lean_decoder.LeanDecoder`)."""
+def missing_cache_api(cache_type: type | None = None) -> str | None:
+    """Why the installed ``transformers`` cannot share prompts (``None`` if it can): the
+    loop needs ``DynamicCache`` and its ``batch_repeat_interleave`` (expanding a prefilled
+    cache over the samples). ``cache_type``: the class to check (default: transformers'
+    ``DynamicCache``)."""
+    import transformers
+
+    if cache_type is None:
+        cache_type = getattr(transformers, "DynamicCache", None)
+        if cache_type is None:
+            return f"transformers {transformers.__version__} has no DynamicCache"
+    if not callable(getattr(cache_type, "batch_repeat_interleave", None)):
+        return (f"transformers {transformers.__version__}: {cache_type.__name__} has no "
+                "batch_repeat_interleave")
+    return None
+
+
+def _accepts(function: Callable[..., object], name: str) -> bool:
+    """Whether ``function`` takes a keyword argument ``name``."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+
+
+class _CachedForward:
+    """The model's own forward over a :class:`transformers.DynamicCache`.
+
+    :meth:`prefill` runs the ``B`` prompt rows once, then (``repeats = n > 1``) expands the
+    cache, the mask and the last logits to ``B·n`` rows with ``batch_repeat_interleave``
+    (row ``i·n + j`` continues prompt ``i``); :meth:`step` decodes the ``B·n`` rows together.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         from transformers import DynamicCache
 
         self.model = model
-        self.cache: object = DynamicCache()
+        config = getattr(model, "config", None)
+        # with the model's config the cache knows sliding-window layers, as generate's does
+        self.cache: Any = (DynamicCache(config=config)
+                           if config is not None and _accepts(DynamicCache, "config")
+                           else DynamicCache())
         self.mask = torch.zeros(0, 0, dtype=torch.long)
+        self.keep: dict[str, int] = ({"logits_to_keep": 1}
+                                     if _accepts(model.forward, "logits_to_keep") else {})
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+                position_ids: torch.Tensor, repeats: int = 1) -> torch.Tensor:
+        """Run the prompts ``(B, P)`` once; returns the last position's logits ``(B·n, V)``,
+        the cache holding ``B·n`` rows."""
         self.mask = attention_mask  # (B, P)
-        return self._forward(input_ids, position_ids)
+        logits = self._forward(input_ids, position_ids)  # (B, V)
+        if repeats > 1:
+            self.cache.batch_repeat_interleave(repeats)  # (B·n, kv, P, d) per layer
+            self.mask = self.mask.repeat_interleave(repeats, dim=0)  # (B·n, P)
+            logits = logits.repeat_interleave(repeats, dim=0)  # (B·n, V)
+        return logits
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """One new token per row: ``input_ids`` ``(B·n, 1)``; returns logits ``(B·n, V)``."""
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
         return self._forward(input_ids, position_ids)
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=self.mask,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1)
+                         **self.keep)
         self.cache = out.past_key_values
         return out.logits[:, -1]  # (B, V)
 
@@ -147,37 +194,31 @@ class _ModelForward:
 def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   settings: DecodeSettings, *,
                   draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf,
-                  lean: bool = True, repeats: int = 1) -> DecodeResult:
+                  repeats: int = 1, share_prompts: bool = True) -> DecodeResult:
     """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
     repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
     prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
-    token. Uses the global torch RNG.
+    token. Uses the global torch RNG; needs :func:`missing_cache_api` to be ``None``.
 
     :param draw: picks one token per row from the step's probabilities ``(B·repeats, V)``.
-    :param lean: use :class:`~rft.engines.lean_decoder.LeanDecoder` when it supports the
-        model (``False``: always the model's own forward).
-    :param repeats: completions per prompt row. The lean decoder runs each prompt once and
-        copies its cache to the repeats (the same logits as on repeated rows); the model's
-        own forward runs the repeated rows.
+    :param repeats: completions per prompt row.
+    :param share_prompts: prefill each prompt row once and expand its cache over its
+        ``repeats`` rows (``False``: prefill the repeated rows, one per completion — the
+        same logits, more work; kept for comparison).
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (B, P)
     stop_ids = torch.tensor(settings.stop_token_ids, dtype=torch.long, device=device)
     can_stop = bool(stop_ids.numel()) or settings.stop_check is not None
-    lean_forward = lean_decoder_for(model) if lean else None
-    if lean_forward is not None:
-        step_logits = lean_forward.prefill(input_ids, mask, positions, settings.max_new_tokens,
-                                           repeats=repeats)  # (B·n, V)
-        forward: LeanDecoder | _ModelForward = lean_forward
-        positions = positions[:, -1:].repeat_interleave(repeats, dim=0)  # (B·n, 1)
-    else:
-        if repeats > 1:
-            input_ids = input_ids.repeat_interleave(repeats, dim=0)  # (B·n, P)
-            mask = mask.repeat_interleave(repeats, dim=0)
-            positions = positions.repeat_interleave(repeats, dim=0)
-        forward = _ModelForward(model)
-        step_logits = forward.prefill(input_ids, mask, positions, settings.max_new_tokens)
+    if repeats > 1 and not share_prompts:
+        input_ids = input_ids.repeat_interleave(repeats, dim=0)  # (B·n, P)
+        mask = mask.repeat_interleave(repeats, dim=0)
+        positions = positions.repeat_interleave(repeats, dim=0)
+        repeats = 1
+    forward = _CachedForward(model)
+    step_logits = forward.prefill(input_ids, mask, positions, repeats)  # (B·n, V)
+    positions = positions[:, -1:].repeat_interleave(repeats, dim=0)  # (B·n, 1)
     unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (B·n,)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []

@@ -1,9 +1,12 @@
 """The ``hf`` engine: transformers models (CPU by default), the logprob reference.
 
 Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
-prompts), each repeated ``n`` times. Tokens are drawn by :mod:`rft.engines.decode_loop`
-(a plain KV-cache loop over the same logits as ``generate``, faster) or, with a
-repetition penalty (which it does not cover), by ``generate``. Each call seeds
+prompts). Tokens are drawn by :mod:`rft.engines.decode_loop` (a plain KV-cache loop over
+the model's own forward and the same logits as ``generate``, faster): each prompt is
+prefilled once and its ``transformers`` cache expanded over its ``n`` samples, which then
+decode as one batch. With a repetition penalty (which the loop does not cover), or a
+transformers without the cache API it needs (:func:`~rft.engines.decode_loop.missing_cache_api`,
+logged once), ``generate`` draws them, each prompt repeated ``n`` times. Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
@@ -19,6 +22,7 @@ tensors into them, so the engine computes what the trainer's peft model computes
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +35,8 @@ from rft.errors import RftError
 from rft.engines import decode_loop
 from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.rope import apply_rope
+
+log = logging.getLogger("rft.engines.hf_engine")
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -119,6 +125,14 @@ class HFEngine(InferenceEngine):
         self._lock = threading.RLock()
         self._adapter: LoraSpec | None = None
         """The LoRA adapter inserted into the model (``None``: none)."""
+        missing = decode_loop.missing_cache_api()
+        self.shares_prompts = missing is None
+        """Whether sampling goes through :mod:`rft.engines.decode_loop` (each prompt
+        prefilled once, its cache expanded over the ``n`` samples); ``False`` when the
+        installed transformers lacks the cache API: ``generate``, one prefill per sample."""
+        if missing is not None:
+            log.warning("hf engine: %s; sampling with model.generate, one prompt "
+                        "prefill per sample", missing)
 
     # ---- properties --------------------------------------------------------------------
 
@@ -193,25 +207,26 @@ class HFEngine(InferenceEngine):
 
     def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
                         n: int) -> list[list[Completion]]:
-        greedy = sampling.temperature == 0
-        rows = [p.token_ids for p in prompts for _ in range(n if greedy else 1)]
-        input_ids, attention_mask = self._left_pad(rows)  # (B, P), B·n rows when greedy
         max_new = max(p.max_new_tokens for p in prompts)
-        # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
-        # like repeating each prompt n times); greedy rows are repeated explicitly.
         stop_ids = self.stop_token_ids(sampling)
-        if decode_loop.covers(sampling):
+        if self.shares_prompts and decode_loop.covers(sampling):
+            # each prompt once; its KV cache is expanded over its n rows (row b·n + j)
+            input_ids, attention_mask = self._left_pad([p.token_ids for p in prompts])  # (B, P)
             settings = decode_loop.DecodeSettings(
                 max_new_tokens=max_new, min_new_tokens=min(sampling.min_tokens, max_new),
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
                 top_p=sampling.top_p, stop_token_ids=stop_ids,
                 pad_token_id=self.pad_token_id,
                 stop_check=self._stop_string_check(sampling) if sampling.stop else None)
-            # num_return_sequences: each prompt row n times (the prompt runs once per row)
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
-                                                repeats=1 if greedy else n)
+                                                repeats=n)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
         else:
+            # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
+            # like repeating each prompt n times); greedy rows are repeated explicitly.
+            greedy = sampling.temperature == 0
+            rows = [p.token_ids for p in prompts for _ in range(n if greedy else 1)]
+            input_ids, attention_mask = self._left_pad(rows)  # (B, P), B·n rows when greedy
             config = self._generation_config(sampling, 1 if greedy else n, max_new)
             extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
