@@ -2,7 +2,8 @@
 each prompt prefilled once and its cache expanded over the samples gives the logits,
 caches and draws of the repeated rows (Qwen2, Llama, Qwen3, Mistral with a sliding
 window, GPT-2; float32 and bfloat16), and they agree with a plain forward over the whole
-sequence; the version guard; the inverse-CDF draw; stop strings ending the loop."""
+sequence; grouped-query attention without copied heads equal to sdpa; the version guard;
+the inverse-CDF draw; stop strings ending the loop."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch  # noqa: E402
 from rft.engines import decode_loop  # noqa: E402
 from rft.engines.decode_loop import (  # noqa: E402
     DecodeSettings, draw_inverse_cdf, draw_multinomial, missing_cache_api, sample_tokens)
+from rft.engines.gqa_attention import unavailable_reason, use_gqa_attention  # noqa: E402
 
 ARCHITECTURES = ("qwen2", "llama", "qwen3", "mistral", "gpt2")
 
@@ -141,6 +143,37 @@ def test_sampling_with_a_shared_prompt_matches_repeated_rows_and_a_plain_forward
     for step, step_logits in enumerate(shared.logits):
         torch.testing.assert_close(step_logits, plain[:, width - 1 + step], rtol=0,
                                    atol=tolerance)
+
+
+@pytest.mark.parametrize("which", ("qwen2", "llama", "qwen3", "mistral"))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@torch.no_grad()
+def test_grouped_query_attention_without_copied_heads_is_sdpa_bit_for_bit(
+        tiny_model_dir: Path, which: str, dtype: torch.dtype) -> None:
+    """:mod:`rft.engines.gqa_attention` through the model's attention interface: the
+    decode loop's draws and logits and a plain padded forward equal ``transformers``' sdpa
+    attention bit for bit (grouped-query models, left padding)."""
+    reference = _model(which, tiny_model_dir, dtype)
+    model = _model(which, tiny_model_dir, dtype)
+    assert unavailable_reason(model) is None and use_gqa_attention(model)
+    assert model.config._attn_implementation == "rft_sdpa_gqa"
+    assert reference.config._attn_implementation == "sdpa"
+    assert model.model.layers[0].self_attn.num_key_value_groups == 2
+    ids, mask = _batch(model.config.vocab_size)
+    runs = []
+    for candidate in (model, reference):
+        torch.manual_seed(7)
+        runs.append(sample_tokens(candidate, ids, mask, SETTINGS, repeats=4))
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert all(torch.equal(a, b) for a, b in zip(runs[0].logits, runs[1].logits, strict=True))
+    assert torch.equal(model(input_ids=ids, attention_mask=mask).logits,
+                       reference(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_grouped_query_attention_stays_off_where_it_does_not_apply(tiny_model_dir: Path) -> None:
+    eager = _qwen2(tiny_model_dir, attn_implementation="eager")
+    assert unavailable_reason(eager) == "the attention backend is not sdpa"
+    assert not use_gqa_attention(eager) and eager.config._attn_implementation == "eager"
 
 
 def test_missing_cache_api_names_what_is_missing() -> None:

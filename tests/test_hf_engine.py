@@ -329,6 +329,7 @@ def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts
     rows, and with the ``n`` rows prefilled one by one."""
     from rft.engines.decode_loop import DecodeSettings, covers, draw_multinomial, sample_tokens
 
+    assert engine.model.config._attn_implementation == "rft_sdpa_gqa"  # what the engine runs
     assert covers(sampling)
     rows = [p for p in prompts for _ in range(n)]
     input_ids, attention_mask = engine._left_pad(rows)

@@ -6,7 +6,9 @@ the model's own forward and the same logits as ``generate``, faster): each promp
 prefilled once and its ``transformers`` cache expanded over its ``n`` samples, which then
 decode as one batch. With a repetition penalty (which the loop does not cover), or a
 transformers without the cache API it needs (:func:`~rft.engines.decode_loop.missing_cache_api`,
-logged once), ``generate`` draws them, each prompt repeated ``n`` times. Each call seeds
+logged once), ``generate`` draws them, each prompt repeated ``n`` times. On the CPU a
+model with ``sdpa`` attention gets :mod:`rft.engines.gqa_attention` (the same attention
+without copying grouped key / value heads; bit for bit the same logits). Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
@@ -32,7 +34,7 @@ import torch
 
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
-from rft.engines import decode_loop
+from rft.engines import decode_loop, gqa_attention
 from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.rope import apply_rope
 
@@ -120,6 +122,7 @@ class HFEngine(InferenceEngine):
             apply_rope(config, rope_scaling, rope_theta)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
         self.model.to(self.device).eval()
+        gqa_attention.use_gqa_attention(self.model)  # CPU sdpa without copied kv heads
         self.eos_token_ids = self._collect_eos_ids()
         self.pad_token_id = self._pick_pad_id()
         self._lock = threading.RLock()
