@@ -13,15 +13,19 @@ of :func:`rft.engines.decode_loop.sample_tokens` each (median wall time over ``-
 rounds, the order rotating between rounds; one warm-up call each first):
 
 - ``prompt_once``: the distinct prompts with ``repeats=n`` — each prompt's forward runs once
-  and its ``transformers`` cache is expanded over its ``n`` rows (what the engine does);
-- ``per_row``: ``share_prompts=False`` — the ``P·n`` repeated rows are prefilled;
+  and its ``transformers`` cache is expanded over its ``n`` rows — with
+  :mod:`rft.engines.gqa_attention` (what the engine does);
+- ``per_row``: the same with ``share_prompts=False`` — the ``P·n`` repeated rows are
+  prefilled;
+- ``once_sdpa``: ``prompt_once`` with ``transformers``' own sdpa attention (which copies
+  the grouped key / value heads when a mask is given);
 - ``lean`` (``--lean-from REV``, default ``main`` when the revision still has it): the
   hand-written Llama-layout decoder of an earlier revision (``rft.engines.lean_decoder``,
   removed by #31), loaded from ``git show REV:…`` with that revision's decode loop, also
   with ``repeats=n``. Left out when the revision lacks it (``--lean-from ''``: never).
 
-Printed: seconds per call of each, the prefill alone (``--new-tokens 1``), and the ratios
-prompt_once / per_row and prompt_once / lean side by side. Ratios only, never asserted.
+Printed: seconds per call of each, the prefill alone (new = 1), and the ratios
+prompt_once / per_row, / once_sdpa and / lean side by side. Ratios only, never asserted.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from rft.engines.decode_loop import DecodeSettings, sample_tokens
+    from rft.engines.gqa_attention import use_gqa_attention
     from rft.testing.tiny_model import build_tiny_model
 
     torch.set_num_threads(args.threads)
@@ -97,12 +102,15 @@ def main() -> None:
     print(f"{args.prompts} prompts x n={args.n}, prompt {args.prompt_tokens} tokens, "
           f"{args.threads} thread(s), median of {args.rounds} rounds; lean decoder from "
           f"{args.lean_from if old is not None else '(not available)'}")
-    header = (f"{'model':<22} {'new':>4} {'prompt_once s':>13} {'per_row s':>10} {'lean s':>8} "
-              f"{'once/per_row':>12} {'once/lean':>10}")
+    header = (f"{'model':<22} {'new':>4} {'prompt_once s':>13} {'per_row s':>10} "
+              f"{'once_sdpa s':>11} {'lean s':>8} {'once/per_row':>12} {'once/sdpa':>9} "
+              f"{'once/lean':>10}")
     print(header)
     for label, shape in shapes.items():
         path = build_tiny_model(Path(tmp.name) / label.split()[0], seed=0, **shape)
+        plain = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        assert use_gqa_attention(model)
         ids, mask = _batch(args.prompts, args.prompt_tokens, model.config.vocab_size, seed=1)
         for new_tokens in (1, args.new_tokens):
             settings = DecodeSettings(max_new_tokens=new_tokens, min_new_tokens=0,
@@ -112,10 +120,11 @@ def main() -> None:
                 "prompt_once": lambda: sample_tokens(model, ids, mask, settings, repeats=args.n),
                 "per_row": lambda: sample_tokens(model, ids, mask, settings, repeats=args.n,
                                                  share_prompts=False),
+                "once_sdpa": lambda: sample_tokens(plain, ids, mask, settings, repeats=args.n),
             }
             if old is not None:
                 old_settings = old.DecodeSettings(**vars(settings))
-                contestants["lean"] = lambda: old.sample_tokens(model, ids, mask, old_settings,
+                contestants["lean"] = lambda: old.sample_tokens(plain, ids, mask, old_settings,
                                                                 repeats=args.n)
             times: dict[str, list[float]] = {name: [] for name in contestants}
             for name, run in contestants.items():  # warm-up
@@ -131,8 +140,10 @@ def main() -> None:
             med = {name: statistics.median(values) for name, values in times.items()}
             lean = med.get("lean")
             print(f"{label:<22} {new_tokens:>4} {med['prompt_once']:>13.4f} "
-                  f"{med['per_row']:>10.4f} {lean if lean is not None else float('nan'):>8.4f} "
+                  f"{med['per_row']:>10.4f} {med['once_sdpa']:>11.4f} "
+                  f"{lean if lean is not None else float('nan'):>8.4f} "
                   f"{med['prompt_once'] / med['per_row']:>12.3f} "
+                  f"{med['prompt_once'] / med['once_sdpa']:>9.3f} "
                   f"{med['prompt_once'] / lean if lean else float('nan'):>10.3f}")
     tmp.cleanup()
 
