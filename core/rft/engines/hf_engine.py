@@ -212,6 +212,7 @@ class HFEngine(InferenceEngine):
                         n: int) -> list[list[Completion]]:
         max_new = max(p.max_new_tokens for p in prompts)
         stop_ids = self.stop_token_ids(sampling)
+        step_logits: Sequence[torch.Tensor]  # N × (B·n, V)
         if self.shares_prompts and decode_loop.covers(sampling):
             # each prompt once; its KV cache is expanded over its n rows (row b·n + j)
             input_ids, attention_mask = self._left_pad([p.token_ids for p in prompts])  # (B, P)
