@@ -80,7 +80,7 @@ SETTINGS = DecodeSettings(max_new_tokens=6, min_new_tokens=0, temperature=1.0, t
 @torch.no_grad()
 def test_prompt_once_cache_equals_the_repeated_rows_cache(tiny_model_dir: Path,
                                                           which: str) -> None:
-    """``prefill(…, repeats=n)`` runs each prompt once and expands the cache: its logits and
+    """``prefill(…, source)`` runs each prompt once and expands the cache to ``n`` rows each: its logits and
     every layer's keys / values equal those of the ``n`` repeated rows prefilled one by one,
     bit for bit, and so do the decode steps after it. One prompt of 6 tokens (a matrix
     product over few rows may take another CPU kernel) agrees to rounding (≤ 1e-6)."""
@@ -94,7 +94,8 @@ def test_prompt_once_cache_equals_the_repeated_rows_cache(tiny_model_dir: Path,
         shared = decode_loop._CachedForward(model)
         repeated = decode_loop._CachedForward(model)
         big = [t.repeat_interleave(repeats, dim=0) for t in (ids, mask, positions)]
-        logits = [(shared.prefill(ids, mask, positions, repeats), repeated.prefill(*big))]
+        source = torch.arange(rows).repeat_interleave(repeats)  # (rows·repeats,)
+        logits = [(shared.prefill(ids, mask, positions, source), repeated.prefill(*big))]
         step_positions = big[2][:, -1:]
         for column in range(3):
             step_positions = step_positions + 1
@@ -176,18 +177,40 @@ def test_grouped_query_attention_stays_off_where_it_does_not_apply(tiny_model_di
     assert not use_gqa_attention(eager) and eager.config._attn_implementation == "eager"
 
 
+@torch.no_grad()
+def test_prompts_with_uneven_sample_counts_share_one_prefill(tiny_model_dir: Path) -> None:
+    """``rows``: any number of completions per prompt (the engine's repeated prompts of one
+    call): one prefill of the distinct prompts, then the draws and logits of the prompt
+    rows laid out one per completion."""
+    model = _model("qwen2", tiny_model_dir)
+    ids, mask = _batch(model.config.vocab_size)
+    rows = torch.tensor([2, 0, 0, 2, 2, 0])  # prompt 1: no completion
+    seen: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    torch.manual_seed(3)
+    shared = sample_tokens(model, ids, mask, SETTINGS, rows=rows)
+    hook.remove()
+    torch.manual_seed(3)
+    laid_out = sample_tokens(model, ids[rows], mask[rows], SETTINGS)
+    assert seen == [3] + [6] * 5  # one prefill of the 3 prompts, 5 decode steps of 6 rows
+    assert torch.equal(shared.tokens, laid_out.tokens)
+    for a, b in zip(shared.logits, laid_out.logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
 def test_missing_cache_api_names_what_is_missing() -> None:
     """The version guard: this transformers has the cache API; a cache class without
-    ``batch_repeat_interleave`` (transformers before it) is named in one line."""
+    ``batch_select_indices`` (transformers before it) is named in one line."""
     from transformers import DynamicCache
 
     assert missing_cache_api() is None
 
-    class OldCache:  # DynamicCache's layout before batch_repeat_interleave
+    class OldCache:  # DynamicCache's layout before batch_select_indices
         pass
 
     reason = missing_cache_api(OldCache)
-    assert reason is not None and "OldCache has no batch_repeat_interleave" in reason
+    assert reason is not None and "OldCache has no batch_select_indices" in reason
     assert "\n" not in reason and missing_cache_api(DynamicCache) is None
 
 
@@ -200,11 +223,11 @@ def test_engine_without_the_cache_api_samples_with_generate(
 
     monkeypatch.setattr(decode_loop, "missing_cache_api",
                         lambda cache_type=None: "transformers 4.0: DynamicCache has no "
-                                                "batch_repeat_interleave")
+                                                "batch_select_indices")
     with caplog.at_level(logging.WARNING, logger="rft.engines.hf_engine"):
         engine = HFEngine(str(tiny_model_dir), seed=3)
     lines = [r.getMessage() for r in caplog.records if r.name == "rft.engines.hf_engine"]
-    assert lines == ["hf engine: transformers 4.0: DynamicCache has no batch_repeat_interleave;"
+    assert lines == ["hf engine: transformers 4.0: DynamicCache has no batch_select_indices;"
                      " sampling with model.generate, one prompt prefill per sample"]
     assert not engine.shares_prompts
     called: list[int] = []

@@ -297,6 +297,25 @@ def test_chat_applies_template(engine: HFEngine) -> None:
     assert engine.tokenizer.decode(expected).endswith("<|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_each_distinct_prompt_is_prefilled_once(engine: HFEngine, prompts) -> None:
+    """A call holding the same prompt twice, n samples each: one prefill of the distinct
+    prompts (the decode steps run every sample row), and every sample's log-probs still
+    equal teacher forcing."""
+    batches: list[int] = []
+    hook = engine.model.register_forward_pre_hook(
+        lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]),
+        with_kwargs=True)
+    try:
+        results = engine.generate([prompts[0], prompts[2], prompts[0]],
+                                  SamplingArgs(max_tokens=4, seed=3), n=3)
+    finally:
+        hook.remove()
+    assert batches[0] == 2 and set(batches[1:]) == {9}
+    assert [len(group) for group in results] == [3, 3, 3]
+    assert all(c.prompt_token_ids == prompts[0] for c in results[0] + results[2])
+    _assert_logprobs_match(engine, results, temperature=1.0)
+
+
 def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
     for sampling, pattern in [(SamplingArgs(temperature=-1), "temperature"),
                               (SamplingArgs(top_p=0), "top_p"),

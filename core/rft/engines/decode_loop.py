@@ -4,9 +4,9 @@
 own bookkeeping (input preparation, processor lists, stopping-criteria objects). For the
 common settings — temperature, top-k, top-p, a minimum length, EOS / stop token ids —
 this loop calls the model's own forward with a :class:`transformers.DynamicCache`, for
-any decoder ``transformers`` builds. **Shared prompts**: with ``repeats = n`` each prompt
-row is prefilled once and the cache is expanded to its ``n`` sample rows
-(``batch_repeat_interleave``), which then decode together; the logits equal those of the
+any decoder ``transformers`` builds. **Shared prompts**: with ``repeats = n`` (or ``rows``)
+each prompt row is prefilled once and the cache is expanded to its sample rows
+(``batch_select_indices``), which then decode together; the logits equal those of the
 ``n`` repeated rows (bit for bit on most batch shapes; a matrix product over fewer rows
 may take another CPU kernel, ~1e-7 apart in float32). It uses the same forward
 inputs as ``generate`` (positions ``cumsum(mask) − 1``, logits of the last position
@@ -121,7 +121,7 @@ def draw_multinomial(probs: torch.Tensor) -> torch.Tensor:
 
 def missing_cache_api(cache_type: type | None = None) -> str | None:
     """Why the installed ``transformers`` cannot share prompts (``None`` if it can): the
-    loop needs ``DynamicCache`` and its ``batch_repeat_interleave`` (expanding a prefilled
+    loop needs ``DynamicCache`` and its ``batch_select_indices`` (expanding a prefilled
     cache over the samples). ``cache_type``: the class to check (default: transformers'
     ``DynamicCache``)."""
     import transformers
@@ -130,9 +130,9 @@ def missing_cache_api(cache_type: type | None = None) -> str | None:
         cache_type = getattr(transformers, "DynamicCache", None)
         if cache_type is None:
             return f"transformers {transformers.__version__} has no DynamicCache"
-    if not callable(getattr(cache_type, "batch_repeat_interleave", None)):
+    if not callable(getattr(cache_type, "batch_select_indices", None)):
         return (f"transformers {transformers.__version__}: {cache_type.__name__} has no "
-                "batch_repeat_interleave")
+                "batch_select_indices")
     return None
 
 
@@ -147,9 +147,9 @@ def _accepts(function: Callable[..., object], name: str) -> bool:
 class _CachedForward:
     """The model's own forward over a :class:`transformers.DynamicCache`.
 
-    :meth:`prefill` runs the ``B`` prompt rows once, then (``repeats = n > 1``) expands the
-    cache, the mask and the last logits to ``B·n`` rows with ``batch_repeat_interleave``
-    (row ``i·n + j`` continues prompt ``i``); :meth:`step` decodes the ``B·n`` rows together.
+    :meth:`prefill` runs the ``B`` prompt rows once, then expands the cache, the mask and
+    the last logits to the ``R`` sample rows with ``batch_select_indices`` (sample row ``r``
+    continues prompt row ``source[r]``); :meth:`step` decodes the ``R`` rows together.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -166,15 +166,16 @@ class _CachedForward:
                                      if _accepts(model.forward, "logits_to_keep") else {})
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, repeats: int = 1) -> torch.Tensor:
-        """Run the prompts ``(B, P)`` once; returns the last position's logits ``(B·n, V)``,
-        the cache holding ``B·n`` rows."""
+                position_ids: torch.Tensor, source: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the prompts ``(B, P)`` once; returns the last position's logits ``(R, V)``,
+        the cache holding ``R`` rows: ``source`` ``(R,)`` long, the prompt row of each
+        sample row (``None``: the ``B`` rows as they are)."""
         self.mask = attention_mask  # (B, P)
         logits = self._forward(input_ids, position_ids)  # (B, V)
-        if repeats > 1:
-            self.cache.batch_repeat_interleave(repeats)  # (B·n, kv, P, d) per layer
-            self.mask = self.mask.repeat_interleave(repeats, dim=0)  # (B·n, P)
-            logits = logits.repeat_interleave(repeats, dim=0)  # (B·n, V)
+        if source is not None:
+            self.cache.batch_select_indices(source)  # (R, kv, P, d) per layer
+            self.mask = self.mask.index_select(0, source)  # (R, P)
+            logits = logits.index_select(0, source)  # (R, V)
         return logits
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
@@ -194,32 +195,40 @@ class _CachedForward:
 def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   settings: DecodeSettings, *,
                   draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf,
-                  repeats: int = 1, share_prompts: bool = True) -> DecodeResult:
+                  repeats: int = 1, rows: torch.Tensor | None = None,
+                  share_prompts: bool = True) -> DecodeResult:
     """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
     repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
     prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
     token. Uses the global torch RNG; needs :func:`missing_cache_api` to be ``None``.
 
-    :param draw: picks one token per row from the step's probabilities ``(B·repeats, V)``.
-    :param repeats: completions per prompt row.
+    :param draw: picks one token per row from the step's probabilities ``(R, V)``.
+    :param repeats: completions per prompt row (``R = B·repeats``).
+    :param rows: instead of ``repeats``: ``(R,)`` long, the prompt row each completion
+        continues (a prompt may have any number of completions, none included).
     :param share_prompts: prefill each prompt row once and expand its cache over its
-        ``repeats`` rows (``False``: prefill the repeated rows, one per completion — the
-        same logits, more work; kept for comparison).
+        completions (``False``: prefill one row per completion — the same logits, more
+        work; kept for comparison).
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (B, P)
     stop_ids = torch.tensor(settings.stop_token_ids, dtype=torch.long, device=device)
     can_stop = bool(stop_ids.numel()) or settings.stop_check is not None
-    if repeats > 1 and not share_prompts:
-        input_ids = input_ids.repeat_interleave(repeats, dim=0)  # (B·n, P)
-        mask = mask.repeat_interleave(repeats, dim=0)
-        positions = positions.repeat_interleave(repeats, dim=0)
-        repeats = 1
+    source: torch.Tensor | None = (rows.to(device=device, dtype=torch.long) if rows is not None
+                                   else None if repeats == 1 else torch.arange(
+                                       input_ids.shape[0], device=device).repeat_interleave(
+                                           repeats))  # (R,)
+    if source is not None and not share_prompts:
+        input_ids, mask, positions = (t.index_select(0, source)  # (R, P) each
+                                      for t in (input_ids, mask, positions))
+        source = None
     forward = _CachedForward(model)
-    step_logits = forward.prefill(input_ids, mask, positions, repeats)  # (B·n, V)
-    positions = positions[:, -1:].repeat_interleave(repeats, dim=0)  # (B·n, 1)
-    unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (B·n,)
+    step_logits = forward.prefill(input_ids, mask, positions, source)  # (R, V)
+    positions = positions[:, -1:]  # (B, 1)
+    if source is not None:
+        positions = positions.index_select(0, source)  # (R, 1)
+    unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (R,)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []
     for step in range(settings.max_new_tokens):

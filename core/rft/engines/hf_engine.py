@@ -2,9 +2,9 @@
 
 Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
 prompts). Tokens are drawn by :mod:`rft.engines.decode_loop` (a plain KV-cache loop over
-the model's own forward and the same logits as ``generate``, faster): each prompt is
-prefilled once and its ``transformers`` cache expanded over its ``n`` samples, which then
-decode as one batch. With a repetition penalty (which the loop does not cover), or a
+the model's own forward and the same logits as ``generate``, faster): each distinct prompt
+of the chunk is prefilled once and its ``transformers`` cache expanded over its samples
+(``n`` per occurrence), which then decode as one batch. With a repetition penalty (which the loop does not cover), or a
 transformers without the cache API it needs (:func:`~rft.engines.decode_loop.missing_cache_api`,
 logged once), ``generate`` draws them, each prompt repeated ``n`` times. On the CPU a
 model with ``sdpa`` attention gets :mod:`rft.engines.gqa_attention` (the same attention
@@ -214,8 +214,14 @@ class HFEngine(InferenceEngine):
         stop_ids = self.stop_token_ids(sampling)
         step_logits: Sequence[torch.Tensor]  # N × (B·n, V)
         if self.shares_prompts and decode_loop.covers(sampling):
-            # each prompt once; its KV cache is expanded over its n rows (row b·n + j)
-            input_ids, attention_mask = self._left_pad([p.token_ids for p in prompts])  # (B, P)
+            # each distinct prompt once; its KV cache is expanded over the rows that continue
+            # it (row b·n + j continues prompt b; the same prompt twice in a call: one prefill)
+            distinct: dict[tuple[int, ...], int] = {}
+            for prompt in prompts:
+                distinct.setdefault(tuple(prompt.token_ids), len(distinct))
+            source = torch.tensor([distinct[tuple(p.token_ids)] for p in prompts
+                                   for _ in range(n)], dtype=torch.long)  # (B·n,)
+            input_ids, attention_mask = self._left_pad([list(k) for k in distinct])  # (D, P)
             settings = decode_loop.DecodeSettings(
                 max_new_tokens=max_new, min_new_tokens=min(sampling.min_tokens, max_new),
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
@@ -223,7 +229,7 @@ class HFEngine(InferenceEngine):
                 pad_token_id=self.pad_token_id,
                 stop_check=self._stop_string_check(sampling) if sampling.stop else None)
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
-                                                repeats=n)
+                                                rows=source)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
         else:
             # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
