@@ -56,7 +56,8 @@ def _load_lean(revision: str, into: Path) -> ModuleType | None:
                                capture_output=True, text=True)
         if shown.returncode != 0:
             return None
-        text = (shown.stdout.replace("from rft.engines.lean_decoder import", "from lean_decoder import")
+        text = (shown.stdout
+                .replace("from rft.engines.lean_decoder import", "from lean_decoder import")
                 .replace("from rft.decoder_ops import", "from decoder_ops import"))
         (into / f"{name}.py").write_text(text)
     sys.path.insert(0, str(into))

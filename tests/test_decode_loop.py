@@ -80,10 +80,11 @@ SETTINGS = DecodeSettings(max_new_tokens=6, min_new_tokens=0, temperature=1.0, t
 @torch.no_grad()
 def test_prompt_once_cache_equals_the_repeated_rows_cache(tiny_model_dir: Path,
                                                           which: str) -> None:
-    """``prefill(…, source)`` runs each prompt once and expands the cache to ``n`` rows each: its logits and
-    every layer's keys / values equal those of the ``n`` repeated rows prefilled one by one,
-    bit for bit, and so do the decode steps after it. One prompt of 6 tokens (a matrix
-    product over few rows may take another CPU kernel) agrees to rounding (≤ 1e-6)."""
+    """``prefill(…, source)`` runs each prompt once and expands the cache to its ``n`` rows:
+    its logits and every layer's keys / values equal those of the ``n`` repeated rows
+    prefilled one by one, bit for bit, and so do the decode steps after it. One prompt of
+    6 tokens (a matrix product over few rows may take another CPU kernel) agrees to
+    rounding (≤ 1e-6)."""
     model = _model(which, tiny_model_dir)
     vocab = model.config.vocab_size
     generator = torch.Generator().manual_seed(5)

@@ -4,11 +4,12 @@ Prompts of one call are left-padded into one batch (in chunks of ``max_batch_siz
 prompts). Tokens are drawn by :mod:`rft.engines.decode_loop` (a plain KV-cache loop over
 the model's own forward and the same logits as ``generate``, faster): each distinct prompt
 of the chunk is prefilled once and its ``transformers`` cache expanded over its samples
-(``n`` per occurrence), which then decode as one batch. With a repetition penalty (which the loop does not cover), or a
-transformers without the cache API it needs (:func:`~rft.engines.decode_loop.missing_cache_api`,
-logged once), ``generate`` draws them, each prompt repeated ``n`` times. On the CPU a
-model with ``sdpa`` attention gets :mod:`rft.engines.gqa_attention` (the same attention
-without copying grouped key / value heads; bit for bit the same logits). Each call seeds
+(``n`` per occurrence), which then decode as one batch. With a repetition penalty (which
+the loop does not cover), or a transformers without the cache API it needs
+(:func:`~rft.engines.decode_loop.missing_cache_api`, logged once), ``generate`` draws
+them, each prompt repeated ``n`` times. On the CPU a model with ``sdpa`` attention gets
+:mod:`rft.engines.gqa_attention` (the same attention without copying grouped key / value
+heads; bit for bit the same logits). Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
