@@ -57,7 +57,9 @@ class HFEngineArgs:
     max_batch_size: int | None = None
     """Most prompts per ``generate`` / forward call (× ``n`` rows); ``None``: all at once."""
     attn_implementation: str | None = None
-    """transformers attention backend (``sdpa``, ``eager``); ``None``: its default."""
+    """transformers attention backend (``sdpa``, ``eager``); ``None``: its default. On the
+    CPU, ``sdpa`` runs as :mod:`rft.engines.gqa_attention` (the same attention, without
+    copying grouped key / value heads)."""
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
