@@ -297,6 +297,25 @@ def test_chat_applies_template(engine: HFEngine) -> None:
     assert engine.tokenizer.decode(expected).endswith("<|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_each_distinct_prompt_is_prefilled_once(engine: HFEngine, prompts) -> None:
+    """A call holding the same prompt twice, n samples each: one prefill of the distinct
+    prompts (the decode steps run every sample row), and every sample's log-probs still
+    equal teacher forcing."""
+    batches: list[int] = []
+    hook = engine.model.register_forward_pre_hook(
+        lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]),
+        with_kwargs=True)
+    try:
+        results = engine.generate([prompts[0], prompts[2], prompts[0]],
+                                  SamplingArgs(max_tokens=4, seed=3), n=3)
+    finally:
+        hook.remove()
+    assert batches[0] == 2 and set(batches[1:]) == {9}
+    assert [len(group) for group in results] == [3, 3, 3]
+    assert all(c.prompt_token_ids == prompts[0] for c in results[0] + results[2])
+    _assert_logprobs_match(engine, results, temperature=1.0)
+
+
 def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
     for sampling, pattern in [(SamplingArgs(temperature=-1), "temperature"),
                               (SamplingArgs(top_p=0), "top_p"),
@@ -319,32 +338,33 @@ def test_bad_arguments_are_one_line_errors(engine: HFEngine) -> None:
     (SamplingArgs(stop_token_ids=tuple(range(3, 400))), 3),  # rows stop early, at different steps
     (SamplingArgs(stop_token_ids=tuple(range(3, 400)), min_tokens=4), 3),
 ], ids=["plain", "temp-topk", "topp-min", "all-filters", "greedy", "early-stops", "stops-min"])
-@pytest.mark.parametrize("lean", [True, False], ids=["lean-decoder", "model-forward"])
+@pytest.mark.parametrize("shared", [True, False], ids=["prompt-once", "repeated-rows"])
 def test_decode_loop_draws_exactly_what_generate_draws(engine: HFEngine, prompts, sampling,
-                                                       n, lean) -> None:
+                                                       n, shared) -> None:
     """The engine's own KV-cache loop, drawing with ``torch.multinomial`` as ``generate``
     does, against ``transformers``' ``generate`` with the engine's generation config: the
     same seed gives the same tokens (bit for bit), the same number of steps and the same
-    raw logits — through the lean decoder and through the model's own forward."""
+    raw logits — with each prompt prefilled once and its cache expanded over its ``n``
+    rows, and with the ``n`` rows prefilled one by one."""
     from rft.engines.decode_loop import DecodeSettings, covers, draw_multinomial, sample_tokens
-    from rft.engines.lean_decoder import unsupported_reason
 
-    assert unsupported_reason(engine.model) is None  # the tiny Qwen2 takes the lean path
-
+    assert engine.model.config._attn_implementation == "rft_sdpa_gqa"  # what the engine runs
     assert covers(sampling)
     rows = [p for p in prompts for _ in range(n)]
     input_ids, attention_mask = engine._left_pad(rows)
+    distinct_ids, distinct_mask = engine._left_pad(prompts)
     config = engine._generation_config(sampling, 1, 12)
     with torch.random.fork_rng():
         torch.manual_seed(5)
         reference = engine.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                           generation_config=config)
         torch.manual_seed(5)
-        ours = sample_tokens(engine.model, input_ids, attention_mask, DecodeSettings(
+        ours = sample_tokens(engine.model, *((distinct_ids, distinct_mask) if shared
+                                             else (input_ids, attention_mask)), DecodeSettings(
             max_new_tokens=12, min_new_tokens=sampling.min_tokens,
             temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p,
             stop_token_ids=list(config.eos_token_id), pad_token_id=engine.pad_token_id),
-            draw=draw_multinomial, lean=lean)
+            draw=draw_multinomial, repeats=n if shared else 1)
     assert torch.equal(ours.tokens, reference.sequences[:, input_ids.shape[1]:])
     assert len(ours.logits) == len(reference.logits)
     assert all(torch.equal(a, b) for a, b in zip(ours.logits, reference.logits))

@@ -100,6 +100,24 @@ def test_cpu_settings_chosen_automatically(engine: VLLMEngine) -> None:
     assert engine.default_max_model_len() == 512
 
 
+def test_prefix_caching_is_on_and_serves_a_repeated_prompt(engine: VLLMEngine) -> None:
+    """#31: the ``n`` samples of a prompt (and a prompt seen again) share its KV blocks
+    through vLLM's prefix cache, which the engine turns on by default
+    (``enable_prefix_caching``): the engine's own cache settings say so, and a prompt sent
+    a second time finds its full blocks cached (``num_cached_tokens``)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    cache_config = engine.llm.llm_engine.vllm_config.cache_config
+    assert cache_config.enable_prefix_caching is True
+    block = int(cache_config.block_size)
+    prompt = [3 + (i * 7) % 500 for i in range(2 * block + 5)]  # two full blocks and a bit
+    params = SamplingParams(max_tokens=1, seed=1)
+    first, second = (engine.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params,
+                                         use_tqdm=False)[0] for _ in range(2))
+    assert (first.num_cached_tokens or 0) == 0
+    assert second.num_cached_tokens == 2 * block
+
+
 def test_seeded_generation_reproduces(engine: VLLMEngine, prompts) -> None:
     sampling = SamplingArgs(max_tokens=12, seed=123)
     first = assert_seeded_generation_reproduces(engine, prompts, n=3)

@@ -3,9 +3,12 @@
 ``transformers``' ``generate`` spends a large share of a tiny model's decode step in its
 own bookkeeping (input preparation, processor lists, stopping-criteria objects). For the
 common settings — temperature, top-k, top-p, a minimum length, EOS / stop token ids —
-this loop calls the model directly: through :class:`~rft.engines.lean_decoder.LeanDecoder`
-where it supports the model (the same logits, bit for bit, with less overhead), else the
-model's forward with a :class:`transformers.DynamicCache`. It uses the same forward
+this loop calls the model's own forward with a :class:`transformers.DynamicCache`, for
+any decoder ``transformers`` builds. **Shared prompts**: with ``repeats = n`` (or ``rows``)
+each prompt row is prefilled once and the cache is expanded to its sample rows
+(``batch_select_indices``), which then decode together; the logits equal those of the
+``n`` repeated rows (bit for bit on most batch shapes; a matrix product over fewer rows
+may take another CPU kernel, ~1e-7 apart in float32). It uses the same forward
 inputs as ``generate`` (positions ``cumsum(mask) − 1``, logits of the last position
 only), the same filters in the same order, one draw per step over every row (finished
 rows included, then replaced by the pad id), and it stops at the same step (a row also
@@ -27,14 +30,15 @@ Per step ``t`` with raw logits ``z_t`` ``(B, V)``::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from rft.engines.engine import SamplingArgs
-from rft.engines.lean_decoder import LeanDecoder, lean_decoder_for
 
 
 @dataclass
@@ -115,30 +119,74 @@ def draw_multinomial(probs: torch.Tensor) -> torch.Tensor:
     return torch.multinomial(probs, num_samples=1).squeeze(1)
 
 
-class _ModelForward:
-    """The model's own forward with a :class:`transformers.DynamicCache` (the fallback of
-    :class:`~rft.engines.lean_decoder.LeanDecoder`)."""
+def missing_cache_api(cache_type: type | None = None) -> str | None:
+    """Why the installed ``transformers`` cannot share prompts (``None`` if it can): the
+    loop needs ``DynamicCache`` and its ``batch_select_indices`` (expanding a prefilled
+    cache over the samples). ``cache_type``: the class to check (default: transformers'
+    ``DynamicCache``)."""
+    import transformers
+
+    if cache_type is None:
+        cache_type = getattr(transformers, "DynamicCache", None)
+        if cache_type is None:
+            return f"transformers {transformers.__version__} has no DynamicCache"
+    if not callable(getattr(cache_type, "batch_select_indices", None)):
+        return (f"transformers {transformers.__version__}: {cache_type.__name__} has no "
+                "batch_select_indices")
+    return None
+
+
+def _accepts(function: Callable[..., object], name: str) -> bool:
+    """Whether ``function`` takes a keyword argument ``name``."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+
+
+class _CachedForward:
+    """The model's own forward over a :class:`transformers.DynamicCache`.
+
+    :meth:`prefill` runs the ``B`` prompt rows once, then expands the cache, the mask and
+    the last logits to the ``R`` sample rows with ``batch_select_indices`` (sample row ``r``
+    continues prompt row ``source[r]``); :meth:`step` decodes the ``R`` rows together.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         from transformers import DynamicCache
 
         self.model = model
-        self.cache: object = DynamicCache()
+        config = getattr(model, "config", None)
+        # with the model's config the cache knows sliding-window layers, as generate's does
+        self.cache: Any = (DynamicCache(config=config)
+                           if config is not None and _accepts(DynamicCache, "config")
+                           else DynamicCache())
         self.mask = torch.zeros(0, 0, dtype=torch.long)
+        self.keep: dict[str, int] = ({"logits_to_keep": 1}
+                                     if _accepts(model.forward, "logits_to_keep") else {})
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+                position_ids: torch.Tensor, source: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the prompts ``(B, P)`` once; returns the last position's logits ``(R, V)``,
+        the cache holding ``R`` rows: ``source`` ``(R,)`` long, the prompt row of each
+        sample row (``None``: the ``B`` rows as they are)."""
         self.mask = attention_mask  # (B, P)
-        return self._forward(input_ids, position_ids)
+        logits = self._forward(input_ids, position_ids)  # (B, V)
+        if source is not None:
+            self.cache.batch_select_indices(source)  # (R, kv, P, d) per layer
+            self.mask = self.mask.index_select(0, source)  # (R, P)
+            logits = logits.index_select(0, source)  # (R, V)
+        return logits
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """One new token per row: ``input_ids`` ``(B·n, 1)``; returns logits ``(B·n, V)``."""
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
         return self._forward(input_ids, position_ids)
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=self.mask,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1)
+                         **self.keep)
         self.cache = out.past_key_values
         return out.logits[:, -1]  # (B, V)
 
@@ -147,38 +195,40 @@ class _ModelForward:
 def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   settings: DecodeSettings, *,
                   draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf,
-                  lean: bool = True, repeats: int = 1) -> DecodeResult:
+                  repeats: int = 1, rows: torch.Tensor | None = None,
+                  share_prompts: bool = True) -> DecodeResult:
     """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
     repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
     prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
-    token. Uses the global torch RNG.
+    token. Uses the global torch RNG; needs :func:`missing_cache_api` to be ``None``.
 
-    :param draw: picks one token per row from the step's probabilities ``(B·repeats, V)``.
-    :param lean: use :class:`~rft.engines.lean_decoder.LeanDecoder` when it supports the
-        model (``False``: always the model's own forward).
-    :param repeats: completions per prompt row. The lean decoder runs each prompt once and
-        copies its cache to the repeats (the same logits as on repeated rows); the model's
-        own forward runs the repeated rows.
+    :param draw: picks one token per row from the step's probabilities ``(R, V)``.
+    :param repeats: completions per prompt row (``R = B·repeats``).
+    :param rows: instead of ``repeats``: ``(R,)`` long, the prompt row each completion
+        continues (a prompt may have any number of completions, none included).
+    :param share_prompts: prefill each prompt row once and expand its cache over its
+        completions (``False``: prefill one row per completion — the same logits, more
+        work; kept for comparison).
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (B, P)
     stop_ids = torch.tensor(settings.stop_token_ids, dtype=torch.long, device=device)
     can_stop = bool(stop_ids.numel()) or settings.stop_check is not None
-    lean_forward = lean_decoder_for(model) if lean else None
-    if lean_forward is not None:
-        step_logits = lean_forward.prefill(input_ids, mask, positions, settings.max_new_tokens,
-                                           repeats=repeats)  # (B·n, V)
-        forward: LeanDecoder | _ModelForward = lean_forward
-        positions = positions[:, -1:].repeat_interleave(repeats, dim=0)  # (B·n, 1)
-    else:
-        if repeats > 1:
-            input_ids = input_ids.repeat_interleave(repeats, dim=0)  # (B·n, P)
-            mask = mask.repeat_interleave(repeats, dim=0)
-            positions = positions.repeat_interleave(repeats, dim=0)
-        forward = _ModelForward(model)
-        step_logits = forward.prefill(input_ids, mask, positions, settings.max_new_tokens)
-    unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (B·n,)
+    source: torch.Tensor | None = (rows.to(device=device, dtype=torch.long) if rows is not None
+                                   else None if repeats == 1 else torch.arange(
+                                       input_ids.shape[0], device=device).repeat_interleave(
+                                           repeats))  # (R,)
+    if source is not None and not share_prompts:
+        input_ids, mask, positions = (t.index_select(0, source)  # (R, P) each
+                                      for t in (input_ids, mask, positions))
+        source = None
+    forward = _CachedForward(model)
+    step_logits = forward.prefill(input_ids, mask, positions, source)  # (R, V)
+    positions = positions[:, -1:]  # (B, 1)
+    if source is not None:
+        positions = positions.index_select(0, source)  # (R, 1)
+    unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (R,)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []
     for step in range(settings.max_new_tokens):

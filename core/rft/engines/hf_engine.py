@@ -1,9 +1,15 @@
 """The ``hf`` engine: transformers models (CPU by default), the logprob reference.
 
 Prompts of one call are left-padded into one batch (in chunks of ``max_batch_size``
-prompts), each repeated ``n`` times. Tokens are drawn by :mod:`rft.engines.decode_loop`
-(a plain KV-cache loop over the same logits as ``generate``, faster) or, with a
-repetition penalty (which it does not cover), by ``generate``. Each call seeds
+prompts). Tokens are drawn by :mod:`rft.engines.decode_loop` (a plain KV-cache loop over
+the model's own forward and the same logits as ``generate``, faster): each distinct prompt
+of the chunk is prefilled once and its ``transformers`` cache expanded over its samples
+(``n`` per occurrence), which then decode as one batch. With a repetition penalty (which
+the loop does not cover), or a transformers without the cache API it needs
+(:func:`~rft.engines.decode_loop.missing_cache_api`, logged once), ``generate`` draws
+them, each prompt repeated ``n`` times. On the CPU a model with ``sdpa`` attention gets
+:mod:`rft.engines.gqa_attention` (the same attention without copying grouped key / value
+heads; bit for bit the same logits). Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
@@ -19,6 +25,7 @@ tensors into them, so the engine computes what the trainer's peft model computes
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,9 +35,11 @@ import torch
 
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
-from rft.engines import decode_loop
+from rft.engines import decode_loop, gqa_attention
 from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
 from rft.rope import apply_rope
+
+log = logging.getLogger("rft.engines.hf_engine")
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -48,7 +57,9 @@ class HFEngineArgs:
     max_batch_size: int | None = None
     """Most prompts per ``generate`` / forward call (× ``n`` rows); ``None``: all at once."""
     attn_implementation: str | None = None
-    """transformers attention backend (``sdpa``, ``eager``); ``None``: its default."""
+    """transformers attention backend (``sdpa``, ``eager``); ``None``: its default. On the
+    CPU, ``sdpa`` runs as :mod:`rft.engines.gqa_attention` (the same attention, without
+    copying grouped key / value heads)."""
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
@@ -114,11 +125,20 @@ class HFEngine(InferenceEngine):
             apply_rope(config, rope_scaling, rope_theta)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
         self.model.to(self.device).eval()
+        gqa_attention.use_gqa_attention(self.model)  # CPU sdpa without copied kv heads
         self.eos_token_ids = self._collect_eos_ids()
         self.pad_token_id = self._pick_pad_id()
         self._lock = threading.RLock()
         self._adapter: LoraSpec | None = None
         """The LoRA adapter inserted into the model (``None``: none)."""
+        missing = decode_loop.missing_cache_api()
+        self.shares_prompts = missing is None
+        """Whether sampling goes through :mod:`rft.engines.decode_loop` (each prompt
+        prefilled once, its cache expanded over the ``n`` samples); ``False`` when the
+        installed transformers lacks the cache API: ``generate``, one prefill per sample."""
+        if missing is not None:
+            log.warning("hf engine: %s; sampling with model.generate, one prompt "
+                        "prefill per sample", missing)
 
     # ---- properties --------------------------------------------------------------------
 
@@ -193,25 +213,33 @@ class HFEngine(InferenceEngine):
 
     def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
                         n: int) -> list[list[Completion]]:
-        greedy = sampling.temperature == 0
-        rows = [p.token_ids for p in prompts for _ in range(n if greedy else 1)]
-        input_ids, attention_mask = self._left_pad(rows)  # (B, P), B·n rows when greedy
         max_new = max(p.max_new_tokens for p in prompts)
-        # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
-        # like repeating each prompt n times); greedy rows are repeated explicitly.
         stop_ids = self.stop_token_ids(sampling)
-        if decode_loop.covers(sampling):
+        step_logits: Sequence[torch.Tensor]  # N × (B·n, V)
+        if self.shares_prompts and decode_loop.covers(sampling):
+            # each distinct prompt once; its KV cache is expanded over the rows that continue
+            # it (row b·n + j continues prompt b; the same prompt twice in a call: one prefill)
+            distinct: dict[tuple[int, ...], int] = {}
+            for prompt in prompts:
+                distinct.setdefault(tuple(prompt.token_ids), len(distinct))
+            source = torch.tensor([distinct[tuple(p.token_ids)] for p in prompts
+                                   for _ in range(n)], dtype=torch.long)  # (B·n,)
+            input_ids, attention_mask = self._left_pad([list(k) for k in distinct])  # (D, P)
             settings = decode_loop.DecodeSettings(
                 max_new_tokens=max_new, min_new_tokens=min(sampling.min_tokens, max_new),
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
                 top_p=sampling.top_p, stop_token_ids=stop_ids,
                 pad_token_id=self.pad_token_id,
                 stop_check=self._stop_string_check(sampling) if sampling.stop else None)
-            # num_return_sequences: each prompt row n times (the prompt runs once per row)
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
-                                                repeats=1 if greedy else n)
+                                                rows=source)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
         else:
+            # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
+            # like repeating each prompt n times); greedy rows are repeated explicitly.
+            greedy = sampling.temperature == 0
+            rows = [p.token_ids for p in prompts for _ in range(n if greedy else 1)]
+            input_ids, attention_mask = self._left_pad(rows)  # (B, P), B·n rows when greedy
             config = self._generation_config(sampling, 1 if greedy else n, max_new)
             extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,

@@ -1,0 +1,304 @@
+"""The hf engine's decode loop over the model's own forward and a transformers cache:
+each prompt prefilled once and its cache expanded over the samples gives the logits,
+caches and draws of the repeated rows (Qwen2, Llama, Qwen3, Mistral with a sliding
+window, GPT-2; float32 and bfloat16), and they agree with a plain forward over the whole
+sequence; grouped-query attention without copied heads equal to sdpa; the version guard;
+the inverse-CDF draw; stop strings ending the loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from rft.engines import decode_loop  # noqa: E402
+from rft.engines.decode_loop import (  # noqa: E402
+    DecodeSettings, draw_inverse_cdf, draw_multinomial, missing_cache_api, sample_tokens)
+from rft.engines.gqa_attention import unavailable_reason, use_gqa_attention  # noqa: E402
+
+ARCHITECTURES = ("qwen2", "llama", "qwen3", "mistral", "gpt2")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _qwen2(tiny_model_dir: Path, **kwargs) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), **kwargs).eval()
+
+
+def _model(which: str, tiny_model_dir: Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """A tiny decoder of the family ``which``, random weights (seed 3), built offline:
+    Llama with biases on every projection, Qwen3 (q/k norms), Mistral with a 4-token sliding
+    window (shorter than the prompts), GPT-2 (learned positions, no RoPE); grouped-query
+    attention where the family has it."""
+    if which == "qwen2":
+        return _qwen2(tiny_model_dir, dtype=dtype)
+    import transformers
+
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    configs = {
+        "llama": lambda: transformers.LlamaConfig(**common, attention_bias=True, mlp_bias=True),
+        "qwen3": lambda: transformers.Qwen3Config(**common, head_dim=16),
+        "mistral": lambda: transformers.MistralConfig(**common, sliding_window=4),
+        "gpt2": lambda: transformers.GPT2Config(vocab_size=300, n_embd=64, n_layer=2, n_head=4),
+    }
+    config = configs[which]()
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(3)
+    return transformers.AutoModelForCausalLM.from_config(config).to(dtype).eval()
+
+
+def _batch(vocab: int, rows: int = 3, width: int = 9,
+           seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` left-padded prompts of ``width`` columns (row 0 half padding, row 1 all but
+    one column padding when ``rows > 1``): ids, mask, each ``(rows, width)``."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (rows, width), generator=generator)
+    mask = torch.ones(rows, width, dtype=torch.long)
+    mask[0, : width // 2] = 0
+    if rows > 1:
+        mask[1, : width - 1] = 0
+    ids[mask == 0] = 0
+    return ids, mask
+
+
+SETTINGS = DecodeSettings(max_new_tokens=6, min_new_tokens=0, temperature=1.0, top_k=0,
+                          top_p=1.0, stop_token_ids=[], pad_token_id=0)
+
+
+@pytest.mark.parametrize("which", ARCHITECTURES)
+@torch.no_grad()
+def test_prompt_once_cache_equals_the_repeated_rows_cache(tiny_model_dir: Path,
+                                                          which: str) -> None:
+    """``prefill(…, source)`` runs each prompt once and expands the cache to its ``n`` rows:
+    its logits and every layer's keys / values equal those of the ``n`` repeated rows
+    prefilled one by one, bit for bit, and so do the decode steps after it. One prompt of
+    6 tokens (a matrix product over few rows may take another CPU kernel) agrees to
+    rounding (≤ 1e-6)."""
+    model = _model(which, tiny_model_dir)
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(5)
+    for rows, repeats, width in ((3, 8, 9), (1, 4, 6), (5, 2, 13)):
+        ids, mask = _batch(vocab, rows, width, seed=rows)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        new = torch.randint(3, vocab, (rows * repeats, 3), generator=generator)
+        shared = decode_loop._CachedForward(model)
+        repeated = decode_loop._CachedForward(model)
+        big = [t.repeat_interleave(repeats, dim=0) for t in (ids, mask, positions)]
+        source = torch.arange(rows).repeat_interleave(repeats)  # (rows·repeats,)
+        logits = [(shared.prefill(ids, mask, positions, source), repeated.prefill(*big))]
+        step_positions = big[2][:, -1:]
+        for column in range(3):
+            step_positions = step_positions + 1
+            logits.append((shared.step(new[:, column:column + 1], step_positions),
+                           repeated.step(new[:, column:column + 1], step_positions)))
+        atol = 1e-6 if rows == 1 else 0.0
+        for a, b in logits:
+            assert a.shape == b.shape == (rows * repeats, vocab)
+            torch.testing.assert_close(a, b, rtol=0, atol=atol)
+        layers = list(zip(shared.cache.layers, repeated.cache.layers, strict=True))
+        assert layers and all(s.keys.shape[0] == rows * repeats for s, _ in layers)
+        assert all(s.is_sliding == (which == "mistral") for s, _ in layers)
+        for s, r in layers:
+            torch.testing.assert_close(s.keys, r.keys, rtol=0, atol=atol)
+            torch.testing.assert_close(s.values, r.values, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("which", ARCHITECTURES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@torch.no_grad()
+def test_sampling_with_a_shared_prompt_matches_repeated_rows_and_a_plain_forward(
+        tiny_model_dir: Path, which: str, dtype: torch.dtype) -> None:
+    """``sample_tokens(…, repeats=n)`` on the distinct prompts draws the tokens and returns
+    the logits of the repeated rows (``share_prompts=False``); and each step's logits are
+    the plain (uncached) forward's over prompt + tokens drawn so far (float32 ≤ 1e-5;
+    bfloat16 within the plain forward's own rounding, 5e-2)."""
+    model = _model(which, tiny_model_dir, dtype)
+    ids, mask = _batch(model.config.vocab_size)
+    torch.manual_seed(7)
+    shared = sample_tokens(model, ids, mask, SETTINGS, repeats=4)
+    torch.manual_seed(7)
+    repeated = sample_tokens(model, ids, mask, SETTINGS, repeats=4, share_prompts=False)
+    assert shared.tokens.shape == (12, 6)
+    assert torch.equal(shared.tokens, repeated.tokens)
+    for a, b in zip(shared.logits, repeated.logits, strict=True):
+        assert a.dtype == torch.float32 and torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6 if dtype == torch.float32 else 0)
+    # the cache against no cache: one forward over each whole sequence
+    full_ids = torch.cat([ids.repeat_interleave(4, 0), shared.tokens], dim=1)  # (12, 15)
+    full_mask = torch.cat([mask.repeat_interleave(4, 0), torch.ones_like(shared.tokens)], dim=1)
+    positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+    plain = model(input_ids=full_ids, attention_mask=full_mask, position_ids=positions,
+                  use_cache=False).logits.float()  # (12, 15, V)
+    width = ids.shape[1]
+    tolerance = 1e-5 if dtype == torch.float32 else 5e-2
+    for step, step_logits in enumerate(shared.logits):
+        torch.testing.assert_close(step_logits, plain[:, width - 1 + step], rtol=0,
+                                   atol=tolerance)
+
+
+@pytest.mark.parametrize("which", ("qwen2", "llama", "qwen3", "mistral"))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@torch.no_grad()
+def test_grouped_query_attention_without_copied_heads_is_sdpa_bit_for_bit(
+        tiny_model_dir: Path, which: str, dtype: torch.dtype) -> None:
+    """:mod:`rft.engines.gqa_attention` through the model's attention interface: the
+    decode loop's draws and logits and a plain padded forward equal ``transformers``' sdpa
+    attention bit for bit (grouped-query models, left padding)."""
+    reference = _model(which, tiny_model_dir, dtype)
+    model = _model(which, tiny_model_dir, dtype)
+    assert unavailable_reason(model) is None and use_gqa_attention(model)
+    assert model.config._attn_implementation == "rft_sdpa_gqa"
+    assert reference.config._attn_implementation == "sdpa"
+    assert model.model.layers[0].self_attn.num_key_value_groups == 2
+    ids, mask = _batch(model.config.vocab_size)
+    runs = []
+    for candidate in (model, reference):
+        torch.manual_seed(7)
+        runs.append(sample_tokens(candidate, ids, mask, SETTINGS, repeats=4))
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert all(torch.equal(a, b) for a, b in zip(runs[0].logits, runs[1].logits, strict=True))
+    assert torch.equal(model(input_ids=ids, attention_mask=mask).logits,
+                       reference(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_grouped_query_attention_stays_off_where_it_does_not_apply(tiny_model_dir: Path) -> None:
+    eager = _qwen2(tiny_model_dir, attn_implementation="eager")
+    assert unavailable_reason(eager) == "the attention backend is not sdpa"
+    assert not use_gqa_attention(eager) and eager.config._attn_implementation == "eager"
+
+
+@torch.no_grad()
+def test_prompts_with_uneven_sample_counts_share_one_prefill(tiny_model_dir: Path) -> None:
+    """``rows``: any number of completions per prompt (the engine's repeated prompts of one
+    call): one prefill of the distinct prompts, then the draws and logits of the prompt
+    rows laid out one per completion."""
+    model = _model("qwen2", tiny_model_dir)
+    ids, mask = _batch(model.config.vocab_size)
+    rows = torch.tensor([2, 0, 0, 2, 2, 0])  # prompt 1: no completion
+    seen: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    torch.manual_seed(3)
+    shared = sample_tokens(model, ids, mask, SETTINGS, rows=rows)
+    hook.remove()
+    torch.manual_seed(3)
+    laid_out = sample_tokens(model, ids[rows], mask[rows], SETTINGS)
+    assert seen == [3] + [6] * 5  # one prefill of the 3 prompts, 5 decode steps of 6 rows
+    assert torch.equal(shared.tokens, laid_out.tokens)
+    for a, b in zip(shared.logits, laid_out.logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_missing_cache_api_names_what_is_missing() -> None:
+    """The version guard: this transformers has the cache API; a cache class without
+    ``batch_select_indices`` (transformers before it) is named in one line."""
+    from transformers import DynamicCache
+
+    assert missing_cache_api() is None
+
+    class OldCache:  # DynamicCache's layout before batch_select_indices
+        pass
+
+    reason = missing_cache_api(OldCache)
+    assert reason is not None and "OldCache has no batch_select_indices" in reason
+    assert "\n" not in reason and missing_cache_api(DynamicCache) is None
+
+
+def test_engine_without_the_cache_api_samples_with_generate(
+        tiny_model_dir: Path, monkeypatch, caplog) -> None:
+    """A transformers without the cache API: the engine says why in one log line and
+    samples with ``generate`` (each prompt once per sample), what ``generate`` draws."""
+    from rft.engines import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+
+    monkeypatch.setattr(decode_loop, "missing_cache_api",
+                        lambda cache_type=None: "transformers 4.0: DynamicCache has no "
+                                                "batch_select_indices")
+    with caplog.at_level(logging.WARNING, logger="rft.engines.hf_engine"):
+        engine = HFEngine(str(tiny_model_dir), seed=3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "rft.engines.hf_engine"]
+    assert lines == ["hf engine: transformers 4.0: DynamicCache has no batch_select_indices;"
+                     " sampling with model.generate, one prompt prefill per sample"]
+    assert not engine.shares_prompts
+    called: list[int] = []
+    generate = engine.model.generate
+
+    def counting(*args, **kwargs):
+        called.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(engine.model, "generate", counting)
+    results = engine.generate([[5, 6, 7], [8, 9]], SamplingArgs(max_tokens=4, seed=1), n=3)
+    assert called == [2]  # two prompts, three return sequences each
+    assert [len(group) for group in results] == [3, 3]
+    assert all(1 <= len(c.token_ids) <= 4 for group in results for c in group)
+
+
+
+def test_inverse_cdf_draw_has_the_distribution_and_never_draws_zero_mass() -> None:
+    torch.manual_seed(0)
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.15, 0.05, 0.0])
+    rows = 200_000
+    drawn = draw_inverse_cdf(probs.expand(rows, -1))  # (rows,)
+    counts = torch.bincount(drawn, minlength=probs.numel()).double()
+    assert counts[probs == 0].sum() == 0
+    expected = probs.double() * rows
+    positive = probs > 0
+    chi2 = (((counts - expected) ** 2)[positive] / expected[positive]).sum()
+    assert chi2 < 16.3  # χ²(3 degrees of freedom) at p = 0.001
+    # unnormalised weights give the same distribution
+    torch.manual_seed(0)
+    assert torch.equal(draw_inverse_cdf(3 * probs.expand(rows, -1)), drawn)
+    # the same statistic for torch.multinomial, as a yardstick for the bound above
+    torch.manual_seed(0)
+    reference = torch.bincount(draw_multinomial(probs.expand(rows, -1)),
+                               minlength=probs.numel()).double()
+    assert (((reference - expected) ** 2)[positive] / expected[positive]).sum() < 16.3
+
+
+def test_inverse_cdf_draw_caps_a_rounded_up_threshold(monkeypatch) -> None:
+    """A threshold that rounds up to the total mass picks the last token with mass, not a
+    zero-mass token after it (nor an index past the vocabulary)."""
+    probs = torch.tensor([[0.25, 0.75, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.ones(*shape, **kw))
+    assert draw_inverse_cdf(probs).tolist() == [1, 3]
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.zeros(*shape, **kw))
+    assert draw_inverse_cdf(probs).tolist() == [0, 3]
+
+
+def test_stop_strings_end_rows_inside_the_decode_loop(tiny_model_dir: Path) -> None:
+    """A row whose text holds a stop string finishes (pad ids after it); when every row has,
+    the loop stops before ``max_new_tokens``."""
+    model = _qwen2(tiny_model_dir)
+    ids, mask = _batch(model.config.vocab_size)
+    calls: list[int] = []
+
+    def after_three(tokens: torch.Tensor) -> torch.Tensor:  # row r "sees" its stop at r + 3
+        calls.append(tokens.shape[1])
+        return torch.tensor([tokens.shape[1] >= 3 + row for row in range(tokens.shape[0])])
+
+    settings = DecodeSettings(max_new_tokens=10, min_new_tokens=0, temperature=1.0, top_k=0,
+                              top_p=1.0, stop_token_ids=[], pad_token_id=0,
+                              stop_check=after_three)
+    torch.manual_seed(4)
+    out = sample_tokens(model, ids, mask, settings)
+    assert out.tokens.shape == (3, 5) and calls == [1, 2, 3, 4, 5]
+    assert (out.tokens[0, 3:] == 0).all() and (out.tokens[1, 4:] == 0).all()
+    torch.manual_seed(4)
+    free = sample_tokens(model, ids, mask, DecodeSettings(
+        max_new_tokens=10, min_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0,
+        stop_token_ids=[], pad_token_id=0))
+    assert free.tokens.shape == (3, 10)
+    assert torch.equal(free.tokens[0, :3], out.tokens[0, :3])
+    assert torch.equal(free.tokens[2, :5], out.tokens[2, :5])
