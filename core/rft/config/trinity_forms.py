@@ -200,7 +200,8 @@ def _mix_loss_args(c: RftConfig, v: Validation) -> None:
             "CHORD loss parts; rft's trainer aggregates the loss over its own batches "
             "(algorithm.loss_agg_mode), so they have no effect")
     mode = c.algorithm.loss_agg_mode or "token-mean"
-    modes = {name: args.pop(name) for name in ("sft_loss_agg_mode", "grpo_loss_agg_mode")
+    modes: dict[str, Any] = {name: args.pop(name) for name in ("sft_loss_agg_mode",
+                                                               "grpo_loss_agg_mode")
              if name in args}
     if "use_token_level_loss_in_sft" in args:
         token_level = args.pop("use_token_level_loss_in_sft")

@@ -230,7 +230,7 @@ class BroadcastGroup:
             if self.backend == "nccl":
                 options = dist.ProcessGroupNCCL.Options()
                 options._timeout = timeout
-                self.group: dist.ProcessGroup = dist.ProcessGroupNCCL(
+                self.group: dist.ProcessGroupNCCL | dist.ProcessGroupGloo = dist.ProcessGroupNCCL(
                     store, rank, address.world_size, options)
             else:
                 self.group = dist.ProcessGroupGloo(store, rank, address.world_size, timeout)

@@ -53,7 +53,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -64,6 +64,9 @@ from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, Samp
 from rft.engines.hf_engine import _strip_wrappers
 from rft.engines.vllm_logs import configure_vllm_logging
 from rft.rope import apply_rope
+
+if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
 
 log = logging.getLogger("rft.engines.vllm_engine")
 
@@ -275,7 +278,8 @@ class VLLMEngine(InferenceEngine):
         params = [self._sampling_params(sampling, n // copies, p.max_new_tokens,
                                         _prompt_seed(seed, index, n))
                   for index, p in enumerate(prepared) for _ in range(copies)]
-        requests = [{"prompt_token_ids": p.token_ids} for p in prepared for _ in range(copies)]
+        requests: list[TokensPrompt] = [{"prompt_token_ids": p.token_ids}
+                                        for p in prepared for _ in range(copies)]
         with self._lock:
             outputs = self.llm.generate(requests, params, use_tqdm=False,
                                         lora_request=self._lora)
@@ -381,7 +385,9 @@ class VLLMEngine(InferenceEngine):
         if not todo:
             return out
         with self._lock:
-            results = self.llm.generate([{"prompt_token_ids": sequences[i]} for i in todo],
+            token_prompts: list[TokensPrompt] = [{"prompt_token_ids": sequences[i]}
+                                                 for i in todo]
+            results = self.llm.generate(token_prompts,
                                         params, use_tqdm=False, lora_request=self._lora)
         for i, result in zip(todo, results):
             seq, p = sequences[i], prompt_lengths[i]
@@ -785,7 +791,7 @@ def _retie_output_embedding(model: Any) -> None:
     if head.weight is not embed.weight:
         head.weight = embed.weight
     method = getattr(head, "quant_method", None)
-    if type(method).__name__ == "UnquantizedEmbeddingMethod":
+    if method is not None and type(method).__name__ == "UnquantizedEmbeddingMethod":
         method.process_weights_after_loading(head)
 
 

@@ -115,7 +115,7 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
             entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
         return logps, entropy
     logps = logprobs_from_logits(logits, labels)  # (B, R)
-    entropy = None
+    entropy: torch.Tensor | None = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = (entropy_from_logits(logits) if entropy_chunk is None

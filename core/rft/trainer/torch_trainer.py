@@ -217,19 +217,30 @@ class TorchTrainer(Trainer):
             with timed(metrics, "update_actor"):
                 metrics.update(self._update_actor(tensors))
             self.scheduler.step()
-            metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+            metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])
             if self.critic_scheduler is not None:
                 self.critic_scheduler.step()
-                metrics["critic/lr"] = self.critic_scheduler.get_last_lr()[0]
+                metrics["critic/lr"] = float(self.critic_scheduler.get_last_lr()[0])
         self.global_steps += 1
         return metrics
 
-    def state_dict(self) -> dict[str, Any]:
-        if self.ranks is not None:  # the one-process format, gathered on rank 0
+    def gathered_state(self) -> dict[str, Any] | None:
+        """The state in the one-process format: with ranks, gathered on rank 0 (``None`` on
+        the other ranks; every rank calls it), else :meth:`state_dict`."""
+        if self.ranks is not None:
             from rft.trainer import sharded_checkpoint
 
             return sharded_checkpoint.full_state(self)
-        state: dict[str, Any] = {
+        return self.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.ranks is not None:  # the one-process format, gathered on rank 0
+            state = self.gathered_state()
+            if state is None:
+                raise RuntimeError("TorchTrainer.state_dict: only rank 0 holds the gathered "
+                                   "state; the ranks call gathered_state()")
+            return state
+        state = {
             "global_steps": self.global_steps,
             "actor": lora_ops.actor_state(self.actor),  # LoRA: the adapter's tensors
             "optimizer": self.optimizer.state_dict(),
@@ -437,6 +448,7 @@ class TorchTrainer(Trainer):
             for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
                 micro_signal = None
+                entropy: torch.Tensor | None
                 if signal is not None:
                     logps, entropy, micro_signal = response_entropy_signals(
                         model, micro, device=self.options.device,

@@ -91,7 +91,7 @@ def take_snapshot(actor: torch.nn.Module, rank: int, world_size: int,
 
 
 def gather_into(snapshot: ShardSnapshot, index: int, out: torch.Tensor | None,
-                group: object) -> None:
+                group: dist.ProcessGroup | None) -> None:
     """Assemble tensor ``index`` of the snapshot on rank 0 into ``out`` (a contiguous
     ``uint8`` tensor of exactly its bytes; ``None`` on the other ranks). A collective over
     ``group`` (every rank calls it for the same ``index``)."""
