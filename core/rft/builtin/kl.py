@@ -121,6 +121,7 @@ KL_FNS: dict[str, KLFn[KLArgs]] = {
 """Every KL estimator by name (veRL's ``kl_penalty`` names plus ``none``)."""
 
 for _fn in KL_FNS.values():
+    # Args on a function: the dataclass of its *_args (rft.hookspecs)
     _fn.Args = KLArgs  # type: ignore[attr-defined]
 
 

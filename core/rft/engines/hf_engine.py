@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -115,7 +115,8 @@ class HFEngine(InferenceEngine):
             apply_rope(config, rope_scaling, rope_theta)
         # the class is chosen at run time (the checkpoint's architecture), and transformers'
         # decorated methods (to, generate) do not type-check on the auto class
-        self.model: Any = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+        self.model: Any = cast(Any, AutoModelForCausalLM.from_pretrained(self.model_path,
+                                                                       **load_kwargs))
         self.model.to(self.device).eval()
         self.eos_token_ids = self._collect_eos_ids()
         self.pad_token_id = self._pick_pad_id()

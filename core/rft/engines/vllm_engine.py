@@ -60,7 +60,8 @@ import torch
 from rft.adapter import CONFIG_FILE, AdapterWeights
 from rft.chat_template import model_chat_template
 from rft.errors import RftError
-from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
+                                SamplingArgs)
 from rft.engines.hf_engine import _strip_wrappers
 from rft.engines.vllm_logs import configure_vllm_logging
 from rft.rope import apply_rope
@@ -339,7 +340,7 @@ class VLLMEngine(InferenceEngine):
         if sampling.logprobs:
             logprobs = torch.tensor([step[t].logprob for step, t in
                                      zip(output.logprobs, token_ids)], dtype=torch.float32)
-        finish = "stop" if output.finish_reason == "stop" else "length"
+        finish: FinishReason = "stop" if output.finish_reason == "stop" else "length"
         stop_reason = output.stop_reason
         if isinstance(stop_reason, int) and stop_reason not in extra_stop_ids:
             stop_reason = None  # an EOS id, reported as None like the hf engine
@@ -353,7 +354,7 @@ class VLLMEngine(InferenceEngine):
             token_ids=token_ids,
             logprobs=logprobs,
             text=text,
-            finish_reason=finish,  # type: ignore[arg-type]
+            finish_reason=finish,
             prompt_truncated=prompt.truncated,
             model_version=self.model_version,
             stop_reason=stop_reason,
@@ -605,8 +606,9 @@ class VLLMEngine(InferenceEngine):
 
     def close(self) -> None:
         """Release the vLLM engine (its KV cache and workers)."""
-        if self.__dict__.get("_lora_root"):
-            shutil.rmtree(self._lora_root, ignore_errors=True)  # type: ignore[arg-type]
+        root = self.__dict__.get("_lora_root")
+        if root:
+            shutil.rmtree(root, ignore_errors=True)
             self._lora_root = None
         self.leave_weight_group()
         llm = self.__dict__.pop("llm", None)

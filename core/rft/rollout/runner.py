@@ -535,7 +535,8 @@ def _checked(experiences: Any) -> list[Experience]:
     if not isinstance(experiences, list) or not all(isinstance(e, Experience) for e in experiences):
         error = TypeError(f"workflow run() must return a list of Experience, got "
                           f"{type(experiences).__name__}")
-        error.retryable = False  # type: ignore[attr-defined]  # the same code returns it again
+        # a flag on a built-in TypeError (read by is_retryable): the same code returns it again
+        error.retryable = False  # type: ignore[attr-defined]
         raise error
     return experiences
 

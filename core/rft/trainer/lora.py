@@ -282,7 +282,8 @@ def merged_weights(named: Iterable[tuple[str, torch.Tensor | None]], scale: floa
 
 def base_model(actor: nn.Module) -> nn.Module:
     """The Hugging Face model inside a peft model (its config, class, generation config)."""
-    return actor.get_base_model() if is_peft(actor) else actor  # type: ignore[operator]
+    # peft's method (nn.Module types a missing attribute as a tensor or a module)
+    return getattr(actor, "get_base_model")() if is_peft(actor) else actor  # noqa: B009
 
 
 def export(actor: nn.Module, spec: LoraSpec, path: str, *, merged: bool,
