@@ -98,8 +98,8 @@ class Experience:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled state (Ray's object store, between the explorer, the buffer actor and the
-        trainer): the tensor fields as raw buffers (:mod:`rft.tensor_wire`), about 15×
-        faster than torch's tensor reducer for a step's experiences."""
+        trainer): the tensor fields as raw buffers (:mod:`rft.tensor_wire`), much faster
+        than torch's tensor reducer for a step's experiences (docs/benchmarks.md)."""
         state = dict(self.__dict__)
         for name in _TENSOR_FIELDS:
             state[name] = to_wire(state.get(name))

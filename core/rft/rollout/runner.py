@@ -156,7 +156,8 @@ class _AttemptThread(threading.Thread):
 
 class _AttemptThreads:
     """The daemon threads that run workflow attempts, reused from one attempt to the next
-    (issue #23: starting a thread per attempt cost about 0.1 ms per task). Every attempt
+    (issue #23: starting a thread per attempt was a visible cost per task; figures in
+    docs/benchmarks.md). Every attempt
     starts at once on an idle thread or a new one, never behind another attempt; a thread
     whose attempt is abandoned is not reused, so it ends with its attempt."""
 
