@@ -3,7 +3,10 @@
 A :class:`PluginRegistry` is built fresh for each run (there is no import-time global):
 
     registry = PluginRegistry.create()
-    grpo = registry.get("algorithm", "grpo")
+    grpo = registry.get(ALGORITHM, "grpo")  # an AlgorithmPreset (rft.plugin_kinds.ALGORITHM)
+
+The kinds are the typed objects of :mod:`rft.plugin_kinds`; names the project knows of but
+that may not be installed are the data of :mod:`rft.plugin_catalog`.
 
 Environment variables:
 
@@ -48,9 +51,6 @@ UNRELATED_DISTRIBUTION = "rft"
 """The core's distribution name before 0.1; on PyPI ``rft`` is an unrelated RobotFramework
 project, so a plugin depending on it is flagged."""
 
-
-Kind = PluginKind
-"""The former name of :class:`~rft.plugin_kinds.PluginKind`."""
 
 KINDS: dict[str, PluginKind[Any]] = {kind.name: kind for kind in ALL_KINDS}
 """Every kind by its name (``rft plugins``, a name given as a string)."""
