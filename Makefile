@@ -25,5 +25,7 @@ both-example: setup
 	test -f examples/data/max_digit/heldout.jsonl || .venv/bin/python examples/make_quickstart_data.py
 	OMP_NUM_THREADS=1 .venv/bin/rft run examples/both_cpu.yaml
 
+# The type check first (about a minute; pinned mypy, config in pyproject.toml), then pytest.
 test: setup-test
+	cd core && ../.venv/bin/mypy
 	OMP_NUM_THREADS=1 RFT_REQUIRE_VERL_WORKERS=1 .venv/bin/python -m pytest -q -p no:cacheprovider

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the repo-local .venv and install torch and vLLM (the tested set of this platform:
 # scripts/install_plan.py), rft, every plugin distribution under plugins/, and (with
-# --test) the test tools and the veRL reference used by the equivalence tests.
+# --test) the test tools (pytest, pinned mypy) and the veRL reference used by the equivalence tests.
 # --dry-run prints the pip commands instead (nothing installed, no stamp).
 # Idempotent: a second run only installs what changed, and returns at once when the
 # project files are unchanged since the last run (delete .venv/.rft-setup-* to force one).

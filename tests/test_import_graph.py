@@ -6,15 +6,22 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parents[1] / "core"
+REPO = Path(__file__).resolve().parents[1]
+CORE = REPO / "core"
+PLUGIN_DISTRIBUTIONS = sorted(project.parent for project in (REPO / "plugins").rglob("pyproject.toml")
+                              if "tests" not in project.relative_to(REPO).parts)
+"""The plugin distribution folders (each with its ``pyproject.toml``), as setup.sh finds them."""
 
 
-def core_modules() -> dict[str, Path]:
-    """``{dotted module name: file}`` of every module under ``core/rft``."""
+def core_modules(root: Path = CORE) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module under ``root`` (``core/rft``, or a
+    plugin distribution's packages; its tests left out)."""
     modules = {}
-    for path in sorted((CORE / "rft").rglob("*.py")):
-        name = ".".join(path.relative_to(CORE).with_suffix("").parts)
-        modules[name.removesuffix(".__init__")] = path
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        if "tests" in parts or parts[0] in ("setup", "conftest"):
+            continue
+        modules[".".join(parts).removesuffix(".__init__")] = path
     return modules
 
 
@@ -48,8 +55,8 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = core_modules()
+def import_graph(root: Path = CORE) -> dict[str, set[str]]:
+    modules = core_modules(root)
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
@@ -95,6 +102,15 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_core_has_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def test_plugins_have_no_import_cycle():
+    """Each plugin distribution's own modules (``convert_verl``'s trainer choice once
+    imported its command line, veRL's worker group the trainer's privates)."""
+    assert len(PLUGIN_DISTRIBUTIONS) > 20
+    found = {root.relative_to(REPO).as_posix(): cycles(import_graph(root))
+             for root in PLUGIN_DISTRIBUTIONS}
+    assert {name: c for name, c in found.items() if c} == {}
 
 
 LOWER_LAYERS: dict[str, tuple[str, ...]] = {

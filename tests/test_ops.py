@@ -210,17 +210,20 @@ def test_known_providers_match_the_installed_algorithm_plugins() -> None:
     table under that distribution, and every table entry of an installed one is real."""
     import importlib.metadata as metadata
 
-    from rft.plugins import KINDS, KNOWN_PROVIDERS, _ALGORITHM_NAMES
+    from rft.plugins import KINDS, plugin_catalog
 
     registry = PluginRegistry.create()
-    for distribution, kinds in _ALGORITHM_NAMES.items():
+    catalog = plugin_catalog()
+    algorithm_distributions = {catalog.providers[key] for key in catalog.providers
+                               if key[0] == "algorithm"}
+    for distribution in sorted(algorithm_distributions):
         try:
             metadata.version(distribution)
         except metadata.PackageNotFoundError:
             continue
         registered = {(kind, name) for kind in KINDS for name in registry.names(kind)
                       if registry.registration(kind, name).distribution == distribution}
-        listed = {key for key, value in KNOWN_PROVIDERS.items() if value == distribution}
+        listed = {key for key, value in catalog.providers.items() if value == distribution}
         assert registered == listed, (distribution, registered ^ listed)
 
 

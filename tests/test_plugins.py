@@ -286,15 +286,15 @@ def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(
 
 
 def test_install_hints_match_what_the_plugin_distributions_register():
-    """``KNOWN_PROVIDERS`` (the "pip install …" hint of an unknown name) equals what the
-    project's plugin distributions, all installed here, really register."""
-    from rft.plugins import KNOWN_PROVIDERS
+    """The catalog's providers (the "pip install …" hint of an unknown name) equal what
+    the project's plugin distributions, all installed here, really register."""
+    from rft.plugins import plugin_catalog
 
     registered = {(kind, name): info.distribution
                   for info in PluginRegistry.create().plugins()
                   if info.distribution.startswith("rft-plugin-")
                   for kind, names in info.registers.items() for name in names}
-    assert KNOWN_PROVIDERS == registered
+    assert plugin_catalog().providers == registered
 
 
 # ---- plugin distributions built for another core ------------------------------------------

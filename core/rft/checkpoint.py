@@ -56,7 +56,7 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -210,7 +210,8 @@ def save_hashed(obj: Any, folder: str, name: str, writing: list[str] | None = No
     if writing is not None:
         writing[:] = [name]
     with HashingFile(os.path.join(folder, name)) as handle:
-        torch.save(obj, handle)
+        # a raw binary stream: IO[bytes] in all but name (typeshed's RawIOBase is not one)
+        torch.save(obj, cast("IO[bytes]", handle))
         handle.flush()
         return handle.digest.hexdigest()
 
@@ -520,9 +521,9 @@ def newest_readable_checkpoint(job_dir: str, extra: tuple[str, ...] = ()
             failed.append((checkpoint, exc))
             continue
         skipped = []
-        for bad, exc in failed:
+        for bad, error in failed:
             aside = _move_aside(bad.path)
-            line = f"{exc}; skipped{f' (moved to {aside})' if aside else ''}"
+            line = f"{error}; skipped{f' (moved to {aside})' if aside else ''}"
             skipped.append(line)
             log.warning("resume: %s", line)
         if skipped:
@@ -550,7 +551,9 @@ def rng_state() -> dict[str, Any]:
     import numpy as np
 
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = np.random.get_state()
+    assert isinstance(numpy_state, tuple)  # legacy=True, the default: the tuple form
+    kind, keys, pos, has_gauss, cached = numpy_state
     state: dict[str, Any] = {
         "python": [version, list(internal), gauss],
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],

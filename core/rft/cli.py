@@ -25,7 +25,7 @@ from typing import Any
 
 from rft.commands import Command
 from rft.errors import ConfigError, PluginError, RftError
-from rft.plugins import KNOWN_PROVIDERS, PluginRegistry, core_compatibility_warnings
+from rft.plugins import PluginRegistry, core_compatibility_warnings, plugin_catalog
 
 EXIT_USAGE = 2
 """Exit status for invalid configs, unknown plugins and other user errors."""
@@ -222,7 +222,7 @@ def _unknown_command_hint(argv: Sequence[str], registry: PluginRegistry) -> str 
     name = next((arg for arg in argv if not arg.startswith("-")), None)
     if name is None or registry.has("command", name):
         return None
-    if ("command", name) not in KNOWN_PROVIDERS:
+    if plugin_catalog().provider("command", name) is None:
         return None
     return registry.unknown_name_message("command", name)
 

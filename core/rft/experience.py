@@ -98,8 +98,8 @@ class Experience:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled state (Ray's object store, between the explorer, the buffer actor and the
-        trainer): the tensor fields as raw buffers (:mod:`rft.tensor_wire`), about 15×
-        faster than torch's tensor reducer for a step's experiences."""
+        trainer): the tensor fields as raw buffers (:mod:`rft.tensor_wire`), much faster
+        than torch's tensor reducer for a step's experiences (docs/benchmarks.md)."""
         state = dict(self.__dict__)
         for name in _TENSOR_FIELDS:
             state[name] = to_wire(state.get(name))
@@ -205,7 +205,7 @@ def _token_level_rewards(experiences: Sequence[Experience], response_lengths: to
     token_level = torch.zeros(batch_size, width)  # (B, R)
     token_rows = [i for i, e in enumerate(experiences) if e.token_level_reward is not None]
     if token_rows:
-        given = [experiences[i].token_level_reward for i in token_rows]
+        given = [r for e in experiences if (r := e.token_level_reward) is not None]
         index = torch.tensor(token_rows, dtype=torch.long)  # (b,)
         spans = _row_spans(torch.zeros(len(given), dtype=torch.long), _numels(given), width)
         token_level[index] = _fill_rows(given, spans, torch.zeros(len(given), width))
@@ -239,7 +239,10 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
     input_ids = _fill_rows(tokens, real, torch.full((batch_size, total), pad_token_id,
                                                     dtype=torch.long))  # (B, P+R)
     attention_mask = real.long()  # (B, P+R)
-    action_masks = [e.action_mask for e in experiences]
+    action_masks: list[torch.Tensor] = []
+    for e in experiences:
+        assert e.action_mask is not None  # filled by Experience.__post_init__
+        action_masks.append(e.action_mask)
     response_mask = _fill_rows(action_masks, _row_spans(
         torch.zeros(batch_size, dtype=torch.long), _numels(action_masks), response_width),
         torch.zeros(batch_size, response_width))  # (B, R)

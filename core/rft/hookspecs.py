@@ -33,7 +33,8 @@ Hooks are grouped by the stage of a run that uses what they register.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -49,6 +50,18 @@ from rft.contracts import PolicyLossFn as PolicyLossFn
 from rft.contracts import PolicyLossInputs as PolicyLossInputs
 from rft.contracts import needs_ref_log_prob as needs_ref_log_prob
 
+if TYPE_CHECKING:  # what the other hooks' dicts hold (rft.plugin_kinds names the same types)
+    from rft.algorithm import AlgorithmPreset
+    from rft.buffer.operators import ExperienceOperator
+    from rft.buffer.replay import PriorityFn
+    from rft.buffer.sampling import SampleStrategy
+    from rft.buffer.selector import TaskSelector
+    from rft.engines.engine import InferenceEngine
+    from rft.engines.reply_parsing import FunctionCall
+    from rft.monitor.base import Monitor
+    from rft.trainer.base import Trainer
+    from rft.workflow import Workflow
+
 PROJECT_NAME = "rft"
 """Name of the pluggy project and of the entry-point group."""
 
@@ -62,7 +75,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def register_algorithms() -> dict[str, Any]:
+def register_algorithms() -> dict[str, AlgorithmPreset]:
     """Register algorithm presets, selected by ``algorithm.algorithm_type``.
 
     :return: ``{name: AlgorithmPreset}``. A preset names the default advantage fn,
@@ -83,7 +96,7 @@ def register_algorithms() -> dict[str, Any]:
 
 
 @hookspec
-def register_advantage_fns() -> dict[str, Any]:
+def register_advantage_fns() -> dict[str, AdvantageFn[Any]]:
     """Register advantage functions, selected by ``algorithm.advantage_fn``.
 
     :return: ``{name: fn}``, each ``fn`` an :class:`~rft.contracts.AdvantageFn`:
@@ -113,7 +126,7 @@ def register_advantage_fns() -> dict[str, Any]:
 
 
 @hookspec
-def register_policy_loss_fns() -> dict[str, Any]:
+def register_policy_loss_fns() -> dict[str, PolicyLossFn[Any]]:
     """Register policy loss functions, selected by ``algorithm.policy_loss_fn``.
 
     :return: ``{name: fn}``, each ``fn`` a :class:`~rft.contracts.PolicyLossFn`:
@@ -172,7 +185,7 @@ def register_policy_loss_fns() -> dict[str, Any]:
 
 
 @hookspec
-def register_kl_fns() -> dict[str, Any]:
+def register_kl_fns() -> dict[str, KLFn[Any]]:
     """Register KL estimators, selected by ``algorithm.kl_loss_fn`` (KL as a loss term)
     and ``algorithm.kl_penalty_fn`` (KL subtracted from token-level rewards).
 
@@ -198,7 +211,7 @@ def register_kl_fns() -> dict[str, Any]:
 
 
 @hookspec
-def register_entropy_loss_fns() -> dict[str, Any]:
+def register_entropy_loss_fns() -> dict[str, EntropyLossFn[Any]]:
     """Register entropy loss functions, selected by ``algorithm.entropy_loss_fn``.
 
     :return: ``{name: fn}``, each ``fn`` an :class:`~rft.contracts.EntropyLossFn`:
@@ -227,7 +240,7 @@ def register_entropy_loss_fns() -> dict[str, Any]:
 
 
 @hookspec
-def register_sample_strategies() -> dict[str, Any]:
+def register_sample_strategies() -> dict[str, type[SampleStrategy]]:
     """Register sample strategies, selected by ``algorithm.sample_strategy``.
 
     :return: ``{name: class}``; the class is built with the trainer's buffers
@@ -245,7 +258,7 @@ def register_sample_strategies() -> dict[str, Any]:
 
 
 @hookspec
-def register_priority_fns() -> dict[str, Any]:
+def register_priority_fns() -> dict[str, PriorityFn]:
     """Register replay-buffer priority functions, selected by
     ``buffer.trainer_input.experience_buffer.replay_buffer.priority_fn``.
 
@@ -271,7 +284,7 @@ def register_priority_fns() -> dict[str, Any]:
 
 
 @hookspec
-def register_workflows() -> dict[str, Any]:
+def register_workflows() -> dict[str, type[Workflow]]:
     """Register workflows, selected by ``default_workflow_type`` (explorer input or taskset).
 
     :return: ``{name: class}``; the class is built per task with the task and a model
@@ -295,7 +308,7 @@ def register_workflows() -> dict[str, Any]:
 
 
 @hookspec
-def register_reward_fns() -> dict[str, Any]:
+def register_reward_fns() -> dict[str, Callable[..., Any]]:
     """Register reward functions, selected by ``default_reward_fn_type``.
 
     :return: ``{name: callable or class}``; it scores a response against a task and
@@ -311,7 +324,7 @@ def register_reward_fns() -> dict[str, Any]:
 
 
 @hookspec
-def register_task_selectors() -> dict[str, Any]:
+def register_task_selectors() -> dict[str, type[TaskSelector]]:
     """Register task selectors, selected by a taskset's ``task_selector.selector_type``.
 
     :return: ``{name: class}``; the class decides which task indices of a taskset form
@@ -326,7 +339,7 @@ def register_task_selectors() -> dict[str, Any]:
 
 
 @hookspec
-def register_experience_operators() -> dict[str, Any]:
+def register_experience_operators() -> dict[str, type[ExperienceOperator]]:
     """Register experience operators, selected by
     ``data_processor.experience_pipeline.operators[i].name``.
 
@@ -343,7 +356,7 @@ def register_experience_operators() -> dict[str, Any]:
 
 
 @hookspec
-def register_engines() -> dict[str, Any]:
+def register_engines() -> dict[str, type[InferenceEngine]]:
     """Register inference engines, selected by ``explorer.rollout_model.engine_type``.
 
     :return: ``{name: class}``; the class generates responses (with per-token
@@ -373,7 +386,7 @@ def register_engines() -> dict[str, Any]:
 
 
 @hookspec
-def register_tool_call_parsers() -> dict[str, Any]:
+def register_tool_call_parsers() -> dict[str, Callable[[str], tuple[str, list[FunctionCall]]]]:
     """Register tool-call parsers of the OpenAI endpoint, selected by
     ``explorer.rollout_model.tool_call_parser`` (and an auxiliary model's).
 
@@ -391,7 +404,7 @@ def register_tool_call_parsers() -> dict[str, Any]:
 
 
 @hookspec
-def register_reasoning_parsers() -> dict[str, Any]:
+def register_reasoning_parsers() -> dict[str, Callable[[str], tuple[str | None, str]]]:
     """Register reasoning parsers of the OpenAI endpoint, selected by
     ``explorer.rollout_model.reasoning_parser`` (and an auxiliary model's).
 
@@ -413,7 +426,7 @@ def register_reasoning_parsers() -> dict[str, Any]:
 
 
 @hookspec
-def register_trainers() -> dict[str, Any]:
+def register_trainers() -> dict[str, type[Trainer]]:
     """Register trainer backends, selected by ``trainer.trainer_type``.
 
     :return: ``{name: class}``; a :class:`rft.trainer.base.Trainer` subclass built as
@@ -436,7 +449,7 @@ def register_trainers() -> dict[str, Any]:
 
 
 @hookspec
-def register_monitors() -> dict[str, Any]:
+def register_monitors() -> dict[str, type[Monitor]]:
     """Register metric monitors, selected by ``monitor.monitor_type``.
 
     :return: ``{name: class}``; the class (a :class:`rft.monitor.base.Monitor`) receives

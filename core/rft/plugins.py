@@ -3,7 +3,10 @@
 A :class:`PluginRegistry` is built fresh for each run (there is no import-time global):
 
     registry = PluginRegistry.create()
-    grpo = registry.get("algorithm", "grpo")
+    grpo = registry.get(ALGORITHM, "grpo")  # an AlgorithmPreset (rft.plugin_kinds.ALGORITHM)
+
+The kinds are the typed objects of :mod:`rft.plugin_kinds`; names the project knows of but
+that may not be installed are the data of :mod:`rft.plugin_catalog`.
 
 Environment variables:
 
@@ -20,13 +23,14 @@ still loaded).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata as importlib_metadata
 import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, overload
 
 import pluggy
 from packaging.requirements import InvalidRequirement, Requirement
@@ -35,6 +39,8 @@ from packaging.version import InvalidVersion, Version
 
 from rft import hookspecs
 from rft.errors import DuplicateNameError, PluginError, UnknownNameError
+from rft.plugin_catalog import CATALOG_PATH, PluginCatalog, load_catalog
+from rft.plugin_kinds import ALL_KINDS, PluginKind, T
 from rft.suggest import closest
 
 CORE_DISTRIBUTION = "rft-framework"
@@ -46,172 +52,15 @@ UNRELATED_DISTRIBUTION = "rft"
 project, so a plugin depending on it is flagged."""
 
 
-@dataclass(frozen=True)
-class Kind:
-    """One kind of thing a config selects by name."""
-
-    name: str
-    """Short name used in lookups, e.g. ``"advantage_fn"``."""
-    hook: str
-    """Name of the ``register_*`` hook that provides it."""
-    label: str
-    """Human wording used in error messages."""
+KINDS: dict[str, PluginKind[Any]] = {kind.name: kind for kind in ALL_KINDS}
+"""Every kind by its name (``rft plugins``, a name given as a string)."""
 
 
-KINDS: dict[str, Kind] = {
-    kind.name: kind
-    for kind in (
-        Kind("algorithm", "register_algorithms", "algorithm"),
-        Kind("advantage_fn", "register_advantage_fns", "advantage function"),
-        Kind("policy_loss_fn", "register_policy_loss_fns", "policy loss function"),
-        Kind("kl_fn", "register_kl_fns", "KL function"),
-        Kind("entropy_loss_fn", "register_entropy_loss_fns", "entropy loss function"),
-        Kind("sample_strategy", "register_sample_strategies", "sample strategy"),
-        Kind("priority_fn", "register_priority_fns", "priority function"),
-        Kind("workflow", "register_workflows", "workflow"),
-        Kind("reward_fn", "register_reward_fns", "reward function"),
-        Kind("task_selector", "register_task_selectors", "task selector"),
-        Kind("experience_operator", "register_experience_operators", "experience operator"),
-        Kind("engine", "register_engines", "engine"),
-        Kind("tool_call_parser", "register_tool_call_parsers", "tool-call parser"),
-        Kind("reasoning_parser", "register_reasoning_parsers", "reasoning parser"),
-        Kind("trainer", "register_trainers", "trainer"),
-        Kind("monitor", "register_monitors", "monitor"),
-        Kind("command", "register_commands", "command"),
-    )
-}
-
-_ALGORITHM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
-    "rft-plugin-grpo": {"algorithm": ("grpo",),
-                        "advantage_fn": ("grpo", "grpo_no_std", "opo", "clipb",
-                                         "clipv")},
-    "rft-plugin-ppo": {"algorithm": ("ppo",), "advantage_fn": ("ppo", "gae")},
-    "rft-plugin-opmd": {"algorithm": ("opmd",), "advantage_fn": ("opmd",),
-                        "policy_loss_fn": ("opmd",)},
-    "rft-plugin-rloo": {"algorithm": ("rloo",), "advantage_fn": ("rloo",)},
-    "rft-plugin-reinforceplusplus": {
-        "algorithm": ("reinforceplusplus", "reinforceplusplus_baseline"),
-        "advantage_fn": ("reinforceplusplus", "reinforceplusplus_baseline")},
-    "rft-plugin-remax": {"algorithm": ("remax",), "advantage_fn": ("remax",)},
-    "rft-plugin-gspo": {"algorithm": ("gspo",), "policy_loss_fn": ("gspo",)},
-    "rft-plugin-dpo": {"algorithm": ("dpo",), "policy_loss_fn": ("dpo",)},
-    "rft-plugin-sft": {"algorithm": ("sft",), "policy_loss_fn": ("sft",)},
-    "rft-plugin-mix": {"algorithm": ("mix",), "policy_loss_fn": ("mix",),
-                       "sample_strategy": ("mix",)},
-    "rft-plugin-cispo": {"algorithm": ("cispo",), "policy_loss_fn": ("cispo",)},
-    "rft-plugin-sapo": {"algorithm": ("sapo",), "policy_loss_fn": ("sapo",)},
-    "rft-plugin-topr": {"algorithm": ("topr",), "advantage_fn": ("reinforce",),
-                        "policy_loss_fn": ("topr",)},
-    "rft-plugin-asymre": {"algorithm": ("asymre",), "advantage_fn": ("asymre",)},
-    "rft-plugin-raft": {"algorithm": ("raft",), "advantage_fn": ("raft",),
-                        "policy_loss_fn": ("raft",)},
-    "rft-plugin-dapo": {"algorithm": ("dapo",), "experience_operator": ("overlong_penalty",)},
-    "rft-plugin-grpo-verl": {"algorithm": ("grpo_verl",), "advantage_fn": ("grpo_verl",)},
-    "rft-plugin-rec": {"algorithm": ("rec",), "advantage_fn": ("rec",),
-                       "policy_loss_fn": ("rec",)},
-    "rft-plugin-m2po": {"algorithm": ("m2po",), "policy_loss_fn": ("m2po",)},
-    "rft-plugin-sppo": {"algorithm": ("sppo",), "policy_loss_fn": ("sppo",)},
-    "rft-plugin-on-policy-distill": {
-        "algorithm": ("on_policy_distill",), "advantage_fn": ("on_policy_distill",),
-        "workflow": ("on_policy_distill_workflow", "on_policy_distill_math_workflow")},
-    "rft-plugin-jsd": {"algorithm": ("jsd",), "advantage_fn": ("jsd",)},
-    "rft-plugin-multi-step-grpo": {
-        "algorithm": ("multi_step_grpo",), "advantage_fn": ("step_wise_grpo",),
-        "experience_operator": ("step_wise_grpo",)},
-    "rft-plugin-gigpo": {"algorithm": ("gigpo",), "advantage_fn": ("gigpo",),
-                         "experience_operator": ("gigpo",)},
-    "rft-plugin-mix-chord": {"algorithm": ("mix_chord",),
-                             "policy_loss_fn": ("mix_chord", "sft_phi", "sft_is")},
-}
-"""What each algorithm distribution (``plugins/algorithms/<name>``) registers, by kind."""
-
-KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
-    **{(kind, name): distribution
-       for distribution, kinds in _ALGORITHM_NAMES.items()
-       for kind, names in kinds.items() for name in names},
-    **{("workflow", name): "rft-plugin-workflows" for name in (
-        "simple_workflow", "math_workflow", "math_boxed_workflow", "verl_gsm8k_workflow",
-        "agent_openai_workflow", "llm_judge_workflow", "tool_agent_workflow",
-        "async_math_workflow", "async_math_boxed_workflow",
-        "toolcall_workflow", "tool_call_workflow", "math_rm_workflow",
-        "async_math_rm_workflow", "math_ruler_workflow", "async_math_ruler_workflow",
-        "math_trainable_ruler_workflow", "rubric_judge_workflow",
-        "step_wise_math_workflow")},
-    ("workflow", "frozen_lake_workflow"): "rft-plugin-frozen-lake",
-    **{("reward_fn", name): "rft-plugin-rewards" for name in (
-        "math_reward", "math_boxed_reward", "gsm8k_reward", "countdown_reward",
-        "format_reward", "accuracy_reward", "math_dapo_reward")},
-    **{("task_selector", name): "rft-plugin-selectors" for name in (
-        "shuffle", "random", "offline_easy2hard", "difficulty_based")},
-    ("command", "convert-verl"): "rft-plugin-convert-verl",
-    ("trainer", "verl"): "rft-plugin-verl",
-    ("workflow", "verl_workflow"): "rft-plugin-convert-verl",
-}
-"""Names provided by the project's official plugin distributions, for install hints
-(``tests/test_plugins.py`` checks it against what those distributions register)."""
-
-_AGENTSCOPE = ("Trinity-RFT's AgentScope agent workflow: it needs the agentscope package "
-               "(pip install agentscope) and a workflow plugin that wraps it, which rft does "
-               "not ship")
-_ALFWORLD = ("Trinity-RFT's ALFWorld environment: it needs the alfworld package (pip install "
-             "alfworld, then alfworld-download) and a workflow plugin that wraps it, which rft "
-             "does not ship")
-_MULTIMODAL = ("Trinity-RFT's vision-language workflow: rft does not train on images or video "
-               "yet (format.image_key / video_key are refused); docs/multimodal.md says what it "
-               "would take")
-EXTERNAL_PROVIDERS: dict[tuple[str, str], str] = {
-    **{("workflow", name): _AGENTSCOPE for name in (
-        "agentscope*", "as_react_workflow", "email_search_workflow")},
-    **{("workflow", name): _ALFWORLD for name in (
-        "alfworld_workflow", "alfworld_workflow_v2", "step_wise_alfworld_workflow",
-        "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow")},
-    **{("workflow", name): _MULTIMODAL for name in (
-        "simple_mm_workflow", "async_simple_mm_workflow")},
-    ("workflow", "RAFT_baseline_*"): (
-        "Trinity-RFT's R3L example workflow (examples/R3L; its alfworld, scienceworld and "
-        "webshop variants also need those environments): rft does not ship it; a workflow "
-        "plugin (register_workflows) can add it"),
-    ("workflow", "bots_math_boxed_workflow"): (
-        "Trinity-RFT's BOTS example plugin (examples/bots/plugins), not part of Trinity-RFT "
-        "or rft: register it from an rft workflow plugin, or use math_boxed_workflow"),
-    ("workflow", "learn2ask_workflow"): (
-        "Trinity-RFT's Learn-to-Ask example workflow (examples/learn_to_ask): rft does not "
-        "ship it; a workflow plugin (register_workflows) can add it"),
-    ("workflow", "medicine_ruler_workflow"): (
-        "Trinity-RFT's RULER workflow of its RaR-Medicine example: rft ships "
-        "math_ruler_workflow only; a workflow plugin (register_workflows) can add it"),
-    ("workflow", "bcp_simple_react_workflow"): (
-        "Trinity-RFT's BrowseComp-Plus agent workflow: it needs the BrowseComp-Plus searcher "
-        "and its index, and a workflow plugin that wraps them, which rft does not ship"),
-    ("workflow", "agentopia_workflow"): (
-        "Trinity-RFT's workflow for an environment service (taskset storage_type "
-        "env_service): rft has no environment-service storage or workflow"),
-    ("workflow", "sciworld_workflow"): (
-        "Trinity-RFT's ScienceWorld environment: it needs the scienceworld package (pip install "
-        "scienceworld, Java 1.8+) and a workflow plugin that wraps it, which rft does not ship"),
-    ("reward_fn", "rm_gallery_reward"): (
-        "Trinity-RFT's wrapper of RM-Gallery's rewards (reward_fn_args.reward_name): it "
-        "needs the rm-gallery package, whose releases (0.1.7) pin transformers<5 and pull in "
-        "label-studio, so it cannot be installed beside rft's transformers>=5; rft does not "
-        "ship it (for math_verify_reward use math_boxed_reward or accuracy_reward)"),
-    ("workflow", "webshop_workflow"): (
-        "Trinity-RFT's WebShop environment: it needs the web_agent_site package of "
-        "github.com/princeton-nlp/WebShop (installed from source, about 15 GB of memory) and a "
-        "workflow plugin that wraps it, which rft does not ship"),
-}
-"""Names of Trinity-RFT that need a third-party package and are not provided by any of the
-project's distributions: what the unknown-name message says instead of an install hint. A
-key whose name ends with ``*`` matches every name with that prefix."""
-
-
-def external_provider(kind: str, name: str) -> str | None:
-    """What :data:`EXTERNAL_PROVIDERS` says about ``name`` (exact names first, then the
-    longest matching ``prefix*``), or ``None``."""
-    if (kind, name) in EXTERNAL_PROVIDERS:
-        return EXTERNAL_PROVIDERS[(kind, name)]
-    prefixes = [(k, v) for (kk, k), v in EXTERNAL_PROVIDERS.items()
-                if kk == kind and k.endswith("*") and name.startswith(k[:-1])]
-    return max(prefixes, key=lambda kv: len(kv[0]))[1] if prefixes else None
+@functools.cache
+def plugin_catalog() -> PluginCatalog:
+    """The catalog shipped with the core (``rft/plugin_catalog.toml``: official plugin
+    distributions and Trinity-RFT names that need third-party packages), read once."""
+    return load_catalog(CATALOG_PATH, KINDS)
 
 
 @dataclass
@@ -460,17 +309,20 @@ def _load_entry_points(manager: RftPluginManager, allow: set[str] | None) -> Non
 class PluginRegistry:
     """All names of all kinds (or of ``kinds``), collected once from a plugin manager."""
 
-    def __init__(self, manager: RftPluginManager, kinds: Iterable[str] | None = None) -> None:
+    def __init__(self, manager: RftPluginManager,
+                 kinds: Iterable[PluginKind[Any] | str] | None = None) -> None:
         """:param kinds: collect only these kinds (only their ``register_*`` hooks are
             called); looking up another kind is a ``KeyError``. Default: every kind."""
         self.manager = manager
-        selected = KINDS.values() if kinds is None else [KINDS[_check_kind(k)] for k in kinds]
+        selected = (list(KINDS.values()) if kinds is None
+                    else [KINDS[_check_kind(k)] for k in kinds])
         self._entries: dict[str, dict[str, Registration]] = {
             kind.name: self._collect(kind) for kind in selected
         }
 
     @classmethod
-    def create(cls, *, kinds: Iterable[str] | None = None, **kwargs: Any) -> PluginRegistry:
+    def create(cls, *, kinds: Iterable[PluginKind[Any] | str] | None = None,
+               **kwargs: Any) -> PluginRegistry:
         """A registry of ``kinds`` over :func:`create_plugin_manager` (same keyword
         arguments)."""
         return cls(create_plugin_manager(**kwargs), kinds)
@@ -483,7 +335,7 @@ class PluginRegistry:
             return self.manager.distributions[plugin_name]
         return CORE_DISTRIBUTION, _core_version()
 
-    def _collect(self, kind: Kind) -> dict[str, Registration]:
+    def _collect(self, kind: PluginKind[Any]) -> dict[str, Registration]:
         caller = getattr(self.manager.hook, kind.hook)
         entries: dict[str, Registration] = {}
         for impl in reversed(caller.get_hookimpls()):  # registration order
@@ -520,23 +372,25 @@ class PluginRegistry:
 
     # ---- lookups -------------------------------------------------------------------
 
-    def _of(self, kind: str) -> dict[str, Registration]:
+    def _of(self, kind: PluginKind[Any] | str) -> dict[str, Registration]:
         """The registrations of ``kind``; ``KeyError`` if it is not a kind or was not
         collected."""
-        entries = self._entries.get(_check_kind(kind))
+        name = _check_kind(kind)
+        entries = self._entries.get(name)
         if entries is None:
-            raise KeyError(f"plugin kind {kind!r} was not collected by this registry "
+            raise KeyError(f"plugin kind {name!r} was not collected by this registry "
                            f"(kinds: {', '.join(self._entries)})")
         return entries
 
-    def names(self, kind: str) -> list[str]:
+    def names(self, kind: PluginKind[Any] | str) -> list[str]:
         """Sorted names registered for ``kind``."""
         return sorted(self._of(kind))
 
-    def has(self, kind: str, name: str) -> bool:
+    def has(self, kind: PluginKind[Any] | str, name: str) -> bool:
         return name in self._of(kind)
 
-    def registration(self, kind: str, name: str, *, key: str | None = None) -> Registration:
+    def registration(self, kind: PluginKind[Any] | str, name: str, *,
+                     key: str | None = None) -> Registration:
         """The registration of ``name``; :class:`UnknownNameError` if there is none.
 
         :param key: the dotted config key the name came from, put first in the message.
@@ -544,25 +398,38 @@ class PluginRegistry:
         entries = self._of(kind)
         if name in entries:
             return entries[name]
-        raise UnknownNameError(kind, name, self.unknown_name_message(kind, name, key=key))
+        raise UnknownNameError(_check_kind(kind), name,
+                               self.unknown_name_message(kind, name, key=key))
 
-    def get(self, kind: str, name: str, *, key: str | None = None) -> Any:
-        """The implementation registered as ``name`` for ``kind``."""
+    @overload
+    def get(self, kind: PluginKind[T], name: str, *, key: str | None = None) -> T: ...
+
+    @overload
+    def get(self, kind: str, name: str, *, key: str | None = None) -> Any: ...
+
+    def get(self, kind: PluginKind[Any] | str, name: str, *, key: str | None = None) -> Any:
+        """The implementation registered as ``name`` for ``kind``: typed by the kind's
+        contract when ``kind`` is a :class:`~rft.plugin_kinds.PluginKind` (e.g.
+        ``registry.get(POLICY_LOSS_FN, "ppo")`` is a ``PolicyLossFn``); a kind's name (a
+        string) gives ``Any``."""
         return self.registration(kind, name, key=key).implementation
 
-    def unknown_name_message(self, kind: str, name: str, *, key: str | None = None) -> str:
+    def unknown_name_message(self, kind: PluginKind[Any] | str, name: str, *,
+                             key: str | None = None) -> str:
         """One line: unknown name, closest names, and the package that provides it."""
-        label = KINDS[_check_kind(kind)].label
+        kind = KINDS[_check_kind(kind)]
+        label = kind.label
         known = self.names(kind)
         prefix = f"{key}: " if key else ""
         message = f"{prefix}unknown {label} {name!r}"
-        external = external_provider(kind, str(name))
+        catalog = plugin_catalog()
+        external = catalog.external_reason(kind.name, str(name))
         if external:  # a name of Trinity-RFT's, not a typo
             return f"{message} ({external})"
         close = closest(str(name), known, n=3, cutoff=0.75)
         if close:
             message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
-        provider = KNOWN_PROVIDERS.get((kind, str(name)))
+        provider = catalog.provider(kind.name, str(name))
         if provider:
             message += f" (it is provided by {provider}: pip install {provider})"
         elif not close:
@@ -590,18 +457,20 @@ class PluginRegistry:
             infos[plugin_name] = info
         for kind, entries in self._entries.items():
             for registration in entries.values():
-                info = infos.get(registration.plugin)
-                if info is not None:
-                    info.registers.setdefault(kind, []).append(registration.name)
+                owner = infos.get(registration.plugin)
+                if owner is not None:
+                    owner.registers.setdefault(kind, []).append(registration.name)
         for info in infos.values():
             info.registers = {kind: sorted(names) for kind, names in info.registers.items()}
         return list(infos.values())
 
 
-def _check_kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise KeyError(f"unknown plugin kind {kind!r}; kinds: {', '.join(KINDS)}")
-    return kind
+def _check_kind(kind: PluginKind[Any] | str) -> str:
+    """The name of ``kind`` (an object or its name); ``KeyError`` if it is not a kind."""
+    name = kind.name if isinstance(kind, PluginKind) else kind
+    if KINDS.get(name) is None or (isinstance(kind, PluginKind) and KINDS[name] != kind):
+        raise KeyError(f"unknown plugin kind {name!r}; kinds: {', '.join(KINDS)}")
+    return name
 
 
 _UNKNOWN_VERSION = "0+unknown"
@@ -614,6 +483,6 @@ def _core_version() -> str:
         return _UNKNOWN_VERSION
 
 
-def args_type_of(implementation: Any) -> type | None:
+def args_type_of(implementation: Any) -> type[Any] | None:
     """The dataclass an implementation declares for its ``*_args``, or ``None``."""
     return getattr(implementation, "Args", None)

@@ -111,6 +111,7 @@ def {name}(inputs: PolicyLossInputs, args: {camel}Args
     return pg_loss, {{"pg_clipfrac": clipfrac.detach()}}
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 {name}.Args = {camel}Args  # type: ignore[attr-defined]
 
 
@@ -188,6 +189,7 @@ def {name}(inputs: AdvantageInputs, args: {camel}Args) -> tuple[torch.Tensor, to
     return advantages, advantages
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 {name}.Args = {camel}Args  # type: ignore[attr-defined]
 
 
@@ -245,6 +247,7 @@ def {name}(response: str, truth: Any, args: {camel}Args) -> dict[str, float]:
     return {{"accuracy": args.scale * float(response.strip() == str(truth).strip())}}
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 {name}.Args = {camel}Args  # type: ignore[attr-defined]
 
 

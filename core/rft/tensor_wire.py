@@ -1,10 +1,9 @@
 """Tensors in a form that pickles as raw buffers (what crosses Ray's object store).
 
 Pickle protocol 5 — Ray's serializer — carries a numpy array as one raw buffer, out of
-band, while a ``torch.Tensor`` goes through torch's own storage reducer. Measured on this
-2-core machine (``ray.put`` + ``ray.get``): the 26 weights of the tiny model 16.5 ms as
-tensors, 2.8 ms as arrays; 64 × 4 MiB of weights 1.34 s against 0.22 s; one step's 16
-experiences, pickled and unpickled, 32 ms against 2 ms.
+band, while a ``torch.Tensor`` goes through torch's own storage reducer: arrays cross
+``ray.put`` + ``ray.get`` several times faster (weights and experiences alike; the figures
+are in docs/benchmarks.md).
 
 :func:`to_wire` turns a CPU tensor into an array (bfloat16 and the float8 types, which
 numpy lacks, as their raw bits with the dtype's name); :func:`from_wire` inverts it,

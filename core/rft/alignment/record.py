@@ -132,6 +132,7 @@ def record_step(trainer: TorchTrainer, experiences: Sequence[Experience],
             captured.append(snapshot_of(trainer, tensors))
         return update(tensors)
 
+    # the recorder stands in for the method on this instance (put back below)
     trainer._update_actor = recording_update  # type: ignore[method-assign]
     try:
         metrics = trainer.train_step(experiences)

@@ -33,6 +33,7 @@ def entropy_bonus(inputs: EntropyInputs, args: EntropyArgs) -> torch.Tensor:
     return args.entropy_coef * inputs.agg(inputs.entropy, inputs.response_mask)
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 entropy_bonus.Args = EntropyArgs  # type: ignore[attr-defined]
 
 
@@ -59,6 +60,7 @@ def rollout_entropy_bonus(inputs: EntropyInputs, args: EntropyArgs) -> torch.Ten
     return args.entropy_coef * inputs.agg(inputs.entropy, rollout)
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 rollout_entropy_bonus.Args = EntropyArgs  # type: ignore[attr-defined]
 
 

@@ -101,9 +101,10 @@ def straight_through(estimator: KLFn[KLArgs]) -> KLFn[KLArgs]:
         grad_carrier = k2(inputs, args)  # (B, T)
         return grad_carrier - grad_carrier.detach() + value
 
-    kl_plus.__name__ = f"{estimator.__name__}_plus"
+    name = getattr(estimator, "__name__", type(estimator).__name__)  # a KLFn: any callable
+    kl_plus.__name__ = f"{name}_plus"
     kl_plus.__qualname__ = kl_plus.__name__
-    kl_plus.__doc__ = (f"Straight-through {estimator.__name__}: its value, the gradient of k2. "
+    kl_plus.__doc__ = (f"Straight-through {name}: its value, the gradient of k2. "
                        "``(B, T)``.")
     return kl_plus
 
@@ -120,6 +121,7 @@ KL_FNS: dict[str, KLFn[KLArgs]] = {
 """Every KL estimator by name (veRL's ``kl_penalty`` names plus ``none``)."""
 
 for _fn in KL_FNS.values():
+    # Args on a function: the dataclass of its *_args (rft.hookspecs)
     _fn.Args = KLArgs  # type: ignore[attr-defined]
 
 

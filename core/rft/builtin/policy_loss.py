@@ -124,6 +124,7 @@ def ppo_policy_loss(inputs: PolicyLossInputs, args: PPOArgs
     return pg_loss, metrics
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 ppo_policy_loss.Args = PPOArgs  # type: ignore[attr-defined]
 
 

@@ -43,6 +43,7 @@ def linear_decay(item: ReplayItem, args: LinearDecayArgs, rng: random.Random) ->
     return item.experience.model_version - args.decay * item.use_count
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 linear_decay.Args = LinearDecayArgs  # type: ignore[attr-defined]
 
 
@@ -53,6 +54,7 @@ def randomized_linear_decay(item: ReplayItem, args: RandomizedDecayArgs,
     return item.experience.model_version - args.decay * item.use_count + noise
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 randomized_linear_decay.Args = RandomizedDecayArgs  # type: ignore[attr-defined]
 
 
@@ -83,6 +85,7 @@ def decay_limit_randomization(item: ReplayItem, args: DecayLimitRandomizationArg
     return item.experience.model_version - args.decay * item.use_count + noise
 
 
+# Args on a function: the dataclass of its *_args (rft.hookspecs)
 decay_limit_randomization.Args = DecayLimitRandomizationArgs  # type: ignore[attr-defined]
 
 

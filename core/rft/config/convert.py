@@ -18,11 +18,14 @@ import dataclasses
 import re
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from rft.suggest import closest, did_you_mean
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 
@@ -110,7 +113,7 @@ def convert_value(tp: Any, value: Any, key: str, problems: list[str]) -> Any:
     if value is None:
         problems.append(f"{key}: expected {type_name(tp)}, got null")
         return INVALID
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             problems.append(f"{key}: expected a mapping, got {_describe(value)}")
             return INVALID

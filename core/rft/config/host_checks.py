@@ -28,6 +28,7 @@ import dataclasses
 import importlib.util
 import os
 import sys
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -195,7 +196,8 @@ def check_no_effect(c: RftConfig, v: Validation) -> None:
         engine = engines.get(key)
         if engine is None:
             continue
-        honoured = getattr(engine.implementation, "engine_options", frozenset())
+        honoured: Collection[str] = getattr(engine.implementation, "engine_options",
+                                            frozenset())
         for option in ENGINE_OPTIONS:
             value = getattr(model, option)
             if option not in honoured and value != _default(InferenceModelConfig, option):

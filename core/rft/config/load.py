@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, Node, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rft.config.convert import join_key
@@ -62,13 +62,14 @@ def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> DictConfig:
         key, text = item.split("=", 1)
         try:  # update() follows list indices (stages.1.buffer.batch_size=8)
             parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))
+            assert isinstance(parsed, dict)  # a dot-list is a mapping
             OmegaConf.update(config, key.strip(), parsed["value"], merge=True, force_add=True)
         except (OmegaConfBaseException, yaml.YAMLError, TypeError, ValueError,
                 IndexError) as exc:
             problems.append(f"override {item!r}: {str(exc).splitlines()[0]}")
     if problems:
         raise ConfigError(problems)
-    return config  # type: ignore[return-value]
+    return config
 
 
 def _interpolation_problem(key: str, raw: Any, exc: Exception) -> str:
@@ -132,7 +133,8 @@ def resolve(node: DictConfig | ListConfig, key: str, problems: list[str],
     result: Any = {} if isinstance(node, DictConfig) else []
     for label, index in items:
         child_key = join_key(key, label)
-        raw = node._get_node(index)._value()
+        child = node._get_node(index)
+        raw = child._value() if isinstance(child, Node) else None
         try:
             value = node[index]
         except OmegaConfBaseException as exc:
@@ -147,6 +149,7 @@ def resolve(node: DictConfig | ListConfig, key: str, problems: list[str],
                     continue
         if isinstance(value, DictConfig) and _verl_tree_key(child_key):
             detached = OmegaConf.create(OmegaConf.to_container(value, resolve=False))
+            assert isinstance(detached, DictConfig)  # made from a mapping
             value = resolve(value, child_key, problems, (child_key, detached))
         elif isinstance(value, (DictConfig, ListConfig)):
             value = resolve(value, child_key, problems, verl_tree)

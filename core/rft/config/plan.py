@@ -12,21 +12,36 @@ it instead of validating again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.schema import (AlgorithmConfig, ExperienceBufferConfig, ModelConfig,
                                RftConfig, TasksetConfig, TrainerConfig)
-from rft.contracts import needs_ref_log_prob
+from rft.contracts import (AdvantageFn, EntropyLossFn, KLFn, PolicyLossFn,
+                           needs_ref_log_prob)
+
+if TYPE_CHECKING:  # the kinds' contracts (runtime modules above the config layer)
+    from rft.buffer.operators import ExperienceOperator
+    from rft.buffer.replay import PriorityFn
+    from rft.buffer.sampling import SampleStrategy
+    from rft.buffer.selector import TaskSelector
+    from rft.engines.engine import InferenceEngine
+    from rft.engines.reply_parsing import FunctionCall
+    from rft.monitor.base import Monitor
+    from rft.trainer.base import Trainer
+    from rft.workflow import Workflow
 
 Implementation = TypeVar("Implementation")
 
 
 @dataclass(frozen=True)
 class Selected(Generic[Implementation]):
-    """A plugin name from the config, resolved once: its implementation and built args."""
+    """A plugin name from the config, resolved once: its implementation and built args.
+
+    ``Implementation`` is the contract of the plugin kind (``Selected[PolicyLossFn[Any]]``),
+    what a registry lookup with that :class:`~rft.plugin_kinds.PluginKind` returns."""
 
     key: str
     """Dotted config key the name came from, e.g. ``algorithm.advantage_fn`` (for
@@ -44,7 +59,8 @@ class Selected(Generic[Implementation]):
         return self.name == "none"
 
 
-def active(selected: Selected[Any] | None) -> bool:
+def active(selected: Selected[Implementation] | None
+           ) -> TypeGuard[Selected[Implementation]]:
     """``selected`` is set and not ``none``."""
     return selected is not None and not selected.is_off
 
@@ -56,15 +72,15 @@ class LossPlan:
     ``loss = agg(pg_loss) − entropy_term + kl_coef · agg(kl)``; see :mod:`rft.trainer.loss`.
     """
 
-    policy_loss: Selected[Any]
+    policy_loss: Selected[PolicyLossFn[Any]]
     """``algorithm.policy_loss_fn``."""
-    advantage: Selected[Any] | None = None
+    advantage: Selected[AdvantageFn[Any]] | None = None
     """``algorithm.advantage_fn`` (``None``: the algorithm uses none, e.g. SFT)."""
-    kl_loss: Selected[Any] | None = None
+    kl_loss: Selected[KLFn[Any]] | None = None
     """``algorithm.kl_loss_fn`` (KL as a loss term)."""
-    kl_penalty: Selected[Any] | None = None
+    kl_penalty: Selected[KLFn[Any]] | None = None
     """``algorithm.kl_penalty_fn`` (KL subtracted from the token-level rewards)."""
-    entropy: Selected[Any] | None = None
+    entropy: Selected[EntropyLossFn[Any]] | None = None
     """``algorithm.entropy_loss_fn``."""
     loss_agg_mode: str = "token-mean"
     """``algorithm.loss_agg_mode``."""
@@ -91,7 +107,7 @@ class LossPlan:
         """An entropy term with a non-zero coefficient is selected (it needs gradients)."""
         if not active(self.entropy):
             return False
-        return getattr(self.entropy.args, "entropy_coef", None) != 0  # type: ignore[union-attr]
+        return getattr(self.entropy.args, "entropy_coef", None) != 0
 
     @property
     def policy_needs_ref(self) -> bool:
@@ -110,9 +126,9 @@ class LossPlan:
 
 def kl_coef_of(selected: Selected[Any] | None) -> float:
     """``kl_coef`` of a KL function's args (``0`` for ``none`` or no args)."""
-    if not active(selected) or selected.args is None:  # type: ignore[union-attr]
+    if not active(selected) or selected.args is None:
         return 0.0
-    return float(getattr(selected.args, "kl_coef", 0.0))  # type: ignore[union-attr]
+    return float(getattr(selected.args, "kl_coef", 0.0))
 
 
 @dataclass(frozen=True)
@@ -146,16 +162,16 @@ class TasksetPlan:
     """The taskset section, defaults filled in."""
     is_eval: bool
     """An evaluation taskset."""
-    workflow: Selected[Any]
+    workflow: Selected[type[Workflow]]
     """``default_workflow_type``."""
-    reward: Selected[Any] | None
+    reward: Selected[Callable[..., Any]] | None
     """``default_reward_fn_type`` (``None``: the workflow scores itself)."""
-    selector: Selected[Any]
+    selector: Selected[type[TaskSelector]]
     """``task_selector.selector_type``."""
-    row_workflows: Mapping[str, Selected[Any]] = field(default_factory=dict)
+    row_workflows: Mapping[str, Selected[type[Workflow]]] = field(default_factory=dict)
     """With ``format.workflow_key``: every registered workflow by name, for rows that name
     their own (args from ``workflow_args`` where they fit, else the defaults)."""
-    row_rewards: Mapping[str, Selected[Any]] = field(default_factory=dict)
+    row_rewards: Mapping[str, Selected[Callable[..., Any]]] = field(default_factory=dict)
     """With ``format.reward_fn_key``: every registered reward function by name, likewise."""
 
 
@@ -165,11 +181,11 @@ class ModelPlan:
 
     key: str
     """``explorer.rollout_model`` or ``explorer.auxiliary_models[i]``."""
-    engine: Selected[Any]
+    engine: Selected[type[InferenceEngine]]
     """``engine_type``."""
-    tool_call_parser: Selected[Any] | None = None
+    tool_call_parser: Selected[Callable[[str], tuple[str, list[FunctionCall]]]] | None = None
     """The OpenAI endpoint's tool-call parser."""
-    reasoning_parser: Selected[Any] | None = None
+    reasoning_parser: Selected[Callable[[str], tuple[str | None, str]]] | None = None
     """The OpenAI endpoint's reasoning parser."""
 
 
@@ -183,13 +199,13 @@ class RunPlan:
     """``algorithm.algorithm_type``'s preset."""
     loss: LossPlan
     """The actor loss's functions."""
-    sample_strategy: Selected[Any]
+    sample_strategy: Selected[type[SampleStrategy]]
     """``algorithm.sample_strategy``."""
-    trainer: Selected[Any]
+    trainer: Selected[type[Trainer]]
     """``trainer.trainer_type``."""
-    monitor: Selected[Any]
+    monitor: Selected[type[Monitor]]
     """``monitor.monitor_type``."""
-    console: Selected[Any]
+    console: Selected[type[Monitor]]
     """The console monitor, always on beside ``monitor``."""
     rollout_model: ModelPlan
     """``explorer.rollout_model``."""
@@ -199,9 +215,9 @@ class RunPlan:
     """Training tasksets (``taskset`` first, then ``tasksets``)."""
     eval_tasksets: tuple[TasksetPlan, ...]
     """``eval_tasksets``."""
-    operators: tuple[Selected[Any], ...]
+    operators: tuple[Selected[type[ExperienceOperator]], ...]
     """``data_processor.experience_pipeline.operators``, in order."""
-    priority_fn: Selected[Any] | None
+    priority_fn: Selected[PriorityFn] | None
     """The replay buffer's priority function (``None``: no replay buffer)."""
     experience_buffer: ExperienceBufferConfig
     """``buffer.trainer_input.experience_buffer``, name and path filled in."""
@@ -213,14 +229,21 @@ class RunPlan:
         """The algorithm learns from a fixed dataset (no exploring)."""
         return self.preset.train_only
 
+    @property
+    def train_batch_size(self) -> int:
+        """``buffer.train_batch_size``: experiences per training step (validation derives
+        it, so a plan always has it)."""
+        size = self.config.buffer.train_batch_size
+        assert size is not None  # derived by validation
+        return size
+
     def trainer_plan(self, total_steps: int | None = None) -> TrainerPlan:
         """The trainer's slice, for a stage of ``total_steps`` steps (default:
         ``trainer.total_steps``)."""
         c = self.config
-        assert c.buffer.train_batch_size is not None  # derived by validation
         return TrainerPlan(model=c.model, algorithm=c.algorithm, trainer=c.trainer,
                            preset=self.preset, loss=self.loss,
-                           train_batch_size=c.buffer.train_batch_size,
+                           train_batch_size=self.train_batch_size,
                            total_steps=c.trainer.total_steps if total_steps is None
                            else total_steps)
 

@@ -5,8 +5,8 @@ most ``max_token_len_per_gpu`` real tokens. Unset, Trinity-RFT derives
 ``⌈2 · max_model_len / sp⌉`` (two full-length sequences, ``sp`` the Ulysses degree): right
 for long contexts, where it bounds the activation memory, but a trap for short ones — the
 quickstart's 128 rows of ~22 tokens under ``max_model_len`` 27 became ~64 micro-batches of
-2 rows, each a forward and backward of its own (``timing_s/update_actor`` 0.6–0.7 s for a
-2-layer model).
+2 rows, each a forward and backward of its own (the ``update_actor`` times are in
+docs/benchmarks.md).
 
 rft derives::
 

@@ -45,7 +45,7 @@ Keys that no Trinity-RFT version reads but its example configs wrote
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rft.config.buffer_paths import resolve_queue_backup
 from rft.config.verl_keys import reconcile
@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from rft.config.schema import RftConfig
     from rft.config.validate import Validation
 
-SYNC_STYLE_NAMES = {"dynamic_by_explorer": "explorer_driven",
-                    "dynamic_by_trainer": "trainer_driven"}
+SYNC_STYLE_NAMES: dict[str, Literal["explorer_driven", "trainer_driven"]] = {
+    "dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 """Trinity-RFT's sync style names and rft's."""
 
 ENGINE_NAMES = {"vllm_async": "vllm"}
@@ -104,7 +104,7 @@ MISSING_TRAINER_CONFIG_HERE = ("does not exist here: its veRL settings are not c
 def check_trinity_forms(c: RftConfig, v: Validation) -> None:
     """Read Trinity-RFT's spellings (module docstring) into rft's fields."""
     s, a = c.synchronizer, c.algorithm
-    s.sync_style = SYNC_STYLE_NAMES.get(s.sync_style, s.sync_style)  # type: ignore[assignment]
+    s.sync_style = SYNC_STYLE_NAMES.get(s.sync_style, s.sync_style)
     for model in (c.explorer.rollout_model, *c.explorer.auxiliary_models):
         model.engine_type = ENGINE_NAMES.get(model.engine_type, model.engine_type)
     if a.sample_strategy is not None:
@@ -200,7 +200,8 @@ def _mix_loss_args(c: RftConfig, v: Validation) -> None:
             "CHORD loss parts; rft's trainer aggregates the loss over its own batches "
             "(algorithm.loss_agg_mode), so they have no effect")
     mode = c.algorithm.loss_agg_mode or "token-mean"
-    modes = {name: args.pop(name) for name in ("sft_loss_agg_mode", "grpo_loss_agg_mode")
+    modes: dict[str, Any] = {name: args.pop(name) for name in ("sft_loss_agg_mode",
+                                                               "grpo_loss_agg_mode")
              if name in args}
     if "use_token_level_loss_in_sft" in args:
         token_level = args.pop("use_token_level_loss_in_sft")
@@ -241,12 +242,14 @@ def _storage_algorithm_types(c: RftConfig, v: Validation) -> None:
     for key, buffer in buffers:
         if buffer is None or buffer.algorithm_type is None:
             continue
-        kind = buffer.algorithm_type if buffer.algorithm_type in ("sft", "dpo") else "experience"
+        kind: Literal["sft", "dpo", "experience"] = (
+            "sft" if buffer.algorithm_type == "sft"
+            else "dpo" if buffer.algorithm_type == "dpo" else "experience")
         if buffer.schema_type is not None and buffer.schema_type != kind:
             v.problem(f"{key}.algorithm_type", f"{buffer.algorithm_type!r} (rows of kind "
                       f"{kind!r}) differs from schema_type {buffer.schema_type!r}; set one")
             continue
-        buffer.schema_type = kind  # type: ignore[assignment]
+        buffer.schema_type = kind
 
 
 def _samples_per_task(c: RftConfig) -> None:

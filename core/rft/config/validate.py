@@ -13,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.buffer_paths import queue_backup_kind
@@ -36,15 +36,42 @@ from rft.config.schema import (
 )
 from rft.config.token_budget import derive_into as derive_token_budget
 from rft.config.trinity_forms import check_trinity_forms
-from rft.contracts import needs_values
+from rft.contracts import AdvantageFn, EntropyLossFn, KLFn, PolicyLossFn, needs_values
 from rft.hosts import why_not_loopback
+from rft.plugin_kinds import (
+    ADVANTAGE_FN,
+    ALGORITHM,
+    ENGINE,
+    ENTROPY_LOSS_FN,
+    EXPERIENCE_OPERATOR,
+    KL_FN,
+    MONITOR,
+    POLICY_LOSS_FN,
+    PRIORITY_FN,
+    REASONING_PARSER,
+    REWARD_FN,
+    SAMPLE_STRATEGY,
+    TASK_SELECTOR,
+    TOOL_CALL_PARSER,
+    TRAINER,
+    WORKFLOW,
+    PluginKind,
+    T,
+)
 from rft.plugins import KINDS, PluginRegistry, args_type_of
 from rft.workflow import default_reward_fn
+
+if TYPE_CHECKING:  # the plugin kinds' contracts (runtime modules above the config layer)
+    from rft.buffer.operators import ExperienceOperator
+    from rft.buffer.replay import PriorityFn
+    from rft.buffer.sampling import SampleStrategy
+    from rft.monitor.base import Monitor
+    from rft.trainer.base import Trainer
 
 GPU_MODES = ("both", "train", "explore", "bench")
 """Modes whose processes are placed on GPUs through the cluster section."""
 
-SYNC_METHODS_BY_MODE: dict[str, tuple[str, ...]] = {
+SYNC_METHODS_BY_MODE: dict[str, tuple[Literal["nccl", "memory", "checkpoint"], ...]] = {
     "both": ("nccl", "memory", "checkpoint"),
     "colocate": ("memory", "nccl", "checkpoint"),
     "train": ("checkpoint",),
@@ -64,36 +91,38 @@ class Validation:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     preset: AlgorithmPreset | None = None
-    advantage: Selected[Any] | None = None
-    policy_loss: Selected[Any] | None = None
-    kl_loss: Selected[Any] | None = None
-    kl_penalty: Selected[Any] | None = None
-    entropy: Selected[Any] | None = None
-    sample_strategy: Selected[Any] | None = None
+    advantage: Selected[AdvantageFn[Any]] | None = None
+    policy_loss: Selected[PolicyLossFn[Any]] | None = None
+    kl_loss: Selected[KLFn[Any]] | None = None
+    kl_penalty: Selected[KLFn[Any]] | None = None
+    entropy: Selected[EntropyLossFn[Any]] | None = None
+    sample_strategy: Selected[type[SampleStrategy]] | None = None
     tasksets: list[TasksetPlan] = field(default_factory=list)
     eval_tasksets: list[TasksetPlan] = field(default_factory=list)
-    priority_fn: Selected[Any] | None = None
+    priority_fn: Selected[PriorityFn] | None = None
     rollout_model: ModelPlan | None = None
     auxiliary_models: list[ModelPlan] = field(default_factory=list)
-    trainer: Selected[Any] | None = None
-    monitor: Selected[Any] | None = None
-    operators: list[Selected[Any]] = field(default_factory=list)
+    trainer: Selected[type[Trainer]] | None = None
+    monitor: Selected[type[Monitor]] | None = None
+    operators: list[Selected[type[ExperienceOperator]]] = field(default_factory=list)
 
     def problem(self, key: str, message: str) -> None:
         self.problems.append(f"{key}: {message}")
 
-    def select(self, kind: str, key: str, name: str | None, args: dict[str, Any] | None = None,
-               args_key: str | None = None) -> Selected[Any] | None:
+    def select(self, kind: PluginKind[T], key: str, name: str | None,
+               args: dict[str, Any] | None = None, args_key: str | None = None
+               ) -> Selected[T] | None:
         """Resolve ``name`` of ``kind`` found at ``key``; build its args from ``args``."""
         if name is None:
             return None
+        implementation: T
         if self.registry.has(kind, name):
             implementation = self.registry.get(kind, name)
         elif looks_dotted(name):  # Trinity-RFT's form: an import path
             try:
                 implementation = import_dotted(name)
             except ImportError as exc:
-                self.problem(key, f"cannot use {name!r} as a {KINDS[kind].label}: {exc}")
+                self.problem(key, f"cannot use {name!r} as a {kind.label}: {exc}")
                 return None
         else:
             self.problems.append(self.registry.unknown_name_message(kind, name, key=key))
@@ -122,7 +151,7 @@ class Validation:
         loss = self.loss_plan(config)
         assert loss is not None
         console = Selected("monitor.monitor_type", "console",
-                           self.registry.get("monitor", "console"))
+                           self.registry.get(MONITOR, "console"))
         return RunPlan(
             config=config, preset=self.preset, loss=loss,
             sample_strategy=self.sample_strategy, trainer=self.trainer, monitor=self.monitor,
@@ -207,7 +236,7 @@ def check_global(c: RftConfig, v: Validation) -> None:
 def check_algorithm(c: RftConfig, v: Validation) -> None:
     """Apply the preset, then resolve every algorithm function name with its args."""
     a = c.algorithm
-    chosen = v.select("algorithm", "algorithm.algorithm_type", a.algorithm_type)
+    chosen = v.select(ALGORITHM, "algorithm.algorithm_type", a.algorithm_type)
     if chosen is None:
         return
     preset = chosen.implementation
@@ -235,7 +264,7 @@ def check_algorithm(c: RftConfig, v: Validation) -> None:
         v.problem("algorithm.repeat_times",
                   f"{a.algorithm_type} needs repeat_times >= {preset.min_repeat_times}, "
                   f"got {a.repeat_times}")
-    v.advantage = v.select("advantage_fn", "algorithm.advantage_fn", a.advantage_fn,
+    v.advantage = v.select(ADVANTAGE_FN, "algorithm.advantage_fn", a.advantage_fn,
                            a.advantage_fn_args)
     if v.advantage is not None and needs_values(v.advantage.implementation) \
             and not preset.use_critic:
@@ -243,14 +272,14 @@ def check_algorithm(c: RftConfig, v: Validation) -> None:
                   f"{a.advantage_fn!r} needs critic values, but {a.algorithm_type!r} trains no "
                   "critic; choose an advantage fn without a critic (e.g. the preset's "
                   f"{preset.advantage_fn!r}) or an algorithm with one (ppo)")
-    v.policy_loss = v.select("policy_loss_fn", "algorithm.policy_loss_fn", a.policy_loss_fn,
+    v.policy_loss = v.select(POLICY_LOSS_FN, "algorithm.policy_loss_fn", a.policy_loss_fn,
                              a.policy_loss_fn_args)
-    v.kl_loss = v.select("kl_fn", "algorithm.kl_loss_fn", a.kl_loss_fn, a.kl_loss_fn_args)
-    v.kl_penalty = v.select("kl_fn", "algorithm.kl_penalty_fn", a.kl_penalty_fn,
+    v.kl_loss = v.select(KL_FN, "algorithm.kl_loss_fn", a.kl_loss_fn, a.kl_loss_fn_args)
+    v.kl_penalty = v.select(KL_FN, "algorithm.kl_penalty_fn", a.kl_penalty_fn,
                             a.kl_penalty_fn_args)
-    v.entropy = v.select("entropy_loss_fn", "algorithm.entropy_loss_fn", a.entropy_loss_fn,
+    v.entropy = v.select(ENTROPY_LOSS_FN, "algorithm.entropy_loss_fn", a.entropy_loss_fn,
                          a.entropy_loss_fn_args)
-    v.sample_strategy = v.select("sample_strategy", "algorithm.sample_strategy",
+    v.sample_strategy = v.select(SAMPLE_STRATEGY, "algorithm.sample_strategy",
                                  a.sample_strategy, a.sample_strategy_args)
     opt = a.optimizer
     if opt.lr <= 0:
@@ -408,7 +437,7 @@ def _storage_retries(c: RftConfig, v: Validation) -> None:
 def check_replay_buffer(key: str, priority_fn: str, args: dict[str, Any],
                         v: Validation) -> None:
     """The replay buffer's priority function (a plugin) and its args."""
-    v.priority_fn = v.select("priority_fn", f"{key}.priority_fn", priority_fn, args)
+    v.priority_fn = v.select(PRIORITY_FN, f"{key}.priority_fn", priority_fn, args)
 
 
 def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation) -> None:
@@ -425,15 +454,15 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool, v: Validation
     if taskset.default_workflow_type is None:
         v.problem(f"{key}.default_workflow_type",
                   "no workflow: set it here or buffer.explorer_input.default_workflow_type")
-    workflow = v.select("workflow", f"{key}.default_workflow_type",
+    workflow = v.select(WORKFLOW, f"{key}.default_workflow_type",
                         taskset.default_workflow_type, taskset.workflow_args,
                         f"{key}.workflow_args")
     fallback_reward(key, taskset, workflow, v)
-    reward = v.select("reward_fn", f"{key}.default_reward_fn_type",
+    reward = v.select(REWARD_FN, f"{key}.default_reward_fn_type",
                       taskset.default_reward_fn_type, taskset.reward_fn_args,
                       f"{key}.reward_fn_args")
     selector = taskset.task_selector
-    chosen_selector = v.select("task_selector", f"{key}.task_selector.selector_type",
+    chosen_selector = v.select(TASK_SELECTOR, f"{key}.task_selector.selector_type",
                                selector.selector_type, selector.kwargs,
                                f"{key}.task_selector.kwargs")
     if workflow is not None and chosen_selector is not None:
@@ -540,7 +569,7 @@ def check_auxiliary_models(c: RftConfig, v: Validation) -> None:
                       f"explorer.auxiliary_models[{names[name]}]")
         names.setdefault(name, i)
     for key, model in models:
-        engine = v.select("engine", f"{key}.engine_type", model.engine_type)
+        engine = v.select(ENGINE, f"{key}.engine_type", model.engine_type)
         _gpu_memory_utilization(c, key, model, v, reads_it=engine is not None and (
             "gpu_memory_utilization" in getattr(engine.implementation, "engine_options", ())))
         if engine is not None and args_type_of(engine.implementation) is not None:
@@ -605,8 +634,8 @@ def check_reply_parsers(key: str, model: InferenceModelConfig, v: Validation
                         ) -> tuple[Selected[Any] | None, Selected[Any] | None]:
     """The OpenAI endpoint's parsers: known names; auto tool choice needs a tool parser.
     Returns the resolved ``(tool_call_parser, reasoning_parser)``."""
-    tool_calls = v.select("tool_call_parser", f"{key}.tool_call_parser", model.tool_call_parser)
-    reasoning = v.select("reasoning_parser", f"{key}.reasoning_parser", model.reasoning_parser)
+    tool_calls = v.select(TOOL_CALL_PARSER, f"{key}.tool_call_parser", model.tool_call_parser)
+    reasoning = v.select(REASONING_PARSER, f"{key}.reasoning_parser", model.reasoning_parser)
     if model.enable_auto_tool_choice and not model.tool_call_parser:
         v.problem(f"{key}.enable_auto_tool_choice", "needs tool_call_parser (the format the "
                   "model writes its tool calls in, e.g. hermes)")
@@ -652,7 +681,7 @@ def check_cluster(c: RftConfig, v: Validation) -> None:
                       f"tensor_parallel_size={rm.tensor_parallel_size}")
         check_colocated_auxiliary_models(c, v)
         return
-    if (cl.gpu_per_node or 0) > 0 and rm.tensor_parallel_size > cl.gpu_per_node:
+    if (gpus := cl.gpu_per_node or 0) > 0 and rm.tensor_parallel_size > gpus:
         v.problem("explorer.rollout_model.tensor_parallel_size",
                   f"{rm.tensor_parallel_size} is larger than a node "
                   f"(cluster.gpu_per_node = {cl.gpu_per_node}): a tensor-parallel group runs "
@@ -772,7 +801,7 @@ def check_trainer(c: RftConfig, v: Validation) -> None:
     for the ``torch`` trainer, the ``trainer_config`` keys it does not honour; then the
     backend's own :meth:`~rft.trainer.base.Trainer.check_config`."""
     t = c.trainer
-    v.trainer = v.select("trainer", "trainer.trainer_type", t.trainer_type)
+    v.trainer = v.select(TRAINER, "trainer.trainer_type", t.trainer_type)
     if t.total_steps is None:
         t.total_steps = c.buffer.total_steps
     if t.rank_timeout is None:
@@ -975,7 +1004,7 @@ def check_shared_queue(c: RftConfig, storage: ExperienceBufferConfig, v: Validat
 
 def check_monitor(c: RftConfig, v: Validation) -> None:
     """Monitor plugin and its args."""
-    v.monitor = v.select("monitor", "monitor.monitor_type", c.monitor.monitor_type,
+    v.monitor = v.select(MONITOR, "monitor.monitor_type", c.monitor.monitor_type,
                          c.monitor.monitor_args)
     check_ray_timeline(c, v)
 
@@ -987,7 +1016,7 @@ def check_data_processor(c: RftConfig, v: Validation) -> None:
         return
     for i, operator in enumerate(pipeline.operators):
         key = f"data_processor.experience_pipeline.operators[{i}]"
-        chosen = v.select("experience_operator", f"{key}.name", operator.name, operator.args,
+        chosen = v.select(EXPERIENCE_OPERATOR, f"{key}.name", operator.name, operator.args,
                           f"{key}.args")
         if chosen is not None:
             v.operators.append(chosen)

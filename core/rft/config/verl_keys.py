@@ -155,7 +155,8 @@ def _default(owner: Any, name: str) -> Any:
         if f.name == name:
             if f.default is not dataclasses.MISSING:
                 return f.default
-            return f.default_factory()  # type: ignore[misc]
+            factory = f.default_factory
+            return factory() if callable(factory) else None
     return None
 
 

@@ -137,7 +137,8 @@ class EnginePool(InferenceEngine):
         import ray
 
         actor = ray.remote(EngineReplica).options(num_cpus=0, num_gpus=gpus_per_replica)
-        self.replicas = [actor.remote(config, engine_cls) for _ in range(replicas)]
+        # Ray actor handles: their methods' .remote is made at run time (not in Ray's types)
+        self.replicas: list[Any] = [actor.remote(config, engine_cls) for _ in range(replicas)]
         settings = ray.get([r.settings.remote() for r in self.replicas])[0]
         self._tokenizer = settings.pop("tokenizer")
         eos = settings.pop("eos_token_ids")

@@ -39,12 +39,15 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
 
 from rft.errors import RftError
+
+if TYPE_CHECKING:
+    from rft.engines.engine import InferenceEngine
 
 BUCKET_BYTES = 256 * 1024 * 1024
 """Largest byte bucket of one broadcast (a trade between calls and peak memory)."""
@@ -230,7 +233,8 @@ class BroadcastGroup:
             if self.backend == "nccl":
                 options = dist.ProcessGroupNCCL.Options()
                 options._timeout = timeout
-                self.group: dist.ProcessGroup = dist.ProcessGroupNCCL(
+                # torch's stubs give its c10d backends no collectives (they have them)
+                self.group: Any = dist.ProcessGroupNCCL(
                     store, rank, address.world_size, options)
             else:
                 self.group = dist.ProcessGroupGloo(store, rank, address.world_size, timeout)
@@ -320,7 +324,7 @@ class EngineEnd:
     :class:`~rft.distributed.engine_pool.EnginePool`, which stands in for it when the
     explorer holds several engines."""
 
-    def __init__(self, engine: object) -> None:
+    def __init__(self, engine: InferenceEngine) -> None:
         self.engine = engine
         self.workers = engine if isinstance(engine, JoinsWeightGroup) else None
         self.group: BroadcastGroup | None = None
@@ -346,7 +350,7 @@ class EngineEnd:
             return
         assert self.group is not None
         tensors = ((name, tensor) for _, name, tensor in self.group.stream(broadcast.spec))
-        self.engine.update_weights(tensors, version=version)  # type: ignore[attr-defined]
+        self.engine.update_weights(tensors, version=version)
 
     def close(self) -> None:
         if self.joined and self.workers is not None:

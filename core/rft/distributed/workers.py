@@ -141,8 +141,12 @@ class ExplorerService:
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
                                  self.storage, auxiliary_pools(config, own_actors=True))
         # sync_method nccl: this process receives as rank 1, or each replica of a pool
-        self.broadcast_end = None if isinstance(self.engine, EnginePool) else EngineEnd(self.engine)
-        self.weight_receiver: EngineEnd | EnginePool = self.broadcast_end or self.engine
+        self.broadcast_end: EngineEnd | None = None
+        self.weight_receiver: EngineEnd | EnginePool
+        if isinstance(self.engine, EnginePool):
+            self.weight_receiver = self.engine
+        else:
+            self.broadcast_end = self.weight_receiver = EngineEnd(self.engine)
         self.job_dir = plan.job_dir  # the run its writes belong to (their keys)
 
     def weight_group_ranks(self) -> int:
@@ -479,7 +483,7 @@ def _send_snapshot(rank: TrainerRank, version: int, limit: int | None = None) ->
             target = (bucket[offset: offset + snapshot.meta[index].nbytes]
                       if bucket is not None else None)
             gather_into(snapshot, index, target, rank.group.sync_group)
-        if bucket is not None:
+        if bucket is not None and group is not None:  # rank 0 (it has joined: checked above)
             largest = max(largest, bucket.numel())
             group.send_packed([bucket])
             del bucket

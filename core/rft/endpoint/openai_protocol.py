@@ -161,7 +161,7 @@ def _typed(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         expected = "a number" if float in kinds else " or ".join(k.__name__ for k in kinds)
         raise BadRequest(f"{key} must be {expected}, got {value!r}", key)
-    if float in kinds and not isinstance(value, bool):
+    if float in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             finite = math.isfinite(value)
         except OverflowError:  # an integer too large for a float

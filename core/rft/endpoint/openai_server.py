@@ -649,6 +649,7 @@ def _timed_protocol(read_timeout_s: float) -> type:
     application bounds it (the body read of :meth:`OpenAIServer._read_body`)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+    # AutoHTTPProtocol is chosen at import time (httptools or h11), a variable to mypy
     class TimedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         _rft_since = 0.0
         _rft_timer: asyncio.TimerHandle | None = None

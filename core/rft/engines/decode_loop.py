@@ -16,7 +16,7 @@ finishes once its text holds one of the stop strings). With
 ``draw=draw_multinomial`` it draws exactly the tokens ``generate`` draws; the default,
 :func:`draw_inverse_cdf`, draws from the same distribution with one uniform number per
 row instead of ``torch.multinomial``'s one exponential number per vocabulary entry (on
-CPU that is ≈ 1.3 ms of a 32 × 1k-vocabulary step against ≈ 0.1 ms). A repetition
+CPU a large share of a step; docs/benchmarks.md). A repetition
 penalty, which it does not cover, goes through ``generate`` (:func:`covers`).
 
 Per step ``t`` with raw logits ``z_t`` ``(B, V)``::

@@ -7,6 +7,7 @@ auxiliary one (:func:`rft.rollout.auxiliary.engine_config`), for auxiliary model
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from rft.adapter import AdapterWeights
@@ -20,7 +21,7 @@ def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> Infere
     ``model.lora_configs[0].path`` it serves that adapter from the start (model version 0);
     a fresh adapter (``B = 0``) is the base model, which it serves as it is."""
     engine = _build(config, engine_cls)
-    lora = (config.model.lora_configs or [None])[0]
+    lora = config.model.lora_configs[0] if config.model.lora_configs else None
     if lora is not None and lora.path:
         adapter = AdapterWeights.load(os.path.expanduser(lora.path),
                                       key="model.lora_configs[0].path", name=lora.name)
@@ -38,7 +39,9 @@ def _build(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEng
         rope["rope_scaling"] = m.rope_scaling
     if m.rope_theta is not None:
         rope["rope_theta"] = m.rope_theta
-    return engine_cls(
+    # an engine class is built from the model path and settings beyond the base's keywords
+    constructor: Callable[..., InferenceEngine] = engine_cls
+    return constructor(
         rm.model_path or m.model_path, dtype=rm.dtype, trust_remote_code=m.trust_remote_code,
         **rope,
         max_model_len=rm.max_model_len or m.max_model_len,

@@ -75,7 +75,9 @@ class EngineSleep:
     def __init__(self, engine: InferenceEngine,
                  release: Callable[[], None] = release_device_cache) -> None:
         self.engine = engine
-        self.enabled = isinstance(engine, SleepMode) and bool(engine.sleep_mode)
+        self._sleeper: SleepMode | None = (
+            engine if isinstance(engine, SleepMode) and engine.sleep_mode else None)
+        self.enabled = self._sleeper is not None
         self.asleep = False
         self.release = release
 
@@ -89,12 +91,13 @@ class EngineSleep:
 
     def _wake(self, tag: str) -> None:
         self.release()
-        self.engine.wake_up((tag,))  # type: ignore[attr-defined]
+        assert self._sleeper is not None  # asleep: it slept
+        self._sleeper.wake_up((tag,))
 
     def sleep(self) -> None:
         """Release the engine's device memory (a train step follows)."""
-        if self.enabled and not self.asleep:
-            self.engine.sleep()  # type: ignore[attr-defined]
+        if self._sleeper is not None and not self.asleep:
+            self._sleeper.sleep()
             self.asleep = True
 
     def load(self, named_tensors: SyncWeights, version: int) -> None:

@@ -58,7 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import torch
 
@@ -67,6 +67,9 @@ from rft.config.convert import INVALID, to_dataclass
 from rft.config.schema import ExternalModelConfig, RftConfig
 from rft.errors import RftError, ServerUnavailableError
 from rft.engines.engine import Completion, FinishReason, InferenceEngine, SamplingArgs
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 T = TypeVar("T")
 
@@ -292,8 +295,10 @@ class ExternalEngine(InferenceEngine):
     def _chat_one(self, messages: list[dict[str, Any]], sampling: SamplingArgs, n: int,
                   seed: int) -> list[Completion]:
         body = self.request_body(sampling, n, seed)
+        # rft's chat messages are OpenAI messages held as plain dicts
+        typed = cast("list[ChatCompletionMessageParam]", messages)
         response = self._call("chat completion", lambda timeout: self._client.chat.completions
-                              .create(messages=messages, timeout=timeout, **body))
+                              .create(messages=typed, timeout=timeout, **body))
         choices = sorted(response.choices, key=lambda c: c.index)
         if len(choices) != n:
             raise RftError(f"external model {self.model_name!r} at {self.base_url}: asked for "

@@ -29,14 +29,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
 from rft.engines import decode_loop, gqa_attention
-from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
+                                SamplingArgs)
 from rft.rope import apply_rope
 
 log = logging.getLogger("rft.engines.hf_engine")
@@ -123,7 +124,10 @@ class HFEngine(InferenceEngine):
                                                 trust_remote_code=trust_remote_code)
             load_kwargs["config"] = config
             apply_rope(config, rope_scaling, rope_theta)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+        # the class is chosen at run time (the checkpoint's architecture), and transformers'
+        # decorated methods (to, generate) do not type-check on the auto class
+        self.model: Any = cast(Any, AutoModelForCausalLM.from_pretrained(self.model_path,
+                                                                       **load_kwargs))
         self.model.to(self.device).eval()
         gqa_attention.use_gqa_attention(self.model)  # CPU sdpa without copied kv heads
         self.eos_token_ids = self._collect_eos_ids()
@@ -277,7 +281,9 @@ class HFEngine(InferenceEngine):
                     logprobs: torch.Tensor | None, sampling: SamplingArgs,
                     stop_ids: set[int], extra_stop_ids: set[int]) -> Completion:
         """Cut one generated row at its first stop token, stop string or budget."""
-        end, finish, stop_reason = len(tokens), "length", None
+        finish: FinishReason = "length"
+        stop_reason: int | str | None = None
+        end = len(tokens)
         for index, token in enumerate(tokens):
             if token in stop_ids:
                 end, finish = index + 1, "stop"
@@ -292,14 +298,14 @@ class HFEngine(InferenceEngine):
         if end > prompt.max_new_tokens:  # this prompt's budget is below the batch's
             end, finish, stop_reason, text_cut = prompt.max_new_tokens, "length", None, None
         token_ids = tokens[:end]
-        text = text_cut if text_cut is not None else self._tokenizer.decode(
-            token_ids, skip_special_tokens=sampling.skip_special_tokens)
+        text = text_cut if text_cut is not None else self._decode(
+            token_ids, sampling.skip_special_tokens)
         return Completion(
             prompt_token_ids=list(prompt.token_ids),
             token_ids=token_ids,
             logprobs=logprobs[:end].clone() if logprobs is not None else None,
             text=text,
-            finish_reason=finish,  # type: ignore[arg-type]
+            finish_reason=finish,
             prompt_truncated=prompt.truncated,
             model_version=self.model_version,
             stop_reason=stop_reason,
@@ -321,13 +327,18 @@ class HFEngine(InferenceEngine):
 
         return check
 
+    def _decode(self, tokens: list[int], skip_special_tokens: bool) -> str:
+        """The text of ``tokens`` (one sequence: one string)."""
+        text = self._tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+        assert isinstance(text, str)
+        return text
+
     def _find_stop_string(self, tokens: list[int],
                           sampling: SamplingArgs) -> tuple[int, str, str] | None:
         """First prefix ``tokens[:k]`` whose text contains a stop string →
         ``(k, text before the stop string, the stop string)``."""
         for k in range(1, len(tokens) + 1):
-            text = self._tokenizer.decode(tokens[:k],
-                                          skip_special_tokens=sampling.skip_special_tokens)
+            text = self._decode(tokens[:k], sampling.skip_special_tokens)
             hits = [(text.find(s), s) for s in sampling.stop if s and s in text]
             if hits:
                 position, stop = min(hits)

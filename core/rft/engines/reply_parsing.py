@@ -92,6 +92,7 @@ def call_of(item: Any) -> FunctionCall:
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name:
         raise RftError(f"a tool call needs function.name, got {item!r}")
+    assert isinstance(function, dict)  # it held the name
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
         try:

@@ -53,17 +53,21 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rft.adapter import CONFIG_FILE, AdapterWeights
 from rft.chat_template import model_chat_template
 from rft.errors import RftError
-from rft.engines.engine import Completion, InferenceEngine, PreparedPrompt, SamplingArgs
+from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
+                                SamplingArgs)
 from rft.engines.hf_engine import _strip_wrappers
 from rft.engines.vllm_logs import configure_vllm_logging
 from rft.rope import apply_rope
+
+if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
 
 log = logging.getLogger("rft.engines.vllm_engine")
 
@@ -275,7 +279,8 @@ class VLLMEngine(InferenceEngine):
         params = [self._sampling_params(sampling, n // copies, p.max_new_tokens,
                                         _prompt_seed(seed, index, n))
                   for index, p in enumerate(prepared) for _ in range(copies)]
-        requests = [{"prompt_token_ids": p.token_ids} for p in prepared for _ in range(copies)]
+        requests: list[TokensPrompt] = [{"prompt_token_ids": p.token_ids}
+                                        for p in prepared for _ in range(copies)]
         with self._lock:
             outputs = self.llm.generate(requests, params, use_tqdm=False,
                                         lora_request=self._lora)
@@ -335,7 +340,7 @@ class VLLMEngine(InferenceEngine):
         if sampling.logprobs:
             logprobs = torch.tensor([step[t].logprob for step, t in
                                      zip(output.logprobs, token_ids)], dtype=torch.float32)
-        finish = "stop" if output.finish_reason == "stop" else "length"
+        finish: FinishReason = "stop" if output.finish_reason == "stop" else "length"
         stop_reason = output.stop_reason
         if isinstance(stop_reason, int) and stop_reason not in extra_stop_ids:
             stop_reason = None  # an EOS id, reported as None like the hf engine
@@ -349,7 +354,7 @@ class VLLMEngine(InferenceEngine):
             token_ids=token_ids,
             logprobs=logprobs,
             text=text,
-            finish_reason=finish,  # type: ignore[arg-type]
+            finish_reason=finish,
             prompt_truncated=prompt.truncated,
             model_version=self.model_version,
             stop_reason=stop_reason,
@@ -381,7 +386,9 @@ class VLLMEngine(InferenceEngine):
         if not todo:
             return out
         with self._lock:
-            results = self.llm.generate([{"prompt_token_ids": sequences[i]} for i in todo],
+            token_prompts: list[TokensPrompt] = [{"prompt_token_ids": sequences[i]}
+                                                 for i in todo]
+            results = self.llm.generate(token_prompts,
                                         params, use_tqdm=False, lora_request=self._lora)
         for i, result in zip(todo, results):
             seq, p = sequences[i], prompt_lengths[i]
@@ -599,8 +606,9 @@ class VLLMEngine(InferenceEngine):
 
     def close(self) -> None:
         """Release the vLLM engine (its KV cache and workers)."""
-        if self.__dict__.get("_lora_root"):
-            shutil.rmtree(self._lora_root, ignore_errors=True)  # type: ignore[arg-type]
+        root = self.__dict__.get("_lora_root")
+        if root:
+            shutil.rmtree(root, ignore_errors=True)
             self._lora_root = None
         self.leave_weight_group()
         llm = self.__dict__.pop("llm", None)
@@ -785,7 +793,7 @@ def _retie_output_embedding(model: Any) -> None:
     if head.weight is not embed.weight:
         head.weight = embed.weight
     method = getattr(head, "quant_method", None)
-    if type(method).__name__ == "UnquantizedEmbeddingMethod":
+    if method is not None and type(method).__name__ == "UnquantizedEmbeddingMethod":
         method.process_weights_after_loading(head)
 
 

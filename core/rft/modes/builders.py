@@ -114,7 +114,7 @@ def build_trainer(plan: RunPlan, storage: ExperienceStorage, steps: int,
     trainer = plan.trainer.implementation(plan.trainer_plan(steps))
     chosen = plan.sample_strategy
     strategy = chosen.implementation(TrainerBuffers(storage, auxiliary),
-                                     batch_size=plan.config.buffer.train_batch_size,
+                                     batch_size=plan.train_batch_size,
                                      timeout=plan.experience_buffer.max_read_timeout,
                                      args=chosen.args)
     return trainer, strategy

@@ -42,12 +42,15 @@ def _summary_writer_class() -> type:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError:
-            raise RftError("monitor.monitor_type: 'tensorboard' needs the tensorboard package: "
-                           "pip install 'rft-framework[tensorboard]'") from None
-    return SummaryWriter
+        pass
+    else:
+        return SummaryWriter
+    try:
+        import tensorboardX
+    except ImportError:
+        raise RftError("monitor.monitor_type: 'tensorboard' needs the tensorboard package: "
+                       "pip install 'rft-framework[tensorboard]'") from None
+    return tensorboardX.SummaryWriter
 
 
 class TensorboardMonitor(Monitor):

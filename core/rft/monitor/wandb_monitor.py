@@ -11,7 +11,7 @@ import netrc
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlparse
 
 from rft.errors import RftError
@@ -53,12 +53,17 @@ def _has_netrc_key(base_url: str) -> bool:
         return False
 
 
+WandbMode = Literal["online", "offline", "disabled", "shared"]
+"""The modes ``wandb.init`` takes."""
+
+
 def resolve_mode(args: WandbArgs) -> tuple[str, str | None, str]:
     """``(mode, api_key, base_url)`` after applying the arguments, then the environment."""
     base_url = args.base_url or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
     api_key = args.api_key or os.environ.get("WANDB_API_KEY") or None
-    mode = args.mode or os.environ.get("WANDB_MODE") or None
-    mode = {"dryrun": "offline", "run": "online"}.get(mode, mode)  # wandb's legacy names
+    mode: str | None = args.mode or os.environ.get("WANDB_MODE") or None
+    if mode is not None:
+        mode = {"dryrun": "offline", "run": "online"}.get(mode, mode)  # wandb's legacy names
     if mode is None:
         mode = "online" if api_key or _has_netrc_key(base_url) else "offline"
     return mode, api_key, base_url
@@ -96,7 +101,9 @@ class WandbMonitor(Monitor):
             self._run = wandb.init(
                 project=project, name=self.run_name, group=self.args.group or name,
                 job_type=role, entity=self.args.entity, tags=list(self.args.tags) or None,
-                mode=self.mode, dir=self.dir, reinit="create_new", settings=settings)
+                # WANDB_MODE may hold any string: wandb.init refuses a wrong one itself
+                mode=cast(WandbMode, self.mode), dir=self.dir, reinit="create_new",
+                settings=settings)
         except Exception as exc:
             raise RftError(f"monitor: wandb.init of run {self.run_name!r} ({self.mode}, "
                            f"{base_url}) failed: {_one_line(exc)}") from exc
@@ -115,7 +122,7 @@ class WandbMonitor(Monitor):
 
         if rows:
             columns = list(rows[0])
-            self._run.log({name: wandb.Table(columns=columns, data=[
+            self._run.log({name: wandb.Table(columns=[*columns], data=[
                 [row.get(c) for c in columns] for row in rows])}, step=step)
 
     def close(self) -> None:

@@ -255,8 +255,8 @@ def merge_turns(experiences: Sequence[Experience],
         if i in continued:
             continue
         chain = [i]
-        while parent[chain[-1]] is not None:
-            chain.append(parent[chain[-1]])  # type: ignore[arg-type]
+        while (up := parent[chain[-1]]) is not None:
+            chain.append(up)
         merged.append(exp if len(chain) == 1 else _join([experiences[j] for j in reversed(chain)]))
     return merged
 
@@ -273,8 +273,8 @@ def _join(chain: list[Experience]) -> Experience:
         lo, hi = e.prompt_length - start, e.tokens.numel() - start
         assert e.action_mask is not None
         mask[lo:hi] = e.action_mask
-        if has_logprobs:
-            logprobs[lo:hi] = e.logprobs  # type: ignore[assignment]
+        if has_logprobs and e.logprobs is not None:  # (all have them)
+            logprobs[lo:hi] = e.logprobs
     turns = len(chain)
     return Experience(
         tokens=last.tokens.clone(), prompt_length=start,

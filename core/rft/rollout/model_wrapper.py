@@ -141,7 +141,8 @@ class ModelWrapper:
             key = self.server.api_key if self.server is not None else None
             client = cls(base_url=f"{self.api_address}/v1", api_key=key or "EMPTY",
                          max_retries=0, timeout=None)
-            client.model_path = self.name  # type: ignore[attr-defined]
+            # Trinity-RFT's workflows read client.model_path; openai's classes do not declare it
+            setattr(client, "model_path", self.name)  # noqa: B010
             self._clients[kind] = client
         return self._clients[kind]
 

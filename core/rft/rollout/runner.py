@@ -156,7 +156,8 @@ class _AttemptThread(threading.Thread):
 
 class _AttemptThreads:
     """The daemon threads that run workflow attempts, reused from one attempt to the next
-    (issue #23: starting a thread per attempt cost about 0.1 ms per task). Every attempt
+    (issue #23: starting a thread per attempt was a visible cost per task; figures in
+    docs/benchmarks.md). Every attempt
     starts at once on an idle thread or a new one, never behind another attempt; a thread
     whose attempt is abandoned is not reused, so it ends with its attempt."""
 
@@ -505,7 +506,7 @@ class WorkflowRunner:
                     break
                 if not is_retryable(exc):
                     break
-                call = self.make_workflow(task).run_async
+                call = getattr(self.make_workflow(task), "run_async")  # noqa: B009 (see above)
         result.seconds = time.monotonic() - started
         self.states.ended(result.ok)
         if result.ok:
@@ -535,7 +536,8 @@ def _checked(experiences: Any) -> list[Experience]:
     if not isinstance(experiences, list) or not all(isinstance(e, Experience) for e in experiences):
         error = TypeError(f"workflow run() must return a list of Experience, got "
                           f"{type(experiences).__name__}")
-        error.retryable = False  # type: ignore[attr-defined]  # the same code returns it again
+        # a flag on a built-in TypeError (read by is_retryable): the same code returns it again
+        error.retryable = False  # type: ignore[attr-defined]
         raise error
     return experiences
 

@@ -34,7 +34,8 @@ REWARD_KINDS = st.sampled_from(["binary", "continuous", "constant"])
 def close(ours: torch.Tensor, theirs: torch.Tensor | float) -> None:
     """``ours`` equals ``theirs`` to :data:`TOL` (compared in float64)."""
     theirs = torch.as_tensor(theirs, dtype=torch.float64)
-    torch.testing.assert_close(ours.to(torch.float64), theirs.to(torch.float64), **TOL)
+    torch.testing.assert_close(ours.to(torch.float64), theirs.to(torch.float64),
+                               atol=TOL["atol"], rtol=TOL["rtol"])
 
 
 @dataclass

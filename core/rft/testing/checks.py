@@ -239,8 +239,8 @@ def check_policy_loss(fn: Callable[..., Any], args: Any, inputs: PolicyLossInput
             changed = _perturb(getattr(base, field), masked, log_prob=is_log_prob, seed=seed)
             if field == "log_prob":
                 changed.requires_grad_()
-            other, _, _ = _aggregated(check, fn, args,
-                                      dataclasses.replace(base, **{field: changed}))
+            changes: dict[str, Any] = {field: changed}
+            other, _, _ = _aggregated(check, fn, args, dataclasses.replace(base, **changes))
             same, detail = _gap(other, loss)
             check.ensure(same, f"changing {field} at masked positions changes the loss", detail)
 
@@ -325,7 +325,8 @@ def _check_parts_add_up(check: _Check, fn: Callable[..., Any], args: Any,
                                     inputs.agg.loss_scale_factor)
     whole = dataclasses.replace(inputs, agg=agg)
     leaf_name = "log_prob" if isinstance(inputs, PolicyLossInputs) else "entropy"
-    whole = dataclasses.replace(whole, **{leaf_name: _leaf(getattr(inputs, leaf_name))})
+    leaf: dict[str, Any] = {leaf_name: _leaf(getattr(inputs, leaf_name))}
+    whole = dataclasses.replace(whole, **leaf)
     total, total_grad = _loss_and_grad(check, fn, args, whole, leaf_name)
     losses, grads = [], []
     for part_rows in (slice(0, cut), slice(cut, rows)):
@@ -608,8 +609,9 @@ def check_workflow(workflow_cls: type, args: Any, task: Any, model: Any) -> list
     from rft.experience import Experience
 
     check = _Check("check_workflow", workflow_cls)
-    if args is None and getattr(workflow_cls, "Args", None) is not None:
-        args = workflow_cls.Args()
+    args_type = getattr(workflow_cls, "Args", None)
+    if args is None and args_type is not None:
+        args = args_type()
     task = dataclasses.replace(task, workflow_args=args)
     experiences = workflow_cls(task, model).run()
     check.ensure(isinstance(experiences, list) and len(experiences) > 0,
@@ -698,7 +700,7 @@ def _compare_verl(check: _Check, label: str, ours: torch.Tensor, theirs: Any) ->
     ours = ours.detach().to(torch.float64)
     check.ensure(ours.shape == theirs.shape, f"{label}: shape differs from veRL's",
                  f"{tuple(ours.shape)} vs {tuple(theirs.shape)}")
-    close = torch.isclose(ours, theirs, **TOL)
+    close = torch.isclose(ours, theirs, atol=TOL["atol"], rtol=TOL["rtol"])
     worst = (ours - theirs).abs().max().item() if ours.numel() else 0.0
     check.ensure(bool(close.all()), f"{label} differs from veRL's", f"max gap {worst:.3g}")
 
@@ -759,7 +761,7 @@ def _verl_policy_loss(check: _Check, core_algos: Any, fn: Callable[..., Any], ar
             _compare_verl(check, f"metric {key!r}", torch.as_tensor(float(value)),
                           float(their_metrics[their_key]))
     if torch.isnan(theirs):
-        check.ensure(inputs.response_mask.sum() == 0 and ours.item() == 0.0,
+        check.ensure(bool(inputs.response_mask.sum() == 0) and ours.item() == 0.0,
                      "veRL's loss is NaN but the mask is not empty or ours is not 0")
         return
     _compare_verl(check, "loss", ours, theirs.detach())

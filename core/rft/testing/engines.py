@@ -28,6 +28,7 @@ def assert_seeded_generation_reproduces(engine: InferenceEngine, prompts: list[l
     assert [c.token_ids for c in flat(first)] == [c.token_ids for c in flat(again)]
     assert [c.token_ids for c in flat(first)] != [c.token_ids for c in flat(other)]
     for a, b in zip(flat(first), flat(again), strict=True):
+        assert a.logprobs is not None and b.logprobs is not None
         assert torch.equal(a.logprobs, b.logprobs)
     return first
 

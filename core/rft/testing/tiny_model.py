@@ -242,7 +242,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_position_embeddings,
-        rope_theta=10000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},  # (rope_theta before 5.0)
         tie_word_embeddings=True,
         bos_token_id=ids[ENDOFTEXT],
         eos_token_id=ids[IM_END],
@@ -251,7 +251,8 @@ def build_tiny_model(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        model = Qwen2ForCausalLM(config)
+        model.float()
     model.generation_config = GenerationConfig(
         bos_token_id=ids[ENDOFTEXT],
         eos_token_id=[ids[IM_END], ids[ENDOFTEXT]],

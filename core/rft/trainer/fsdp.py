@@ -80,7 +80,7 @@ def clip_grad_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> torch
     from torch.distributed.tensor import DTensor
 
     params = [p for p in parameters if p.grad is not None]
-    grads = [p.grad for p in params]
+    grads = [g for p in params if (g := p.grad) is not None]
     if not grads:
         return torch.tensor(0.0)
     total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)

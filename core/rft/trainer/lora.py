@@ -97,7 +97,7 @@ def apply_lora(model: nn.Module, lora: LoRAConfig, *, base_model_name: str | Non
         if dtype is not None:
             parameter.data = parameter.data.to(dtype)
     if lora.path:
-        loaded = adapted.peft_config[ADAPTER]
+        loaded = adapter_config(adapted)
         if (loaded.r, loaded.lora_alpha) != (lora.lora_rank, lora.lora_alpha):
             log.warning("%s.path: the adapter at %s has rank %s, alpha %s; they win over "
                         "lora_rank %s, lora_alpha %s", KEY, lora.path, loaded.r,
@@ -181,9 +181,17 @@ def saved_name(name: str) -> str:
     return name.replace(f".{ADAPTER}.", ".")
 
 
+def adapter_config(model: nn.Module) -> Any:
+    """The peft ``LoraConfig`` of ``model``'s adapter (``peft_config`` is set by peft;
+    ``nn.Module`` types a missing attribute as a tensor or a module, so it is read by
+    name)."""
+    configs: dict[str, Any] = getattr(model, "peft_config")  # noqa: B009
+    return configs[ADAPTER]
+
+
 def lora_spec(actor: nn.Module, lora: LoRAConfig, base_model_name: str | None) -> LoraSpec:
     """The :class:`LoraSpec` of a LoRA actor (as peft resolved its target modules)."""
-    config = actor.peft_config[ADAPTER]  # type: ignore[index,union-attr]
+    config = adapter_config(actor)
     prefix = "base_model.model."
     modules = sorted({name.removeprefix(prefix).split(".lora_", 1)[0]
                       for name, p in actor.named_parameters() if p.requires_grad})
@@ -274,7 +282,8 @@ def merged_weights(named: Iterable[tuple[str, torch.Tensor | None]], scale: floa
 
 def base_model(actor: nn.Module) -> nn.Module:
     """The Hugging Face model inside a peft model (its config, class, generation config)."""
-    return actor.get_base_model() if is_peft(actor) else actor  # type: ignore[operator]
+    # peft's method (nn.Module types a missing attribute as a tensor or a module)
+    return getattr(actor, "get_base_model")() if is_peft(actor) else actor  # noqa: B009
 
 
 def export(actor: nn.Module, spec: LoraSpec, path: str, *, merged: bool,

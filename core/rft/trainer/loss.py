@@ -73,7 +73,7 @@ def args_dict(selected: Selected | None) -> dict[str, Any]:
     """``dataclasses.asdict(selected.args)``, or ``{}`` when there are no args."""
     if selected is None or selected.args is None:
         return {}
-    if dataclasses.is_dataclass(selected.args):
+    if dataclasses.is_dataclass(selected.args) and not isinstance(selected.args, type):
         return dataclasses.asdict(selected.args)
     return dict(selected.args)
 

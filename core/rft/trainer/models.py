@@ -28,6 +28,12 @@ from rft.trainer.lean_forward import shared_prompt_logits
 from rft.trainer.lean_forward import unsupported_reason as lean_unsupported_reason
 
 
+def save_pretrained(model: nn.Module, path: str) -> None:
+    """``model.save_pretrained(path)`` of a transformers (or peft) model (``nn.Module``
+    types a missing attribute as a tensor or a module, so the method is read by name)."""
+    getattr(model, "save_pretrained")(path)  # noqa: B009
+
+
 def load_causal_lm(path: str, *, trust_remote_code: bool = False,
                    key: str = "model.model_path", rope_scaling: dict[str, Any] | None = None,
                    rope_theta: float | None = None) -> nn.Module:
@@ -112,10 +118,10 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
         lse = torch.logsumexp(logits, dim=-1)  # (B, R)
         logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (B, R)
         with torch.no_grad():
-            entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
-        return logps, entropy
+            metric = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
+        return logps, metric
     logps = logprobs_from_logits(logits, labels)  # (B, R)
-    entropy = None
+    entropy: torch.Tensor | None = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = (entropy_from_logits(logits) if entropy_chunk is None

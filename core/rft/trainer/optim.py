@@ -106,8 +106,8 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfi
 
 
 def _can_fuse(params: list[torch.nn.Parameter]) -> bool | None:
-    """``fused=True`` (one kernel over all tensors: on CPU ≈ 1 ms instead of ≈ 3.8 ms for a
-    tiny model's 26 tensors) when every parameter is a floating-point tensor on CPU or CUDA;
+    """``fused=True`` (one kernel over all tensors: faster on CPU too, docs/benchmarks.md)
+    when every parameter is a floating-point tensor on CPU or CUDA;
     ``None`` (torch's default) otherwise."""
     fusable = bool(params) and all(
         p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16,

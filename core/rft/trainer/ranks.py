@@ -136,7 +136,8 @@ class TrainerRank:
         return self.activity
 
     def full_state(self) -> dict[str, Any] | None:
-        return self.trainer.state_dict()
+        """The one-process state, on rank 0 (``None`` on the others)."""
+        return self.trainer.gathered_state()
 
     def load_state(self, boxed: list[Any]) -> None:
         """Load a one-process state; only rank 0 fetches it (``boxed``: its object ref)."""
@@ -302,7 +303,9 @@ class RankedTrainer(Trainer):
             have = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
             raise RftError(f"trainer {self.name!r}: cannot place {n} ranks of {bundle} each "
                            f"within {self.timeout_s:g} s; the cluster has {have} free") from None
-        remote = ray.remote(concurrency_groups={SIDE_GROUP: 1})(TrainerRank)
+        # concurrency_groups: a documented class option that Ray's overloads of remote() omit
+        class_options: dict[str, Any] = {"concurrency_groups": {SIDE_GROUP: 1}}
+        remote = ray.remote(**class_options)(TrainerRank)
         for index in range(n):
             strategy = PlacementGroupSchedulingStrategy(self.placement_group,
                                                         placement_group_bundle_index=index)

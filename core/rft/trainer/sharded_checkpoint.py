@@ -81,7 +81,8 @@ def marker_dir(state: dict[str, Any]) -> str:
 
 def _models(trainer: TorchTrainer) -> list[tuple[str, Any, Any, Any]]:
     """``(prefix, model, optimizer, scheduler)`` of the trained models."""
-    out = [("actor", trainer.actor, trainer.optimizer, trainer.scheduler)]
+    out: list[tuple[str, Any, Any, Any]] = [
+        ("actor", trainer.actor, trainer.optimizer, trainer.scheduler)]
     if trainer.critic is not None:
         out.append(("critic", trainer.critic, trainer.critic_optimizer, trainer.critic_scheduler))
     return out
@@ -374,6 +375,12 @@ def save_pretrained_from_shards(trainer: TorchTrainer, path: str,
         write_hf_folder(trainer.actor, state, path, max_shard_size)
 
 
+def _hf_config(model: torch.nn.Module) -> Any:
+    """A Hugging Face model's ``config`` (``nn.Module`` types a missing attribute as a tensor
+    or a module, so it is read by name)."""
+    return getattr(model, "config")  # noqa: B009
+
+
 def write_hf_folder(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str,
                     max_shard_size: str = "5GB") -> None:
     """Config, generation config and ``state`` as safetensors (with an index when
@@ -382,7 +389,7 @@ def write_hf_folder(model: torch.nn.Module, state: dict[str, torch.Tensor], path
     from safetensors.torch import save_file
 
     os.makedirs(path, exist_ok=True)
-    config = copy.deepcopy(model.config)  # type: ignore[union-attr]
+    config = copy.deepcopy(_hf_config(model))
     config.architectures = [_model_class_name(model)]
     config.save_pretrained(path)
     generation = getattr(model, "generation_config", None)

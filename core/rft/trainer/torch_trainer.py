@@ -39,7 +39,7 @@ import logging
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import nn
@@ -66,7 +66,7 @@ from rft.trainer.metrics import (
     rollout_probs_diff,
     timed,
 )
-from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model,
+from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model, save_pretrained,
                                 response_entropy_signals, response_logprobs, response_values,
                                 unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
@@ -217,19 +217,30 @@ class TorchTrainer(Trainer):
             with timed(metrics, "update_actor"):
                 metrics.update(self._update_actor(tensors))
             self.scheduler.step()
-            metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+            metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])
             if self.critic_scheduler is not None:
                 self.critic_scheduler.step()
-                metrics["critic/lr"] = self.critic_scheduler.get_last_lr()[0]
+                metrics["critic/lr"] = float(self.critic_scheduler.get_last_lr()[0])
         self.global_steps += 1
         return metrics
 
-    def state_dict(self) -> dict[str, Any]:
-        if self.ranks is not None:  # the one-process format, gathered on rank 0
+    def gathered_state(self) -> dict[str, Any] | None:
+        """The state in the one-process format: with ranks, gathered on rank 0 (``None`` on
+        the other ranks; every rank calls it), else :meth:`state_dict`."""
+        if self.ranks is not None:
             from rft.trainer import sharded_checkpoint
 
             return sharded_checkpoint.full_state(self)
-        state: dict[str, Any] = {
+        return self.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.ranks is not None:  # the one-process format, gathered on rank 0
+            state = self.gathered_state()
+            if state is None:
+                raise RuntimeError("TorchTrainer.state_dict: only rank 0 holds the gathered "
+                                   "state; the ranks call gathered_state()")
+            return state
+        state = {
             "global_steps": self.global_steps,
             "actor": lora_ops.actor_state(self.actor),  # LoRA: the adapter's tensors
             "optimizer": self.optimizer.state_dict(),
@@ -238,9 +249,10 @@ class TorchTrainer(Trainer):
         if self.lora is not None:
             state["lora"] = self._lora_spec().to_plain()
         if self.critic is not None:
+            assert self.critic_optimizer is not None and self.critic_scheduler is not None
             state["critic"] = self.critic.state_dict()
-            state["critic_optimizer"] = self.critic_optimizer.state_dict()  # type: ignore[union-attr]
-            state["critic_scheduler"] = self.critic_scheduler.state_dict()  # type: ignore[union-attr]
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+            state["critic_scheduler"] = self.critic_scheduler.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -262,9 +274,10 @@ class TorchTrainer(Trainer):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
+            assert self.critic_optimizer is not None and self.critic_scheduler is not None
             self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])  # type: ignore[union-attr]
-            self.critic_scheduler.load_state_dict(state["critic_scheduler"])  # type: ignore[union-attr]
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            self.critic_scheduler.load_state_dict(state["critic_scheduler"])
         self.global_steps = int(state["global_steps"])
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -284,7 +297,15 @@ class TorchTrainer(Trainer):
         assert self.lora is not None
         return lora_ops.lora_spec(self.actor, self.lora, self.plan.model.model_path)
 
-    def gathered_weights(self, keep: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    @overload
+    def gathered_weights(self, keep: Literal[True] = True
+                         ) -> Iterator[tuple[str, torch.Tensor]]: ...
+
+    @overload
+    def gathered_weights(self, keep: bool) -> Iterator[tuple[str, torch.Tensor | None]]: ...
+
+    def gathered_weights(self, keep: bool = True
+                         ) -> Iterator[tuple[str, torch.Tensor | None]]:
         """Sharded: the actor's whole tensors, gathered one at a time (a collective: every
         rank must iterate to the end). ``keep`` false: yields ``(name, None)`` on ranks
         other than 0 (they only take part)."""
@@ -294,7 +315,7 @@ class TorchTrainer(Trainer):
             if keep or self.is_rank0:
                 yield name, tensor
             else:
-                yield name, None  # type: ignore[misc]
+                yield name, None
 
     def _first_step_check(self, metrics: dict[str, float]) -> None:
         """Once, at the first step with engine log-probs: the gap in one line (rank 0): on
@@ -327,7 +348,7 @@ class TorchTrainer(Trainer):
                             is_rank0=self.is_rank0, stream=stream)
             return
         if self.ranks is None:
-            self.actor.save_pretrained(path)  # type: ignore[operator]
+            save_pretrained(self.actor, path)
             return
         from rft.trainer import sharded_checkpoint
 
@@ -437,6 +458,7 @@ class TorchTrainer(Trainer):
             for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
                 micro_signal = None
+                entropy: torch.Tensor | None
                 if signal is not None:
                     logps, entropy, micro_signal = response_entropy_signals(
                         model, micro, device=self.options.device,

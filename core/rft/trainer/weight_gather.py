@@ -91,7 +91,7 @@ def take_snapshot(actor: torch.nn.Module, rank: int, world_size: int,
 
 
 def gather_into(snapshot: ShardSnapshot, index: int, out: torch.Tensor | None,
-                group: object) -> None:
+                group: dist.ProcessGroup | None) -> None:
     """Assemble tensor ``index`` of the snapshot on rank 0 into ``out`` (a contiguous
     ``uint8`` tensor of exactly its bytes; ``None`` on the other ranks). A collective over
     ``group`` (every rank calls it for the same ``index``)."""
@@ -102,17 +102,18 @@ def gather_into(snapshot: ShardSnapshot, index: int, out: torch.Tensor | None,
         assert out is not None and out.numel() == item.nbytes, (item.name, out)
     if not item.sharded:
         if rank == 0:
-            assert piece is not None
-            out.copy_(piece.reshape(-1).view(torch.uint8))  # type: ignore[union-attr]
+            assert piece is not None and out is not None
+            out.copy_(piece.reshape(-1).view(torch.uint8))
         return
     row_bytes = item.nbytes // item.shape[0] if item.shape and item.shape[0] else item.nbytes
     try:
         if rank == 0:
+            assert out is not None  # checked above
             for source in range(world):
                 first, count = item.rows(source, world)
                 if not count:
                     continue
-                target = out[first * row_bytes: (first + count) * row_bytes]  # type: ignore[index]
+                target = out[first * row_bytes: (first + count) * row_bytes]
                 if source == 0:
                     assert piece is not None
                     target.copy_(piece.reshape(-1).view(torch.uint8))

@@ -22,6 +22,7 @@ from typing import Any
 from rft.commands import Command
 from rft.errors import RftError
 
+from rft_plugin_convert_verl.interpolations import without_interpolations
 from rft_plugin_convert_verl.parse import VerlConvertError
 
 EXIT_USAGE = 2
@@ -44,17 +45,6 @@ def _read_input(name: str) -> tuple[str, str]:
         raise VerlConvertError(f"{name}: cannot read: {exc.strerror}") from None
 
 
-def _without_interpolations(value: Any) -> Any:
-    """``value`` without the strings that hold an interpolation (``${oc.env:X}``): they
-    are resolved, and converted, when rft loads the file."""
-    if isinstance(value, dict):
-        return {k: _without_interpolations(v) for k, v in value.items()
-                if not (isinstance(v, str) and "${" in v)}
-    if isinstance(value, list):
-        return [_without_interpolations(v) for v in value]
-    return value
-
-
 def _check_schema(result: Any) -> None:
     """Every emitted key must convert onto the rft schema; a problem names the veRL source
     (e.g. a string where veRL's value should be a number)."""
@@ -62,7 +52,7 @@ def _check_schema(result: Any) -> None:
     from rft.config.schema import RftConfig
 
     problems: list[str] = []
-    to_dataclass(RftConfig, _without_interpolations(result.config), "", problems)
+    to_dataclass(RftConfig, without_interpolations(result.config), "", problems)
     if problems:
         first = problems[0]
         key = first.split(":", 1)[0]

@@ -23,6 +23,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from rft_plugin_convert_verl.interpolations import without_interpolations
 from rft_plugin_convert_verl.parse import VerlConvertError
 
 TRAINERS = ("torch", "verl")
@@ -74,9 +75,7 @@ def _verl_check(trainer: Any, config: dict[str, Any]) -> str | None:
     from rft.config.convert import to_dataclass
     from rft.config.schema import RftConfig
 
-    from rft_plugin_convert_verl.cli import _without_interpolations
-
-    data = _without_interpolations(copy.deepcopy(config))
+    data = without_interpolations(copy.deepcopy(config))
     data.setdefault("trainer", {})["trainer_type"] = "verl"
     model = data.setdefault("model", {})
     if not model.get("model_path"):

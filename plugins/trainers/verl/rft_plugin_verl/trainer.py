@@ -59,7 +59,8 @@ veRL's layout only — written with care, untested (GPU only: it cannot run on a
 LoRA with several ranks: every rank reads the initial adapter while it builds (the
 folder must be visible to every rank: one node, or a shared file system), the reference is
 the actor group with its adapter disabled, and the adapter, the merged weights, the state
-and the export are gathered by the ranks (``rft_*`` methods given :class:`LoraActor`).
+and the export are gathered by the ranks (``rft_*`` methods given
+:class:`rft_plugin_verl.engine_state.LoraActor`).
 
 Not implemented: LoRA with Megatron; :meth:`VerlTrainer.check_config`
 refuses what it cannot run.
@@ -72,13 +73,12 @@ import copy
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from rft.adapter import AdapterWeights, LoraSpec
+from rft.adapter import AdapterWeights
 from rft.config.plan import TrainerPlan
-from rft.config.schema import LoRAConfig, RftConfig
+from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer import lora as lora_ops
@@ -91,6 +91,16 @@ from rft_plugin_verl import checkpoint, cpu_platform, environment, megatron
 from rft_plugin_verl import lora as verl_lora
 from rft_plugin_verl.batch import check_experiences, response_tensor, to_tensordict
 from rft_plugin_verl.config import VerlConfig, build_verl_config
+from rft_plugin_verl.engine_state import (
+    LoraActor,
+    engine_state,
+    full_model_state,
+    load_engine_state,
+    load_lora_state,
+    lora_export,
+    lora_named_weights,
+    lora_state,
+)
 from rft_plugin_verl.losses import ActorLoss, CriticLoss
 
 STATE_FORMAT = "rft-verl"
@@ -302,7 +312,7 @@ class VerlTrainer(Trainer):
             return
         keep = set(unique_state_names(self.actor_engine.module))  # tied weights once
         if self._lora_actor is not None:  # Hugging Face names: the adapter merged in
-            yield from _lora_named_weights(self.actor_engine, self._lora_actor)
+            yield from lora_named_weights(self.actor_engine, self._lora_actor)
             return
         params, _ = self.actor_engine.get_per_tensor_param()
         for name, tensor in params:
@@ -338,11 +348,11 @@ class VerlTrainer(Trainer):
                 state.update(self._rank0(self.critic_worker.rft_state("critic", "critic_")))
             return state
         if self._lora_actor is not None:  # the adapter only, and its spec
-            state.update(_lora_state(self.actor_engine, self._lora_actor))
+            state.update(lora_state(self.actor_engine, self._lora_actor))
         else:
-            state.update(_engine_state(self.actor_engine, "actor", ""))
+            state.update(engine_state(self.actor_engine, "actor", ""))
         if self.critic_engine is not None:
-            state.update(_engine_state(self.critic_engine, "critic", "critic_"))
+            state.update(engine_state(self.critic_engine, "critic", "critic_"))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -359,11 +369,11 @@ class VerlTrainer(Trainer):
             self.global_steps = int(state["global_steps"])
             return
         if self.lora is not None:
-            _load_lora_state(self.actor_engine, state)
+            load_lora_state(self.actor_engine, state)
         else:
-            _load_engine_state(self.actor_engine, state, "actor", "")
+            load_engine_state(self.actor_engine, state, "actor", "")
         if self.critic_engine is not None:
-            _load_engine_state(self.critic_engine, state, "critic", "critic_")
+            load_engine_state(self.critic_engine, state, "critic", "critic_")
         self.global_steps = int(state["global_steps"])
 
     def write_checkpoint(self, directory: str) -> dict[str, Any]:
@@ -407,10 +417,10 @@ class VerlTrainer(Trainer):
             return
         module = self.actor_engine.module
         if self._lora_actor is not None:  # the adapter (peft's format); merged/ when asked
-            _lora_export(self.actor_engine, self._lora_actor, path,
+            lora_export(self.actor_engine, self._lora_actor, path,
                          merged=self.plan.trainer.save_hf_merged)
             return
-        full = dict(_full_model_state(module))
+        full = dict(full_model_state(module))
         module.save_pretrained(path, state_dict=full)
 
     def close(self) -> None:
@@ -645,103 +655,3 @@ def _reduce(metrics: dict[str, Any], role: str) -> dict[str, float]:
         else:
             out[name] = value
     return out
-
-
-@dataclass(frozen=True)
-class LoraActor:
-    """What a LoRA actor's engine needs to hand out its adapter in rft's forms (sent to
-    each veRL rank with the ``rft_*`` calls)."""
-
-    lora: LoRAConfig
-    """``model.lora_configs[0]``."""
-    model_path: str
-    """The base model (its target-module resolution, the export's tokenizer)."""
-
-    def spec(self, engine: Any) -> LoraSpec:
-        return verl_lora.spec_of(engine.module, self.lora, self.model_path)
-
-
-def _lora_named_weights(engine: Any, actor: LoraActor) -> Iterator[tuple[str, torch.Tensor]]:
-    """The Hugging Face weights of a LoRA actor, the adapter merged in (a collective)."""
-    keep = set(unique_state_names(engine.module))  # tied weights once
-    yield from verl_lora.merged_weights(_full_model_state(engine.module), keep,
-                                        actor.spec(engine))
-
-
-def _lora_state(engine: Any, actor: LoraActor) -> dict[str, Any]:
-    """A LoRA actor's state: ``actor`` its adapter only, optimizer, scheduler and
-    ``lora`` the adapter's spec (a collective)."""
-    state = _engine_state(engine, "actor", "", frozen=False)
-    state["lora"] = actor.spec(engine).to_plain()
-    return state
-
-
-def _load_lora_state(engine: Any, state: dict[str, Any]) -> None:
-    if "actor" in state:
-        verl_lora.check_adapter_state(engine.module, state["actor"])
-    _load_engine_state(engine, state, "actor", "", strict=False)
-
-
-def _lora_export(engine: Any, actor: LoraActor, path: str, *, merged: bool,
-                 write: bool = True) -> None:
-    """The adapter in peft's format at ``path`` (``merged/`` too when asked); every rank
-    calls it (the gathers are collectives), the rank where ``write`` writes."""
-    module = engine.module
-    state = list(_full_model_state(module))  # a collective
-    verl_lora.export(module, actor.spec(engine), path, merged=merged,
-                     tokenizer_path=actor.model_path, state=iter(state), is_rank0=write)
-
-
-def _full_model_state(module: torch.nn.Module, frozen: bool = True
-                      ) -> Iterator[tuple[str, torch.Tensor]]:
-    """The module's full (unsharded) state, on the CPU; ``frozen`` false: its trainable
-    parameters only (a LoRA actor's adapter)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True,
-                               ignore_frozen_params=not frozen)
-    trainable = None if frozen else set(verl_lora.adapter_names(module))
-    for name, tensor in get_model_state_dict(module, options=options).items():
-        if trainable is None or name in trainable:  # (a tied frozen weight slips through)
-            yield name, tensor
-
-
-def _engine_state(engine: Any, model_key: str, prefix: str, frozen: bool = True
-                  ) -> dict[str, Any]:
-    """Model (``model_key``; ``frozen`` false: its trainable parameters only), optimizer
-    and LR scheduler (``<prefix>optimizer`` / ``<prefix>scheduler``) of a veRL engine, in
-    full form (one process)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {
-        model_key: dict(_full_model_state(engine.module, frozen)),
-        f"{prefix}optimizer": get_optimizer_state_dict(engine.module, engine.optimizer,
-                                                       options=options),
-        f"{prefix}scheduler": engine.lr_scheduler.state_dict(),
-    }
-
-
-def _load_engine_state(engine: Any, state: dict[str, Any], model_key: str, prefix: str,
-                       strict: bool = True) -> None:
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    missing = [k for k in (model_key, f"{prefix}optimizer", f"{prefix}scheduler")
-               if k not in state]
-    if missing:
-        raise RftError(f"trainer checkpoint: missing {', '.join(missing)}")
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=strict)
-    set_model_state_dict(engine.module, state[model_key], options=options)
-    set_optimizer_state_dict(engine.module, engine.optimizer, state[f"{prefix}optimizer"],
-                             options=options)
-    engine.lr_scheduler.load_state_dict(state[f"{prefix}scheduler"])

@@ -57,6 +57,7 @@ from verl.single_controller.ray.base import RayWorkerGroup
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from rft_plugin_verl import cpu_platform
+from rft_plugin_verl import engine_state as states
 
 log = logging.getLogger("rft_plugin_verl.worker_group")
 
@@ -137,14 +138,6 @@ def actor_weights(engine: Any) -> Iterator[tuple[str, torch.Tensor]]:
             yield name, tensor.detach()
 
 
-def _state_functions() -> Any:
-    """The trainer module, whose ``_full_model_state`` / ``_engine_state`` /
-    ``_load_engine_state`` the ranks run (one definition for one rank and for N)."""
-    from rft_plugin_verl import trainer
-
-    return trainer
-
-
 def _where(rank: int) -> RankPlace:
     import ray
 
@@ -175,9 +168,9 @@ class ActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_weights(self, lora: Any = None) -> list[tuple[str, torch.Tensor]] | None:
         """Rank 0: the actor's full weights on the CPU (with ``lora``, a
-        ``trainer.LoraActor``: the adapter merged in); other ranks ``None``."""
+        ``engine_state.LoraActor``: the adapter merged in); other ranks ``None``."""
         weights = (actor_weights(self._engine()) if lora is None
-                   else _state_functions()._lora_named_weights(self._engine(), lora))
+                   else states.lora_named_weights(self._engine(), lora))
         named = [(name, tensor.to("cpu", copy=True)) for name, tensor in weights]
         return named if self.rank == 0 else None
 
@@ -193,27 +186,26 @@ class ActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_state(self, model_key: str, prefix: str, lora: Any = None
                   ) -> dict[str, Any] | None:
-        functions = _state_functions()
-        state = (functions._engine_state(self._engine(), model_key, prefix) if lora is None
-                 else functions._lora_state(self._engine(), lora))
+        state = (states.engine_state(self._engine(), model_key, prefix) if lora is None
+                 else states.lora_state(self._engine(), lora))
         return state if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_load_state(self, state: dict[str, Any], model_key: str, prefix: str,
                        lora: bool = False) -> None:
         if lora:
-            _state_functions()._load_lora_state(self._engine(), state)
+            states.load_lora_state(self._engine(), state)
         else:
-            _state_functions()._load_engine_state(self._engine(), state, model_key, prefix)
+            states.load_engine_state(self._engine(), state, model_key, prefix)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_save_pretrained(self, path: str, lora: Any = None, merged: bool = False) -> None:
         module = self._engine().module
         if lora is not None:  # the adapter in peft's format, written by rank 0
-            _state_functions()._lora_export(self._engine(), lora, path, merged=merged,
+            states.lora_export(self._engine(), lora, path, merged=merged,
                                             write=self.rank == 0)
             return
-        full = dict(_state_functions()._full_model_state(module))  # a collective
+        full = dict(states.full_model_state(module))  # a collective
         if self.rank == 0:
             module.save_pretrained(path, state_dict=full)
 
@@ -228,17 +220,17 @@ class CriticWorker(TrainingWorker):  # type: ignore[misc]
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_state(self, model_key: str, prefix: str) -> dict[str, Any] | None:
-        state = _state_functions()._engine_state(self.engine, model_key, prefix)
+        state = states.engine_state(self.engine, model_key, prefix)
         return state if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_load_state(self, state: dict[str, Any], model_key: str, prefix: str) -> None:
-        _state_functions()._load_engine_state(self.engine, state, model_key, prefix)
+        states.load_engine_state(self.engine, state, model_key, prefix)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_model_state(self) -> dict[str, torch.Tensor] | None:
         """Rank 0: the critic's full model state (tests compare it)."""
-        state = dict(_state_functions()._full_model_state(self.engine.module))
+        state = dict(states.full_model_state(self.engine.module))
         return state if self.rank == 0 else None
 
 
