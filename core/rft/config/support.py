@@ -11,7 +11,7 @@ entries unless it has its own):
   Values it accepts without implementing them (``trainer_strategy: megatron``) are its
   ``unsupported`` part, reported like an unsupported field.
 - :class:`Unsupported`: rft accepts the field but does not implement it. Validation
-  (:func:`check_support`, the last of :data:`rft.config.validate.CHECKS`) reports a user
+  (:func:`check_support`, the last of :data:`rft.config.check.CHECKS`) reports a user
   who sets it (to anything but its default, or to what ``when`` matches) in one line
   ``dotted.key: <reason>``: a warning, or a problem where running without it would
   mislead (``severity="error"``, e.g. the Tinker service).
@@ -91,7 +91,12 @@ Support = Consumed | Unsupported | Derived | Structural
 # Consumers (modules), named once
 # --------------------------------------------------------------------------------------
 
-VALIDATE = "rft.config.validate"
+DERIVE = "rft.config.derive"
+CHECK = "rft.config.check_sections"
+CHECK_ALGORITHM = "rft.config.check_algorithm"
+CHECK_BUFFER = "rft.config.check_buffer"
+CHECK_MODELS = "rft.config.check_models"
+CHECK_TRAINER = "rft.config.check_trainer"
 TRINITY_FORMS = "rft.config.trinity_forms"
 BUILD_STAGES = "rft.config"
 OPTIM = "rft.trainer.optim"
@@ -169,30 +174,32 @@ SUPPORT: dict[str, Support] = {
     "OptimizerConfig.optimizer_type": _c(OPTIM, note="adam / adamw only"),
     "OptimizerConfig.betas": _c(OPTIM),
     "OptimizerConfig.weight_decay": _c(OPTIM),
-    "OptimizerConfig.clip_grad": _c(VALIDATE, "rft.config.schema", note="the trainer's gradient clip when "
+    "OptimizerConfig.clip_grad": _c(DERIVE, CHECK_TRAINER, "rft.config.schema",
+                                    note="the trainer's gradient clip when "
                                     "trainer.grad_clip is unset; both set: must agree"),
     # ---- algorithm ----------------------------------------------------------------------
-    "AlgorithmConfig.algorithm_type": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.repeat_times": _c(VALIDATE, TASKSET),
+    "AlgorithmConfig.algorithm_type": _c(DERIVE, CHECK, CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.repeat_times": _c(DERIVE, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_TRAINER,
+                                        TASKSET),
     "AlgorithmConfig.optimizer": Structural(),
-    "AlgorithmConfig.sample_strategy": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.sample_strategy_args": _c(VALIDATE, note=_RESOLVED),
+    "AlgorithmConfig.sample_strategy": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.sample_strategy_args": _c(CHECK_ALGORITHM, note=_RESOLVED),
     "AlgorithmConfig.add_strategy": Unsupported(
         "Trinity-RFT's older way to compute advantages in the explorer, not supported by rft "
         "(running without it would train on other advantages): for step-wise GRPO use "
         "algorithm_type: multi_step_grpo, or name the operator in "
         "data_processor.experience_pipeline.operators", severity="error"),
-    "AlgorithmConfig.advantage_fn": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.advantage_fn_args": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.policy_loss_fn": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.policy_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.kl_penalty_fn": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.kl_penalty_fn_args": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.kl_loss_fn": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.kl_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.entropy_loss_fn": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.entropy_loss_fn_args": _c(VALIDATE, note=_RESOLVED),
-    "AlgorithmConfig.loss_agg_mode": _c(VALIDATE, TORCH_TRAINER),
+    "AlgorithmConfig.advantage_fn": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.advantage_fn_args": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.policy_loss_fn": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.policy_loss_fn_args": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.kl_penalty_fn": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.kl_penalty_fn_args": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.kl_loss_fn": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.kl_loss_fn_args": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.entropy_loss_fn": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.entropy_loss_fn_args": _c(CHECK_ALGORITHM, note=_RESOLVED),
+    "AlgorithmConfig.loss_agg_mode": _c(CHECK_ALGORITHM, TORCH_TRAINER),
     # ---- model.lora_configs[i] (reported through model.lora_configs) ------------------
     "LoRAConfig.name": _c(TRAINER_LORA, note="the adapter's name in syncs and exports"),
     "LoRAConfig.path": _c(TRAINER_LORA, LORA_CHECK, VERL_LORA,
@@ -233,7 +240,7 @@ SUPPORT: dict[str, Support] = {
     "ModelConfig.logprobs": Unsupported(
         "top log-probabilities are not returned (rft returns the sampled token's "
         "log-probability only, as with 0); it has no effect", when=_positive),
-    "ModelConfig.max_model_len": _c(ENGINE_FACTORY, VALIDATE),
+    "ModelConfig.max_model_len": _c(ENGINE_FACTORY, DERIVE, CHECK),
     "ModelConfig.max_prompt_tokens": _c(ENGINE_FACTORY, TORCH_TRAINER),
     "ModelConfig.max_response_tokens": _c(ENGINE_FACTORY, OPTIONS),
     "ModelConfig.min_response_tokens": _c(ENGINE_FACTORY),
@@ -253,8 +260,9 @@ SUPPORT: dict[str, Support] = {
     "ModelConfig.external_model": Structural(),
     # ---- cluster ------------------------------------------------------------------------
     "ClusterConfig.ray_address": _c(CLUSTER, SHARED_QUEUE),
-    "ClusterConfig.node_num": _c(VALIDATE, note="GPU split check"),
-    "ClusterConfig.gpu_per_node": _c(VALIDATE, "rft.distributed.placement",
+    "ClusterConfig.node_num": _c(DERIVE, CHECK_MODELS, CHECK_TRAINER, note="GPU split check"),
+    "ClusterConfig.gpu_per_node": _c(DERIVE, CHECK_MODELS, CHECK_TRAINER,
+                                     "rft.distributed.placement",
                                      note="unset: detected from the Ray cluster's GPUs"),
     "ClusterConfig.explorer_gpu_num": Derived("engine_num × tensor_parallel_size"),
     "ClusterConfig.auxiliary_gpu_num": Derived("sum over the auxiliary models"),
@@ -277,8 +285,8 @@ SUPPORT: dict[str, Support] = {
     "FormatConfig.reply_prefix": Unsupported(
         "not read by rft's workflows (the math workflows take workflow_args.reply_prefix); "
         "it has no effect"),
-    "FormatConfig.workflow_key": _c(TASKSET, VALIDATE, note="a row names its workflow"),
-    "FormatConfig.reward_fn_key": _c(TASKSET, VALIDATE, note="a row names its reward function"),
+    "FormatConfig.workflow_key": _c(TASKSET, CHECK_BUFFER, note="a row names its workflow"),
+    "FormatConfig.reward_fn_key": _c(TASKSET, CHECK_BUFFER, note="a row names its reward function"),
     "FormatConfig.chosen_key": _c(PREFERENCE_DATA, note="DPO datasets"),
     "FormatConfig.rejected_key": _c(PREFERENCE_DATA, note="DPO datasets"),
     "FormatConfig.enable_concatenated_multi_turn": _c(
@@ -299,10 +307,10 @@ SUPPORT: dict[str, Support] = {
         "do not set: the samples per task are the taskset's repeat_times (workflows pass "
         "n themselves)", "error", when=lambda value: value is not None),
     # ---- task_selector ------------------------------------------------------------------
-    "TaskSelectorConfig.selector_type": _c(VALIDATE, note=_RESOLVED),
+    "TaskSelectorConfig.selector_type": _c(CHECK_BUFFER, note=_RESOLVED),
     "TaskSelectorConfig.seed": _c(EXPLORER),
     "TaskSelectorConfig.feature_keys": _c(EXPLORER),
-    "TaskSelectorConfig.kwargs": _c(VALIDATE, note=_RESOLVED),
+    "TaskSelectorConfig.kwargs": _c(CHECK_BUFFER, note=_RESOLVED),
     # ---- tasksets -----------------------------------------------------------------------
     "TasksetConfig.name": _c(TASKSET, EXPLORER),
     "TasksetConfig.storage_type": _c(TASKSET),
@@ -312,12 +320,12 @@ SUPPORT: dict[str, Support] = {
     "TasksetConfig.repeat_times": _c(TASKSET, note="unset: algorithm.repeat_times / 1 (eval)"),
     "TasksetConfig.format": Structural(),
     "TasksetConfig.rollout_args": Structural(),
-    "TasksetConfig.default_workflow_type": _c(VALIDATE, note=_RESOLVED),
-    "TasksetConfig.default_reward_fn_type": _c(VALIDATE, note=_RESOLVED),
-    "TasksetConfig.workflow_args": _c(VALIDATE, note=_RESOLVED),
-    "TasksetConfig.reward_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "TasksetConfig.default_workflow_type": _c(DERIVE, CHECK_BUFFER, note=_RESOLVED),
+    "TasksetConfig.default_reward_fn_type": _c(DERIVE, CHECK_BUFFER, note=_RESOLVED),
+    "TasksetConfig.workflow_args": _c(CHECK_BUFFER, note=_RESOLVED),
+    "TasksetConfig.reward_fn_args": _c(CHECK_BUFFER, note=_RESOLVED),
     "TasksetConfig.task_selector": Structural(),
-    "TasksetConfig.data_selector": _c(VALIDATE, note="Trinity's newer name of task_selector"),
+    "TasksetConfig.data_selector": _c(DERIVE, note="Trinity's newer name of task_selector"),
     "TasksetConfig.max_retry_times": _c(TASKSET, OFFLINE, note=_RETRY_READ),
     "TasksetConfig.max_retry_interval": _c(TASKSET, OFFLINE, note=_RETRY_READ),
     "TasksetConfig.enable_progress_bar": _c(TASKSET, OFFLINE, note=_PROGRESS),
@@ -325,21 +333,21 @@ SUPPORT: dict[str, Support] = {
     "ExplorerInputConfig.taskset": Structural(),
     "ExplorerInputConfig.tasksets": Structural(),
     "ExplorerInputConfig.eval_tasksets": Structural(),
-    "ExplorerInputConfig.default_workflow_type": _c(VALIDATE, note="fills the tasksets'"),
-    "ExplorerInputConfig.default_eval_workflow_type": _c(VALIDATE,
+    "ExplorerInputConfig.default_workflow_type": _c(DERIVE, note="fills the tasksets'"),
+    "ExplorerInputConfig.default_eval_workflow_type": _c(DERIVE,
                                                          note="fills the eval tasksets'"),
-    "ExplorerInputConfig.default_reward_fn_type": _c(VALIDATE, note="fills the tasksets'"),
+    "ExplorerInputConfig.default_reward_fn_type": _c(DERIVE, note="fills the tasksets'"),
     # ---- replay_buffer ------------------------------------------------------------------
-    "ReplayBufferConfig.enable": _c(BUFFER_FACTORY, VALIDATE),
-    "ReplayBufferConfig.priority_fn": _c(VALIDATE, note=_RESOLVED),
+    "ReplayBufferConfig.enable": _c(BUFFER_FACTORY, CHECK, CHECK_BUFFER),
+    "ReplayBufferConfig.priority_fn": _c(CHECK_BUFFER, note=_RESOLVED),
     "ReplayBufferConfig.reuse_cooldown_time": _c(BUFFER_FACTORY),
-    "ReplayBufferConfig.priority_fn_args": _c(VALIDATE, note=_RESOLVED),
+    "ReplayBufferConfig.priority_fn_args": _c(CHECK_BUFFER, note=_RESOLVED),
     # ---- experience buffers -------------------------------------------------------------
     "ExperienceBufferConfig.name": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
     "ExperienceBufferConfig.storage_type": _c(BUFFER_FACTORY, BUILDERS, SHARED_QUEUE),
     "ExperienceBufferConfig.path": _c(
-        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, VALIDATE, note="queue: optional backup of "
-        "every write, SQLite (sqlite:///…, .db, .sqlite) or JSON lines (.jsonl, .json)"),
+        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, DERIVE, CHECK_BUFFER,
+        note="queue: optional backup of every write, SQLite (sqlite:///…, .db, .sqlite) or JSON lines (.jsonl, .json)"),
     "ExperienceBufferConfig.capacity": _c(
         BUFFER_FACTORY, note="bounds a replay buffer; a plain queue is unbounded"),
     "ExperienceBufferConfig.max_read_timeout": _c(BUILDERS),
@@ -374,21 +382,21 @@ SUPPORT: dict[str, Support] = {
     "BufferConfig.total_steps": _c(BUILDERS),
     "BufferConfig.explorer_input": Structural(),
     "BufferConfig.trainer_input": Structural(),
-    "BufferConfig.max_retry_times": _c(VALIDATE, note=_RETRY_DEFAULT),
-    "BufferConfig.max_retry_interval": _c(VALIDATE, note=_RETRY_DEFAULT),
+    "BufferConfig.max_retry_times": _c(DERIVE, CHECK_BUFFER, note=_RETRY_DEFAULT),
+    "BufferConfig.max_retry_interval": _c(DERIVE, CHECK_BUFFER, note=_RETRY_DEFAULT),
     # ---- explorer.rollout_model / auxiliary_models[i] (shared fields) ------------------
     "InferenceModelConfig.model_path": _c(ENGINE_FACTORY, VLLM, AUXILIARY),
-    "InferenceModelConfig.engine_type": _c(VALIDATE, note=_RESOLVED),
+    "InferenceModelConfig.engine_type": _c(DERIVE, CHECK, CHECK_MODELS, note=_RESOLVED),
     "InferenceModelConfig.engine_num": _c("rft.distributed.placement", WORKERS,
-                                          EXPLORE_ENGINES, VALIDATE),
+                                          EXPLORE_ENGINES, DERIVE, CHECK_MODELS),
     "InferenceModelConfig.tensor_parallel_size": _c(VLLM, "rft.distributed.placement",
-                                                    VALIDATE),
+                                                    DERIVE, CHECK_MODELS),
     "InferenceModelConfig.use_v1": Unsupported(
         "not applied: rft's vllm engine always runs vLLM's V1 engine; it has no effect"),
     "InferenceModelConfig.enforce_eager": _c(VLLM, note="vllm engine"),
     "InferenceModelConfig.enable_prefix_caching": _c(VLLM, note="vllm engine"),
     "InferenceModelConfig.enable_chunked_prefill": _c(VLLM, note="vllm engine"),
-    "InferenceModelConfig.gpu_memory_utilization": _c(VLLM, VALIDATE, note=(
+    "InferenceModelConfig.gpu_memory_utilization": _c(VLLM, DERIVE, CHECK_MODELS, note=(
         "vllm engine, CUDA; unset: 0.9, 0.5 in mode colocate")),
     "InferenceModelConfig.dtype": _c(ENGINE_FACTORY, VLLM),
     "InferenceModelConfig.seed": _c(ENGINE_FACTORY, VLLM),
@@ -412,23 +420,24 @@ SUPPORT: dict[str, Support] = {
     "InferenceModelConfig.openai_api_key_env": _c(OPENAI_SERVER),
     "InferenceModelConfig.openai_api_max_n": _c(OPENAI_SERVER),
     "InferenceModelConfig.openai_api_max_request_bytes": _c(OPENAI_SERVER),
-    "InferenceModelConfig.tool_call_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
-    "InferenceModelConfig.reasoning_parser": _c(VALIDATE, REPLY_PARSING, note=_RESOLVED),
+    "InferenceModelConfig.tool_call_parser": _c(CHECK_MODELS, REPLY_PARSING, note=_RESOLVED),
+    "InferenceModelConfig.reasoning_parser": _c(CHECK_MODELS, REPLY_PARSING, note=_RESOLVED),
     # ---- explorer.auxiliary_models[i] (own entries) -------------------------------------
     "AuxiliaryModelConfig.name": _c(AUXILIARY),
     "AuxiliaryModelConfig.external_model_config": Structural("engine_type: external"),
     "AuxiliaryModelConfig.engine_num": _c(
-        AUXILIARY, EXPLORE_ENGINES, VALIDATE, note="modes both / explore: a pool of engine_num "
+        AUXILIARY, EXPLORE_ENGINES, DERIVE, CHECK_MODELS, note="modes both / explore: a pool "
+        "of engine_num "
         "engine actors (tensor_parallel_size GPUs each), calls spread over them in turn; "
         "an error in modes colocate / bench (one process)"),
     # ---- explorer.over_rollout / dynamic_timeout ----------------------------------------
-    "OverRolloutConfig.ratio": _c(VALIDATE, EXPLORER, note=(
+    "OverRolloutConfig.ratio": _c(CHECK_MODELS, EXPLORER, note=(
         "a step goes on once (1 - ratio) of its tasks ended; the rest are abandoned and "
         "counted (rollout/over_rollout_dropped_tasks); training steps only, not eval")),
     "OverRolloutConfig.wait_after_min": _c(EXPLORER, note="seconds more for the stragglers"),
-    "DynamicTimeoutConfig.enable": _c(VALIDATE, EXPLORER, note=(
+    "DynamicTimeoutConfig.enable": _c(CHECK_MODELS, EXPLORER, note=(
         "each attempt's timeout: ratio x mean seconds of the tasks that succeeded so far")),
-    "DynamicTimeoutConfig.ratio": _c(VALIDATE, EXPLORER, note="capped by max_timeout"),
+    "DynamicTimeoutConfig.ratio": _c(CHECK_MODELS, EXPLORER, note="capped by max_timeout"),
     # ---- explorer -----------------------------------------------------------------------
     "ExplorerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
     "ExplorerConfig.runner_per_model": _c(EXPLORER),
@@ -450,7 +459,7 @@ SUPPORT: dict[str, Support] = {
         EXPLORER, note="seconds between log lines of the runners' states (rft.rollout."
                        "runner_states); 0: off"),
     # ---- synchronizer -------------------------------------------------------------------
-    "SynchronizerConfig.sync_method": _c(BOTH, VALIDATE, note="unset: the mode's default"),
+    "SynchronizerConfig.sync_method": _c(BOTH, DERIVE, CHECK, note="unset: the mode's default"),
     "SynchronizerConfig.sync_style": _c(BOTH, note="mode both"),
     "SynchronizerConfig.sync_interval": _c(BOTH, EXPLORE, TRAIN),
     "SynchronizerConfig.sync_offset": _c(BOTH, EXPLORE),
@@ -458,7 +467,7 @@ SUPPORT: dict[str, Support] = {
     "SynchronizerConfig.wait_for_checkpoint": _c(EXPLORE),
     # ---- trainer ------------------------------------------------------------------------
     "TrainerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
-    "TrainerConfig.trainer_type": _c(VALIDATE, note=_RESOLVED),
+    "TrainerConfig.trainer_type": _c(DERIVE, CHECK_TRAINER, note=_RESOLVED),
     "TrainerConfig.trainer_strategy": _c(
         "rft.trainer.ranks", "rft_plugin_verl.config",
         note="fsdp and fsdp2 run as FSDP2 (sharded trainers); verl: veRL's engines (megatron: "
@@ -466,7 +475,8 @@ SUPPORT: dict[str, Support] = {
         unsupported=Unsupported(
             "megatron is not supported by the torch trainer; it shards with FSDP2 instead",
             when=lambda value: value == "megatron", example="megatron")),
-    "TrainerConfig.cpu_ranks": _c(VALIDATE, note="trainer ranks on a CPU-only cluster (torch: "
+    "TrainerConfig.cpu_ranks": _c(DERIVE, CHECK_TRAINER,
+                                  note="trainer ranks on a CPU-only cluster (torch: "
                                   "FSDP2 ranks, mode colocate: each with its rollout engine; "
                                   "verl: veRL worker-group ranks)"),
     "TrainerConfig.ranks": Derived("cluster.trainer_gpu_num on GPUs (mode colocate: every "
@@ -486,7 +496,7 @@ SUPPORT: dict[str, Support] = {
         note="table rollout_examples per train step (highest / lowest reward: prompt, "
              "response, reward): tensorboard text, wandb / mlflow table, jsonl "
              "<monitor dir>/rollout_examples/trainer.jsonl"),
-    "TrainerConfig.grad_clip": _c("rft.config.schema", TORCH_TRAINER, VALIDATE,
+    "TrainerConfig.grad_clip": _c("rft.config.schema", TORCH_TRAINER, DERIVE, CHECK_TRAINER,
                                   note="unset: algorithm.optimizer.clip_grad, else 1.0"),
     "TrainerConfig.use_dynamic_bsz": _c(OPTIONS),
     "TrainerConfig.max_token_len_per_gpu": _c(OPTIONS),
@@ -506,8 +516,8 @@ SUPPORT: dict[str, Support] = {
                       "key is a warning; verl (rft-plugin-verl): veRL's config, each key "
                       "checked by the plugin"),
     # ---- monitor ------------------------------------------------------------------------
-    "MonitorConfig.monitor_type": _c(VALIDATE, note=_RESOLVED),
-    "MonitorConfig.monitor_args": _c(VALIDATE, note=_RESOLVED),
+    "MonitorConfig.monitor_type": _c(CHECK, note=_RESOLVED),
+    "MonitorConfig.monitor_args": _c(CHECK, note=_RESOLVED),
     "MonitorConfig.detailed_stats": _c(
         EXPLORER, note="eval/<taskset>/<metric>/mean|std|max|min over the tasks"),
     "MonitorConfig.enable_ray_timeline": _c(
@@ -521,8 +531,8 @@ SUPPORT: dict[str, Support] = {
     "ServiceConfig.data_juicer": Unsupported(
         _DATA_JUICER, example=schema.DataJuicerServiceConfig(auto_start=True)),
     # ---- data_processor -----------------------------------------------------------------
-    "OperatorConfig.name": _c(VALIDATE, note=_RESOLVED),
-    "OperatorConfig.args": _c(VALIDATE, note=_RESOLVED),
+    "OperatorConfig.name": _c(CHECK, note=_RESOLVED),
+    "OperatorConfig.args": _c(CHECK, note=_RESOLVED),
     "TaskPipelineConfig.operators": Unsupported(_TASK_PIPELINE),
     "TaskPipelineConfig.num_process": Unsupported(_TASK_PIPELINE),
     "TaskPipelineConfig.config_path": Unsupported(_TASK_PIPELINE),
@@ -568,16 +578,17 @@ SUPPORT: dict[str, Support] = {
     "StageConfig.trainer": Structural("overrides merged onto trainer, then checked"),
     "StageConfig.synchronizer": Structural("overrides merged onto synchronizer, then checked"),
     # ---- top level ----------------------------------------------------------------------
-    "RftConfig.project": _c(VALIDATE, BUILDERS),
-    "RftConfig.group": _c(VALIDATE, BUILD_STAGES,
+    "RftConfig.project": _c(DERIVE, BUILDERS),
+    "RftConfig.group": _c(DERIVE, BUILD_STAGES,
                           note="job dir <checkpoint_root_dir>/<project>/<group>/<name>"),
-    "RftConfig.name": _c(VALIDATE, BUILDERS),
-    "RftConfig.mode": _c("rft.launcher", VALIDATE),
-    "RftConfig.checkpoint_root_dir": _c(VALIDATE, BUILD_STAGES),
+    "RftConfig.name": _c(DERIVE, CHECK, BUILDERS),
+    "RftConfig.mode": _c("rft.launcher", DERIVE, CHECK, CHECK_BUFFER, CHECK_MODELS,
+                        CHECK_TRAINER),
+    "RftConfig.checkpoint_root_dir": _c(DERIVE, CHECK, BUILD_STAGES),
     "RftConfig.continue_from_checkpoint": _c(BUILDERS, EXPLORE),
     "RftConfig.ray_namespace": _c(CLUSTER, BOTH, SHARED_QUEUE, note="unset: <project>/<name>"),
     "RftConfig.ignore_validator_suggestions": _c(
-        VALIDATE, note="skips the trainer-memory estimate per device and its suggestion "
+        CHECK_TRAINER, note="skips the trainer-memory estimate per device and its suggestion "
         "warning (rft.config.memory_estimate)"),
     "RftConfig.checkpoint_job_dir": Derived("<checkpoint_root_dir>/<project>/<name>"),
     "RftConfig.algorithm": Structural(),
