@@ -29,6 +29,7 @@ def check_algorithm(c: RftConfig, found: Findings) -> AlgorithmChoice | None:
     config holds the preset's defaults); ``None`` when the preset does not resolve."""
     a = c.algorithm
     chosen = found.select("algorithm", "algorithm.algorithm_type", a.algorithm_type)
+    check_optimizer(c, found)  # whether or not the preset resolves
     if chosen is None:
         return None
     preset = chosen.implementation
@@ -58,16 +59,20 @@ def check_algorithm(c: RftConfig, found: Findings) -> AlgorithmChoice | None:
                            a.entropy_loss_fn_args)
     sample_strategy = found.select("sample_strategy", "algorithm.sample_strategy",
                                    a.sample_strategy, a.sample_strategy_args)
-    opt = a.optimizer
-    if opt.lr <= 0:
-        found.problem("algorithm.optimizer.lr", f"must be > 0, got {opt.lr}")
-    if not 0.0 <= opt.lr_warmup_steps_ratio <= 1.0:
-        found.problem("algorithm.optimizer.lr_warmup_steps_ratio",
-                      f"must be within [0, 1], got {opt.lr_warmup_steps_ratio}")
     loss = None if policy_loss is None else LossPlan(
         policy_loss=policy_loss, advantage=advantage, kl_loss=kl_loss, kl_penalty=kl_penalty,
         entropy=entropy, loss_agg_mode=a.loss_agg_mode or "token-mean")
     return AlgorithmChoice(preset, loss, sample_strategy)
 
 
-__all__ = ["AlgorithmChoice", "check_algorithm"]
+def check_optimizer(c: RftConfig, found: Findings) -> None:
+    """``algorithm.optimizer``: a positive learning rate, a warm-up ratio within [0, 1]."""
+    opt = c.algorithm.optimizer
+    if opt.lr <= 0:
+        found.problem("algorithm.optimizer.lr", f"must be > 0, got {opt.lr}")
+    if not 0.0 <= opt.lr_warmup_steps_ratio <= 1.0:
+        found.problem("algorithm.optimizer.lr_warmup_steps_ratio",
+                      f"must be within [0, 1], got {opt.lr_warmup_steps_ratio}")
+
+
+__all__ = ["AlgorithmChoice", "check_algorithm", "check_optimizer"]
