@@ -1,8 +1,9 @@
 """Launcher: runs the stages of a validated config in order, each in its mode.
 
 Modes are part of the core (not plugins). A stage starts from the previous stage's final
-model: its config is rebuilt with that model path and checked again (a new run plan). After the last stage, ``<job dir>/summary.json`` holds each stage's held-out
-evaluation before and after it, and the console shows the same as a table.
+model: its config is rebuilt with that model path and checked again (a new run plan).
+After the last stage, ``<job dir>/summary.json`` holds each stage's held-out evaluation
+before and after it, and the console shows the same as a table.
 """
 
 from __future__ import annotations

@@ -172,7 +172,8 @@ def check_cluster(c: RftConfig, found: Findings) -> None:
                           f"tensor_parallel_size={rm.tensor_parallel_size}")
         check_colocated_auxiliary_models(c, found)
         return
-    if (cl.gpu_per_node or 0) > 0 and rm.tensor_parallel_size > cl.gpu_per_node:
+    node_gpus = cl.gpu_per_node or 0
+    if node_gpus > 0 and rm.tensor_parallel_size > node_gpus:
         found.problem("explorer.rollout_model.tensor_parallel_size",
                       f"{rm.tensor_parallel_size} is larger than a node "
                       f"(cluster.gpu_per_node = {cl.gpu_per_node}): a tensor-parallel group "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.external import derive_external_model
@@ -114,11 +114,11 @@ def derive_algorithm(a: AlgorithmConfig, registry: PluginRegistry,
     preset = lookup(registry, "algorithm", a.algorithm_type)
     if not isinstance(preset, AlgorithmPreset):
         return a
-    names = {name: getattr(preset, name) for name in (
+    changes: dict[str, Any] = {name: getattr(preset, name) for name in (
         "advantage_fn", "policy_loss_fn", "kl_loss_fn", "kl_penalty_fn", "entropy_loss_fn",
         "sample_strategy") if getattr(a, name) is None}
-    args = {args_name: {**defaults, **(getattr(a, args_name) or {})}
-            for args_name, defaults in (preset.default_args or {}).items()}
+    changes.update({args_name: {**defaults, **(getattr(a, args_name) or {})}
+                    for args_name, defaults in (preset.default_args or {}).items()})
     repeat_times = a.repeat_times
     if preset.fixed_repeat_times is not None:
         if repeat_times not in (None, preset.fixed_repeat_times):  # the guide: "set to 2"
@@ -128,7 +128,7 @@ def derive_algorithm(a: AlgorithmConfig, registry: PluginRegistry,
         repeat_times = preset.fixed_repeat_times
     if repeat_times is None:
         repeat_times = preset.repeat_times
-    return replace(a, **names, **args, repeat_times=repeat_times)
+    return replace(a, **changes, repeat_times=repeat_times)
 
 
 def derive_model(m: ModelConfig) -> ModelConfig:

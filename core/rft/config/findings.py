@@ -88,7 +88,7 @@ def build_args(implementation: Any, name: str, args: dict[str, Any], key: str,
         if args:
             problems.append(f"{key}: {name!r} takes no arguments, got {', '.join(args)}")
         return None
-    built = to_dataclass(args_type, dict(args), key, problems)
+    built: Any = to_dataclass(args_type, dict(args), key, problems)
     return None if built is INVALID else built
 
 

@@ -197,7 +197,7 @@ def check_no_effect(c: RftConfig, v: Findings, models: ModelChoice) -> None:
         engine = engines.get(key)
         if engine is None:
             continue
-        honoured = getattr(engine.implementation, "engine_options", frozenset())
+        honoured: frozenset[str] = getattr(engine.implementation, "engine_options", frozenset())
         for option in ENGINE_OPTIONS:
             value = getattr(model, option)
             if option not in honoured and value != _default(InferenceModelConfig, option):

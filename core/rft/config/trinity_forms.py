@@ -55,8 +55,8 @@ from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, Rft
 from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
 
-SYNC_STYLE_NAMES: dict[str, Literal["explorer_driven", "trainer_driven"]] = {"dynamic_by_explorer": "explorer_driven",
-                    "dynamic_by_trainer": "trainer_driven"}
+SYNC_STYLE_NAMES: dict[str, Literal["explorer_driven", "trainer_driven"]] = {
+    "dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 """Trinity-RFT's sync style names and rft's."""
 
 ENGINE_NAMES = {"vllm_async": "vllm"}
@@ -232,8 +232,8 @@ def _mix_loss_args(c: RftConfig, found: Findings) -> RftConfig:
             "CHORD loss parts; rft's trainer aggregates the loss over its own batches "
             "(algorithm.loss_agg_mode), so they have no effect")
     mode = c.algorithm.loss_agg_mode or "token-mean"
-    modes = {name: args[name] for name in ("sft_loss_agg_mode", "grpo_loss_agg_mode")
-             if name in args}
+    modes: dict[str, Any] = {name: args[name] for name in ("sft_loss_agg_mode",
+                                                           "grpo_loss_agg_mode") if name in args}
     if "use_token_level_loss_in_sft" in args:
         token_level = args["use_token_level_loss_in_sft"]
         modes["use_token_level_loss_in_sft"] = SFT_TOKEN_LEVEL_MODES.get(
