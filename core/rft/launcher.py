@@ -60,7 +60,8 @@ def run(loaded: LoadedConfig) -> int:
 
 def _run_stages(loaded: LoadedConfig) -> int:
     """The stages in order, each from the previous stage's final model (the log of each
-    in its job dir); the summary after each."""
+    in its job dir); the summary after each. ``loaded.stages`` ends up holding each stage
+    as it ran (a chained stage's new plan, :func:`start_from`)."""
     results: list[StageResult] = []
     previous_model: str | None = None
     check_stage_chain(loaded.stages)
@@ -70,6 +71,7 @@ def _run_stages(loaded: LoadedConfig) -> int:
         if previous_model is not None:
             stage = start_from(stage, previous_model, loaded.stages[index - 1],
                                loaded.registry or PluginRegistry.create(), f"stages[{index}].")
+            loaded.stages[index] = stage  # the stage as it runs (a new Stage and plan)
         check_model_sources(stage.plan)
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
