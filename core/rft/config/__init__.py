@@ -7,8 +7,8 @@
 ``load_config`` reads the YAML (OmegaConf: interpolation, ``${oc.env:VAR,default}``),
 applies dot-list overrides, converts onto the typed dataclasses of
 :mod:`rft.config.schema`, expands ``stages`` (each stage's sections merged onto the
-global ones), derives and validates every stage, and raises one
-:class:`~rft.errors.ConfigError` listing **all** problems.
+global ones), derives (:mod:`rft.config.derive`) then checks (:mod:`rft.config.check`)
+every stage, and raises one :class:`~rft.errors.ConfigError` listing **all** problems.
 """
 
 from __future__ import annotations
