@@ -130,7 +130,7 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
     return reconcile(c, found.warnings, found.problems, from_file=from_file)
 
 
-_Model = TypeVar("_Model", bound="InferenceModelConfig")
+_Model = TypeVar("_Model", bound=InferenceModelConfig)
 
 
 def _engine_name(model: _Model) -> _Model:
