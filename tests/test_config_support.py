@@ -42,7 +42,9 @@ from rft.config.support import (
     support_of,
 )
 from rft.config.field_support import SUPPORT_KEY, consumed
-from rft.config.validate import CHECKS, Validation, check_support
+from rft.config.check import CHECKS
+from rft.config.check_sections import check_support
+from rft.config.findings import Findings
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
 
@@ -451,7 +453,7 @@ def test_a_key_an_earlier_check_reported_is_not_reported_again():
     config = schema.RftConfig()
     config.model.logprobs = 5
     config.explorer.rollout_model.use_v1 = False
-    found = Validation(PluginRegistry.create())
+    found = Findings(PluginRegistry.create())
     found.warnings.append("model.logprobs: said before")
     check_support(config, found)
     assert found.warnings == [

@@ -44,7 +44,7 @@ def quickstart(tiny_model_dir, monkeypatch, *overrides: str):
 
 def test_quickstart_stages_state_their_derived_budget(tiny_model_dir, monkeypatch):
     loaded = quickstart(tiny_model_dir, monkeypatch)
-    lines = {s.name: budget_line(s.config) for s in loaded.stages}
+    lines = {s.name: budget_line(s.plan) for s in loaded.stages}
     grpo = next(s for s in loaded.stages if s.name == "grpo").config.trainer
     assert grpo.max_token_len_per_gpu == 3456
     assert lines["grpo"].startswith("trainer.max_token_len_per_gpu: 3456 tokens per micro-batch")
@@ -53,4 +53,4 @@ def test_quickstart_stages_state_their_derived_budget(tiny_model_dir, monkeypatc
 
 def test_no_line_when_the_budget_is_set(tiny_model_dir, monkeypatch):
     loaded = quickstart(tiny_model_dir, monkeypatch, "trainer.max_token_len_per_gpu=3456")
-    assert all(budget_line(s.config) is None for s in loaded.stages)
+    assert all(budget_line(s.plan) is None for s in loaded.stages)

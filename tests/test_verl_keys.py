@@ -18,8 +18,8 @@ def run(tree: dict, *, from_file: bool, **trainer: object) -> tuple[RftConfig, l
     c.trainer.trainer_config = tree
     warnings: list[str] = []
     problems: list[str] = []
-    reconcile(c, warnings, problems, from_file=from_file)
-    return c, warnings, problems
+    reconciled = reconcile(c, warnings, problems, from_file=from_file)
+    return reconciled, warnings, problems
 
 
 def test_a_set_field_wins_an_unset_one_reads_veRL_s_value() -> None:

@@ -1,8 +1,9 @@
 """Launcher: runs the stages of a validated config in order, each in its mode.
 
 Modes are part of the core (not plugins). A stage starts from the previous stage's final
-model. After the last stage, ``<job dir>/summary.json`` holds each stage's held-out
-evaluation before and after it, and the console shows the same as a table.
+model: its config is rebuilt with that model path and checked again (a new run plan).
+After the last stage, ``<job dir>/summary.json`` holds each stage's held-out evaluation
+before and after it, and the console shows the same as a table.
 """
 
 from __future__ import annotations
@@ -12,22 +13,25 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from rft.adapter import is_adapter_folder
 from rft.checkpoint import check_writable
 from rft.config import LoadedConfig, Stage
+from rft.config.check import check
+from rft.config.derive import Derived
 from rft.config.token_budget import budget_line
 from rft.distributed.both import run_both
 from rft.distributed.colocate_ranks import run_colocate_mode
 from rft.distributed.explore_engines import run_explore_mode
 from rft.distributed.shared_queue import run_train_mode
-from rft.errors import RftError
+from rft.errors import ConfigError, RftError
 from rft.logs import configure_logging, reset_logging
 from rft.modes.bench import run_bench
 from rft.modes.preflight import check_data_sources, check_model_sources
 from rft.modes.stage import StageResult
+from rft.plugins import PluginRegistry
 
 ModeRunner = Callable[[Stage], StageResult]
 
@@ -56,7 +60,8 @@ def run(loaded: LoadedConfig) -> int:
 
 def _run_stages(loaded: LoadedConfig) -> int:
     """The stages in order, each from the previous stage's final model (the log of each
-    in its job dir); the summary after each."""
+    in its job dir); the summary after each. ``loaded.stages`` ends up holding each stage
+    as it ran (a chained stage's new plan, :func:`start_from`)."""
     results: list[StageResult] = []
     previous_model: str | None = None
     check_stage_chain(loaded.stages)
@@ -64,7 +69,9 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_data_sources(stage.plan)
     for index, stage in enumerate(loaded.stages):
         if previous_model is not None:
-            start_from(stage, previous_model, loaded.stages[index - 1])
+            stage = start_from(stage, previous_model, loaded.stages[index - 1],
+                               loaded.registry or PluginRegistry.create(), f"stages[{index}].")
+            loaded.stages[index] = stage  # the stage as it runs (a new Stage and plan)
         check_model_sources(stage.plan)
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
@@ -81,26 +88,35 @@ def _run_stages(loaded: LoadedConfig) -> int:
 def announce_token_budget(stage: Stage) -> None:
     """One console line when the stage's ``trainer.max_token_len_per_gpu`` was derived
     (:func:`rft.config.token_budget.budget_line`)."""
-    line = budget_line(stage.config)
+    line = budget_line(stage.plan)
     if line is not None:
         print(f"[{stage.config.name}] {line}", file=sys.stdout, flush=True)
 
 
-def start_from(stage: Stage, previous_model: str, previous: Stage) -> None:
-    """Point ``stage`` at the previous stage's final model. A LoRA adapter (peft's folder,
-    ``hf/`` of a LoRA stage) is continued by a LoRA stage (``lora_configs[0].path``, on
-    the same base model); a stage without LoRA starts from the merged model
-    (``hf/merged``, see :func:`check_stage_chain`)."""
+def start_from(stage: Stage, previous_model: str, previous: Stage, registry: PluginRegistry,
+               key_prefix: str = "") -> Stage:
+    """``stage`` pointed at the previous stage's final model: a new config
+    (:func:`dataclasses.replace`), checked again into a new plan. A LoRA adapter (peft's
+    folder, ``hf/`` of a LoRA stage) is continued by a LoRA stage (``lora_configs[0].path``,
+    on the same base model); a stage without LoRA starts from the merged model
+    (``hf/merged``, see :func:`check_stage_chain`). Problems of the new config (the model
+    it names) raise :class:`~rft.errors.ConfigError`, one line each (keys after
+    ``key_prefix``)."""
     model = stage.config.model
-    if is_adapter_folder(previous_model):
-        if model.lora_configs:
-            model.model_path = previous.config.model.model_path
-            model.lora_configs[0].path = previous_model
-            model.critic_model_path = model.model_path
-            return
-        previous_model = os.path.join(previous_model, "merged")
-    model.model_path = previous_model
-    model.critic_model_path = previous_model
+    if is_adapter_folder(previous_model) and model.lora_configs:
+        base = previous.config.model.model_path
+        adapter = replace(model.lora_configs[0], path=previous_model)
+        model = replace(model, model_path=base, critic_model_path=base,
+                        lora_configs=[adapter, *model.lora_configs[1:]])
+    else:
+        if is_adapter_folder(previous_model):
+            previous_model = os.path.join(previous_model, "merged")
+        model = replace(model, model_path=previous_model, critic_model_path=previous_model)
+    derived = Derived(replace(stage.config, model=model), stage.plan.token_budget)
+    problems, _, plan = check(derived, registry)  # its warnings were said at validation
+    if plan is None:
+        raise ConfigError([key_prefix + p for p in problems])
+    return replace(stage, plan=plan)
 
 
 def check_stage_chain(stages: list[Stage]) -> None:

@@ -11,6 +11,7 @@ into the trainer's optimizer, and runs the trainer's actor update (loss assembly
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -67,29 +68,35 @@ def rft_trainer(snapshot: StepSnapshot, *, registry: PluginRegistry | None = Non
     """A :class:`TorchTrainer` in the snapshot's state, ready for the recorded update.
 
     The stage config is converted back to :class:`~rft.config.schema.RftConfig` and its
-    ``algorithm`` section resolved with :func:`rft.config.validate.check_algorithm`
+    ``algorithm`` section resolved with :func:`rft.config.derive.derive_algorithm` and
+    :func:`rft.config.check_algorithm.check_algorithm`
     against ``registry`` (default: ``PluginRegistry.create()``, installed plugins
     included); the model path need not exist any more.
     """
     from rft.config.convert import to_dataclass
     from rft.config.schema import RftConfig
     from rft.config.plan import TrainerPlan
-    from rft.config.validate import Validation, check_algorithm
+    from rft.config.check_algorithm import check_algorithm
+    from rft.config.derive import derive_algorithm
+    from rft.config.findings import Findings
     from rft.plugins import PluginRegistry
     from rft.trainer.torch_trainer import TorchTrainer
 
     problems: list[str] = []
     config = to_dataclass(RftConfig, copy.deepcopy(snapshot.config), "", problems)
-    validation = Validation(registry or PluginRegistry.create())
+    found = Findings(registry or PluginRegistry.create())
+    choice = None
     if not problems:
-        check_algorithm(config, validation)
-    problems += validation.problems
-    loss = validation.loss_plan(config) if not problems else None
-    if problems or loss is None or validation.preset is None:
+        config = dataclasses.replace(config, algorithm=derive_algorithm(
+            config.algorithm, found.registry, found))
+        choice = check_algorithm(config, found)
+    problems += found.problems
+    loss = choice.loss if choice is not None and not problems else None
+    if problems or loss is None or choice is None:
         raise RftError(f"alignment snapshot: its config does not resolve here: "
                        f"{(problems or ['no policy loss'])[0]}")
     plan = TrainerPlan(model=config.model, algorithm=config.algorithm, trainer=config.trainer,
-                       preset=validation.preset, loss=loss,
+                       preset=choice.preset, loss=loss,
                        train_batch_size=config.buffer.train_batch_size or 1,
                        total_steps=snapshot.settings.total_steps)
     trainer = TorchTrainer(plan, model=build_actor(snapshot, model_factory))

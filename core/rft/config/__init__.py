@@ -7,8 +7,8 @@
 ``load_config`` reads the YAML (OmegaConf: interpolation, ``${oc.env:VAR,default}``),
 applies dot-list overrides, converts onto the typed dataclasses of
 :mod:`rft.config.schema`, expands ``stages`` (each stage's sections merged onto the
-global ones), derives and validates every stage, and raises one
-:class:`~rft.errors.ConfigError` listing **all** problems.
+global ones), derives (:mod:`rft.config.derive`) then checks (:mod:`rft.config.check`)
+every stage, and raises one :class:`~rft.errors.ConfigError` listing **all** problems.
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ class LoadedConfig:
 
     config: RftConfig
     stages: list[Stage] = field(default_factory=list)
+    registry: PluginRegistry | None = None
+    """The registry the stages were validated with (the launcher checks a chained stage's
+    new config with it)."""
 
     @property
     def warnings(self) -> list[str]:
@@ -170,7 +173,7 @@ def build_stages(plain: dict[str, Any], registry: PluginRegistry) -> LoadedConfi
     if problems:
         raise ConfigError(_unique(problems))
     assert global_config is not None
-    return LoadedConfig(global_config, loaded_stages)
+    return LoadedConfig(global_config, loaded_stages, registry)
 
 
 def _unique(lines: list[str]) -> list[str]:

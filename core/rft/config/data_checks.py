@@ -1,5 +1,5 @@
 """Where each ``format`` field and dataset field has an effect (:func:`check_datasets`, one
-of :data:`rft.config.validate.CHECKS`, run after the buffer check).
+of :data:`rft.config.check.CHECKS`, run after the buffer check).
 
 A ``format`` field is read by some readers only: ``chosen_key`` / ``rejected_key`` by DPO
 datasets, ``enable_concatenated_multi_turn`` by SFT datasets of ``messages`` rows,
@@ -12,12 +12,9 @@ experiences (``sql``); an auxiliary ``queue`` has no writer and is a problem.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from rft.algorithm import AlgorithmPreset
+from rft.config.findings import Findings
 from rft.config.schema import ExperienceBufferConfig, FormatConfig, RftConfig, TasksetConfig
-
-if TYPE_CHECKING:
-    from rft.config.validate import Validation
 
 _DEFAULT = FormatConfig()
 
@@ -34,7 +31,7 @@ def _changed(fmt: FormatConfig, *names: str) -> list[str]:
     return [n for n in names if getattr(fmt, n) != getattr(_DEFAULT, n)]
 
 
-def check_taskset_format(key: str, fmt: FormatConfig, v: Validation) -> None:
+def check_taskset_format(key: str, fmt: FormatConfig, v: Findings) -> None:
     """Warnings for the ``format`` fields a taskset does not read."""
     if fmt.chat_template:
         v.warnings.append(
@@ -47,7 +44,7 @@ def check_taskset_format(key: str, fmt: FormatConfig, v: Validation) -> None:
                           "it has no effect on a taskset")
 
 
-def check_dataset_format(key: str, fmt: FormatConfig, rows: str, v: Validation) -> None:
+def check_dataset_format(key: str, fmt: FormatConfig, rows: str, v: Findings) -> None:
     """Warnings for the ``format`` fields a dataset of ``rows`` (``sft`` / ``dpo``) does
     not read."""
     if fmt.enable_concatenated_multi_turn and rows == "dpo":
@@ -64,17 +61,16 @@ def check_dataset_format(key: str, fmt: FormatConfig, rows: str, v: Validation) 
 
 
 def _schema_problem(key: str, buffer: ExperienceBufferConfig, expected: str,
-                    v: Validation) -> None:
+                    v: Findings) -> None:
     if buffer.schema_type is not None and buffer.schema_type != expected:
         v.problem(f"{key}.schema_type", f"{buffer.schema_type!r}, but this buffer is read as "
                   f"{expected!r} (rft derives it; remove the field)")
 
 
-def check_datasets(c: RftConfig, v: Validation) -> None:
-    """The checks of the module docstring."""
+def check_datasets(c: RftConfig, v: Findings, preset: AlgorithmPreset | None) -> None:
+    """The checks of the module docstring (``preset``: the algorithm's, when it resolved)."""
     for key, taskset in _tasksets(c):
         check_taskset_format(key, taskset.format, v)
-    preset = v.preset
     buffer = c.buffer.trainer_input.experience_buffer
     key = "buffer.trainer_input.experience_buffer"
     if buffer is not None and preset is not None:

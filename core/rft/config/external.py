@@ -3,7 +3,7 @@
 ``model.external_model.enable: true`` and ``explorer.rollout_model.engine_type: external``
 say the same thing — the rollout model is a model behind an OpenAI-compatible server — as
 in Trinity-RFT, where ``enable`` switches the rollout engine to ``external``.
-:func:`derive_external_model` (before :func:`~rft.config.validate.check_model`) makes the
+:func:`derive_external_model` (a derivation, :mod:`rft.config.derive`) makes the
 two agree: ``enable: true`` sets the engine type when it was left at its default
 (``vllm``), and refuses another one; an engine that is remote sets ``enable: true``.
 ``model.model_path`` is then optional (a local tokenizer of the served model).
@@ -27,12 +27,13 @@ from its name):
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
+from rft.algorithm import AlgorithmPreset
+from rft.config.findings import Findings, is_remote
 from rft.config.schema import ExternalModelConfig, InferenceModelConfig, RftConfig
-
-if TYPE_CHECKING:
-    from rft.config.validate import Validation
+from rft.plugins import PluginRegistry
 
 EXTERNAL_ENGINE = "external"
 """The engine ``model.external_model.enable: true`` selects (Trinity-RFT's rule)."""
@@ -44,44 +45,42 @@ TRAINING_MODES = ("colocate", "both")
 """Modes whose rollout model is the policy being trained."""
 
 
-def is_remote(v: Validation, engine_type: str) -> bool:
-    """Whether ``engine_type`` is a registered engine serving a remote model."""
-    if not v.registry.has("engine", engine_type):
-        return False
-    return bool(getattr(v.registry.get("engine", engine_type), "remote", False))
-
-
-def derive_external_model(c: RftConfig, v: Validation) -> None:
-    """``model.external_model.enable`` and the rollout engine agree (module docstring)."""
+def derive_external_model(c: RftConfig, registry: PluginRegistry) -> RftConfig:
+    """``c`` with ``model.external_model.enable`` and the rollout engine agreeing (module
+    docstring); when they cannot, ``c`` unchanged (:func:`check_external_engines` says so)."""
     ext, rm = c.model.external_model, c.explorer.rollout_model
     if ext.enable and rm.engine_type == DEFAULT_ENGINE:
-        rm.engine_type = EXTERNAL_ENGINE
-    elif ext.enable and not is_remote(v, rm.engine_type):
+        rm = replace(rm, engine_type=EXTERNAL_ENGINE)
+        return replace(c, explorer=replace(c.explorer, rollout_model=rm))
+    if not ext.enable and is_remote(registry, rm.engine_type):
+        return replace(c, model=replace(c.model, external_model=replace(ext, enable=True)))
+    return c
+
+
+def check_external_engines(c: RftConfig, v: Findings, preset: AlgorithmPreset | None
+                           ) -> None:
+    """What a remote engine can be used for, and its server settings (module docstring)."""
+    rm = c.explorer.rollout_model
+    if c.model.external_model.enable and rm.engine_type != EXTERNAL_ENGINE \
+            and not is_remote(v.registry, rm.engine_type):
         v.problem("model.external_model.enable", "true makes the rollout model the external "
                   f"API model (engine '{EXTERNAL_ENGINE}'), but explorer.rollout_model."
                   f"engine_type is {rm.engine_type!r}: remove one of them")
-    elif is_remote(v, rm.engine_type):
-        ext.enable = True
-
-
-def check_external_engines(c: RftConfig, v: Validation) -> None:
-    """What a remote engine can be used for, and its server settings (module docstring)."""
-    rm = c.explorer.rollout_model
-    if is_remote(v, rm.engine_type):
-        _check_rollout(c, v)
+    if is_remote(v.registry, rm.engine_type):
+        _check_rollout(c, v, preset)
         _check_model("explorer.rollout_model", rm, v)
         _check_server("model.external_model", c.model.external_model, c, v)
     for i, aux in enumerate(c.explorer.auxiliary_models):
-        if is_remote(v, aux.engine_type):
+        if is_remote(v.registry, aux.engine_type):
             key = f"explorer.auxiliary_models[{i}]"
             _check_model(key, aux, v)
             _check_server(f"{key}.external_model_config", aux.external_model_config, c, v)
 
 
-def _check_rollout(c: RftConfig, v: Validation) -> None:
+def _check_rollout(c: RftConfig, v: Findings, preset: AlgorithmPreset | None) -> None:
     key = "explorer.rollout_model.engine_type"
     name = c.explorer.rollout_model.engine_type
-    train_only = v.preset is not None and v.preset.train_only
+    train_only = preset is not None and preset.train_only
     if c.mode in TRAINING_MODES or (c.mode == "train" and not train_only):
         v.problem(key, f"{name!r} serves a model on a remote server whose weights rft cannot "
                   f"change: it cannot be the policy trained in mode {c.mode!r}; evaluate it "
@@ -97,7 +96,7 @@ def _check_rollout(c: RftConfig, v: Validation) -> None:
                               "it as it is served, loading no trainer checkpoint into it")
 
 
-def _check_model(key: str, model: InferenceModelConfig, v: Validation) -> None:
+def _check_model(key: str, model: InferenceModelConfig, v: Findings) -> None:
     for field_name in ("enable_history", "enable_openai_api"):
         if getattr(model, field_name):
             v.problem(f"{key}.{field_name}", f"engine {model.engine_type!r} takes chat "
@@ -105,7 +104,7 @@ def _check_model(key: str, model: InferenceModelConfig, v: Validation) -> None:
 
 
 def _check_server(key: str, settings: ExternalModelConfig, c: RftConfig,
-                  v: Validation) -> None:
+                  v: Findings) -> None:
     env: dict[str, Any] = {**os.environ, **(c.explorer.env_vars or {})}
     if not str(env.get(settings.base_url_env) or "").strip():
         v.problem(f"{key}.base_url_env", f"environment variable {settings.base_url_env} is "
@@ -116,4 +115,4 @@ def _check_server(key: str, settings: ExternalModelConfig, c: RftConfig,
                           "not set; requests to the server carry no API key")
 
 
-__all__ = ["EXTERNAL_ENGINE", "check_external_engines", "derive_external_model", "is_remote"]
+__all__ = ["EXTERNAL_ENGINE", "check_external_engines", "derive_external_model"]

@@ -130,7 +130,12 @@ def positive(value: Any) -> bool:
 # Consumers (modules), named once
 # --------------------------------------------------------------------------------------
 
-VALIDATE = "rft.config.validate"
+DERIVE = "rft.config.derive"
+CHECK = "rft.config.check_sections"
+CHECK_ALGORITHM = "rft.config.check_algorithm"
+CHECK_BUFFER = "rft.config.check_buffer"
+CHECK_MODELS = "rft.config.check_models"
+CHECK_TRAINER = "rft.config.check_trainer"
 TRINITY_FORMS = "rft.config.trinity_forms"
 BUILD_STAGES = "rft.config"
 SCHEMA = "rft.config.schema"

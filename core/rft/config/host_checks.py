@@ -28,16 +28,16 @@ import dataclasses
 import importlib.util
 import os
 import sys
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from rft.algorithm import AlgorithmPreset
+from rft.config.check_buffer import BufferChoice
+from rft.config.check_models import ModelChoice
+from rft.config.findings import Findings
 from rft.config.schema import InferenceModelConfig, RftConfig, TrainerConfig
 from rft.ray_address_file import recorded_ray_address
-
-if TYPE_CHECKING:
-    from rft.config.validate import Validation
 
 ENGINE_OPTIONS = ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
                   "gpu_memory_utilization")
@@ -87,13 +87,14 @@ def host_gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def check_engines_available(c: RftConfig, v: Validation) -> None:
+def check_engines_available(c: RftConfig, v: Findings, preset: AlgorithmPreset | None,
+                            models: ModelChoice) -> None:
     """Every engine the stage starts has its Python packages installed here."""
-    train_only = v.preset is not None and v.preset.train_only
+    train_only = preset is not None and preset.train_only
     if c.mode == "train" or train_only:
         return  # no engine starts
     external = cluster_address(c) not in PRIVATE_CLUSTER_ADDRESSES
-    for planned in (v.rollout_model, *v.auxiliary_models):
+    for planned in (models.rollout, *models.auxiliary):
         if planned is None:
             continue
         engine = planned.engine.implementation
@@ -110,7 +111,7 @@ def check_engines_available(c: RftConfig, v: Validation) -> None:
             v.problem(f"{planned.key}.engine_type", message)
 
 
-def check_host_gpus(c: RftConfig, v: Validation) -> None:
+def check_host_gpus(c: RftConfig, v: Findings) -> None:
     """``cluster.gpu_per_node`` against this machine's GPUs when the run would use this
     machine alone (see the module docstring)."""
     asked = c.cluster.gpu_per_node
@@ -154,10 +155,10 @@ def readme_configurations(folder: str) -> list[str] | None:
     return names
 
 
-def check_subsets(c: RftConfig, v: Validation) -> None:
+def check_subsets(c: RftConfig, v: Findings, buffer: BufferChoice) -> None:
     """A taskset's ``subset_name`` on a local folder names a subfolder or a configuration
     of its ``README.md``; on a local file it has no effect."""
-    for planned in (*v.tasksets, *v.eval_tasksets):
+    for planned in (*buffer.tasksets, *buffer.eval_tasksets):
         taskset = planned.config
         if not taskset.subset_name or not taskset.path or taskset.storage_type != "file":
             continue
@@ -187,17 +188,16 @@ def _default(cls: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
-def check_no_effect(c: RftConfig, v: Validation) -> None:
+def check_no_effect(c: RftConfig, v: Findings, models: ModelChoice) -> None:
     """One warning per field set where nothing reads it (see the module docstring)."""
-    said = {line.split(": ", 1)[0] for line in v.problems + v.warnings}
+    said = v.said()
     warnings: list[str] = []
-    engines = {p.key: p.engine for p in (v.rollout_model, *v.auxiliary_models) if p}
+    engines = {p.key: p.engine for p in (models.rollout, *models.auxiliary) if p}
     for key, model in _models(c):
         engine = engines.get(key)
         if engine is None:
             continue
-        honoured: Collection[str] = getattr(engine.implementation, "engine_options",
-                                            frozenset())
+        honoured: frozenset[str] = getattr(engine.implementation, "engine_options", frozenset())
         for option in ENGINE_OPTIONS:
             value = getattr(model, option)
             if option not in honoured and value != _default(InferenceModelConfig, option):
@@ -217,12 +217,14 @@ def check_no_effect(c: RftConfig, v: Validation) -> None:
     v.warnings.extend(w for w in warnings if w.split(": ", 1)[0] not in said)
 
 
-def check_host(c: RftConfig, v: Validation) -> None:
-    """The checks of this module, in order."""
-    check_engines_available(c, v)
+def check_host(c: RftConfig, v: Findings, preset: AlgorithmPreset | None, models: ModelChoice,
+               buffer: BufferChoice) -> None:
+    """The checks of this module, in order (``preset``, ``models`` and ``buffer``: what the
+    algorithm's, the explorer's and the buffer's checks resolved)."""
+    check_engines_available(c, v, preset, models)
     check_host_gpus(c, v)
-    check_subsets(c, v)
-    check_no_effect(c, v)
+    check_subsets(c, v, buffer)
+    check_no_effect(c, v, models)
 
 
 __all__ = ["ENGINE_OPTIONS", "TRAINER_FIELDS", "check_host", "host_gpu_count",

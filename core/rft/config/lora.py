@@ -1,5 +1,5 @@
 """``model.lora_configs``: its peft form and its validation (:func:`check_lora`, one of
-:data:`rft.config.validate.CHECKS`).
+:data:`rft.config.check.CHECKS`).
 
 ``target_modules`` (one string) becomes peft's argument by :func:`modules_arg`:
 ``all-linear`` (every linear layer but the output head), a comma-separated list of module
@@ -22,12 +22,12 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from rft.config.findings import Findings
+from rft.config.plan import ModelPlan, Selected
 from rft.config.schema import LoRAConfig, RftConfig
 
 if TYPE_CHECKING:
     from torch import nn
-
-    from rft.config.validate import Validation
 
 KEY = "model.lora_configs"
 ALL_LINEAR = "all-linear"
@@ -78,7 +78,8 @@ EXPLORING_MODES = ("colocate", "both", "explore", "bench")
 """Modes that build a rollout engine (which then serves the adapter)."""
 
 
-def check_lora(c: RftConfig, v: Validation) -> None:
+def check_lora(c: RftConfig, v: Findings, trainer_type: Selected[Any] | None,
+               rollout: ModelPlan | None) -> None:
     """``model.lora_configs`` against the rest of the config (see the module docstring)."""
     configs = c.model.lora_configs or []
     if not configs:
@@ -93,11 +94,11 @@ def check_lora(c: RftConfig, v: Validation) -> None:
         v.problem(KEY, "LoRA training needs peft, which is not installed (pip install peft, "
                   "or the project's 'lora' extra)")
         return
-    trainer = v.trainer.implementation if v.trainer is not None else None
+    trainer = trainer_type.implementation if trainer_type is not None else None
     if trainer is not None and not getattr(trainer, "supports_lora", False):
         v.problem(KEY, f"trainer.trainer_type {c.trainer.trainer_type!r} does not train LoRA "
                   "adapters; use trainer_type 'torch'")
-    engine = v.rollout_model.engine if v.rollout_model is not None else None
+    engine = rollout.engine if rollout is not None else None
     if c.mode in EXPLORING_MODES and engine is not None and \
             not getattr(engine.implementation, "serves_lora", False):
         v.problem(KEY, f"explorer.rollout_model.engine_type {engine.name!r} cannot serve a LoRA "
@@ -112,7 +113,7 @@ def check_lora(c: RftConfig, v: Validation) -> None:
             v.problem(f"{key}.target_modules", problem)
 
 
-def _adapter_fields(lora: LoRAConfig, key: str, v: Validation) -> None:
+def _adapter_fields(lora: LoRAConfig, key: str, v: Findings) -> None:
     if lora.lora_rank < 1:
         v.problem(f"{key}.lora_rank", f"must be >= 1, got {lora.lora_rank}")
     if lora.lora_alpha <= 0:
@@ -165,7 +166,7 @@ def target_modules_problem(model_path: str, lora: LoRAConfig, trust_remote_code:
     return None
 
 
-def _unused_fields(c: RftConfig, v: Validation) -> None:
+def _unused_fields(c: RftConfig, v: Findings) -> None:
     """Fields that act only with an adapter: a warning each when set without one."""
     unused: list[tuple[str, Any]] = [("model.fully_sharded_loras", c.model.fully_sharded_loras),
                                      ("model.max_cpu_loras", c.model.max_cpu_loras),

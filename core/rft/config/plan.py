@@ -1,6 +1,6 @@
 """The run plan: what config validation hands to the runtime.
 
-:func:`rft.config.validate.validate` returns ``(problems, warnings, plan)``. The
+:func:`rft.config.check.check` returns ``(problems, warnings, plan)``. The
 :class:`RunPlan` is frozen and typed: it holds the validated config (every derived value
 filled in), the algorithm preset, and every plugin the config names **resolved once**
 into a :class:`Selected` (implementation + built ``Args``), grouped by the part of the
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 from rft.algorithm import AlgorithmPreset
 from rft.config.schema import (AlgorithmConfig, ExperienceBufferConfig, ModelConfig,
                                RftConfig, TasksetConfig, TrainerConfig)
+from rft.config.token_budget import TokenBudget
 from rft.contracts import (AdvantageFn, EntropyLossFn, KLFn, PolicyLossFn,
                            needs_ref_log_prob)
 
@@ -223,6 +224,9 @@ class RunPlan:
     """``buffer.trainer_input.experience_buffer``, name and path filled in."""
     job_dir: str
     """``checkpoint_job_dir``: ``<checkpoint_root_dir>/<project>/<name>[/<stage>]``."""
+    token_budget: TokenBudget | None = None
+    """``trainer.max_token_len_per_gpu`` as derivation filled it in (``None``: the user
+    set it, or nothing to derive it from); see :mod:`rft.config.token_budget`."""
 
     @property
     def train_only(self) -> bool:

@@ -64,13 +64,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rft.config.field_support import (
+    CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
     ACTOR_ENV, AUXILIARY, BENCH, BOTH, BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
     CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DATA_JUICER, ENGINE, ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPENAI_SERVER, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
-    TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA, TRAINER_RANKS, TRINITY_FORMS, VALIDATE,
+    TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA, TRAINER_RANKS, TRINITY_FORMS,
     VERL_CONFIG, VERL_LORA, VLLM, WORKERS, Unsupported, consumed, derived, positive, structural,
     unsupported,
 )
@@ -119,8 +120,9 @@ class OptimizerConfig:
     weight_decay: float = field(default=0.01, metadata=consumed(OPTIM))
     """Decoupled weight decay coefficient."""
     clip_grad: float | None = field(default=None, metadata=consumed(
-        VALIDATE, SCHEMA, note="the trainer's gradient clip when trainer.grad_clip is unset; both "
-                               "set: must agree"))
+        DERIVE, CHECK_TRAINER, SCHEMA,
+        note="the trainer's gradient clip when trainer.grad_clip is unset; both "
+             "set: must agree"))
     """Gradient-norm clip of the actor (Trinity-RFT's name, veRL's ``optim.clip_grad``): the
     trainer's gradient clip when ``trainer.grad_clip`` is unset; both set to different
     values is an error. ``None``: ``trainer.grad_clip``."""
@@ -134,19 +136,23 @@ class AlgorithmConfig:
     the preset that ``algorithm_type`` names; a value written by the user always wins.
     """
 
-    algorithm_type: str = field(default="ppo", metadata=consumed(VALIDATE, note=RESOLVED))
+    algorithm_type: str = field(default="ppo", metadata=consumed(DERIVE, CHECK, CHECK_ALGORITHM,
+                                                                 note=RESOLVED))
     """Algorithm preset name (plugin): e.g. ``ppo``, ``grpo``, ``opmd``, ``dpo``, ``sft``,
     ``mix``."""
-    repeat_times: int | None = field(default=None, metadata=consumed(VALIDATE, TASKSET))
+    repeat_times: int | None = field(default=None, metadata=consumed(DERIVE, CHECK_ALGORITHM,
+                                                                     CHECK_BUFFER, CHECK_TRAINER,
+                                                                     TASKSET))
     """Rollouts per task (veRL's ``rollout.n``). ``None``: the preset's default (``1`` for
     most; ``2`` is forced for DPO; group-baseline algorithms such as GRPO need > 1)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig, metadata=structural())
     """Actor optimizer settings."""
-    sample_strategy: str | None = field(default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+    sample_strategy: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM,
+                                                                        note=RESOLVED))
     """How the trainer draws experiences from the buffer (plugin): ``default``,
     ``staleness_control``, ``mix``, ... ``None``: preset default."""
     sample_strategy_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the sample strategy; empty means the strategy's own defaults."""
     add_strategy: str | None = field(default=None, metadata=unsupported(
         "Trinity-RFT's older way to compute advantages in the explorer, not supported by rft "
@@ -156,44 +162,48 @@ class AlgorithmConfig:
     """Trinity-RFT's older field that computed advantages in the explorer as experiences were
     written; refused in one line (step-wise GRPO: ``algorithm_type: multi_step_grpo``, or
     an operator in ``data_processor.experience_pipeline``)."""
-    advantage_fn: str | None = field(default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+    advantage_fn: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM,
+                                                                     note=RESOLVED))
     """Advantage estimator (plugin), e.g. ``ppo`` (GAE), ``grpo``, ``rloo``,
     ``reinforceplusplus``. ``None``: preset default."""
     advantage_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the advantage function (e.g. ``gamma``, ``lam``, ``epsilon``)."""
-    policy_loss_fn: str | None = field(default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+    policy_loss_fn: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM,
+                                                                       note=RESOLVED))
     """Policy loss (plugin), e.g. ``ppo`` (clipped surrogate). ``None``: preset default."""
     policy_loss_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the policy loss (e.g. ``clip_range``, ``clip_range_low``,
     ``clip_range_high``)."""
-    kl_penalty_fn: str | None = field(default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+    kl_penalty_fn: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM,
+                                                                      note=RESOLVED))
     """KL estimator subtracted from token rewards (plugin); ``none`` disables the penalty
     (veRL ``use_kl_in_reward=False``). ``None``: preset default."""
     kl_penalty_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the KL penalty (e.g. ``kl_coef``; ``0`` leaves the rewards as they are
     and the penalty is skipped)."""
-    kl_loss_fn: str | None = field(default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+    kl_loss_fn: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """KL estimator added to the actor loss (plugin): ``k1``, ``k2``, ``k3``/``low_var_kl``,
     ``abs``, ...; ``none`` disables it (veRL ``use_kl_loss=False``). ``None``: preset
     default."""
     kl_loss_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the KL loss (e.g. ``kl_coef``, veRL's ``kl_loss_coef``). ``kl_coef: 0``
     drops the term like ``none`` (no ``actor/kl_loss`` metric); with neither KL term
     active, and a policy loss that reads no ``ref_log_prob``, the trainer holds no
     reference model at all (one copy of the weights, no reference forward)."""
-    entropy_loss_fn: str | None = field(default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+    entropy_loss_fn: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM,
+                                                                        note=RESOLVED))
     """Entropy regulariser (plugin), e.g. ``default``, ``none``. ``None``: preset default."""
     entropy_loss_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the entropy loss (e.g. ``entropy_coef``, veRL's ``entropy_coeff``)."""
     loss_agg_mode: (
         Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                 "seq-mean-token-sum-norm"] | None
-    ) = field(default=None, metadata=consumed(VALIDATE, TORCH_TRAINER))
+    ) = field(default=None, metadata=consumed(CHECK_ALGORITHM, TORCH_TRAINER))
     """How per-token losses are reduced to a scalar (veRL's ``loss_agg_mode``). ``None``:
     ``token-mean``."""
 
@@ -311,7 +321,8 @@ class ModelConfig:
     logprobs: int = field(default=0, metadata=unsupported(TOP_LOGPROBS, when=positive))
     """Number of top log-probabilities returned per generated token besides the sampled
     one; ``0``: only the sampled token's."""
-    max_model_len: int | None = field(default=None, metadata=consumed(ENGINE_FACTORY, VALIDATE))
+    max_model_len: int | None = field(default=None, metadata=consumed(ENGINE_FACTORY, DERIVE,
+                                                                      CHECK))
     """Maximum tokens in one sequence (prompt + response). ``None``: derived as
     ``max_prompt_tokens + max_response_tokens`` (both must then be set). Below their sum
     (a warning): a response is cut at ``max_model_len`` minus its prompt's length."""
@@ -371,10 +382,13 @@ class ClusterConfig:
     """Ray address to connect to (``RAY_ADDRESS`` wins); ``auto`` joins the cluster that
     ``ray start`` left on this machine (never another process's private one) or starts a
     private local one; ``local`` always starts a private one."""
-    node_num: int | None = field(default=None, metadata=consumed(VALIDATE, note="GPU split check"))
+    node_num: int | None = field(default=None, metadata=consumed(DERIVE, CHECK_MODELS,
+                                                                 CHECK_TRAINER,
+                                                                 note="GPU split check"))
     """Number of compute nodes (veRL ``trainer.nnodes``); ``None``: detected from Ray."""
     gpu_per_node: int | None = field(default=None, metadata=consumed(
-        VALIDATE, PLACEMENT, note="unset: detected from the Ray cluster's GPUs"))
+        DERIVE, CHECK_MODELS, CHECK_TRAINER, PLACEMENT,
+        note="unset: detected from the Ray cluster's GPUs"))
     """Accelerators per node (veRL ``trainer.n_gpus_per_node``); ``None``: detected (modes
     on Ray: from the cluster's GPU resources when the run starts, see
     :mod:`rft.distributed.placement`). ``0`` runs on CPU."""
@@ -430,11 +444,12 @@ class FormatConfig:
         "no effect"))
     """Text prepended to the assistant reply (e.g. ``<think>``); ``None``: nothing."""
     workflow_key: str = field(
-        default="", metadata=consumed(TASKSET, VALIDATE, note="a row names its workflow"))
+        default="", metadata=consumed(TASKSET, CHECK_BUFFER, note="a row names its workflow"))
     """Column naming a per-sample workflow (rows without a name: the taskset's); empty: no
     such column."""
     reward_fn_key: str = field(
-        default="", metadata=consumed(TASKSET, VALIDATE, note="a row names its reward function"))
+        default="", metadata=consumed(TASKSET, CHECK_BUFFER,
+                                      note="a row names its reward function"))
     """Column naming a per-sample reward function (rows without a name: the taskset's);
     empty: no such column."""
     chosen_key: str = field(
@@ -486,14 +501,15 @@ class RolloutArgsConfig:
 class TaskSelectorConfig:
     """How tasks are picked from a taskset each step (``task_selector``)."""
 
-    selector_type: str = field(default="sequential", metadata=consumed(VALIDATE, note=RESOLVED))
+    selector_type: str = field(default="sequential", metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Selector name (plugin): ``sequential`` (file order), ``shuffle``, ``random``,
     ``difficulty_based``, ... (veRL ``data.shuffle`` corresponds to ``shuffle``)."""
     seed: int = field(default=42, metadata=consumed(EXPLORER))
     """Random seed of shuffling / random selectors."""
     feature_keys: list[str] = field(default_factory=list, metadata=consumed(EXPLORER))
     """Dataset columns the selector reads (e.g. difficulty estimates)."""
-    kwargs: dict[str, Any] = field(default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+    kwargs: dict[str, Any] = field(default_factory=dict, metadata=consumed(CHECK_BUFFER,
+                                                                           note=RESOLVED))
     """Extra arguments of the selector."""
 
 
@@ -524,22 +540,22 @@ class TasksetConfig:
         default_factory=RolloutArgsConfig, metadata=structural())
     """Sampling parameters for this taskset."""
     default_workflow_type: str | None = field(
-        default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+        default=None, metadata=consumed(DERIVE, CHECK_BUFFER, note=RESOLVED))
     """Workflow (plugin) run on each task; ``None``: ``explorer_input``'s default."""
     default_reward_fn_type: str | None = field(
-        default=None, metadata=consumed(VALIDATE, note=RESOLVED))
+        default=None, metadata=consumed(DERIVE, CHECK_BUFFER, note=RESOLVED))
     """Reward function (plugin); ``None``: ``explorer_input``'s default."""
     workflow_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Extra arguments handed to the workflow of every task."""
     reward_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Extra arguments handed to the reward function."""
     task_selector: TaskSelectorConfig = field(
         default_factory=TaskSelectorConfig, metadata=structural())
     """Order in which tasks are drawn."""
     data_selector: TaskSelectorConfig | None = field(
-        default=None, metadata=consumed(VALIDATE, note="Trinity's newer name of task_selector"))
+        default=None, metadata=consumed(DERIVE, note="Trinity's newer name of task_selector"))
     """Trinity-RFT's current name of ``task_selector`` (which it keeps as a deprecated
     alias); either may be written, not both."""
     max_retry_times: int | None = field(
@@ -566,14 +582,14 @@ class ExplorerInputConfig:
     eval_tasksets: list[TasksetConfig] = field(default_factory=list, metadata=structural())
     """Evaluation tasksets, run every ``explorer.eval_interval`` steps."""
     default_workflow_type: str | None = field(
-        default=None, metadata=consumed(VALIDATE, note="fills the tasksets'"))
+        default=None, metadata=consumed(DERIVE, note="fills the tasksets'"))
     """Workflow for tasksets that name none."""
     default_eval_workflow_type: str | None = field(
-        default=None, metadata=consumed(VALIDATE, note="fills the eval tasksets'"))
+        default=None, metadata=consumed(DERIVE, note="fills the eval tasksets'"))
     """Workflow for evaluation tasksets that name none; ``None``:
     ``default_workflow_type``."""
     default_reward_fn_type: str | None = field(
-        default=None, metadata=consumed(VALIDATE, note="fills the tasksets'"))
+        default=None, metadata=consumed(DERIVE, note="fills the tasksets'"))
     """Reward function for tasksets that name none."""
 
 
@@ -581,15 +597,15 @@ class ExplorerInputConfig:
 class ReplayBufferConfig:
     """Experience reuse of a ``queue`` buffer (``replay_buffer``)."""
 
-    enable: bool = field(default=False, metadata=consumed(BUFFER_FACTORY, VALIDATE))
+    enable: bool = field(default=False, metadata=consumed(BUFFER_FACTORY, CHECK, CHECK_BUFFER))
     """Keep consumed experiences for reuse, ordered by ``priority_fn``."""
-    priority_fn: str = field(default="linear_decay", metadata=consumed(VALIDATE, note=RESOLVED))
+    priority_fn: str = field(default="linear_decay", metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Priority function (plugin): ``linear_decay``,
     ``linear_decay_use_count_control_randomization``."""
     reuse_cooldown_time: float | None = field(default=None, metadata=consumed(BUFFER_FACTORY))
     """Seconds before an experience may be reused; ``None``: never reused."""
     priority_fn_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Arguments of the priority function (``linear_decay``: ``decay``, default 2.0)."""
 
 
@@ -606,7 +622,7 @@ class ExperienceBufferConfig:
     """``queue`` (in memory; recommended), ``sql`` (SQLite / SQLAlchemy URL), ``file``
     (JSON lines; for debugging in explore mode, or a dataset for SFT / DPO)."""
     path: str | None = field(default=None, metadata=consumed(
-        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, VALIDATE,
+        BUFFER_FACTORY, BUILDERS, SHARED_QUEUE, DERIVE, CHECK_BUFFER,
         note="queue: optional backup of every write, SQLite (sqlite:///…, .db, .sqlite) or "
              "JSON lines (.jsonl, .json)"))
     """``queue``: optional SQLite / JSON backup; ``sql``: database file or URL; ``file``:
@@ -698,10 +714,12 @@ class BufferConfig:
     trainer_input: TrainerInputConfig = field(
         default_factory=TrainerInputConfig, metadata=structural())
     """Buffers of the trainer."""
-    max_retry_times: int = field(default=3, metadata=consumed(VALIDATE, note=RETRY_DEFAULT))
+    max_retry_times: int = field(default=3, metadata=consumed(DERIVE, CHECK_BUFFER,
+                                                              note=RETRY_DEFAULT))
     """``max_retry_times`` of every taskset and experience buffer that sets none (Trinity-RFT
     0.2's one setting for all its storages)."""
-    max_retry_interval: int = field(default=1, metadata=consumed(VALIDATE, note=RETRY_DEFAULT))
+    max_retry_interval: int = field(default=1, metadata=consumed(DERIVE, CHECK_BUFFER,
+                                                                 note=RETRY_DEFAULT))
     """``max_retry_interval`` of every taskset and experience buffer that sets none."""
 
 
@@ -717,13 +735,15 @@ class InferenceModelConfig:
     model_path: str | None = field(default=None, metadata=consumed(ENGINE_FACTORY, VLLM, AUXILIARY))
     """Model to serve. Rollout model: leave unset (``model.model_path``); auxiliary
     model: required (``engine_type: external``: optional, a local tokenizer)."""
-    engine_type: str = field(default="vllm", metadata=consumed(VALIDATE, note=RESOLVED))
+    engine_type: str = field(default="vllm", metadata=consumed(DERIVE, CHECK, CHECK_MODELS,
+                                                               note=RESOLVED))
     """Inference engine (plugin): ``vllm``, ``hf`` (transformers, the CPU reference),
     ``external`` (a model behind an OpenAI-compatible API: evaluation, judges)."""
     engine_num: int = field(
-        default=1, metadata=consumed(PLACEMENT, WORKERS, EXPLORE_ENGINES, VALIDATE))
+        default=1, metadata=consumed(PLACEMENT, WORKERS, EXPLORE_ENGINES, DERIVE, CHECK_MODELS))
     """Number of engine replicas; GPUs used = ``engine_num * tensor_parallel_size``."""
-    tensor_parallel_size: int = field(default=1, metadata=consumed(VLLM, PLACEMENT, VALIDATE))
+    tensor_parallel_size: int = field(default=1, metadata=consumed(VLLM, PLACEMENT, DERIVE,
+                                                                   CHECK_MODELS))
     """Tensor-parallel degree of one engine (veRL ``tensor_model_parallel_size``)."""
     use_v1: bool = field(default=True, metadata=unsupported(
         "not applied: rft's vllm engine always runs vLLM's V1 engine; it has no effect"))
@@ -735,7 +755,7 @@ class InferenceModelConfig:
     enable_chunked_prefill: bool = field(default=True, metadata=consumed(VLLM, note="vllm engine"))
     """vLLM: split long prefills into chunks."""
     gpu_memory_utilization: float | None = field(default=None, metadata=consumed(
-        VLLM, VALIDATE, note="vllm engine, CUDA; unset: 0.9, 0.5 in mode colocate"))
+        VLLM, DERIVE, CHECK_MODELS, note="vllm engine, CUDA; unset: 0.9, 0.5 in mode colocate"))
     """vLLM: fraction of accelerator memory the engine may take (0–1); unset: 0.9, and 0.5
     for the rollout model in mode ``colocate``, where it shares its GPU with the trainer
     (veRL's default there)."""
@@ -793,10 +813,10 @@ class InferenceModelConfig:
     enable_auto_tool_choice: bool = field(default=False, metadata=consumed(EXPLORER, AUXILIARY))
     """OpenAI API: let the model choose tools automatically."""
     tool_call_parser: str | None = field(
-        default=None, metadata=consumed(VALIDATE, REPLY_PARSING, note=RESOLVED))
+        default=None, metadata=consumed(CHECK_MODELS, REPLY_PARSING, note=RESOLVED))
     """OpenAI API: tool-call parser name (vLLM); ``None``: none."""
     reasoning_parser: str | None = field(
-        default=None, metadata=consumed(VALIDATE, REPLY_PARSING, note=RESOLVED))
+        default=None, metadata=consumed(CHECK_MODELS, REPLY_PARSING, note=RESOLVED))
     """OpenAI API: reasoning-content parser name (vLLM); ``None``: none."""
 
 
@@ -813,7 +833,8 @@ class AuxiliaryModelConfig(InferenceModelConfig):
     name: str | None = field(default=None, metadata=consumed(AUXILIARY))
     """Name workflows use to look the model up; ``None``: its position in the list."""
     engine_num: int = field(default=1, metadata=consumed(
-        AUXILIARY, EXPLORE_ENGINES, VALIDATE, note="modes both / explore: a pool of engine_num "
+        AUXILIARY, EXPLORE_ENGINES, DERIVE, CHECK_MODELS,
+        note="modes both / explore: a pool of engine_num "
         "engine actors (tensor_parallel_size GPUs each), calls spread over them in turn; an "
         "error in modes colocate / bench (one process)"))
     """Engine replicas of this model (its own support note; the field keeps its place among
@@ -831,7 +852,8 @@ class OverRolloutConfig:
     only with a dynamic ``synchronizer.sync_style``."""
 
     ratio: float = field(default=0.0, metadata=consumed(
-        VALIDATE, EXPLORER, note="a step goes on once (1 - ratio) of its tasks ended; the rest are "
+        CHECK_MODELS, EXPLORER,
+        note="a step goes on once (1 - ratio) of its tasks ended; the rest are "
                                  "abandoned and counted (rollout/over_rollout_dropped_tasks); "
                                  "training steps only, not eval"))
     """Wait only for ``(1 - ratio) * batch_size`` tasks per step; ``0.0``: wait for all."""
@@ -845,11 +867,12 @@ class DynamicTimeoutConfig:
     """[Experimental] Per-task timeout from observed task times (``dynamic_timeout``)."""
 
     enable: bool = field(default=False, metadata=consumed(
-        VALIDATE, EXPLORER, note="each attempt's timeout: ratio x mean seconds of the tasks that "
+        CHECK_MODELS, EXPLORER,
+        note="each attempt's timeout: ratio x mean seconds of the tasks that "
                                  "succeeded so far"))
     """Enable the dynamic timeout."""
     ratio: float = field(
-        default=3.0, metadata=consumed(VALIDATE, EXPLORER, note="capped by max_timeout"))
+        default=3.0, metadata=consumed(CHECK_MODELS, EXPLORER, note="capped by max_timeout"))
     """Timeout = ``ratio *`` average time of a successful task (capped by
     ``max_timeout``)."""
 
@@ -914,7 +937,7 @@ class SynchronizerConfig:
     """Weight sync between trainer and explorer (``synchronizer``)."""
 
     sync_method: Literal["nccl", "checkpoint", "memory"] | None = field(
-        default=None, metadata=consumed(BOTH, VALIDATE, note="unset: the mode's default"))
+        default=None, metadata=consumed(BOTH, DERIVE, CHECK, note="unset: the mode's default"))
     """``nccl``: the trainer broadcasts over a process group of its own with the engines
     (``both``; NCCL on CUDA, gloo on CPU; in ``colocate`` the same as ``memory``);
     ``checkpoint``: the explorer loads saved checkpoints (``train`` / ``explore`` /
@@ -944,7 +967,8 @@ class TrainerConfig:
 
     name: str = field(default="trainer", metadata=consumed(BOTH, note="Ray actor name (mode both)"))
     """Unique name; also the trainer's Ray actor name."""
-    trainer_type: str = field(default="torch", metadata=consumed(VALIDATE, note=RESOLVED))
+    trainer_type: str = field(default="torch", metadata=consumed(DERIVE, CHECK_TRAINER,
+                                                                 note=RESOLVED))
     """Trainer backend (plugin): ``torch`` (rft's native trainer) or ``verl`` (adapter)."""
     trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = field(
         default="fsdp", metadata=consumed(
@@ -958,7 +982,8 @@ class TrainerConfig:
     (PyTorch FSDP2, ``fully_shard``) over ``ranks`` processes; ``fsdp`` is mapped to
     ``fsdp2``; ``megatron`` is not supported by the ``torch`` trainer."""
     cpu_ranks: int = field(default=1, metadata=consumed(
-        VALIDATE, note="trainer ranks on a CPU-only cluster (torch: FSDP2 ranks, mode colocate: "
+        DERIVE, CHECK_TRAINER,
+        note="trainer ranks on a CPU-only cluster (torch: FSDP2 ranks, mode colocate: "
                        "each with its rollout engine; verl: veRL worker-group ranks)"))
     """Trainer ranks on a CPU-only cluster (``cluster.gpu_per_node: 0``): Ray actors of one
     CPU each, joined over gloo (for tests and laptops); in mode ``colocate`` each holds its
@@ -1005,7 +1030,8 @@ class TrainerConfig:
     response, reward) to the monitors as table ``rollout_examples`` (:mod:`rft.monitor.
     preview`)."""
     grad_clip: float | None = field(default=None, metadata=consumed(
-        SCHEMA, TORCH_TRAINER, VALIDATE, note="unset: algorithm.optimizer.clip_grad, else 1.0"))
+        SCHEMA, TORCH_TRAINER, DERIVE, CHECK_TRAINER,
+        note="unset: algorithm.optimizer.clip_grad, else 1.0"))
     """Clip the gradient norm of the actor to this value. ``None``: validation fills in
     ``algorithm.optimizer.clip_grad``, else :data:`DEFAULT_GRAD_CLIP` (1.0)."""
     use_dynamic_bsz: bool = field(default=True, metadata=consumed(OPTIONS))
@@ -1042,10 +1068,10 @@ class TrainerConfig:
 class MonitorConfig:
     """Metric logging (``monitor``); the console always logs in addition."""
 
-    monitor_type: str = field(default="tensorboard", metadata=consumed(VALIDATE, note=RESOLVED))
+    monitor_type: str = field(default="tensorboard", metadata=consumed(CHECK, note=RESOLVED))
     """Monitor (plugin): ``tensorboard``, ``wandb``, ``mlflow``, ``jsonl``, ``console``."""
     monitor_args: dict[str, Any] = field(
-        default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+        default_factory=dict, metadata=consumed(CHECK, note=RESOLVED))
     """Monitor arguments (wandb: ``base_url``, ``api_key``; mlflow: ``uri``, ``username``,
     ``password``)."""
     detailed_stats: bool = field(default=False, metadata=consumed(
@@ -1087,9 +1113,9 @@ class ServiceConfig:
 class OperatorConfig:
     """One pipeline operator (``operators[i]``)."""
 
-    name: str = field(default="", metadata=consumed(VALIDATE, note=RESOLVED))
+    name: str = field(default="", metadata=consumed(CHECK, note=RESOLVED))
     """Operator name (plugin), e.g. ``reward_shaping_mapper``, ``data_juicer``."""
-    args: dict[str, Any] = field(default_factory=dict, metadata=consumed(VALIDATE, note=RESOLVED))
+    args: dict[str, Any] = field(default_factory=dict, metadata=consumed(CHECK, note=RESOLVED))
     """Operator arguments."""
 
 
@@ -1234,20 +1260,21 @@ class StageConfig:
 class RftConfig:
     """A whole experiment: global settings plus one field per section."""
 
-    project: str = field(default="rft", metadata=consumed(VALIDATE, BUILDERS))
+    project: str = field(default="rft", metadata=consumed(DERIVE, BUILDERS))
     """Project name (monitor project; checkpoint sub-directory)."""
     group: str = field(default="", metadata=consumed(
-        VALIDATE, BUILD_STAGES, note="job dir <checkpoint_root_dir>/<project>/<group>/<name>"))
+        DERIVE, BUILD_STAGES, note="job dir <checkpoint_root_dir>/<project>/<group>/<name>"))
     """Optional group of runs inside the project; when set the job dir becomes
     ``<checkpoint_root_dir>/<project>/<group>/<name>``. Empty: none."""
-    name: str = field(default="rft", metadata=consumed(VALIDATE, BUILDERS))
+    name: str = field(default="rft", metadata=consumed(DERIVE, CHECK, BUILDERS))
     """Experiment name (monitor run name; checkpoint sub-directory)."""
-    mode: Mode = field(default="both", metadata=consumed(LAUNCHER, VALIDATE))
+    mode: Mode = field(default="both", metadata=consumed(LAUNCHER, DERIVE, CHECK, CHECK_BUFFER,
+                                                         CHECK_MODELS, CHECK_TRAINER))
     """``both``: explorer and trainer as Ray actors; ``train`` / ``explore``: one side;
     ``bench``: evaluation only; ``colocate``: explorer and trainer alternate in one
     process on one device (no Ray)."""
     checkpoint_root_dir: str = field(
-        default="./checkpoints", metadata=consumed(VALIDATE, BUILD_STAGES))
+        default="./checkpoints", metadata=consumed(DERIVE, CHECK, BUILD_STAGES))
     """Root of all checkpoints and logs; this run uses
     ``<checkpoint_root_dir>/<project>/<name>/`` (see ``group``)."""
     continue_from_checkpoint: bool = field(default=True, metadata=consumed(BUILDERS, EXPLORE))
@@ -1257,7 +1284,8 @@ class RftConfig:
         CLUSTER, BOTH, SHARED_QUEUE, note="unset: <project>/<name>"))
     """Ray namespace of the run's actors; ``None``: derived as ``<project>/<name>``."""
     ignore_validator_suggestions: bool = field(default=False, metadata=consumed(
-        VALIDATE, note="skips the trainer-memory estimate per device and its suggestion warning "
+        CHECK_TRAINER,
+        note="skips the trainer-memory estimate per device and its suggestion warning "
                        "(rft.config.memory_estimate)"))
     """Skip the validator's accelerator-memory checks and suggestions."""
     checkpoint_job_dir: str | None = field(

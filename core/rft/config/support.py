@@ -13,8 +13,8 @@ field to give it a note of its own.
   Values it accepts without implementing them (``trainer_strategy: megatron``) are its
   ``unsupported`` part, reported like an unsupported field.
 - :class:`Unsupported`: rft accepts the field but does not implement it. Validation
-  (:func:`support_messages`, through ``check_support`` of :mod:`rft.config.validate`)
-  reports a user who sets it (to anything but its default, or to what ``when`` matches)
+  (:func:`support_messages`, through ``check_support``, the last of
+  :data:`rft.config.check.CHECKS`) reports a user who sets it (to anything but its default, or to what ``when`` matches)
   in one line ``dotted.key: <reason>``: a warning, or a problem where running without it
   would mislead (``severity="error"``, e.g. the Tinker service).
 - :class:`Derived`: validation fills it in (``cluster.trainer_gpu_num``, ...).

@@ -17,24 +17,25 @@ so a mini-batch that fits within veRL's default budget (``ppo_max_token_len_per_
 16384``) is one micro-batch, a larger one is cut into pieces of 16384 tokens (veRL's
 size), and a context longer than 8192 keeps Trinity's rule. Validation's memory estimate
 (:mod:`rft.config.memory_estimate`) then checks the budget against the device and names
-``trainer.max_token_len_per_gpu`` when it does not fit. The launcher prints
-:func:`budget_line` at the start of a stage whose budget was derived.
+``trainer.max_token_len_per_gpu`` when it does not fit. Derivation
+(:func:`derive_budget`) fills the budget in and the run plan keeps it
+(``RunPlan.token_budget``); the launcher prints :func:`budget_line` at the start of a
+stage whose budget was derived.
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rft.config.plan import RunPlan
+    from rft.config.schema import RftConfig
 
 VERL_DEFAULT_TOKENS = 16384
 """veRL's default ``actor.ppo_max_token_len_per_gpu``: the most a derived budget takes
 beyond Trinity's ``2 · max_model_len``."""
-
-_DERIVED: dict[int, weakref.ReferenceType[Any]] = {}
-"""Trainer configs whose budget :func:`derive_into` filled in (by id, checked by identity)."""
-
 
 @dataclass(frozen=True)
 class TokenBudget:
@@ -87,33 +88,25 @@ def mini_batch_rows(config: Any) -> int:
     return math.ceil(rows / max(1, config.trainer.ranks or 1))
 
 
-def derive_into(config: Any) -> None:
-    """Fill in an unset ``trainer.max_token_len_per_gpu`` (needs ``model.max_model_len``
-    and ``buffer.train_batch_size``, both derived before) and remember that it was derived."""
+def derive_budget(config: RftConfig) -> TokenBudget | None:
+    """The budget of an unset ``trainer.max_token_len_per_gpu`` (needs
+    ``model.max_model_len``, ``buffer.train_batch_size`` and ``trainer.ranks``, derived
+    before); ``None`` when it is set or cannot be derived. :func:`rft.config.derive.derive`
+    fills it in and the run plan keeps it (:attr:`rft.config.plan.RunPlan.token_budget`)."""
     t = config.trainer
     if t.max_token_len_per_gpu is not None or not config.model.max_model_len:
-        return
-    budget = derived_budget(config.model.max_model_len, mini_batch_rows(config),
-                            t.ulysses_sequence_parallel_size)
-    t.max_token_len_per_gpu = budget.tokens
-    _DERIVED[id(t)] = weakref.ref(t)
+        return None
+    return derived_budget(config.model.max_model_len, mini_batch_rows(config),
+                          t.ulysses_sequence_parallel_size)
 
 
-def was_derived(config: Any) -> bool:
-    """``trainer.max_token_len_per_gpu`` was filled in by :func:`derive_into`."""
-    ref = _DERIVED.get(id(config.trainer))
-    return ref is not None and ref() is config.trainer
-
-
-def budget_line(config: Any) -> str | None:
+def budget_line(plan: RunPlan) -> str | None:
     """The start-up line of a stage whose budget was derived and is used (dynamic
     micro-batches, a stage that trains); ``None`` otherwise."""
+    config, budget = plan.config, plan.token_budget
     t = config.trainer
-    if not was_derived(config) or not t.use_dynamic_bsz or config.mode == "explore":
-        return None
-    budget = derived_budget(config.model.max_model_len, mini_batch_rows(config),
-                            t.ulysses_sequence_parallel_size)
-    if budget.tokens != t.max_token_len_per_gpu:
+    if budget is None or not t.use_dynamic_bsz or config.mode == "explore" \
+            or budget.tokens != t.max_token_len_per_gpu:
         return None
     pieces = budget.max_micro_batches
     return (f"trainer.max_token_len_per_gpu: {budget.tokens} tokens per micro-batch (derived: "
@@ -123,5 +116,5 @@ def budget_line(config: Any) -> str | None:
             f"mini-batch of {budget.rows} rows; set it to trade speed for memory")
 
 
-__all__ = ["VERL_DEFAULT_TOKENS", "TokenBudget", "budget_line", "derive_into",
-           "derived_budget", "mini_batch_rows", "was_derived"]
+__all__ = ["VERL_DEFAULT_TOKENS", "TokenBudget", "budget_line", "derive_budget",
+           "derived_budget", "mini_batch_rows"]

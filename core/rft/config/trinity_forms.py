@@ -1,4 +1,4 @@
-"""Trinity-RFT's other spellings of rft fields, read into rft's own (the first check run).
+"""Trinity-RFT's other spellings of rft fields, read into rft's own (the first derivation).
 
 Trinity-RFT's example configs are written across its versions; each form below is one of
 them, turned into rft's field so that the rest of validation sees one spelling:
@@ -45,15 +45,15 @@ Keys that no Trinity-RFT version reads but its example configs wrote
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import Any, Literal, TypeVar
 
 from rft.config.buffer_paths import resolve_queue_backup
+from rft.config.findings import Findings
+from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
+                               TasksetConfig, TrainerInputConfig)
 from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rft.config.schema import RftConfig
-    from rft.config.validate import Validation
 
 SYNC_STYLE_NAMES: dict[str, Literal["explorer_driven", "trainer_driven"]] = {
     "dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
@@ -101,76 +101,110 @@ MISSING_TRAINER_CONFIG_HERE = ("does not exist here: its veRL settings are not c
                                "`rft run` stops at start unless it exists where it runs")
 
 
-def check_trinity_forms(c: RftConfig, v: Validation) -> None:
-    """Read Trinity-RFT's spellings (module docstring) into rft's fields."""
+def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
+    """``c`` with Trinity-RFT's spellings (module docstring) read into rft's fields; ``c``
+    itself is not changed. Conflicting spellings are problems in ``found``."""
     s, a = c.synchronizer, c.algorithm
-    s.sync_style = SYNC_STYLE_NAMES.get(s.sync_style, s.sync_style)
-    for model in (c.explorer.rollout_model, *c.explorer.auxiliary_models):
-        model.engine_type = ENGINE_NAMES.get(model.engine_type, model.engine_type)
-    if a.sample_strategy is not None:
-        a.sample_strategy = SAMPLE_STRATEGY_NAMES.get(a.sample_strategy, a.sample_strategy)
     if c.explorer.runner_num is not None:
-        v.warnings.append(
+        found.warnings.append(
             f"explorer.runner_num: deprecated in Trinity-RFT and ignored (there too); each "
             f"rollout engine runs explorer.runner_per_model={c.explorer.runner_per_model} "
             "workflow runners")
-    if c.checkpoint_root_dir == "":
-        c.checkpoint_root_dir = os.curdir
-    _queue_backup_directory(c)
-    _loss_agg_mode(c, v)
-    _mix_loss_args(c, v)
-    _sft_warmup_dataset(c, v)
-    _storage_algorithm_types(c, v)
-    _samples_per_task(c)
-    _token_len(c, v)
-    _priority_queue(c, v)
-    from_file = _trainer_config_file(c, v)
-    reconcile(c, v.warnings, v.problems, from_file=from_file)
+    c = replace(
+        c, synchronizer=replace(s, sync_style=SYNC_STYLE_NAMES.get(s.sync_style, s.sync_style)),
+        explorer=replace(c.explorer, rollout_model=_engine_name(c.explorer.rollout_model),
+                         auxiliary_models=[_engine_name(m)
+                                           for m in c.explorer.auxiliary_models]),
+        algorithm=a if a.sample_strategy is None else replace(
+            a, sample_strategy=SAMPLE_STRATEGY_NAMES.get(a.sample_strategy, a.sample_strategy)),
+        checkpoint_root_dir=os.curdir if c.checkpoint_root_dir == "" else c.checkpoint_root_dir)
+    c = _queue_backup_directory(c)
+    c = _loss_agg_mode(c, found)
+    c = _mix_loss_args(c, found)
+    c = _sft_warmup_dataset(c, found)
+    c = _storage_algorithm_types(c, found)
+    c = _samples_per_task(c)
+    c = _token_len(c, found)
+    c = _priority_queue(c, found)
+    c, from_file = _trainer_config_file(c, found)
+    return reconcile(c, found.warnings, found.problems, from_file=from_file)
 
 
-def _queue_backup_directory(c: RftConfig) -> None:
+_Model = TypeVar("_Model", bound=InferenceModelConfig)
+
+
+def _engine_name(model: _Model) -> _Model:
+    """Trinity-RFT's engine name → rft's (:data:`ENGINE_NAMES`)."""
+    return replace(model, engine_type=ENGINE_NAMES.get(model.engine_type, model.engine_type))
+
+
+def _with_trainer_input(c: RftConfig, trainer_input: TrainerInputConfig) -> RftConfig:
+    return replace(c, buffer=replace(c.buffer, trainer_input=trainer_input))
+
+
+def _queue_backup_directory(c: RftConfig) -> RftConfig:
     """A queue's backup ``path`` naming a directory → ``<dir>/<name>.jsonl``."""
-    buffer = c.buffer.trainer_input.experience_buffer
-    if buffer is not None and buffer.storage_type == "queue" and buffer.path:
-        buffer.path = resolve_queue_backup(buffer.path, buffer.name or "experience_buffer")
+    ti = c.buffer.trainer_input
+    buffer = ti.experience_buffer
+    if buffer is None or buffer.storage_type != "queue" or not buffer.path:
+        return c
+    path = resolve_queue_backup(buffer.path, buffer.name or "experience_buffer")
+    return _with_trainer_input(c, replace(ti, experience_buffer=replace(buffer, path=path)))
 
 
-def _priority_queue(c: RftConfig, v: Validation) -> None:
+def _buffers(ti: TrainerInputConfig) -> list[tuple[str, str | None, ExperienceBufferConfig]]:
+    """``(dotted key, auxiliary name or None, buffer)`` of every trainer-input buffer."""
+    found: list[tuple[str, str | None, ExperienceBufferConfig]] = []
+    if ti.experience_buffer is not None:
+        found.append(("buffer.trainer_input.experience_buffer", None, ti.experience_buffer))
+    found += [(f"buffer.trainer_input.auxiliary_buffers.{name}", name, b)
+              for name, b in ti.auxiliary_buffers.items()]
+    return found
+
+
+def _replace_buffer(ti: TrainerInputConfig, name: str | None,
+                    buffer: ExperienceBufferConfig) -> TrainerInputConfig:
+    """``ti`` with the experience buffer (``name`` None) or an auxiliary one replaced."""
+    if name is None:
+        return replace(ti, experience_buffer=buffer)
+    return replace(ti, auxiliary_buffers={**ti.auxiliary_buffers, name: buffer})
+
+
+def _priority_queue(c: RftConfig, found: Findings) -> RftConfig:
     """``use_priority_queue: true`` enables the buffer's replay buffer."""
     ti = c.buffer.trainer_input
-    buffers = [("buffer.trainer_input.experience_buffer", ti.experience_buffer)]
-    buffers += [(f"buffer.trainer_input.auxiliary_buffers.{name}", b)
-                for name, b in ti.auxiliary_buffers.items()]
-    for key, buffer in buffers:
-        if buffer is None or not buffer.use_priority_queue:
+    for key, name, buffer in _buffers(ti):
+        if not buffer.use_priority_queue:
             continue
         if buffer.replay_buffer is None:
-            v.problem(f"{key}.use_priority_queue", "true, but replay_buffer is null "
-                      "(disabled); use_priority_queue is Trinity-RFT's older "
-                      "replay_buffer.enable")
+            found.problem(f"{key}.use_priority_queue", "true, but replay_buffer is null "
+                          "(disabled); use_priority_queue is Trinity-RFT's older "
+                          "replay_buffer.enable")
         else:
-            buffer.replay_buffer.enable = True
+            ti = _replace_buffer(ti, name, replace(
+                buffer, replay_buffer=replace(buffer.replay_buffer, enable=True)))
+    return _with_trainer_input(c, ti)
 
 
-def _loss_agg_mode(c: RftConfig, v: Validation) -> None:
+def _loss_agg_mode(c: RftConfig, found: Findings) -> RftConfig:
     """Trinity-RFT's policy losses take ``loss_agg_mode`` as an argument; rft's is
     ``algorithm.loss_agg_mode`` (one mode for every loss term)."""
-    args = c.algorithm.policy_loss_fn_args
+    a = c.algorithm
+    args = a.policy_loss_fn_args
     if not isinstance(args, dict) or "loss_agg_mode" not in args:
-        return
-    mode = args.pop("loss_agg_mode")
-    allowed = LOSS_AGG_MODES
-    if mode not in allowed:
-        v.problem("algorithm.policy_loss_fn_args.loss_agg_mode",
-                  f"{mode!r} is not allowed; expected one of "
-                  + ", ".join(repr(m) for m in allowed))
-        return
-    if c.algorithm.loss_agg_mode is not None and c.algorithm.loss_agg_mode != mode:
-        v.problem("algorithm.policy_loss_fn_args.loss_agg_mode",
-                  f"{mode!r} differs from algorithm.loss_agg_mode "
-                  f"{c.algorithm.loss_agg_mode!r} (rft's place for it); set one")
-        return
-    c.algorithm.loss_agg_mode = mode
+        return c
+    mode = args["loss_agg_mode"]
+    a = replace(a, policy_loss_fn_args={k: v for k, v in args.items() if k != "loss_agg_mode"})
+    key = "algorithm.policy_loss_fn_args.loss_agg_mode"
+    if mode not in LOSS_AGG_MODES:
+        found.problem(key, f"{mode!r} is not allowed; expected one of "
+                      + ", ".join(repr(m) for m in LOSS_AGG_MODES))
+    elif a.loss_agg_mode is not None and a.loss_agg_mode != mode:
+        found.problem(key, f"{mode!r} differs from algorithm.loss_agg_mode "
+                      f"{a.loss_agg_mode!r} (rft's place for it); set one")
+    else:
+        a = replace(a, loss_agg_mode=mode)
+    return replace(c, algorithm=a)
 
 
 def explain_unknown_keys(problems: list[str]) -> list[str]:
@@ -184,114 +218,121 @@ def explain_unknown_keys(problems: list[str]) -> list[str]:
     return explained
 
 
-def _mix_loss_args(c: RftConfig, v: Validation) -> None:
+def _mix_loss_args(c: RftConfig, found: Findings) -> RftConfig:
     """Trinity-RFT's batch bookkeeping (:data:`MIX_BATCH_ARGS`) is dropped with a warning;
     a per-part aggregation mode is accepted when it is rft's one mode."""
     args = c.algorithm.policy_loss_fn_args
     if not isinstance(args, dict):
-        return
+        return c
     key = "algorithm.policy_loss_fn_args"
     dropped = [name for name in MIX_BATCH_ARGS if name in args]
-    for name in dropped:
-        args.pop(name)
     if dropped:
-        v.warnings.append(
+        found.warnings.append(
             f"{key}: {', '.join(dropped)}: Trinity-RFT's batch sizes for weighting its mix / "
             "CHORD loss parts; rft's trainer aggregates the loss over its own batches "
             "(algorithm.loss_agg_mode), so they have no effect")
     mode = c.algorithm.loss_agg_mode or "token-mean"
-    modes: dict[str, Any] = {name: args.pop(name) for name in ("sft_loss_agg_mode",
-                                                               "grpo_loss_agg_mode")
-             if name in args}
+    modes: dict[str, Any] = {name: args[name] for name in ("sft_loss_agg_mode",
+                                                           "grpo_loss_agg_mode") if name in args}
     if "use_token_level_loss_in_sft" in args:
-        token_level = args.pop("use_token_level_loss_in_sft")
+        token_level = args["use_token_level_loss_in_sft"]
         modes["use_token_level_loss_in_sft"] = SFT_TOKEN_LEVEL_MODES.get(
             bool(token_level), token_level)
     for name, value in modes.items():
         if value is not None and value != mode:
-            v.problem(f"{key}.{name}", f"means loss_agg_mode {value!r}, but rft aggregates "
-                      f"every loss part with algorithm.loss_agg_mode {mode!r}; set that, or "
-                      "drop this")
+            found.problem(f"{key}.{name}", f"means loss_agg_mode {value!r}, but rft aggregates "
+                          f"every loss part with algorithm.loss_agg_mode {mode!r}; set that, "
+                          "or drop this")
+    removed = set(dropped) | set(modes)
+    if not removed:
+        return c
+    kept = {k: v for k, v in args.items() if k not in removed}
+    return replace(c, algorithm=replace(c.algorithm, policy_loss_fn_args=kept))
 
 
-def _sft_warmup_dataset(c: RftConfig, v: Validation) -> None:
+def _sft_warmup_dataset(c: RftConfig, found: Findings) -> RftConfig:
     """Trinity-RFT 0.2 read mix's expert rows from ``sft_warmup_dataset``; rft reads them
     from an auxiliary buffer (:data:`SFT_WARMUP_BUFFER`)."""
     ti = c.buffer.trainer_input
     if ti.sft_warmup_dataset is None:
-        return
+        return c
     key = "buffer.trainer_input.sft_warmup_dataset"
     if SFT_WARMUP_BUFFER in ti.auxiliary_buffers:
-        v.problem(key, f"and auxiliary_buffers.{SFT_WARMUP_BUFFER} are both set (this is "
-                  "Trinity-RFT 0.2's place of it); set one")
-        return
-    ti.auxiliary_buffers[SFT_WARMUP_BUFFER] = ti.sft_warmup_dataset
-    ti.sft_warmup_dataset = None
-    v.warnings.append(f"{key}: read as buffer.trainer_input.auxiliary_buffers."
-                      f"{SFT_WARMUP_BUFFER} (the expert data of mix / mix_chord; rft has no "
-                      "SFT warm-up steps: for a warm-up, use stages)")
+        found.problem(key, f"and auxiliary_buffers.{SFT_WARMUP_BUFFER} are both set (this is "
+                      "Trinity-RFT 0.2's place of it); set one")
+        return c
+    found.warnings.append(f"{key}: read as buffer.trainer_input.auxiliary_buffers."
+                          f"{SFT_WARMUP_BUFFER} (the expert data of mix / mix_chord; rft has "
+                          "no SFT warm-up steps: for a warm-up, use stages)")
+    return _with_trainer_input(c, replace(
+        ti, sft_warmup_dataset=None,
+        auxiliary_buffers={**ti.auxiliary_buffers, SFT_WARMUP_BUFFER: ti.sft_warmup_dataset}))
 
 
-def _storage_algorithm_types(c: RftConfig, v: Validation) -> None:
+def _storage_algorithm_types(c: RftConfig, found: Findings) -> RftConfig:
     """A storage's Trinity-RFT 0.2 ``algorithm_type`` (what its rows are) →
     ``schema_type``: ``sft`` / ``dpo`` rows, experiences for any other algorithm."""
     ti = c.buffer.trainer_input
-    buffers = [("buffer.trainer_input.experience_buffer", ti.experience_buffer)]
-    buffers += [(f"buffer.trainer_input.auxiliary_buffers.{name}", b)
-                for name, b in ti.auxiliary_buffers.items()]
-    for key, buffer in buffers:
-        if buffer is None or buffer.algorithm_type is None:
+    for key, name, buffer in _buffers(ti):
+        if buffer.algorithm_type is None:
             continue
         kind: Literal["sft", "dpo", "experience"] = (
             "sft" if buffer.algorithm_type == "sft"
             else "dpo" if buffer.algorithm_type == "dpo" else "experience")
         if buffer.schema_type is not None and buffer.schema_type != kind:
-            v.problem(f"{key}.algorithm_type", f"{buffer.algorithm_type!r} (rows of kind "
-                      f"{kind!r}) differs from schema_type {buffer.schema_type!r}; set one")
+            found.problem(f"{key}.algorithm_type", f"{buffer.algorithm_type!r} (rows of kind "
+                          f"{kind!r}) differs from schema_type {buffer.schema_type!r}; set one")
             continue
-        buffer.schema_type = kind
+        ti = _replace_buffer(ti, name, replace(buffer, schema_type=kind))
+    return _with_trainer_input(c, ti)
 
 
-def _samples_per_task(c: RftConfig) -> None:
+def _samples_per_task(c: RftConfig) -> RftConfig:
     """A training taskset's ``rollout_args.n`` equal to its repeat count says what rft does
     anyway (Trinity-RFT sets ``n`` from ``repeat_times``): read as unset. Any other value
     is left for validation to refuse."""
-    ei = c.buffer.explorer_input
-    for taskset in ([ei.taskset] if ei.taskset is not None else []) + list(ei.tasksets):
+    def read(taskset: TasksetConfig) -> TasksetConfig:
         repeat = taskset.repeat_times or c.algorithm.repeat_times
-        if taskset.rollout_args.n is not None and taskset.rollout_args.n == repeat:
-            taskset.rollout_args.n = None
+        if taskset.rollout_args.n is None or taskset.rollout_args.n != repeat:
+            return taskset
+        return replace(taskset, rollout_args=replace(taskset.rollout_args, n=None))
+
+    ei = c.buffer.explorer_input
+    ei = replace(ei, taskset=None if ei.taskset is None else read(ei.taskset),
+                 tasksets=[read(t) for t in ei.tasksets])
+    return replace(c, buffer=replace(c.buffer, explorer_input=ei))
 
 
-def _token_len(c: RftConfig, v: Validation) -> None:
+def _token_len(c: RftConfig, found: Findings) -> RftConfig:
+    """``trainer.ppo_max_token_len_per_gpu`` → ``trainer.max_token_len_per_gpu``."""
     t = c.trainer
     if t.ppo_max_token_len_per_gpu is None:
-        return
+        return c
     current = t.max_token_len_per_gpu
     if current is not None and current != t.ppo_max_token_len_per_gpu:
-        v.problem("trainer.ppo_max_token_len_per_gpu",
-                  f"{t.ppo_max_token_len_per_gpu} differs from trainer.max_token_len_per_gpu "
-                  f"{t.max_token_len_per_gpu} (Trinity-RFT's older name of it); set one")
-        return
-    t.max_token_len_per_gpu = t.ppo_max_token_len_per_gpu
+        found.problem("trainer.ppo_max_token_len_per_gpu",
+                      f"{t.ppo_max_token_len_per_gpu} differs from trainer.max_token_len_per_"
+                      f"gpu {t.max_token_len_per_gpu} (Trinity-RFT's older name of it); set one")
+        return c
+    return replace(c, trainer=replace(t, max_token_len_per_gpu=t.ppo_max_token_len_per_gpu))
 
 
-def _trainer_config_file(c: RftConfig, v: Validation) -> bool:
+def _trainer_config_file(c: RftConfig, found: Findings) -> tuple[RftConfig, bool]:
     """Read ``trainer.trainer_config_path``; whether ``trainer_config`` came from it."""
     t = c.trainer
     path = t.trainer_config_path
     if not path:
-        return False
+        return c, False
     key = "trainer.trainer_config_path"
     if t.trainer_config:
-        v.warnings.append(f"{key}: not read, trainer.trainer_config is set (it wins, as in "
-                          "Trinity-RFT)")
-        return False
+        found.warnings.append(f"{key}: not read, trainer.trainer_config is set (it wins, as "
+                              "in Trinity-RFT)")
+        return c, False
     if not os.path.isfile(os.path.expanduser(path)):
-        v.warnings.append(f"{key}: file {path!r} {MISSING_TRAINER_CONFIG_HERE}")
-        return False
-    t.trainer_config = read_trainer_config(path, key, v.problems)
-    return True
+        found.warnings.append(f"{key}: file {path!r} {MISSING_TRAINER_CONFIG_HERE}")
+        return c, False
+    tree = read_trainer_config(path, key, found.problems)
+    return replace(c, trainer=replace(t, trainer_config=tree)), True
 
 
 def read_trainer_config(path: str, key: str, problems: list[str]) -> dict[str, Any] | None:

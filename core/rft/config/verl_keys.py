@@ -187,8 +187,9 @@ def _same(verl: Any, rft: Any) -> bool:
     return verl == rft
 
 
-def _read(c: RftConfig, field: str, value: Any) -> str | None:
-    """Set rft's ``field`` to veRL's ``value``; a problem line when it cannot be."""
+def _read(c: RftConfig, field: str, value: Any) -> RftConfig | str:
+    """``c`` with rft's ``field`` set to veRL's ``value``; a problem line when it cannot
+    be."""
     owner, name = _owner_and_name(c, field)
     current = getattr(owner, name)
     try:
@@ -210,17 +211,25 @@ def _read(c: RftConfig, field: str, value: Any) -> str | None:
             new = value
     except (TypeError, ValueError):
         return f"cannot be read into {field}: {value!r} is not of its type"
-    setattr(owner, name, new)
-    return None
+    return _replaced(c, field.split("."), new)
+
+
+def _replaced(node: Any, path: list[str], value: Any) -> Any:
+    """``node`` (a dataclass) with the field at ``path`` set to ``value``, each dataclass
+    on the way copied with :func:`dataclasses.replace` (``node`` is not changed)."""
+    if len(path) == 1:
+        return dataclasses.replace(node, **{path[0]: value})
+    child = _replaced(getattr(node, path[0]), path[1:], value)
+    return dataclasses.replace(node, **{path[0]: child})
 
 
 def reconcile(c: RftConfig, warnings: list[str], problems: list[str], *,
-              from_file: bool) -> None:
-    """Reconcile ``c.trainer.trainer_config`` with rft's fields (module docstring)."""
+              from_file: bool) -> RftConfig:
+    """``c`` with ``trainer.trainer_config`` reconciled with rft's fields (module
+    docstring); ``c`` itself is not changed."""
     if not isinstance(c.trainer.trainer_config, dict) or not c.trainer.trainer_config:
-        return
+        return c
     tree = copy.deepcopy(c.trainer.trainer_config)  # the user's mapping may be shared
-    c.trainer.trainer_config = tree
     sections: dict[str, list[str]] = {}
     for path, verl in _leaves(tree):
         mirror = MIRRORED.get(path)
@@ -233,10 +242,11 @@ def reconcile(c: RftConfig, warnings: list[str], problems: list[str], *,
             if _same(verl, rft):
                 continue
             if mirror.reads and not is_set:
-                problem = _read(c, mirror.field, verl)
-                if problem is not None:
-                    problems.append(f"{where}: {problem}")
+                read = _read(c, mirror.field, verl)
+                if isinstance(read, str):
+                    problems.append(f"{where}: {read}")
                 else:
+                    c = read
                     warnings.append(f"{where} {verl} is read into {mirror.field} (unset; "
                                     "Trinity-RFT keeps veRL's value there)")
                 continue
@@ -256,5 +266,5 @@ def reconcile(c: RftConfig, warnings: list[str], problems: list[str], *,
         more = f", … ({len(paths)} keys)" if len(paths) > 4 else ""
         warnings.append(f"{KEY}.{section}: {names}{more} (from trainer.trainer_config_path) "
                         f"not used; rft's fields decide them: {FILE_SECTIONS[section]}")
-    if not tree:
-        c.trainer.trainer_config = None
+    return dataclasses.replace(c, trainer=dataclasses.replace(c.trainer,
+                                                              trainer_config=tree or None))

@@ -103,6 +103,7 @@ def detect_cluster_gpus(config: RftConfig, node_gpus: list[int]) -> str | None:
     if cl.node_num is None:
         cl.node_num = nodes
     _split(config)
+    cl = config.cluster  # the split replaced the section
     one = (config.trainer.ranks or 1) <= 1 and (cl.trainer_gpu_num or 0) > 1
     tail = (f" (one trainer process on 1 of them: set cluster.gpu_per_node: {cl.gpu_per_node} "
             f"to train on all)") if one else ""
@@ -112,12 +113,16 @@ def detect_cluster_gpus(config: RftConfig, node_gpus: list[int]) -> str | None:
 
 
 def _split(config: RftConfig) -> None:
-    """The GPU split of validation (``rft.config.validate.check_cluster``), now that the
-    counts are known; its first problem as one line."""
-    from rft.config.validate import Validation, check_cluster
+    """The GPU split of validation (``rft.config.derive.derive_cluster``, checked by
+    ``rft.config.check_models.check_cluster``), now that the counts are known; its first
+    problem as one line."""
+    from rft.config.check_models import check_cluster
+    from rft.config.derive import derive_cluster
+    from rft.config.findings import Findings
     from rft.plugins import PluginRegistry
 
-    found = Validation(PluginRegistry.create())
+    found = Findings(PluginRegistry.create())
+    config.cluster = derive_cluster(config, found.registry)
     check_cluster(config, found)
     if found.problems:
         raise RftError(f"{found.problems[0]} (detected from the Ray cluster)")

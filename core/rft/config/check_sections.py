@@ -1,0 +1,175 @@
+"""The checks of the smaller sections: names and job dir, model, synchronizer, the split
+modes, monitor, data processor, and the fields rft accepts without implementing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft.algorithm import AlgorithmPreset
+from rft.config.derive import SYNC_METHODS_BY_MODE
+from rft.config.findings import Findings, is_remote, require_local, training_tasksets
+from rft.config.plan import Selected
+from rft.config.ray_timeline import check_ray_timeline
+from rft.config.schema import ExperienceBufferConfig, RftConfig
+from rft.plugin_kinds import EXPERIENCE_OPERATOR, MONITOR
+
+SPLIT_MODES = ("explore", "train", "bench")
+"""Modes that run one side of a run alone; weights move through the job dir's checkpoints."""
+
+
+def check_global(c: RftConfig, found: Findings) -> None:
+    """Names without ``/``; a checkpoint root dir."""
+    for key in ("project", "name"):
+        value = getattr(c, key)
+        if not value or "/" in value:
+            found.problem(key, f"must be a non-empty name without '/', got {value!r}")
+    if not c.checkpoint_root_dir:
+        found.problem("checkpoint_root_dir", "must be set")
+
+
+def check_model(c: RftConfig, found: Findings) -> None:
+    """Model path and token limits (``max_model_len`` derived when it can be)."""
+    m = c.model
+    if not m.model_path and not (m.external_model.enable and c.mode in ("bench", "explore")):
+        found.problem("model.model_path", "must be set")  # external rollout model: a tokenizer
+    require_local(found, "model.model_path", m.model_path)
+    require_local(found, "model.chat_template_path", m.chat_template_path)
+    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+        value = getattr(m, key)
+        if value is not None and value <= 0:
+            found.problem(f"model.{key}", f"must be > 0, got {value}")
+    if m.max_model_len is None:
+        found.problem("model.max_model_len",
+                      "cannot be derived: set it, or both model.max_prompt_tokens and "
+                      "model.max_response_tokens")
+        return
+    if m.max_prompt_tokens is not None and m.max_response_tokens is not None:
+        if m.max_prompt_tokens <= 0 or m.max_response_tokens <= 0:
+            found.problem("model.max_model_len",
+                          f"{m.max_model_len} leaves no room: max_prompt_tokens="
+                          f"{m.max_prompt_tokens}, max_response_tokens={m.max_response_tokens}")
+        elif m.max_prompt_tokens + m.max_response_tokens > m.max_model_len:
+            found.warnings.append(
+                f"model.max_model_len: {m.max_model_len} is less than max_prompt_tokens + "
+                f"max_response_tokens = {m.max_prompt_tokens} + {m.max_response_tokens}: a "
+                "response is cut at max_model_len minus its prompt's length (as in "
+                "Trinity-RFT up to 0.3.0; later versions refuse this)")
+    if m.max_response_tokens is not None and m.min_response_tokens >= m.max_response_tokens:
+        found.problem("model.min_response_tokens",
+                      f"must be less than max_response_tokens ({m.max_response_tokens}), "
+                      f"got {m.min_response_tokens}")
+
+
+def check_synchronizer(c: RftConfig, found: Findings) -> None:
+    """Sync method against mode; positive intervals and timeout."""
+    s = c.synchronizer
+    allowed = SYNC_METHODS_BY_MODE.get(c.mode, ())
+    if s.sync_method not in allowed:
+        found.problem("synchronizer.sync_method",
+                      f"{s.sync_method!r} does not work in mode {c.mode!r}; use "
+                      + " or ".join(repr(m) for m in allowed))
+    if s.sync_interval <= 0:
+        found.problem("synchronizer.sync_interval", f"must be > 0, got {s.sync_interval}")
+    if s.sync_offset < 0:
+        found.problem("synchronizer.sync_offset", f"must be >= 0, got {s.sync_offset}")
+    if s.sync_timeout <= 0:
+        found.problem("synchronizer.sync_timeout",
+                      f"must be > 0 seconds, got {s.sync_timeout}")
+    if c.mode == "colocate" and s.sync_offset != 0:
+        found.problem("synchronizer.sync_offset", "mode 'colocate' alternates explore and "
+                      f"train: must be 0, got {s.sync_offset}")
+
+
+def check_split_modes(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) -> None:
+    """``explore`` / ``train`` / ``bench``: what a side running alone needs from the config
+    (the other side is another process that shares the job dir and the experience buffer)."""
+    if c.mode not in SPLIT_MODES:
+        return
+    train_only = preset is not None and preset.train_only
+    buffer_key = "buffer.trainer_input.experience_buffer.storage_type"
+    storage = c.buffer.trainer_input.experience_buffer
+    assert storage is not None  # derived (rft.config.derive.derive_buffer)
+    if c.mode == "explore" and train_only:
+        found.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: there "
+                      "is nothing to explore; use mode 'train'")
+    if storage.storage_type == "queue" and c.mode in ("explore", "train") and not train_only:
+        check_shared_queue(c, storage, found)
+    if c.mode == "train" and not train_only:
+        if storage.storage_type not in ("sql", "queue"):
+            found.problem(buffer_key, f"mode 'train' with algorithm "
+                          f"{c.algorithm.algorithm_type!r} reads what an 'explore' process "
+                          "writes: use 'sql' (or 'queue' on a shared Ray cluster), got "
+                          f"{storage.storage_type!r}")
+        if not c.trainer.total_steps and not training_tasksets(c):
+            found.problem("buffer.total_steps", "mode 'train' cannot tell how many steps to "
+                          "train: set it (or trainer.total_steps), or give the explorer's "
+                          "taskset")
+    if c.mode == "bench":
+        if not c.buffer.explorer_input.eval_tasksets:
+            found.problem("buffer.explorer_input.eval_tasksets",
+                          "mode 'bench' evaluates checkpoints on eval tasksets: set at least "
+                          "one")
+        hosted = is_remote(found.registry, c.explorer.rollout_model.engine_type)
+        if not c.continue_from_checkpoint and not hosted:  # a hosted model needs no checkpoint
+            found.problem("continue_from_checkpoint", "mode 'bench' evaluates the checkpoints "
+                          "of an existing run: must be true (false starts a new, empty "
+                          "<name>_<time>)")
+    elif not c.continue_from_checkpoint and not (c.mode == "train" and train_only):
+        found.warnings.append(f"continue_from_checkpoint: false gives this {c.mode!r} run its "
+                              "own <name>_<timestamp> job dir, which the other side's process "
+                              "will not find; set true to share checkpoints")
+
+
+def check_shared_queue(c: RftConfig, storage: ExperienceBufferConfig, found: Findings) -> None:
+    """A ``queue`` between an ``explore`` and a ``train`` process is a Ray actor on a cluster
+    both join (:mod:`rft.distributed.shared_queue`): not a private cluster, not a replay
+    buffer."""
+    if c.cluster.ray_address == "local":
+        found.problem("cluster.ray_address", f"'local' starts a private Ray cluster, but "
+                      f"storage_type 'queue' in mode {c.mode!r} lives on a Ray cluster that "
+                      "the explore and train processes share: give its address, or auto")
+    if storage.replay_buffer is not None and storage.replay_buffer.enable:
+        found.problem("buffer.trainer_input.experience_buffer.replay_buffer.enable",
+                      f"a replay buffer is not shared between processes (mode {c.mode!r}); "
+                      "use it in mode 'both' or 'colocate'")
+
+
+def check_monitor(c: RftConfig, found: Findings) -> Selected[Any] | None:
+    """Monitor plugin and its args; returns the resolved monitor."""
+    monitor = found.select(MONITOR, "monitor.monitor_type", c.monitor.monitor_type,
+                           c.monitor.monitor_args)
+    check_ray_timeline(c, found)
+    return monitor
+
+
+def check_data_processor(c: RftConfig, found: Findings) -> tuple[Selected[Any], ...]:
+    """Experience operators named in the experience pipeline; returns those resolved."""
+    pipeline = c.data_processor.experience_pipeline
+    if pipeline is None:
+        return ()
+    operators: list[Selected[Any]] = []
+    for i, operator in enumerate(pipeline.operators):
+        key = f"data_processor.experience_pipeline.operators[{i}]"
+        chosen = found.select(EXPERIENCE_OPERATOR, f"{key}.name", operator.name,
+                              operator.args, f"{key}.args")
+        if chosen is not None:
+            operators.append(chosen)
+    return tuple(operators)
+
+
+def check_support(c: RftConfig, found: Findings) -> None:
+    """Fields rft accepts but does not implement (:mod:`rft.config.support`): one line each
+    naming the key, a warning (a problem where running without it would mislead); and the
+    ``trainer.trainer_config`` key paths the torch trainer does not read. A key an earlier
+    check already reported is not reported again."""
+    from rft.config.support import support_messages
+
+    problems, warnings = support_messages(c)
+    said = found.said()
+    found.problems.extend(p for p in problems if p.split(": ", 1)[0] not in said)
+    found.warnings.extend(w for w in warnings if w.split(": ", 1)[0] not in said)
+
+
+__all__ = ["SPLIT_MODES", "check_data_processor", "check_global", "check_model",
+           "check_monitor", "check_shared_queue", "check_split_modes", "check_support",
+           "check_synchronizer"]
