@@ -1,6 +1,7 @@
-"""Operations of Llama-layout decoder layers (Qwen2, Llama) shared by the explorer's
-lean decoder (:mod:`rft.engines.lean_decoder`) and the trainer's shared-prompt forward
-(:mod:`rft.trainer.lean_forward`); the same arithmetic as ``transformers``' modules."""
+"""Operations of Llama-layout decoder layers (Qwen2, Llama) used by the explorer's lean
+decoder (:mod:`rft.engines.lean_decoder`); the same arithmetic as ``transformers``'
+modules. (The trainer packs shared prefixes through the model's own forward instead:
+:mod:`rft.trainer.packed_forward`.)"""
 
 from __future__ import annotations
 

@@ -488,6 +488,10 @@ SUPPORT: dict[str, Support] = {
              "<monitor dir>/rollout_examples/trainer.jsonl"),
     "TrainerConfig.grad_clip": _c("rft.config.schema", TORCH_TRAINER, VALIDATE,
                                   note="unset: algorithm.optimizer.clip_grad, else 1.0"),
+    "TrainerConfig.prefix_sharing": _c(
+        OPTIONS, note="torch trainer: shared prefixes (GRPO prompts, multi-turn histories) "
+                      "computed once (rft.trainer.packed_forward); auto falls back with a "
+                      "log line"),
     "TrainerConfig.use_dynamic_bsz": _c(OPTIONS),
     "TrainerConfig.max_token_len_per_gpu": _c(OPTIONS),
     "TrainerConfig.ppo_max_token_len_per_gpu": _c(
