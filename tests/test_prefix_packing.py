@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -17,145 +16,25 @@ import pytest
 import torch
 from rft.trainer.batching import TensorBatch
 from rft.trainer.models import response_logprobs, uses_shared_prompts
-from rft.trainer.packed_forward import fallback_reason, probe_reason, shared_prompt_logits
+from fixtures_packing import (
+    assert_equal_to_rounding,
+    build_model,
+    grpo_batch,
+    logits_and_grads,
+    mistral,
+    model_logits,
+    multi_turn_batch,
+    packed,
+    qwen2,
+    rank_worker,
+)
+from rft.trainer.packed_forward import fallback_reason, probe_reason
 from rft.trainer.prefix_tree import pack_rows, unpackable_reason
 
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
-
-
-def _qwen2(tiny_model_dir: Path, **kwargs: Any) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), **kwargs).train()
-
-
-def _llama() -> torch.nn.Module:
-    """A random Llama with biases on every projection and two query heads per key head."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(3)
-    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
-                         attn_implementation="sdpa")
-    return LlamaForCausalLM(config).train()
-
-
-def _mistral() -> torch.nn.Module:
-    """A random Mistral (a third family: its own modelling code, sliding-window config)."""
-    from transformers import MistralConfig, MistralForCausalLM
-
-    torch.manual_seed(4)
-    config = MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=96,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           head_dim=16, sliding_window=64, attn_implementation="sdpa")
-    return MistralForCausalLM(config).train()
-
-
-def _model(which: str, tiny_model_dir: Path) -> torch.nn.Module:
-    return {"qwen2": lambda: _qwen2(tiny_model_dir), "llama": _llama,
-            "mistral": _mistral}[which]()
-
-
-def grpo_batch(vocab: int, prompts: int = 3, repeats: int = 4, width: int = 7,
-               responses: int = 6, seed: int = 0) -> TensorBatch:
-    """``prompts`` left-padded prompts, each repeated ``repeats`` times, plus one row with a
-    prompt of its own; right-padded responses of different lengths (one of one token)."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (prompts, width), generator=generator)
-    mask = torch.ones(prompts, width, dtype=torch.long)
-    for row in range(prompts):
-        mask[row, : (2 * row) % width] = 0  # 0, 2, 4 … columns of left padding
-    ids, mask = ids.repeat_interleave(repeats, 0), mask.repeat_interleave(repeats, 0)
-    ids, mask = torch.cat([ids, ids[:1]]), torch.cat([mask, mask[:1]])
-    ids[-1, -1] += 1  # the last row's prompt differs in one token
-    rows = ids.shape[0]
-    response = torch.randint(3, vocab, (rows, responses), generator=generator)
-    response_mask = torch.ones(rows, responses, dtype=torch.long)
-    for row in range(rows):
-        response_mask[row, max(1, responses - row % 5):] = 0
-    ids = torch.cat([ids, response], 1) * torch.cat([mask, response_mask], 1)
-    attention = torch.cat([mask, response_mask], 1)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    return TensorBatch(width, {"input_ids": ids, "attention_mask": attention,
-                               "position_ids": positions, "response_mask": response_mask})
-
-
-def multi_turn_batch(vocab: int, episodes: int = 2, turns: int = 5, prompt: int = 6,
-                     reply: int = 4, user: int = 3, seed: int = 0) -> TensorBatch:
-    """``episodes`` episodes of ``turns`` turns, one row per turn: turn ``k``'s prompt is
-    the episode's history (first prompt, then each earlier reply and user message), its
-    response the turn's reply. Rows left-pad prompts and right-pad responses."""
-    generator = torch.Generator().manual_seed(seed)
-    rows: list[tuple[list[int], list[int]]] = []
-    for _ in range(episodes):
-        history = torch.randint(3, vocab, (prompt,), generator=generator).tolist()
-        for _ in range(turns):
-            answer = torch.randint(3, vocab, (reply,), generator=generator).tolist()
-            rows.append((list(history), answer))
-            history = history + answer + torch.randint(3, vocab, (user,),
-                                                       generator=generator).tolist()
-    width = max(len(p) for p, _ in rows)
-    right = max(len(r) for _, r in rows)
-    ids = torch.zeros(len(rows), width + right, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, (p, r) in enumerate(rows):
-        ids[row, width - len(p): width] = torch.tensor(p)
-        ids[row, width: width + len(r)] = torch.tensor(r)
-        mask[row, width - len(p): width + len(r)] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return TensorBatch(width, {"input_ids": ids, "attention_mask": mask,
-                               "position_ids": positions,
-                               "response_mask": mask[:, width:].clone()})
-
-
-def model_logits(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
-    """The plain forward's logits ``(B, R, V)`` scoring the response tokens."""
-    width = batch.response_width
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], use_cache=False, logits_to_keep=width + 1)
-    return out.logits[:, -width - 1: -1]  # (B, R, V)
-
-
-def packed(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
-    return shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"],
-                                batch["position_ids"], batch.prompt_width)
-
-
-def logits_and_grads(model: torch.nn.Module, batch: TensorBatch, forward: Any,
-                     dtype: torch.dtype | None = None
-                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``forward``'s logits and the gradients of a weighted sum of them over the valid
-    response tokens (every logit gets its own weight)."""
-    valid = batch["response_mask"].bool()  # (B, R)
-    model.zero_grad()
-    context = (torch.autocast("cpu", dtype=dtype) if dtype is not None
-               else torch.autocast("cpu", enabled=False))
-    with context:
-        out = forward(model, batch).float()  # (B, R, V)
-    weights = torch.linspace(0.5, 1.5, out.shape[-1])
-    ((out * weights).sum(-1) * valid).sum().backward()
-    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-    return out.detach(), grads
-
-
-def assert_equal_to_rounding(model: torch.nn.Module, batch: TensorBatch,
-                             atol: float = 1e-5) -> None:
-    """Packed logits within ``atol`` of the plain ones, every gradient within ``atol`` of
-    its largest element."""
-    valid = batch["response_mask"].bool()
-    reference, ref_grads = logits_and_grads(model, batch, model_logits)
-    ours, grads = logits_and_grads(model, batch, packed)
-    assert ours.shape == reference.shape and torch.isfinite(ours).all()
-    torch.testing.assert_close(ours[valid], reference[valid], rtol=0, atol=atol)
-    assert ref_grads.keys() == grads.keys() and ref_grads
-    for name, grad in ref_grads.items():  # float32 sums in another order
-        scale = grad.abs().max().item()
-        assert scale > 0, name
-        assert (grads[name] - grad).abs().max().item() <= atol * scale, name
 
 
 # ---- the layout ------------------------------------------------------------------------
@@ -216,7 +95,7 @@ def test_rows_that_are_not_prompt_then_response_are_not_packed() -> None:
 
 @pytest.mark.parametrize("which", ["qwen2", "llama", "mistral"])
 def test_logits_and_gradients_equal_the_models_forward(tiny_model_dir: Path, which: str) -> None:
-    model = _model(which, tiny_model_dir)
+    model = build_model(which, tiny_model_dir)
     batch = grpo_batch(model.config.vocab_size)
     assert fallback_reason(model, batch["input_ids"], batch["attention_mask"],
                            batch["position_ids"], batch.prompt_width) is None
@@ -225,7 +104,7 @@ def test_logits_and_gradients_equal_the_models_forward(tiny_model_dir: Path, whi
 
 @pytest.mark.parametrize("which", ["qwen2", "llama"])
 def test_multi_turn_tree_equals_one_row_per_turn(tiny_model_dir: Path, which: str) -> None:
-    model = _model(which, tiny_model_dir)
+    model = build_model(which, tiny_model_dir)
     assert_equal_to_rounding(model, multi_turn_batch(model.config.vocab_size))
 
 
@@ -234,7 +113,7 @@ def test_lora_and_gradient_checkpointing_keep_the_equality(tiny_model_dir: Path,
                                                            which: str) -> None:
     from peft import LoraConfig, get_peft_model
 
-    model = _model(which, tiny_model_dir)
+    model = build_model(which, tiny_model_dir)
     torch.manual_seed(5)
     lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                                             target_modules=["q_proj", "v_proj", "up_proj"]))
@@ -246,7 +125,7 @@ def test_lora_and_gradient_checkpointing_keep_the_equality(tiny_model_dir: Path,
 
 
 def test_eager_attention_packs_with_an_additive_mask(tiny_model_dir: Path) -> None:
-    model = _qwen2(tiny_model_dir, attn_implementation="eager")
+    model = qwen2(tiny_model_dir, attn_implementation="eager")
     assert_equal_to_rounding(model, grpo_batch(model.config.vocab_size))
 
 
@@ -256,7 +135,7 @@ def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Pa
     """Under bfloat16 autocast the packed forward is as close to the float32 forward as
     the plain bfloat16 forward is (bfloat16's own rounding noise, within 2×), for logits
     and every gradient; and it is not the plain bfloat16 result bit for bit (it ran)."""
-    model = _model(which, tiny_model_dir)
+    model = build_model(which, tiny_model_dir)
     batch = grpo_batch(model.config.vocab_size)
     valid = batch["response_mask"].bool()
     exact, exact_grads = logits_and_grads(model, batch, model_logits)
@@ -274,7 +153,7 @@ def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Pa
 
 
 def test_response_logprobs_takes_the_packed_path_where_it_applies(tiny_model_dir: Path) -> None:
-    model = _qwen2(tiny_model_dir)
+    model = qwen2(tiny_model_dir)
     batch = grpo_batch(model.config.vocab_size)
     shared, _ = response_logprobs(model, batch, device=torch.device("cpu"), shared_prompts=True)
     plain, _ = response_logprobs(model, batch, device=torch.device("cpu"))
@@ -294,7 +173,7 @@ def test_models_it_cannot_pack_keep_their_own_forward_and_say_why(
     batch = grpo_batch(300)
     args = (batch["input_ids"], batch["attention_mask"], batch["position_ids"],
             batch.prompt_width)
-    model = _qwen2(tiny_model_dir)
+    model = qwen2(tiny_model_dir)
     model.config._attn_implementation = "flash_attention_2"
     assert fallback_reason(model, *args) == ("attention implementation 'flash_attention_2' "
                                              "is not sdpa or eager")
@@ -303,9 +182,9 @@ def test_models_it_cannot_pack_keep_their_own_forward_and_say_why(
         assert not uses_shared_prompts(model, batch, None)
     lines = [r.getMessage() for r in caplog.records if "prefix sharing off" in r.getMessage()]
     assert len(lines) == 1 and "flash_attention_2" in lines[0]  # one line per reason
-    mistral = _mistral()
-    mistral.config.sliding_window = 4
-    assert fallback_reason(mistral, *args) == "rows longer than the sliding window (4)"
+    windowed = mistral()
+    windowed.config.sliding_window = 4
+    assert fallback_reason(windowed, *args) == "rows longer than the sliding window (4)"
 
 
 def test_the_probe_refuses_a_model_whose_positions_packing_cannot_express() -> None:
@@ -340,7 +219,7 @@ def test_metric_entropy_shares_the_log_prob_logsumexp_bit_for_bit(tiny_model_dir
     :func:`rft.ops.entropy_from_logits` on the model's logits."""
     from rft.ops import entropy_from_logits, logprobs_from_logits
 
-    model = _qwen2(tiny_model_dir)
+    model = qwen2(tiny_model_dir)
     batch = grpo_batch(model.config.vocab_size)
     for temperature in (1.0, 0.7):
         logps, entropy = response_logprobs(model, batch, device=torch.device("cpu"),
@@ -351,3 +230,33 @@ def test_metric_entropy_shares_the_log_prob_logsumexp_bit_for_bit(tiny_model_dir
         labels = batch["input_ids"][:, batch.prompt_width:]
         assert torch.equal(logps, logprobs_from_logits(logits, labels))
         assert torch.equal(entropy, entropy_from_logits(logits))
+
+
+# ---- two FSDP2 ranks ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-checkpointing"])
+def test_two_fsdp2_ranks_keep_the_equality(tiny_model_dir: Path, tmp_path: Path,
+                                           lora: bool) -> None:
+    """Two gloo ranks, FSDP2-sharded, each packing its own rows: the packed logits and the
+    (reduced, full) gradients equal the plain sharded forward's to float32 rounding."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "rank0.pt"
+    mp.spawn(rank_worker, args=(port, str(tiny_model_dir), lora, str(out)), nprocs=2,
+             join=True)
+    saved = torch.load(out)
+    valid = saved["valid"]
+    (plain, plain_grads), (ours, grads) = saved["results"]["plain"], saved["results"]["packed"]
+    torch.testing.assert_close(ours[valid], plain[valid], rtol=0, atol=1e-5)
+    assert plain_grads.keys() == grads.keys() and plain_grads
+    for name, grad in plain_grads.items():
+        scale = grad.abs().max().item()
+        assert scale > 0, name
+        assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale, name
