@@ -117,19 +117,19 @@ def probe_reason(model: nn.Module) -> str | None:
             try:
                 packed = shared_prompt_logits(model, ids, mask, positions, 3)  # (2, 2, V)
             except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                reason = (f"{type(model).__name__} does not take a 4-D mask "
-                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
-                _PROBED[model] = reason
-                return reason
+                failure = (f"{type(model).__name__} does not take a 4-D mask "
+                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+                _PROBED[model] = failure
+                return failure
     finally:
         model.train(was_training)
     valid = mask[:, 3:].bool()  # (2, 2): the response columns scored
     scale = float(plain.abs().max()) + 1e-6
     error = float((packed - plain)[valid].abs().max())
-    reason = (None if error <= 1e-3 * scale else
-              f"packed logits differ from {type(model).__name__}'s forward by {error:.2g}")
-    _PROBED[model] = reason
-    return reason
+    verdict = (None if error <= 1e-3 * scale else
+               f"packed logits differ from {type(model).__name__}'s forward by {error:.2g}")
+    _PROBED[model] = verdict
+    return verdict
 
 
 def log_fallback(reason: str) -> None:
