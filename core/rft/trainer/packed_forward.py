@@ -83,6 +83,11 @@ def fallback_reason(model: nn.Module, batch_input_ids: torch.Tensor,
     implementation = _implementation(model)
     if implementation not in MASKED_IMPLEMENTATIONS:
         return f"attention implementation {implementation!r} is not sdpa or eager"
+    # the probe before the batch's own checks: under FSDP2 every rank runs its forwards at
+    # its first call whatever its rows (the probe's forwards are collectives)
+    reason = probe_reason(model)
+    if reason is not None:
+        return reason
     if position_ids.dim() != 2:
         return "position ids are not 2-D (multimodal RoPE)"
     reason = unpackable_reason(attention_mask, prompt_width)
@@ -92,7 +97,7 @@ def fallback_reason(model: nn.Module, batch_input_ids: torch.Tensor,
     window = getattr(config, "sliding_window", None)
     if isinstance(window, int) and window > 0 and int(position_ids.max()) + 1 > window:
         return f"rows longer than the sliding window ({window})"
-    return probe_reason(model)
+    return None
 
 
 def probe_reason(model: nn.Module) -> str | None:
