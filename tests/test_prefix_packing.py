@@ -76,6 +76,29 @@ def test_multi_turn_rows_pack_as_one_tree_per_episode() -> None:
     assert int(lengths.sum()) >= 2 * layout.tokens
 
 
+def test_a_group_of_many_long_responses_splits_into_packs_within_the_mask_budget(
+        tiny_model_dir: Path) -> None:
+    """32 samples of a 4-token prompt with 12-token responses: one pack would hold a
+    (388)² mask, 16× the rows' own (32 · 16²); the budget (4×) splits the group into
+    packs, each holding the prompt once, and the logits stay the plain forward's."""
+    batch = grpo_batch(964, prompts=1, repeats=32, width=4, responses=12)
+    args = (batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+            batch.prompt_width)
+    one = pack_rows(*args, mask_budget=None)
+    split = pack_rows(*args)
+    width = batch["input_ids"].shape[1]
+    assert one.input_ids.shape[0] == 2  # the 32 rows and the one with its own prompt
+    assert split.input_ids.shape[0] > 2
+    for layout in (one, split):  # every pack's mask within its budget (split only)
+        for g in range(layout.input_ids.shape[0]):
+            nodes = layout.lengths[g]
+            rows = int((layout.source[:, 0] // layout.input_ids.shape[1] == g).sum())
+            if layout is split:
+                assert nodes ** 2 <= 4 * rows * width ** 2
+    assert split.tokens < int(batch["attention_mask"].sum())
+    assert_equal_to_rounding(qwen2(tiny_model_dir), batch)
+
+
 def test_rows_that_are_not_prompt_then_response_are_not_packed() -> None:
     batch = grpo_batch(300)
     mask = batch["attention_mask"].clone()

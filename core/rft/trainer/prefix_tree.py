@@ -24,7 +24,11 @@ Rows sorted in lexicographic order of their sequences: the longest prefix a row 
 with any earlier row is the one it shares with the row just before it (the trie in one
 pass). A row starts a new pack unless it shares at least the shorter prompt of the two
 rows with the previous row (rows that share only a system prompt are not worth one
-quadratic mask) or the pack would pass ``max_pack_tokens``.
+quadratic mask), and when the pack would pass ``max_pack_tokens`` or its mask would hold
+more than ``mask_budget`` times the elements of the plain forward's masks of its rows
+(``N² ≤ mask_budget · k · W²`` for ``k`` rows of padded width ``W``): a pack's attention
+and mask grow with ``N²``, so a group of many long responses becomes several packs, each
+with the shared prompt once.
 
 The model's output at a row's sequence index ``t`` scores index ``t + 1``; the response
 token at column ``P + j`` is scored by the output at index ``ℓ_p + j − 1`` (``ℓ_p``: the
@@ -52,8 +56,13 @@ class PackedLayout:
     source: torch.Tensor
     """``(B, R)`` flat index ``g·N + n`` of the node whose output scores response column
     ``P + j`` of row ``b``; ``-1`` where that column is padding."""
-    tokens: int
-    """Nodes computed (the packs' real lengths summed)."""
+    lengths: tuple[int, ...]
+    """Each pack's real length (nodes before its padding)."""
+
+    @property
+    def tokens(self) -> int:
+        """Nodes computed (the packs' real lengths summed)."""
+        return sum(self.lengths)
 
 
 def unpackable_reason(attention_mask: torch.Tensor, prompt_width: int) -> str | None:
@@ -73,10 +82,12 @@ def unpackable_reason(attention_mask: torch.Tensor, prompt_width: int) -> str | 
 
 def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
               position_ids: torch.Tensor, prompt_width: int,
-              max_pack_tokens: int | None = None) -> PackedLayout:
+              max_pack_tokens: int | None = None, mask_budget: float | None = 4.0
+              ) -> PackedLayout:
     """The prefix-tree packs of ``(B, P+R)`` rows (module docstring); the rows must pass
     :func:`unpackable_reason`. ``max_pack_tokens``: start a new pack rather than grow one past
-    this many nodes (``None``: no limit)."""
+    this many nodes; ``mask_budget``: nor past ``N² > mask_budget · k · (P+R)²`` (``None``:
+    no limit)."""
     rows, total = input_ids.shape
     width = total - prompt_width
     mask = attention_mask.bool().cpu()
@@ -92,6 +103,7 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     packs: list[list[tuple[int, int]]] = []  # per pack, its nodes' (id, position)
     paths: list[list[int]] = [[] for _ in range(rows)]  # per row, its nodes in its pack
     pack_of = [0] * rows
+    pack_rows_count: list[int] = []  # rows per pack
     previous: int | None = None
     for b in order:
         seq = sequences[b]
@@ -101,17 +113,21 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
             limit = min(len(before), len(seq))
             while shared < limit and before[shared] == seq[shared]:
                 shared += 1
+        grown = len(packs[-1]) + len(seq) - shared if packs else 0
         joins = (previous is not None
                  and shared >= min(prompt_lengths[previous], prompt_lengths[b])
-                 and (max_pack_tokens is None
-                      or len(packs[-1]) + len(seq) - shared <= max_pack_tokens))
+                 and (max_pack_tokens is None or grown <= max_pack_tokens)
+                 and (mask_budget is None
+                      or grown ** 2 <= mask_budget * (pack_rows_count[-1] + 1) * total ** 2))
         if joins and previous is not None:
+            pack_rows_count[-1] += 1
             pack = packs[-1]
             start = len(pack)
             paths[b] = paths[previous][:shared] + list(range(start, start + len(seq) - shared))
             pack.extend(seq[shared:])
         else:
             packs.append(list(seq))
+            pack_rows_count.append(1)
             paths[b] = list(range(len(seq)))
         pack_of[b] = len(packs) - 1
         previous = b
@@ -139,4 +155,4 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
                         position_ids=pack_pos.to(position_ids.device),
                         allowed=allowed[:, None].to(input_ids.device),
                         source=source.to(input_ids.device),
-                        tokens=sum(len(p) for p in packs))
+                        lengths=tuple(len(p) for p in packs))
