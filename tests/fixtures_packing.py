@@ -71,14 +71,18 @@ def grpo_batch(vocab: int, prompts: int = 3, repeats: int = 4, width: int = 7,
 
 
 def multi_turn_batch(vocab: int, episodes: int = 2, turns: int = 5, prompt: int = 6,
-                     reply: int = 4, user: int = 3, seed: int = 0) -> TensorBatch:
+                     reply: int = 4, user: int = 3, seed: int = 0,
+                     same_task: bool = False) -> TensorBatch:
     """``episodes`` episodes of ``turns`` turns, one row per turn: turn ``k``'s prompt is
     the episode's history (first prompt, then each earlier reply and user message), its
-    response the turn's reply. Rows left-pad prompts and right-pad responses."""
+    response the turn's reply. Rows left-pad prompts and right-pad responses.
+    ``same_task``: every episode starts from the same first prompt (a GRPO group)."""
     generator = torch.Generator().manual_seed(seed)
     rows: list[tuple[list[int], list[int]]] = []
+    first = torch.randint(3, vocab, (prompt,), generator=generator).tolist()
     for _ in range(episodes):
-        history = torch.randint(3, vocab, (prompt,), generator=generator).tolist()
+        history = (list(first) if same_task else
+                   torch.randint(3, vocab, (prompt,), generator=generator).tolist())
         for _ in range(turns):
             answer = torch.randint(3, vocab, (reply,), generator=generator).tolist()
             rows.append((list(history), answer))

@@ -125,6 +125,18 @@ def test_logits_and_gradients_equal_the_models_forward(tiny_model_dir: Path, whi
     assert_equal_to_rounding(model, batch)
 
 
+def test_a_groups_episodes_share_their_first_prompt_in_one_tree(tiny_model_dir: Path) -> None:
+    """Three episodes of one task (a GRPO group of multi-turn rollouts): one pack, the
+    first prompt once for all three, each episode's own turns once; the plain logits."""
+    batch = multi_turn_batch(964, episodes=3, turns=5, prompt=6, same_task=True)
+    layout = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                       batch.prompt_width)
+    lengths = batch["attention_mask"].sum(-1)  # (15,)
+    assert layout.input_ids.shape[0] == 1
+    assert layout.tokens == int(lengths[4] + lengths[9] + lengths[14]) - 2 * 6
+    assert_equal_to_rounding(qwen2(tiny_model_dir), batch)
+
+
 @pytest.mark.parametrize("which", ["qwen2", "llama"])
 def test_multi_turn_tree_equals_one_row_per_turn(tiny_model_dir: Path, which: str) -> None:
     model = build_model(which, tiny_model_dir)
