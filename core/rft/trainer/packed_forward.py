@@ -158,15 +158,28 @@ def _mask(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
 
 def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
     """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
-    scoring each response token (zeros at padding columns)."""
-    output = model(input_ids=layout.input_ids, attention_mask=_mask(model, layout.allowed),
-                   position_ids=layout.position_ids, use_cache=False)
-    logits = output.logits  # (G, N, V)
-    flat = logits.reshape(-1, logits.shape[-1])  # (G·N, V)
+    scoring each response token (zeros at padding columns). Only the pack columns that
+    score some token go through the LM head (``logits_to_keep`` as an index tensor; a
+    model without it computes every column)."""
+    columns = layout.input_ids.shape[1]
+    valid = layout.source >= 0  # (B, R)
+    keep = torch.unique(layout.source[valid] % columns)  # (K,) sorted pack columns
+    inputs = {"input_ids": layout.input_ids, "attention_mask": _mask(model, layout.allowed),
+              "position_ids": layout.position_ids, "use_cache": False}
+    try:
+        logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
+    except TypeError:  # custom modelling code without ``logits_to_keep``
+        logits = model(**inputs).logits  # (G, N, V)
+    source = layout.source.clamp(min=0)  # (B, R) flat g·N + n
+    if logits.shape[1] == keep.numel():  # renumber the columns: n → its place in ``keep``
+        place = torch.zeros(columns, dtype=torch.long, device=keep.device)
+        place[keep] = torch.arange(keep.numel(), device=keep.device)
+        source = (source // columns) * keep.numel() + place[source % columns]
+    flat = logits.reshape(-1, logits.shape[-1])  # (G·K, V)
     rows, width = layout.source.shape
-    picked = flat.index_select(0, layout.source.clamp(min=0).reshape(-1))  # (B·R, V)
+    picked = flat.index_select(0, source.reshape(-1))  # (B·R, V)
     picked = picked.reshape(rows, width, -1)  # (B, R, V)
-    return picked * (layout.source >= 0).unsqueeze(-1).to(picked.dtype)
+    return picked * valid.unsqueeze(-1).to(picked.dtype)
 
 
 def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
