@@ -28,7 +28,7 @@ from fixtures_packing import (
     qwen2,
     rank_worker,
 )
-from rft.trainer.packed_forward import fallback_reason, probe_reason
+from rft.trainer.packed_forward import fallback_reason, probe_reason, sliding_window
 from rft.trainer.prefix_tree import pack_rows, unpackable_reason
 
 
@@ -220,6 +220,11 @@ def test_models_it_cannot_pack_keep_their_own_forward_and_say_why(
     windowed = mistral()
     windowed.config.sliding_window = 4
     assert fallback_reason(windowed, *args) == "rows longer than the sliding window (4)"
+    from transformers import Qwen2Config
+
+    unused = Qwen2Config(sliding_window=4, use_sliding_window=False)  # full attention
+    assert sliding_window(unused) is None
+    assert sliding_window(windowed.config) == 4
 
 
 def test_the_probe_refuses_a_model_whose_positions_packing_cannot_express() -> None:

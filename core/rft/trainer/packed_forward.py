@@ -93,11 +93,25 @@ def fallback_reason(model: nn.Module, batch_input_ids: torch.Tensor,
     reason = unpackable_reason(attention_mask, prompt_width)
     if reason is not None:
         return reason
-    config = getattr(model, "config", None)
-    window = getattr(config, "sliding_window", None)
-    if isinstance(window, int) and window > 0 and int(position_ids.max()) + 1 > window:
+    window = sliding_window(getattr(model, "config", None))
+    if window is not None and int(position_ids.max()) + 1 > window:
         return f"rows longer than the sliding window ({window})"
     return None
+
+
+def sliding_window(config: object) -> int | None:
+    """The sliding window some layer of the model applies (the packed mask has none);
+    ``None`` when every layer attends fully (``layer_types`` without sliding layers, or
+    ``use_sliding_window: false``)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None) or []
+    if not isinstance(window, int) or window <= 0:
+        return None
+    if getattr(config, "use_sliding_window", None) is False:
+        return None
+    if layer_types and "sliding_attention" not in layer_types:
+        return None
+    return window
 
 
 def probe_reason(model: nn.Module) -> str | None:
