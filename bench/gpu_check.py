@@ -229,10 +229,12 @@ def check_prefix_sharing(args: argparse.Namespace, model: Path) -> tuple[bool, s
     batch = TensorBatch(padded.prompt_width, {
         "input_ids": padded.input_ids, "attention_mask": padded.attention_mask,
         "position_ids": padded.position_ids, "response_mask": padded.response_mask})
-    from rft.trainer.lean_forward import unsupported_reason
+    from rft.trainer.packed_forward import fallback_reason
 
     if not uses_shared_prompts(actor, batch, None):
-        return False, f"prefix sharing does not apply: {unsupported_reason(actor)}"
+        reason = fallback_reason(actor, batch["input_ids"], batch["attention_mask"],
+                                 batch["position_ids"], batch.prompt_width)
+        return False, f"prefix sharing does not apply: {reason}"
     times = {}
     logps = {}
     with torch.no_grad():
@@ -246,7 +248,7 @@ def check_prefix_sharing(args: argparse.Namespace, model: Path) -> tuple[bool, s
     gap = (logps[True] - logps[False]).abs().max().item()
     bf16 = uses_shared_prompts(actor, batch, torch.bfloat16)  # the trainer's bf16 autocast
     return gap <= 1e-3, (f"max_logprob_gap={gap:.3g} s_shared={times[True]:.3f} "
-                         f"s_per_row={times[False]:.3f} fp32_only_shares_in_bf16={bf16}")
+                         f"s_per_row={times[False]:.3f} shares_in_bf16={bf16}")
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/hf_prefix_generation.py [--rounds 3] [--threads 1]
         [--prompts 16] [--n 8] [--prompt-tokens 48] [--new-tokens 32]
-        [--lean-from main]
+        [--lean-from 7d279e1]
 
 Two models built here (:func:`rft.testing.tiny_model.build_tiny_model`, random weights,
 float32): the quickstart's tiny Qwen2 (hidden 64, 2 layers) and one of hidden 512 with 4
@@ -19,7 +19,7 @@ rounds, the order rotating between rounds; one warm-up call each first):
   prefilled;
 - ``once_sdpa``: ``prompt_once`` with ``transformers``' own sdpa attention (which copies
   the grouped key / value heads when a mask is given);
-- ``lean`` (``--lean-from REV``, default ``main`` when the revision still has it): the
+- ``lean`` (``--lean-from REV``, default ``7d279e1``, the last revision with it): the
   hand-written Llama-layout decoder of an earlier revision (``rft.engines.lean_decoder``,
   removed by #31), loaded from ``git show REV:…`` with that revision's decode loop, also
   with ``repeats=n``. Left out when the revision lacks it (``--lean-from ''``: never).
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=48)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--lean-from", default="main",
+    parser.add_argument("--lean-from", default="7d279e1",
                         help="git revision whose lean decoder to compare with ('': none)")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)

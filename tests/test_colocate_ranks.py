@@ -246,7 +246,7 @@ def hf_weights(job_dir: Path, step: int) -> dict[str, torch.Tensor]:
 def test_greedy_colocate_on_two_ranks_equals_one_rank(ray_two_cpus, tmp_path, tiny_model_dir,
                                                       monkeypatch):
     # the ranks run the model's own forward (sharded); so does the one-process trainer here
-    # (its shared-prompt forward agrees to rounding only: tests/test_lean_forward.py)
+    # (its shared-prompt forward agrees to rounding only: tests/test_prefix_packing.py)
     from rft.trainer import models
 
     monkeypatch.setattr(models, "uses_shared_prompts", lambda *args: False)

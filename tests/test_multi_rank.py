@@ -65,7 +65,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def _model_forward_in_one_process():
     """The ranks run the model's own forward (sharded); so do the one-process trainers they
     are compared with (the shared-prompt forward agrees with it to rounding only:
-    tests/test_lean_forward.py)."""
+    tests/test_prefix_packing.py)."""
     from rft.trainer import models
 
     with pytest.MonkeyPatch.context() as patch:

@@ -460,7 +460,7 @@ def test_memory_controls_in_one_process_give_the_same_step(registry, model_dir, 
                                                           monkeypatch) -> None:
     """Gradient checkpointing and chunked entropies change memory, not the step (exactly).
     Checkpointing runs the model's own forward, so the plain trainer does too here (the
-    shared-prompt forward agrees with it to rounding: tests/test_lean_forward.py)."""
+    shared-prompt forward agrees with it to rounding: tests/test_prefix_packing.py)."""
     from rft.trainer import models
 
     monkeypatch.setattr(models, "uses_shared_prompts", lambda *args: False)
@@ -566,8 +566,9 @@ def test_teacher_log_probs_and_the_step_reach_the_functions(model_dir, tmp_path)
 def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
         registry, model_dir, tmp_path, monkeypatch) -> None:
     """A GRPO batch (each prompt twice) with a KL loss: the actor and reference forwards run
-    each distinct prompt once (:mod:`rft.trainer.lean_forward`), and the step — metrics and
-    updated parameters — is the one through the model's own forward, to float32 rounding."""
+    each shared prefix once (:mod:`rft.trainer.packed_forward`), and the step — metrics and
+    updated parameters — is the one through the model's own forward (``trainer.
+    prefix_sharing: off``, which packs nothing), to float32 rounding."""
     from rft.trainer import models
 
     g = torch.Generator().manual_seed(3)
@@ -600,8 +601,8 @@ def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
     lean = make_trainer(registry, model_dir, tmp_path, algorithm=kl)
     lean_metrics = [lean.train_step(experiences) for _ in range(2)]
     assert len(calls) == 4  # reference and actor forwards of both steps
-    monkeypatch.setattr(models, "uses_shared_prompts", lambda *args: False)
-    plain = make_trainer(registry, model_dir, tmp_path, algorithm=kl)
+    plain = make_trainer(registry, model_dir, tmp_path, algorithm=kl,
+                         trainer={"prefix_sharing": "off"})  # the model's plain forward
     initial = params(plain)
     plain_metrics = [plain.train_step(experiences) for _ in range(2)]
     assert len(calls) == 4

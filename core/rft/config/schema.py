@@ -1034,6 +1034,16 @@ class TrainerConfig:
         note="unset: algorithm.optimizer.clip_grad, else 1.0"))
     """Clip the gradient norm of the actor to this value. ``None``: validation fills in
     ``algorithm.optimizer.clip_grad``, else :data:`DEFAULT_GRAD_CLIP` (1.0)."""
+    prefix_sharing: Literal["auto", "off"] = field(default="auto", metadata=consumed(
+        OPTIONS, note="torch trainer: shared prefixes (GRPO prompts, multi-turn histories) "
+                      "computed once (rft.trainer.packed_forward); auto falls back with a "
+                      "log line"))
+    """Torch trainer: ``auto`` runs the tokens that a micro-batch's rows share (a GRPO
+    group's prompt, the history of an episode's turns) once, packing the rows as a prefix
+    tree through the model's own attention with a 4-D mask (:mod:`rft.trainer.
+    packed_forward`; the same logits and gradients to rounding); where the model, the
+    versions (torch >= 2.5, transformers >= 4.53) or the batch do not allow it, the plain
+    forward runs and one log line says why. ``off``: always the plain forward."""
     use_dynamic_bsz: bool = field(default=True, metadata=consumed(OPTIONS))
     """Pack micro-batches by token count (``max_token_len_per_gpu``) instead of by samples."""
     max_token_len_per_gpu: int | None = field(default=None, metadata=consumed(OPTIONS))

@@ -3,9 +3,10 @@
 Shifts: the logit (or value) at column ``c`` predicts token ``c + 1``, so the response
 tokens at columns ``P … P+R−1`` are scored by the outputs at ``P−1 … P+R−2`` — the last
 ``R + 1`` outputs minus the final one (veRL's ``[:, -R-1:-1]``). Only those positions go
-through the LM head (``logits_to_keep``). In one process the torch trainer's log-prob
-passes run each distinct prompt of the batch once where the model allows it
-(:mod:`rft.trainer.lean_forward`; GRPO batches hold every prompt ``repeat_times`` times).
+through the LM head (``logits_to_keep``). With ``trainer.prefix_sharing: auto`` the torch
+trainer's log-prob passes run each shared prefix of the batch once where the model allows
+it (:mod:`rft.trainer.packed_forward`: GRPO batches hold every prompt ``repeat_times``
+times, multi-turn batches every turn's history).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
                      logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
-from rft.trainer.lean_forward import shared_prompt_logits
-from rft.trainer.lean_forward import unsupported_reason as lean_unsupported_reason
+from rft.trainer.packed_forward import fallback_reason, log_fallback, saves_tokens
+from rft.trainer.packed_forward import shared_prompt_logits as shared_prompt_logits
+from rft.trainer.prefix_tree import pack_rows
 
 
 def save_pretrained(model: nn.Module, path: str) -> None:
@@ -107,9 +109,10 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     of ``entropy_chunk`` positions when set, see :func:`chunked_entropy`).
 
     ``logits / temperature`` (the sampling temperature, as veRL) in float32.
-    ``shared_prompts``: run each distinct prompt once
-    (:func:`rft.trainer.lean_forward.shared_prompt_logits`) where the model and the
-    batch allow it (:func:`uses_shared_prompts`); else the model's forward.
+    ``shared_prompts``: run each shared prefix once
+    (:func:`rft.trainer.packed_forward.shared_prompt_logits`) where the model and the
+    batch allow it (:func:`uses_shared_prompts`) and the rows share enough
+    (:func:`rft.trainer.packed_forward.saves_tokens`); else the model's plain forward.
     """
     logits, labels = response_logits(model, batch, device=device, temperature=temperature,
                                      dtype=dtype, shared_prompts=shared_prompts)
@@ -137,9 +140,18 @@ def response_logits(model: nn.Module, batch: TensorBatch, *, device: torch.devic
     :func:`response_logprobs`."""
     width = batch.response_width
     inputs = _model_inputs(batch, device)
+    layout = None
     if shared_prompts and uses_shared_prompts(model, batch, dtype):
-        logits = shared_prompt_logits(model, inputs["input_ids"], inputs["attention_mask"],
-                                      inputs["position_ids"], batch.prompt_width)  # (B, R, V)
+        layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
+                           inputs["position_ids"], batch.prompt_width)
+        if not saves_tokens(inputs["attention_mask"], layout):
+            layout = None  # nothing shared: the plain forward without the packs' masks
+    if layout is not None:
+        with autocast_context(device, dtype):
+            logits = shared_prompt_logits(model, inputs["input_ids"], inputs["attention_mask"],
+                                          inputs["position_ids"], batch.prompt_width,
+                                          layout=layout)  # (B, R, V)
+        logits = logits.float()
     else:
         with autocast_context(device, dtype):
             try:
@@ -171,12 +183,17 @@ def response_entropy_signals(model: nn.Module, batch: TensorBatch, *, device: to
 
 def uses_shared_prompts(model: nn.Module, batch: TensorBatch,
                         dtype: torch.dtype | None) -> bool:
-    """Whether :func:`response_logprobs` runs ``batch`` through
-    :func:`~rft.trainer.lean_forward.shared_prompt_logits`: a model it supports, float32
-    without autocast, 2-D position ids, at least one prompt and one response column."""
-    return (dtype in (None, torch.float32) and batch.prompt_width > 0
-            and batch.response_width > 0 and batch["position_ids"].dim() == 2
-            and lean_unsupported_reason(model) is None)
+    """Whether :func:`response_logprobs` may run ``batch`` through
+    :func:`~rft.trainer.packed_forward.shared_prompt_logits`: a model and a batch it
+    supports (:func:`~rft.trainer.packed_forward.fallback_reason`, in any ``dtype``); when
+    not, the reason is logged once."""
+    if batch.response_width == 0 or len(batch) == 0:
+        return False
+    reason = fallback_reason(model, batch["input_ids"], batch["attention_mask"],
+                             batch["position_ids"], batch.prompt_width)
+    if reason is not None:
+        log_fallback(reason)
+    return reason is None
 
 
 def chunked_entropy(logits: torch.Tensor, chunk: int) -> torch.Tensor:

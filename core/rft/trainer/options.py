@@ -17,6 +17,9 @@ left it: :mod:`rft.config.verl_keys`):
 - ``torch.device``: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, ….
 - ``torch.dtype``: autocast dtype of forward passes (master weights stay float32):
   ``float32`` (CPU default) or ``bfloat16`` (CUDA default).
+- ``trainer.prefix_sharing``: ``auto`` packs the rows of a micro-batch as a prefix tree
+  (:mod:`rft.trainer.packed_forward`) where the model and batch allow it; ``off``: the
+  model's plain forward.
 - ``torch.use_rollout_logprobs``: take ``old_log_prob`` from the experiences'
   ``logprobs`` (``rollout_log_prob``) instead of recomputing it with the actor; default
   false (veRL).
@@ -122,6 +125,8 @@ class TorchTrainerOptions:
     """Critic optimizer state in host memory between steps."""
     entropy_chunk_size: int | None = None
     """Positions per chunk of the entropy computation; ``None``: all at once."""
+    prefix_sharing: bool = True
+    """``trainer.prefix_sharing: auto``: log-prob forwards run shared prefixes once."""
 
     @classmethod
     def from_plan(cls, plan: TrainerPlan) -> TorchTrainerOptions:
@@ -155,6 +160,7 @@ class TorchTrainerOptions:
             mini_batch_size=mini_rows,
             micro_batch_size=int(micro) if micro else None,
             use_dynamic_bsz=t.use_dynamic_bsz,
+            prefix_sharing=t.prefix_sharing == "auto",
             max_token_len=max_token_len,
             ppo_epochs=epochs,
             grad_clip=resolved_grad_clip(t, plan.algorithm.optimizer),

@@ -463,13 +463,13 @@ class TorchTrainer(Trainer):
                     logps, entropy, micro_signal = response_entropy_signals(
                         model, micro, device=self.options.device,
                         temperature=self.options.temperature, dtype=self.options.dtype,
-                        shared_prompts=self.ranks is None)
+                        shared_prompts=self.options.prefix_sharing)
                 else:
                     logps, entropy = response_logprobs(
                         model, micro, device=self.options.device,
                         temperature=self.options.temperature, with_entropy=with_entropy,
                         entropy_grad=False, dtype=self.options.dtype,
-                        shared_prompts=self.ranks is None)
+                        shared_prompts=self.options.prefix_sharing)
                 if real:
                     width = micro.response_width
                     out[rows, :width] = logps.cpu()
@@ -620,7 +620,7 @@ class TorchTrainer(Trainer):
                         self.actor, micro, device=device, temperature=self.options.temperature,
                         with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype,
                         entropy_chunk=self.options.entropy_chunk_size,
-                        shared_prompts=self.ranks is None)
+                        shared_prompts=self.options.prefix_sharing)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     out = actor_loss(self.fns, LossInputs(
                         log_prob=log_prob, response_mask=on["response_mask"],

@@ -1,0 +1,216 @@
+"""The trainer's forward over prefix-tree packs (:mod:`rft.trainer.prefix_tree`): rows
+that share a prefix (GRPO's ``n`` rollouts of a prompt, the turns of an episode) run it
+once, through the model's own forward and attention.
+
+Each pack is one sequence of the model's input, ``(G, N)``; its 4-D attention mask
+``(G, 1, N, N)`` lets every token see its ancestors in the tree and itself, and its
+position ids are the rows' own, so each response continues its prompt's positions. The
+model's attention implementation reads the mask as given (``transformers`` returns a
+4-D mask as-is): ``sdpa`` as a boolean mask, ``eager`` as an additive one (``0`` /
+``finfo.min``). For every query the keys and positions are those of its row in the
+plain forward, so the logits are the model's and, through ``index_select``'s backward
+(the outputs a node feeds are summed), so are the gradients — to rounding: the kernels
+run over other shapes and sum in another order (``tests/test_prefix_packing.py``:
+float32 within 1e-5; bfloat16 within the plain forward's own noise).
+
+Nothing here depends on the architecture: LoRA (peft), gradient checkpointing (the mask
+is an ordinary argument of each layer), FSDP2 (each rank packs its own rows), autocast
+and the reference model's forward all go through the model's ``forward``.
+:func:`fallback_reason` says when the model's plain forward runs instead
+(``trainer.prefix_sharing: auto``): an attention implementation that does not take a
+4-D mask (flash-attention, flex), sliding windows shorter than a row, versions older than
+torch 2.5 / transformers 4.53, or a model whose packed logits do not match its plain
+ones on a probe batch (position handling the packing cannot express, e.g. ALiBi).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+
+import torch
+from torch import nn
+
+from rft.trainer.prefix_tree import PackedLayout, pack_rows, unpackable_reason
+
+logger = logging.getLogger(__name__)
+
+MIN_TORCH = (2, 5)
+"""Oldest torch with the SDPA features the packed masks rely on (GQA without repeats)."""
+MIN_TRANSFORMERS = (4, 53)
+"""Oldest transformers that passes a 4-D attention mask to every layer unchanged
+(``masking_utils``)."""
+MASKED_IMPLEMENTATIONS = frozenset({"sdpa", "eager"})
+"""Attention implementations that read an explicit 4-D mask."""
+MIN_SAVING = 0.1
+"""Pack only when it computes at least this share fewer tokens than the plain forward."""
+
+_PROBED: weakref.WeakKeyDictionary[nn.Module, str | None] = weakref.WeakKeyDictionary()
+_LOGGED: set[str] = set()
+
+
+def _version(text: str) -> tuple[int, int]:
+    parts = text.split("+")[0].split(".")
+    return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+
+
+def version_reason() -> str | None:
+    """Why the installed torch / transformers cannot run packed forwards; ``None`` if
+    they can."""
+    import transformers
+
+    if _version(torch.__version__) < MIN_TORCH:
+        return f"torch {torch.__version__} < {'.'.join(map(str, MIN_TORCH))}"
+    if _version(transformers.__version__) < MIN_TRANSFORMERS:
+        return (f"transformers {transformers.__version__} < "
+                f"{'.'.join(map(str, MIN_TRANSFORMERS))}")
+    return None
+
+
+def _implementation(model: nn.Module) -> str | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None) if config is not None else None
+
+
+def fallback_reason(model: nn.Module, batch_input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                    prompt_width: int) -> str | None:
+    """Why :func:`shared_prompt_logits` cannot stand in for ``model``'s forward over this
+    batch (``(B, P+R)`` tensors); ``None`` if it can."""
+    reason = version_reason()
+    if reason is not None:
+        return reason
+    implementation = _implementation(model)
+    if implementation not in MASKED_IMPLEMENTATIONS:
+        return f"attention implementation {implementation!r} is not sdpa or eager"
+    # the probe before the batch's own checks: under FSDP2 every rank runs its forwards at
+    # its first call whatever its rows (the probe's forwards are collectives)
+    reason = probe_reason(model)
+    if reason is not None:
+        return reason
+    if position_ids.dim() != 2:
+        return "position ids are not 2-D (multimodal RoPE)"
+    reason = unpackable_reason(attention_mask, prompt_width)
+    if reason is not None:
+        return reason
+    window = sliding_window(getattr(model, "config", None))
+    if window is not None and int(position_ids.max()) + 1 > window:
+        return f"rows longer than the sliding window ({window})"
+    return None
+
+
+def sliding_window(config: object) -> int | None:
+    """The sliding window some layer of the model applies (the packed mask has none);
+    ``None`` when every layer attends fully (``layer_types`` without sliding layers, or
+    ``use_sliding_window: false``)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None) or []
+    if not isinstance(window, int) or window <= 0:
+        return None
+    if getattr(config, "use_sliding_window", None) is False:
+        return None
+    if layer_types and "sliding_attention" not in layer_types:
+        return None
+    return window
+
+
+def probe_reason(model: nn.Module) -> str | None:
+    """Whether packed and plain logits agree on a small probe batch (two rows sharing a
+    prompt), once per model; the reason when they do not."""
+    if model in _PROBED:
+        return _PROBED[model]
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+    if vocab < 12:
+        _PROBED[model] = None
+        return None
+    device = next(model.parameters()).device
+    ids = torch.tensor([[3, 4, 5, 6, 7], [3, 4, 5, 8, 0]], device=device)  # (2, 5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]], device=device)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [0, 1, 2, 3, 0]], device=device)
+    was_training = model.training
+    model.train(False)
+    try:
+        with torch.no_grad():
+            plain = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                          use_cache=False).logits[:, 2:4].float()  # (2, 2, V)
+            try:
+                packed = shared_prompt_logits(model, ids, mask, positions, 3)  # (2, 2, V)
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+                failure = (f"{type(model).__name__} does not take a 4-D mask "
+                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+                _PROBED[model] = failure
+                return failure
+    finally:
+        model.train(was_training)
+    valid = mask[:, 3:].bool()  # (2, 2): the response columns scored
+    scale = float(plain.abs().max()) + 1e-6
+    error = float((packed - plain)[valid].abs().max())
+    verdict = (None if error <= 1e-3 * scale else
+               f"packed logits differ from {type(model).__name__}'s forward by {error:.2g}")
+    _PROBED[model] = verdict
+    return verdict
+
+
+def log_fallback(reason: str) -> None:
+    """One line per distinct reason: ``trainer.prefix_sharing: auto`` runs the model's plain
+    forward (``reason``)."""
+    if reason not in _LOGGED:
+        _LOGGED.add(reason)
+        logger.info("[trainer] prefix sharing off (trainer.prefix_sharing: auto): %s; "
+                    "running the model's plain forward", reason)
+
+
+def _mask(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
+    """``allowed`` ``(G, 1, N, N)`` as the mask the model's attention implementation reads:
+    boolean for sdpa, additive float32 for eager."""
+    if _implementation(model) == "sdpa":
+        return allowed
+    blocked = torch.finfo(torch.float32).min
+    return torch.zeros(allowed.shape, dtype=torch.float32,
+                       device=allowed.device).masked_fill(~allowed, blocked)
+
+
+def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
+    """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
+    scoring each response token (zeros at padding columns). Only the pack columns that
+    score some token go through the LM head (``logits_to_keep`` as an index tensor; a
+    model without it computes every column)."""
+    columns = layout.input_ids.shape[1]
+    valid = layout.source >= 0  # (B, R)
+    keep = torch.unique(layout.source[valid] % columns)  # (K,) sorted pack columns
+    inputs = {"input_ids": layout.input_ids, "attention_mask": _mask(model, layout.allowed),
+              "position_ids": layout.position_ids, "use_cache": False}
+    try:
+        logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
+    except TypeError:  # custom modelling code without ``logits_to_keep``
+        logits = model(**inputs).logits  # (G, N, V)
+    source = layout.source.clamp(min=0)  # (B, R) flat g·N + n
+    if logits.shape[1] == keep.numel():  # renumber the columns: n → its place in ``keep``
+        place = torch.zeros(columns, dtype=torch.long, device=keep.device)
+        place[keep] = torch.arange(keep.numel(), device=keep.device)
+        source = (source // columns) * keep.numel() + place[source % columns]
+    flat = logits.reshape(-1, logits.shape[-1])  # (G·K, V)
+    rows, width = layout.source.shape
+    picked = flat.index_select(0, source.reshape(-1))  # (B·R, V)
+    picked = picked.reshape(rows, width, -1)  # (B, R, V)
+    return picked * valid.unsqueeze(-1).to(picked.dtype)
+
+
+def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
+                         attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                         prompt_width: int, layout: PackedLayout | None = None
+                         ) -> torch.Tensor:
+    """Logits ``(B, R, V)`` scoring the response tokens of ``(B, P+R)`` rows, shared
+    prefixes computed once (module docstring); the batch must pass
+    :func:`~rft.trainer.prefix_tree.unpackable_reason`. ``layout``: the rows' packs when
+    already built (:func:`~rft.trainer.prefix_tree.pack_rows`)."""
+    if layout is None:
+        layout = pack_rows(input_ids, attention_mask, position_ids, prompt_width)
+    return packed_logits(model, layout)
+
+
+def saves_tokens(attention_mask: torch.Tensor, layout: PackedLayout) -> bool:
+    """Whether ``layout`` computes at least :data:`MIN_SAVING` fewer tokens than the plain
+    forward's valid ones (else the packing's quadratic mask is not worth it)."""
+    plain = int(attention_mask.sum())
+    return layout.tokens <= (1.0 - MIN_SAVING) * plain

@@ -1,0 +1,302 @@
+"""The trainer's prefix-tree packed forward (:mod:`rft.trainer.prefix_tree`,
+:mod:`rft.trainer.packed_forward`): each shared prefix runs once, through the model's own
+forward with a 4-D mask; logits and gradients are the plain forward's (float32 within
+1e-5; bfloat16 autocast within the plain forward's own noise) for Qwen2, Llama and
+Mistral, with LoRA and gradient checkpointing; multi-turn rows form one tree; the cases
+left to the plain forward say why."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest
+import torch
+from rft.trainer.batching import TensorBatch
+from rft.trainer.models import response_logprobs, uses_shared_prompts
+from fixtures_packing import (
+    assert_equal_to_rounding,
+    build_model,
+    grpo_batch,
+    logits_and_grads,
+    mistral,
+    model_logits,
+    multi_turn_batch,
+    packed,
+    qwen2,
+    rank_worker,
+)
+from rft.trainer.packed_forward import fallback_reason, probe_reason, sliding_window
+from rft.trainer.prefix_tree import pack_rows, unpackable_reason
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+# ---- the layout ------------------------------------------------------------------------
+
+
+def test_grpo_rows_share_their_prompt_once() -> None:
+    batch = grpo_batch(300)
+    layout = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                       batch.prompt_width)
+    prompt_lengths = batch["attention_mask"][:, : batch.prompt_width].sum(-1)
+    response_lengths = batch["response_mask"].sum(-1)
+    # 3 prompts shared by 4 rows each, one alone: each prompt once, every response once
+    # (rows that start their responses alike share those tokens too)
+    shared = int(prompt_lengths[::4][:3].sum() + prompt_lengths[-1])
+    assert layout.input_ids.shape[0] == 4  # one pack per distinct prompt
+    assert layout.tokens <= shared + int(response_lengths.sum())
+    assert layout.tokens < int(batch["attention_mask"].sum())
+    # each scored column points at a node holding the token before it
+    flat_ids = layout.input_ids.reshape(-1)
+    flat_pos = layout.position_ids.reshape(-1)
+    for row in range(len(batch)):
+        for j in range(int(response_lengths[row])):
+            node = int(layout.source[row, j])
+            column = batch.prompt_width + j - 1
+            assert int(flat_ids[node]) == int(batch["input_ids"][row, column])
+            assert int(flat_pos[node]) == int(batch["position_ids"][row, column])
+        assert (layout.source[row, int(response_lengths[row]):] == -1).all()
+
+
+def test_multi_turn_rows_pack_as_one_tree_per_episode() -> None:
+    """Five turns per episode: the tree holds each episode's last row's tokens once,
+    against one row per turn (the ≥ 2× fewer tokens of #31's goal)."""
+    batch = multi_turn_batch(300, episodes=2, turns=5)
+    layout = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                       batch.prompt_width)
+    lengths = batch["attention_mask"].sum(-1)  # (10,)
+    assert layout.input_ids.shape[0] == 2
+    assert layout.tokens == int(lengths[4] + lengths[9])  # each episode's last turn, once
+    assert int(lengths.sum()) >= 2 * layout.tokens
+
+
+def test_a_group_of_many_long_responses_splits_into_packs_within_the_mask_budget(
+        tiny_model_dir: Path) -> None:
+    """32 samples of a 4-token prompt with 12-token responses: one pack would hold a
+    (388)² mask, 16× the rows' own (32 · 16²); the budget (4×) splits the group into
+    packs, each holding the prompt once, and the logits stay the plain forward's."""
+    batch = grpo_batch(964, prompts=1, repeats=32, width=4, responses=12)
+    args = (batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+            batch.prompt_width)
+    one = pack_rows(*args, mask_budget=None)
+    split = pack_rows(*args)
+    width = batch["input_ids"].shape[1]
+    assert one.input_ids.shape[0] == 2  # the 32 rows and the one with its own prompt
+    assert split.input_ids.shape[0] > 2
+    for layout in (one, split):  # every pack's mask within its budget (split only)
+        for g in range(layout.input_ids.shape[0]):
+            nodes = layout.lengths[g]
+            rows = int((layout.source[:, 0] // layout.input_ids.shape[1] == g).sum())
+            if layout is split:
+                assert nodes ** 2 <= 4 * rows * width ** 2
+    assert split.tokens < int(batch["attention_mask"].sum())
+    assert_equal_to_rounding(qwen2(tiny_model_dir), batch)
+
+
+def test_rows_that_are_not_prompt_then_response_are_not_packed() -> None:
+    batch = grpo_batch(300)
+    mask = batch["attention_mask"].clone()
+    assert unpackable_reason(mask, batch.prompt_width) is None
+    assert unpackable_reason(mask, 0) == "a row has an empty prompt"
+    holed = mask.clone()
+    holed[0, batch.prompt_width + 1] = 0
+    holed[0, batch.prompt_width + 2] = 1
+    assert unpackable_reason(holed, batch.prompt_width) == "a response is not right-padded"
+    right = mask.clone()
+    right[4, 0] = 1  # row 4 is left-padded by 2: a hole in its prompt
+    assert unpackable_reason(right, batch.prompt_width) == "a prompt is not left-padded"
+
+
+# ---- equality ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["qwen2", "llama", "mistral"])
+def test_logits_and_gradients_equal_the_models_forward(tiny_model_dir: Path, which: str) -> None:
+    model = build_model(which, tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    assert fallback_reason(model, batch["input_ids"], batch["attention_mask"],
+                           batch["position_ids"], batch.prompt_width) is None
+    assert_equal_to_rounding(model, batch)
+
+
+def test_a_groups_episodes_share_their_first_prompt_in_one_tree(tiny_model_dir: Path) -> None:
+    """Three episodes of one task (a GRPO group of multi-turn rollouts): one pack, the
+    first prompt once for all three, each episode's own turns once; the plain logits."""
+    batch = multi_turn_batch(964, episodes=3, turns=5, prompt=6, same_task=True)
+    layout = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                       batch.prompt_width)
+    lengths = batch["attention_mask"].sum(-1)  # (15,)
+    assert layout.input_ids.shape[0] == 1
+    assert layout.tokens == int(lengths[4] + lengths[9] + lengths[14]) - 2 * 6
+    assert_equal_to_rounding(qwen2(tiny_model_dir), batch)
+
+
+@pytest.mark.parametrize("which", ["qwen2", "llama"])
+def test_multi_turn_tree_equals_one_row_per_turn(tiny_model_dir: Path, which: str) -> None:
+    model = build_model(which, tiny_model_dir)
+    assert_equal_to_rounding(model, multi_turn_batch(model.config.vocab_size))
+
+
+@pytest.mark.parametrize("which", ["qwen2", "mistral"])
+def test_lora_and_gradient_checkpointing_keep_the_equality(tiny_model_dir: Path,
+                                                           which: str) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    model = build_model(which, tiny_model_dir)
+    torch.manual_seed(5)
+    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                            target_modules=["q_proj", "v_proj", "up_proj"]))
+    lora.train()
+    batch = grpo_batch(model.config.vocab_size)
+    assert_equal_to_rounding(lora, batch)
+    lora.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert_equal_to_rounding(lora, batch)
+
+
+def test_eager_attention_packs_with_an_additive_mask(tiny_model_dir: Path) -> None:
+    model = qwen2(tiny_model_dir, attn_implementation="eager")
+    assert_equal_to_rounding(model, grpo_batch(model.config.vocab_size))
+
+
+@pytest.mark.parametrize("which", ["qwen2", "llama"])
+def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Path,
+                                                              which: str) -> None:
+    """Under bfloat16 autocast the packed forward is as close to the float32 forward as
+    the plain bfloat16 forward is (bfloat16's own rounding noise, within 2×), for logits
+    and every gradient; and it is not the plain bfloat16 result bit for bit (it ran)."""
+    model = build_model(which, tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    valid = batch["response_mask"].bool()
+    exact, exact_grads = logits_and_grads(model, batch, model_logits)
+    plain, plain_grads = logits_and_grads(model, batch, model_logits, torch.bfloat16)
+    ours, grads = logits_and_grads(model, batch, packed, torch.bfloat16)
+    noise = (plain - exact)[valid].abs().max().item()
+    assert noise > 10 * 1e-5  # bfloat16 rounding, far above float32's
+    assert (ours - exact)[valid].abs().max().item() <= 2 * noise
+    for name, grad in exact_grads.items():
+        bound = (plain_grads[name] - grad).abs().max().item()
+        assert (grads[name] - grad).abs().max().item() <= 2 * bound + 1e-6, name
+
+
+# ---- the trainer's path ----------------------------------------------------------------
+
+
+def test_response_logprobs_takes_the_packed_path_where_it_applies(tiny_model_dir: Path) -> None:
+    model = qwen2(tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    shared, _ = response_logprobs(model, batch, device=torch.device("cpu"), shared_prompts=True)
+    plain, _ = response_logprobs(model, batch, device=torch.device("cpu"))
+    valid = batch["response_mask"].bool()
+    torch.testing.assert_close(shared[valid], plain[valid], rtol=0, atol=1e-5)
+    assert not torch.equal(shared[valid], plain[valid])  # the packed path ran
+    assert uses_shared_prompts(model, batch, None)
+    assert uses_shared_prompts(model, batch, torch.bfloat16)  # autocast packs too
+    no_prompt = TensorBatch(0, dict(batch.tensors))
+    assert not uses_shared_prompts(model, no_prompt, None)
+
+
+def test_models_it_cannot_pack_keep_their_own_forward_and_say_why(
+        tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    batch = grpo_batch(300)
+    args = (batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+            batch.prompt_width)
+    model = qwen2(tiny_model_dir)
+    model.config._attn_implementation = "flash_attention_2"
+    assert fallback_reason(model, *args) == ("attention implementation 'flash_attention_2' "
+                                             "is not sdpa or eager")
+    with caplog.at_level(logging.INFO, logger="rft.trainer.packed_forward"):
+        assert not uses_shared_prompts(model, batch, None)
+        assert not uses_shared_prompts(model, batch, None)
+    lines = [r.getMessage() for r in caplog.records if "prefix sharing off" in r.getMessage()]
+    assert len(lines) == 1 and "flash_attention_2" in lines[0]  # one line per reason
+    windowed = mistral()
+    windowed.config.sliding_window = 4
+    assert fallback_reason(windowed, *args) == "rows longer than the sliding window (4)"
+    from transformers import Qwen2Config
+
+    unused = Qwen2Config(sliding_window=4, use_sliding_window=False)  # full attention
+    assert sliding_window(unused) is None
+    assert sliding_window(windowed.config) == 4
+
+
+def test_the_probe_refuses_a_model_whose_positions_packing_cannot_express() -> None:
+    """ALiBi (Bloom) derives positions from the 2-D mask's cumulative sum, not from
+    ``position_ids``: its packed logits differ, the probe says so, the plain forward runs."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    torch.manual_seed(0)
+    bloom = BloomForCausalLM(BloomConfig(vocab_size=50, hidden_size=32, n_layer=1, n_head=2,
+                                         attn_implementation="eager"))
+    reason = probe_reason(bloom)
+    assert reason is not None and "BloomForCausalLM" in reason
+    model_args = grpo_batch(50)
+    assert fallback_reason(bloom, model_args["input_ids"], model_args["attention_mask"],
+                           model_args["position_ids"], model_args.prompt_width) == reason
+
+
+def test_version_guard_names_the_old_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+    from rft.trainer import packed_forward
+
+    assert packed_forward.version_reason() is None
+    monkeypatch.setattr(transformers, "__version__", "4.46.3")
+    assert packed_forward.version_reason() == "transformers 4.46.3 < 4.53"
+    monkeypatch.setattr(torch, "__version__", "2.4.1+cpu")
+    assert packed_forward.version_reason() == "torch 2.4.1+cpu < 2.5"
+
+
+def test_metric_entropy_shares_the_log_prob_logsumexp_bit_for_bit(tiny_model_dir: Path) -> None:
+    """Entropy as a metric (no gradient) reuses the log-probs' ``logsumexp``: the same
+    log-probs and entropies, bit for bit, as :func:`rft.ops.logprobs_from_logits` and
+    :func:`rft.ops.entropy_from_logits` on the model's logits."""
+    from rft.ops import entropy_from_logits, logprobs_from_logits
+
+    model = qwen2(tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    for temperature in (1.0, 0.7):
+        logps, entropy = response_logprobs(model, batch, device=torch.device("cpu"),
+                                           temperature=temperature, with_entropy=True,
+                                           entropy_grad=False)
+        assert logps.requires_grad and entropy is not None and not entropy.requires_grad
+        logits = model_logits(model, batch).float() / temperature
+        labels = batch["input_ids"][:, batch.prompt_width:]
+        assert torch.equal(logps, logprobs_from_logits(logits, labels))
+        assert torch.equal(entropy, entropy_from_logits(logits))
+
+
+# ---- two FSDP2 ranks ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-checkpointing"])
+def test_two_fsdp2_ranks_keep_the_equality(tiny_model_dir: Path, tmp_path: Path,
+                                           lora: bool) -> None:
+    """Two gloo ranks, FSDP2-sharded, each packing its own rows: the packed logits and the
+    (reduced, full) gradients equal the plain sharded forward's to float32 rounding."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "rank0.pt"
+    mp.spawn(rank_worker, args=(port, str(tiny_model_dir), lora, str(out)), nprocs=2,
+             join=True)
+    saved = torch.load(out)
+    valid = saved["valid"]
+    (plain, plain_grads), (ours, grads) = saved["results"]["plain"], saved["results"]["packed"]
+    torch.testing.assert_close(ours[valid], plain[valid], rtol=0, atol=1e-5)
+    assert plain_grads.keys() == grads.keys() and plain_grads
+    for name, grad in plain_grads.items():
+        scale = grad.abs().max().item()
+        assert scale > 0, name
+        assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale, name
