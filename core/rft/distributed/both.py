@@ -38,6 +38,7 @@ step is checkpointed, when the trainer is alive).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -53,10 +54,10 @@ from rft.distributed.cluster import ray_cluster
 from rft.distributed.placement import actor_gpus, detect_from_ray
 from rft.distributed.sync_policy import SYNC_POLICIES, Decision, SyncPolicy
 from rft.distributed.timeline import timeline_file
-from rft.distributed.workers import (ExplorerService, ExplorerState, ResumePoint,
-                                     TrainerService)
+from rft.distributed.workers import ExplorerService, ResumePoint, TrainerService
 from rft.errors import RftError
 from rft.modes.builders import steps_over_tasks
+from rft.modes.run_state import RunState, check_resumable
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, announce_resume
 from rft.monitor.preview import ROLLOUT_EXAMPLES
 
@@ -89,7 +90,7 @@ class Progress:
     """The checkpoint's step a resumed run went on from: the explorer syncs to it first."""
     handed_out: dict[int, Any] = field(default_factory=dict)
     """Version → object ref of the trainer's weights (newest few)."""
-    explored_state: dict[int, ExplorerState] = field(default_factory=dict)
+    explored_state: dict[int, RunState] = field(default_factory=dict)
     """Explore step → the explorer's state after it (for checkpoints)."""
     deferred_save: tuple[int, Any] | None = None
     """A checkpoint waiting for the evaluation due at its step: (step, buffer state)."""
@@ -107,6 +108,7 @@ def run_both(stage: Stage) -> StageResult:
         raise RftError(f"trainer.max_checkpoints_to_keep: {keep} could delete a checkpoint before "
                        f"the explorer loads it (sync_offset {offset}); keep at least {offset + 2}")
     check_writable(stage.plan.job_dir)
+    check_resumable(stage.plan.job_dir, config.continue_from_checkpoint)
     with ray_cluster(config, timeline_file(stage.plan)):
         return Coordinator(stage).run()
 
@@ -204,22 +206,21 @@ class Coordinator:
         for line in found.skipped:
             log.warning("resume: %s", line)
         state = found.state
-        counters = {"written": state.get("experiences_written", 0),
-                    "read": state.get("experiences_read", 0)}
+        counters = {"written": state.experiences_written, "read": state.experiences_read}
         self._get(buffer.load_state_dict.remote(found.buffer if found.buffer is not None
                                                 else counters), Call("buffer", "resume", step))
         self._get(self.actors["explorer"].restore.remote(state),
                   Call("explorer", "resume", step))
         p = self.progress
         p.explored = p.trained = p.last_saved = p.resumed = step
-        p.explored_state[step] = ExplorerState.from_checkpoint(step, state)
+        p.explored_state[step] = state.explorer_part()
         # the explorer holds the initial model: its next step syncs to the checkpoint's
         # weights first, as the uninterrupted run's did (and reports it alike)
         p.handed_out[step] = self._resumed_weights(step, found.path)
-        self.result.eval_before = state.get("eval_before", {})
+        self.result.eval_before = state.eval_before
         log.info("resumed from %s", found.path)
         return Resumed(step, self.result.eval_before, initial_weights=False,
-                       eval_after=state.get("eval_after"), checkpoint=found.path)
+                       eval_after=state.eval_after, checkpoint=found.path)
 
     def _resumed_weights(self, step: int, path: str) -> Any:
         """What the resumed explorer loads first: the checkpoint itself when it holds the
@@ -451,17 +452,15 @@ class Coordinator:
             call = self.pending.pop(ref)
             self._done(call, self._get(ref, call))
 
-    def _checkpoint_state(self, step: int, *, final: bool = False) -> dict[str, Any]:
-        """``state.json`` of checkpoint ``step``: the explorer's state after explore step
-        ``step`` (the trainer adds its own), the evaluations."""
+    def _checkpoint_state(self, step: int, *, final: bool = False) -> RunState:
+        """The run state of checkpoint ``step``: the explorer's after explore step ``step``
+        (or the newest before it; the trainer adds its own part), the evaluations."""
         p = self.progress
         done = [s for s in p.explored_state if s <= step]
-        state: dict[str, Any] = {"model_version": step, "eval_before": self.result.eval_before}
-        if done:
-            state.update(p.explored_state[max(done)].to_checkpoint())
-        if final and self.lifecycle.has_eval:
-            state["eval_after"] = self.result.eval_after
-        return state
+        explored = p.explored_state[max(done)] if done else RunState()
+        return dataclasses.replace(
+            explored, model_version=step, eval_before=self.result.eval_before,
+            eval_after=self.result.eval_after if final and self.lifecycle.has_eval else None)
 
     def _start_save(self, step: int, *, final: bool, buffer: Any = None,
                     export_hf: bool | None = None) -> Any:

@@ -48,7 +48,7 @@ from rft.distributed.ray_join import configured_address, join_address
 from rft.distributed.timeline import timeline_file
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.modes.explore import ExplorerProgress
+from rft.modes.explore import read_progress
 from rft.modes.stage import StageResult
 from rft.modes.train import run_train, trainer_total_steps
 
@@ -174,7 +174,7 @@ class SharedQueue:
         """The stage body's experience buffer (a :data:`BufferOpener`)."""
         if self.side == "trainer":
             return SharedQueueReader(self, trainer_total_steps(plan.config))
-        progress = (ExplorerProgress.read(plan.job_dir)
+        progress = (read_progress(plan.job_dir)
                     if plan.config.continue_from_checkpoint else None)
         return SharedQueueWriter(self, progress.experiences_written if progress else 0)
 
