@@ -22,6 +22,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rft.checkpoint import CHECKSUMS_KEY, FILES_KEY
 from rft.errors import RftError
 
 RUN_STATE_VERSION = 2
@@ -33,7 +34,7 @@ READABLE_VERSIONS = (1, 2)
 EXPLORER_STATE_FILE = "explorer_state.json"
 """Mode ``explore``: the explorer's run state, in the job dir."""
 
-CHECKPOINT_KEYS = frozenset({"files", "checksums"})
+CHECKPOINT_KEYS = frozenset({FILES_KEY, CHECKSUMS_KEY})
 """What :func:`rft.checkpoint.save_checkpoint` adds to a checkpoint's ``state.json``
 beside the run state (its files' sizes and digests)."""
 
