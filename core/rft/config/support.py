@@ -115,7 +115,10 @@ BENCH = "rft.modes.bench"
 EXPLORE = "rft.modes.explore"
 TRAIN = "rft.modes.train"
 COLOCATE = "rft.modes.colocate"
-BOTH = "rft.distributed.both"
+BOTH = "rft.modes.both.coordinator"
+BOTH_ENTRY = "rft.modes.both"
+BOTH_CHECKPOINTS = "rft.modes.both.checkpoints"
+BOTH_ACTORS = "rft.distributed.both_actors"
 WORKERS = "rft.distributed.workers"
 CLUSTER = "rft.distributed.cluster"
 EXPLORE_ENGINES = "rft.distributed.explore_engines"
@@ -430,7 +433,7 @@ SUPPORT: dict[str, Support] = {
         "each attempt's timeout: ratio x mean seconds of the tasks that succeeded so far")),
     "DynamicTimeoutConfig.ratio": _c(VALIDATE, EXPLORER, note="capped by max_timeout"),
     # ---- explorer -----------------------------------------------------------------------
-    "ExplorerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
+    "ExplorerConfig.name": _c(BOTH_ACTORS, note="Ray actor name (mode both)"),
     "ExplorerConfig.runner_per_model": _c(EXPLORER),
     "ExplorerConfig.runner_num": _c(
         TRINITY_FORMS, note="deprecated in Trinity; ignored with a warning"),
@@ -457,7 +460,7 @@ SUPPORT: dict[str, Support] = {
     "SynchronizerConfig.sync_timeout": _c(BOTH, EXPLORE),
     "SynchronizerConfig.wait_for_checkpoint": _c(EXPLORE),
     # ---- trainer ------------------------------------------------------------------------
-    "TrainerConfig.name": _c(BOTH, note="Ray actor name (mode both)"),
+    "TrainerConfig.name": _c(BOTH_ACTORS, note="Ray actor name (mode both)"),
     "TrainerConfig.trainer_type": _c(VALIDATE, note=_RESOLVED),
     "TrainerConfig.trainer_strategy": _c(
         "rft.trainer.ranks", "rft_plugin_verl.config",
@@ -478,9 +481,9 @@ SUPPORT: dict[str, Support] = {
         "rft.trainer.ranks", note="sharded torch trainer: its ranks write a checkpoint all at "
         "once, rank after rank (single_process / single_thread) or node after node "
         "(single_node); one process is one writer"),
-    "TrainerConfig.save_hf_checkpoint": _c(COLOCATE, TRAIN, BOTH),
+    "TrainerConfig.save_hf_checkpoint": _c(COLOCATE, TRAIN, BOTH_CHECKPOINTS),
     "TrainerConfig.save_hf_merged": _c(TORCH_TRAINER, LORA_CHECK, note="with LoRA: hf/merged/"),
-    "TrainerConfig.max_checkpoints_to_keep": _c(BUILDERS, BOTH),
+    "TrainerConfig.max_checkpoints_to_keep": _c(BUILDERS, BOTH_ENTRY),
     "TrainerConfig.enable_preview": _c(
         TRAIN, COLOCATE, WORKERS, BOTH,
         note="table rollout_examples per train step (highest / lowest reward: prompt, "
@@ -575,7 +578,7 @@ SUPPORT: dict[str, Support] = {
     "RftConfig.mode": _c("rft.launcher", VALIDATE),
     "RftConfig.checkpoint_root_dir": _c(VALIDATE, BUILD_STAGES),
     "RftConfig.continue_from_checkpoint": _c(BUILDERS, EXPLORE),
-    "RftConfig.ray_namespace": _c(CLUSTER, BOTH, SHARED_QUEUE, note="unset: <project>/<name>"),
+    "RftConfig.ray_namespace": _c(CLUSTER, BOTH_ACTORS, SHARED_QUEUE, note="unset: <project>/<name>"),
     "RftConfig.ignore_validator_suggestions": _c(
         VALIDATE, note="skips the trainer-memory estimate per device and its suggestion "
         "warning (rft.config.memory_estimate)"),

@@ -50,7 +50,7 @@ from rft.errors import RftError
 from rft.experience import Experience
 from rft.modes.explore import read_progress
 from rft.modes.stage import StageResult
-from rft.modes.train import run_train, trainer_total_steps
+from rft.modes.train import trainer_total_steps
 
 log = logging.getLogger("rft.distributed.shared_queue")
 
@@ -306,15 +306,6 @@ def run_sharing_queue(stage: Stage, side: str,
         result = run(queue.open)
         queue.finish()
     return result
-
-
-def run_train_mode(stage: Stage) -> StageResult:
-    """Mode ``train``: :func:`rft.modes.train.run_train`, over the shared queue when the
-    stage reads a ``queue`` an explore process writes."""
-    if shares_queue(stage.config, stage.plan.train_only):
-        return run_sharing_queue(stage, "trainer",
-                                 lambda open_buffer: run_train(stage, open_buffer))
-    return run_train(stage)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.sft_data import DatasetStorage
@@ -56,36 +56,13 @@ from rft.modes.builders import (
     steps_over_tasks,
 )
 from rft.modes.run_state import RunState, check_resumable
+from rft.modes.runtime import Distributed, RolloutEngines
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
 from rft.synchronizer import MemorySynchronizer
 from rft.trainer.base import Trainer
 
 log = logging.getLogger("rft.modes.colocate")
-
-
-class RolloutEngines(Protocol):
-    """Where a colocated stage's rollout engine runs and how the trainer's weights reach it."""
-
-    @property
-    def engine(self) -> InferenceEngine:
-        """What the explorer calls (one engine, or several used as one)."""
-
-    def make_room(self) -> None:
-        """The stage's trainer is about to be built: engines built already release their
-        device memory (and take it back in :meth:`attach`)."""
-
-    def attach(self, trainer: Trainer) -> None:
-        """The stage's trainer is built (engines that live in its ranks start now)."""
-
-    def training(self) -> contextlib.AbstractContextManager[None]:
-        """Around a train step: the engines release their device memory (when they can)."""
-
-    def sync(self, version: int) -> dict[str, float]:
-        """The trainer's weights into the engine(s) as ``version``; returns metrics."""
-
-    def close(self) -> None:
-        """Stop what :meth:`attach` started."""
 
 
 class LocalEngine:
@@ -269,4 +246,16 @@ def run_colocate(stage: Stage,
                          stage, lifecycle, cleanup, engines() if engines else None))
 
 
-__all__ = ["ColocateStage", "LocalEngine", "RolloutEngines", "run_colocate"]
+def run_colocate_mode(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``colocate``: with ``trainer.ranks > 1`` and a stage that explores, an engine in
+    each trainer rank on the run's cluster (``runtime``: :meth:`Distributed.rank_engines`,
+    veRL's hybrid engine), else in one process (:func:`run_colocate`)."""
+    plan = stage.plan
+    if (plan.config.trainer.ranks or 1) <= 1 or plan.train_only:
+        return run_colocate(stage)
+    with runtime.cluster(stage):
+        return run_colocate(stage, engines=lambda: runtime.rank_engines(plan))
+
+
+__all__ = ["ColocateStage", "LocalEngine", "RolloutEngines", "run_colocate",
+           "run_colocate_mode"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
 
 from rft.buffer.factory import BufferOpener, open_experience_buffer
 from rft.buffer.storage import ExperienceStorage, explore_step_key
@@ -37,19 +36,16 @@ from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
 from rft.rollout.auxiliary import AuxiliaryEngineBuilder, one_engine
-from rft.engines.engine import InferenceEngine
 from rft.engines.engine_factory import build_engine, default_sampling
 from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import quiet_libraries, steps_over_tasks
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
 from rft.modes.run_state import EXPLORER_STATE_FILE, RunState, check_resumable
+from rft.modes.runtime import Distributed, EngineBuilder
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
 log = logging.getLogger("rft.modes.explore")
-
-EngineBuilder = Callable[[RftConfig, type[InferenceEngine]], InferenceEngine]
-"""Makes the rollout engine from the stage's config and the engine plugin's class."""
 
 STATE_FILE = EXPLORER_STATE_FILE
 """The explorer's progress (a :class:`~rft.modes.run_state.RunState`), in the job dir."""
@@ -182,6 +178,25 @@ def run_explore(stage: Stage, build: EngineBuilder = build_engine,
     return run_stage(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets),
                      open_body=lambda lifecycle, cleanup: ExploreStage(
                          stage, lifecycle, cleanup, build, open_buffer, auxiliary_build))
+
+
+def run_explore_mode(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``explore``: one engine in this process, or with ``engine_num > 1`` a pool of
+    engine actors on the run's cluster (``runtime``; the same for each auxiliary model with
+    ``engine_num > 1``); over a ``queue``, the queue shared with the train process."""
+    config = stage.config
+    pooled = config.explorer.rollout_model.engine_num > 1
+    auxiliary_pooled = any(aux.engine_num > 1 for aux in config.explorer.auxiliary_models)
+    build = runtime.engine_pool(config) if pooled else build_engine
+    auxiliary_build = runtime.auxiliary_pools(config) if auxiliary_pooled else one_engine
+    if runtime.shares_queue(config):
+        return runtime.run_sharing_queue(stage, "explorer", lambda open_buffer: run_explore(
+            stage, build, open_buffer, auxiliary_build))
+    if not pooled and not auxiliary_pooled:
+        return run_explore(stage)
+    with runtime.cluster(stage):
+        runtime.detect_resources(config)
+        return run_explore(stage, build, auxiliary_build=auxiliary_build)
 
 
 def _model_path(config: RftConfig, sync: CheckpointSynchronizer) -> str | None:

@@ -47,6 +47,7 @@ from rft.modes.builders import (
 )
 from rft.modes.colocate import run_colocate
 from rft.modes.run_state import RunState, check_resumable
+from rft.modes.runtime import Distributed
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
 
@@ -161,3 +162,12 @@ def run_trainer_alone(stage: Stage, open_buffer: BufferOpener | None = None) -> 
     return run_stage(stage, ("trainer",), has_eval=False,
                      open_body=lambda lifecycle, cleanup: TrainAloneStage(
                          stage, lifecycle, cleanup, open_buffer))
+
+
+def run_train_mode(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``train``: :func:`run_train`, over the queue an explore process writes when the
+    stage reads one (``runtime``: :meth:`Distributed.run_sharing_queue`)."""
+    if runtime.shares_queue(stage.config, stage.plan.train_only):
+        return runtime.run_sharing_queue(stage, "trainer",
+                                         lambda open_buffer: run_train(stage, open_buffer))
+    return run_train(stage)
