@@ -1,5 +1,6 @@
-"""``explore`` mode: the explorer alone, in this process (no Ray; with
-``explorer.rollout_model.engine_num > 1`` its engines are Ray actors, see
+"""``explore`` mode: the explorer alone, in this process (with
+``explorer.rollout_model.engine_num > 1`` its engines are actors on the run's cluster,
+made by the runtime :func:`run_explore_mode` is handed; on Ray:
 :mod:`rft.distributed.explore_engines`).
 
 One step::
@@ -167,10 +168,10 @@ def run_explore(stage: Stage, build: EngineBuilder = build_engine,
                 auxiliary_build: AuxiliaryEngineBuilder = one_engine) -> StageResult:
     """Run the explorer of one stage in this process (see the module docstring), its
     rollout engine made by ``build`` (default: one engine in this process;
-    :mod:`rft.distributed.explore_engines` passes a pool of engine actors for
+    :func:`run_explore_mode` passes the runtime's pool of engine actors for
     ``engine_num > 1``, and ``auxiliary_build`` for auxiliary models' ``engine_num > 1``),
     its experience buffer opened by ``open_buffer`` (default: the storage the config
-    selects; :mod:`rft.distributed.shared_queue` passes the shared queue's)."""
+    selects; the runtime's shared queue passes its own)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
     check_resumable(stage.plan.job_dir, stage.plan.config.continue_from_checkpoint,
