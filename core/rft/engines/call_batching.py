@@ -2,19 +2,21 @@
 :class:`CallBatcher` that merges the calls of the workflows (and endpoint requests)
 running at once into one engine call.
 
-Workflows run in threads by the runner (``concurrent_mode: multi-threading``) share their
-engine calls through a :class:`CallBatcher`: a call waits until every running workflow is
-either waiting on the model or done, then one engine call serves all of them (on CPU, one
-``generate`` of 4 prompts × 8 rows costs about as much as one of 1 prompt × 8 rows).
+The runner (:mod:`rft.rollout.runner`) makes one :class:`CallBatcher` per batch of tasks on
+its event loop and hands each workflow's :class:`~rft.rollout.model_wrapper.ModelWrapper`
+a :class:`CallSlot` (the batcher and the task's place in the batch). A call through a slot
+waits until every running workflow is either waiting on the model or done, then one engine
+call serves all of them (on CPU, one ``generate`` of 4 prompts × 8 rows costs about as much
+as one of 1 prompt × 8 rows).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -111,91 +113,115 @@ class _Call:
     items: list[Any]
     sampling: SamplingArgs
     n: int
-    order: tuple[int, int]
-    """(participant, sequence number): the position of its prompts in the merged call."""
+    participant: int
+    """The calling workflow's place in the batch (its task's order)."""
+    answer: concurrent.futures.Future[list[list[Completion]]] = field(
+        default_factory=concurrent.futures.Future)
+    """Set from the thread that makes the engine call; the caller blocks on it."""
+    order: tuple[int, int] = (0, 0)
+    """(participant, arrival number): the position of its prompts in the merged call."""
     created: float = field(default_factory=time.monotonic)
-    done: bool = False
-    result: list[list[Completion]] | None = None
-    error: BaseException | None = None
 
     def joins(self, other: _Call) -> bool:
         return (self.engine is other.engine and self.kind == other.kind
                 and self.n == other.n and self.sampling == other.sampling)
 
 
-class CallBatcher:
-    """Merges the engine calls of workflows running concurrently into one call.
+def direct_call(engine: InferenceEngine, kind: str, items: list[Any], sampling: SamplingArgs,
+                n: int) -> list[list[Completion]]:
+    """``engine.chat`` (``kind == "chat"``) or ``engine.generate``: one call, not merged."""
+    method = engine.chat if kind == "chat" else engine.generate
+    return method(items, sampling, n)
 
-    The runner creates one per batch of tasks: ``tasks`` tasks run on at most ``workers``
-    threads, so ``min(workers, unfinished tasks)`` workflows can be running. A call waits
-    until that many calls are waiting (every running workflow is blocked on the model),
-    or until the oldest has waited ``max_wait`` seconds (a workflow busy elsewhere), then
-    the waiting calls with equal engine, kind, ``n`` and sampling arguments become one
-    engine call, their prompts ordered by participant (task order), so that the merged
-    calls, hence the engine's seeds, do not depend on thread timing. Calls with an
-    explicit ``seed`` are not merged.
+
+class CallBatcher:
+    """Merges the engine calls of the workflows of one batch into as few engine calls as
+    their arguments allow; it lives on the runner's event loop.
+
+    The runner tells it how many workflows are running (:meth:`join` when a runner takes a
+    task, :meth:`leave` when it has none left), so at most ``min(runners, unfinished
+    tasks)``. A call (:meth:`call`, from a workflow's thread or an endpoint request's) waits
+    until that many calls are waiting (every running workflow is blocked on the model) or
+    until the oldest has waited ``max_wait`` seconds (a workflow busy elsewhere); then the
+    waiting calls with equal engine, kind, ``n`` and sampling arguments become one engine
+    call, run on a thread of the runner's executor, their prompts ordered by participant
+    (task order), so that the merged calls, hence the engine's seeds, do not depend on
+    thread timing. Calls with an explicit ``seed`` are not merged; nor are calls made on
+    the loop's own thread (an ``async`` workflow calling the model directly: waiting there
+    would stop the loop), nor calls after :meth:`close` (an abandoned attempt that goes on).
     """
 
-    _local = threading.local()
-
-    def __init__(self, tasks: int, workers: int, *, max_wait: float = 0.5) -> None:
-        self._cond = threading.Condition()
-        self._unfinished = tasks
-        self._workers = max(1, workers)
+    def __init__(self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor,
+                 *, max_wait: float = 0.5) -> None:
+        self._loop = loop
+        self._executor = executor
+        self._running = 0
         self._pending: list[_Call] = []
-        self._sequence = 0
+        self._arrivals = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
         self.max_wait = max_wait
 
-    @classmethod
-    def current(cls) -> tuple[CallBatcher, int] | None:
-        """The batcher and participant number of the calling thread, if any."""
-        return getattr(cls._local, "slot", None)
+    def slot(self, participant: int) -> CallSlot:
+        """The seat of the workflow of the batch's ``participant``-th task."""
+        return CallSlot(self, participant)
 
-    @contextmanager
-    def participant(self, order: int) -> Iterator[None]:
-        """Route the model calls of this thread (one workflow attempt) through the batcher."""
-        previous = getattr(self._local, "slot", None)
-        self._local.slot = (self, order)
-        try:
-            yield
-        finally:
-            self._local.slot = previous
+    def join(self) -> None:
+        """A runner took its first task (on the loop)."""
+        self._running += 1
 
-    def task_done(self) -> None:
-        """One task finished (after its retries): fewer workflows to wait for."""
-        with self._cond:
-            self._unfinished -= 1
-            self._cond.notify_all()
+    def leave(self) -> None:
+        """A runner has no task left (on the loop): fewer workflows to wait for."""
+        self._running -= 1
+        self._flush_if_ready()
+
+    def close(self) -> None:
+        """The batch ended (on the loop): what waits runs now, later calls go straight to
+        the engine."""
+        self._closed = True
+        self._running = 0
         self._flush_if_ready()
 
     def call(self, engine: InferenceEngine, kind: str, items: list[Any], sampling: SamplingArgs,
              n: int, participant: int) -> list[list[Completion]]:
-        with self._cond:
-            self._sequence += 1
-            request = _Call(engine, kind, items, sampling, n, (participant, self._sequence))
-            self._pending.append(request)
-            # no notify: only this caller's arrival changed readiness, and it flushes
-            # next (waking every waiter on every arrival cost O(workers²) thread switches)
-        while True:
-            self._flush_if_ready()
-            with self._cond:
-                if request.done:
-                    break
-                self._cond.wait(timeout=self.max_wait / 4)
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
+        """The completions of ``items``, merged with the other participants' calls when it
+        may be (see the class docstring); blocks the calling thread until they are ready."""
+        if sampling.seed is not None or self._closed or self._on_loop_thread():
+            return direct_call(engine, kind, items, sampling, n)
+        request = _Call(engine, kind, items, sampling, n, participant)
+        try:
+            self._loop.call_soon_threadsafe(self._arrive, request)
+        except RuntimeError:  # the loop is closed: the runner has ended
+            return direct_call(engine, kind, items, sampling, n)
+        return request.answer.result()
+
+    def _on_loop_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+    def _arrive(self, request: _Call) -> None:
+        if self._closed:
+            self._start([request])
+            return
+        self._arrivals += 1
+        request.order = (request.participant, self._arrivals)
+        self._pending.append(request)
+        self._flush_if_ready()
 
     def _flush_if_ready(self) -> None:
-        with self._cond:
-            if not self._pending:
-                return
-            running = min(self._workers, max(self._unfinished, 0))
-            waited = time.monotonic() - min(c.created for c in self._pending)
-            if len(self._pending) < running and waited < self.max_wait:
-                return
-            calls, self._pending = sorted(self._pending, key=lambda c: c.order), []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending:
+            return
+        oldest = min(c.created for c in self._pending)
+        waited = time.monotonic() - oldest
+        if len(self._pending) < self._running and waited < self.max_wait:
+            self._timer = self._loop.call_later(self.max_wait - waited, self._flush_if_ready)
+            return
+        calls, self._pending = sorted(self._pending, key=lambda c: c.order), []
         groups: list[list[_Call]] = []
         for c in calls:
             group = next((g for g in groups if g[0].joins(c)), None)
@@ -204,45 +230,67 @@ class CallBatcher:
             else:
                 group.append(c)
         for group in groups:
-            self._run(group)
+            self._start(group)
 
-    def _run(self, group: list[_Call]) -> None:
-        """One engine call for the group; if it raises, one call per request, so that a
-        bad prompt fails its own workflow only (a fatal error, such as an unreachable
-        server, goes to every request at once)."""
-        first = group[0]
-        method = first.engine.chat if first.kind == "chat" else first.engine.generate
+    def _start(self, group: list[_Call]) -> None:
+        """The group's engine call on a thread of the runner's executor (the engine blocks)."""
         try:
-            results = method([item for c in group for item in c.items], first.sampling, first.n)
-            start = 0
+            self._executor.submit(run_group, group)
+        except RuntimeError:  # the runner closed meanwhile
             for c in group:
-                c.result = results[start:start + len(c.items)]
-                start += len(c.items)
-        except Exception as exc:  # noqa: BLE001 - handed to the callers
-            for c in group:
-                if len(group) == 1 or getattr(exc, "fatal", False):
-                    c.error = exc  # a fatal error (server down) is every request's
-                    continue
-                try:
-                    c.result = method(c.items, c.sampling, c.n)
-                except Exception as single:  # noqa: BLE001
-                    c.error = single
-        finally:
-            with self._cond:
-                for c in group:
-                    if c.result is None and c.error is None:
-                        c.error = RftError("model call abandoned: the engine call serving it "
-                                           "was interrupted")
-                    c.done = True
-                self._cond.notify_all()
+                c.answer.set_exception(RftError("model call abandoned: the workflow runner "
+                                                "was closed"))
+
+
+def run_group(group: list[_Call]) -> None:
+    """One engine call for the group; if it raises, one call per request, so that a bad
+    prompt fails its own workflow only (a fatal error, such as an unreachable server, goes
+    to every request at once). Each request's answer is set, whatever happens."""
+    first = group[0]
+    try:
+        results = direct_call(first.engine, first.kind,
+                              [item for c in group for item in c.items], first.sampling, first.n)
+        start = 0
+        for c in group:
+            c.answer.set_result(results[start:start + len(c.items)])
+            start += len(c.items)
+    except Exception as exc:  # noqa: BLE001 - handed to the callers
+        for c in group:
+            if c.answer.done():
+                continue
+            if len(group) == 1 or getattr(exc, "fatal", False):
+                c.answer.set_exception(exc)  # a fatal error (server down) is every request's
+                continue
+            try:
+                c.answer.set_result(direct_call(c.engine, c.kind, c.items, c.sampling, c.n))
+            except Exception as single:  # noqa: BLE001
+                c.answer.set_exception(single)
+    finally:
+        for c in group:
+            if not c.answer.done():
+                c.answer.set_exception(RftError("model call abandoned: the engine call "
+                                                "serving it was interrupted"))
+
+
+@dataclass(frozen=True)
+class CallSlot:
+    """A workflow's seat at a :class:`CallBatcher`: what its
+    :class:`~rft.rollout.model_wrapper.ModelWrapper` (and its session on the OpenAI
+    endpoint) call the engine through."""
+
+    batcher: CallBatcher
+    participant: int
+    """The workflow's task's place in the batch (the order of its prompts in merged calls)."""
+
+    def call(self, engine: InferenceEngine, kind: str, items: list[Any],
+             sampling: SamplingArgs, n: int) -> list[list[Completion]]:
+        """:meth:`CallBatcher.call` as this participant."""
+        return self.batcher.call(engine, kind, items, sampling, n, self.participant)
 
 
 def engine_call(engine: InferenceEngine, kind: str, items: list[Any], sampling: SamplingArgs,
-                n: int) -> list[list[Completion]]:
-    """``engine.chat`` / ``engine.generate``, through the thread's batcher when it has one."""
-    slot = CallBatcher.current()
-    if slot is None or sampling.seed is not None:
-        method = engine.chat if kind == "chat" else engine.generate
-        return method(items, sampling, n)
-    batcher, participant = slot
-    return batcher.call(engine, kind, items, sampling, n, participant)
+                n: int, slot: CallSlot | None = None) -> list[list[Completion]]:
+    """``engine.chat`` / ``engine.generate``, through ``slot``'s batcher when there is one."""
+    if slot is None:
+        return direct_call(engine, kind, items, sampling, n)
+    return slot.call(engine, kind, items, sampling, n)
