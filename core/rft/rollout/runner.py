@@ -58,9 +58,9 @@ take ``ratio ×`` the mean seconds of the tasks that succeeded so far, at most
 
 The model calls of the workflows running at the same time are merged into one engine
 call (:class:`~rft.engines.call_batching.CallBatcher`), in task order, so a step makes
-as few engine calls as its workflows allow (not in ``asynchronous`` mode, unless the batch
-has an over-rollout cut: there as before the loop, calls are merged only for workflows run
-on threads).
+as few engine calls as its workflows allow. In ``asynchronous`` mode they are merged only
+in a batch with an over-rollout cut, and only for workflows run on threads (a coroutine
+workflow's direct call is made on the loop's thread, where waiting would stop the loop).
 """
 
 from __future__ import annotations
