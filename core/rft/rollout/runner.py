@@ -401,9 +401,9 @@ class _Batch:
         self.results: asyncio.Queue[TaskResult | BaseException | _RunnerEnded] = asyncio.Queue()
         self.tasks: list[asyncio.Task[None]] = []
         if unbounded:
-            for order, task in self.source:
-                self.pulled += 1
-                self.tasks.append(loop.create_task(self._runner(iter([(order, task)]))))
+            every = list(self.source)  # all taken before any runs (the source may raise)
+            self.pulled = len(every)
+            self.tasks = [loop.create_task(self._runner(iter([item]))) for item in every]
         else:
             self.tasks = [loop.create_task(self._runner(self.source))
                           for _ in range(min(runner.workers, len(first)))]
