@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -136,29 +137,36 @@ def direct_call(engine: InferenceEngine, kind: str, items: list[Any], sampling: 
 
 class CallBatcher:
     """Merges the engine calls of the workflows of one batch into as few engine calls as
-    their arguments allow; it lives on the runner's event loop.
+    their arguments allow.
 
-    The runner tells it how many workflows are running (:meth:`join` when a runner takes a
-    task, :meth:`leave` when it has none left), so at most ``min(runners, unfinished
-    tasks)``. A call (:meth:`call`, from a workflow's thread or an endpoint request's) waits
-    until that many calls are waiting (every running workflow is blocked on the model) or
-    until the oldest has waited ``max_wait`` seconds (a workflow busy elsewhere); then the
-    waiting calls with equal engine, kind, ``n`` and sampling arguments become one engine
-    call, run on a thread of the runner's executor, their prompts ordered by participant
+    The runner's event loop tells it how many workflows are running (:meth:`join` when a
+    runner takes a task, :meth:`leave` when it has none left), so at most ``min(runners,
+    unfinished tasks)``. A call (:meth:`call`, from a workflow's thread or an endpoint
+    request's) waits until that many calls are waiting (every running workflow is blocked
+    on the model) or until the oldest has waited ``max_wait`` seconds (a workflow busy
+    elsewhere; a timer on the loop); then the waiting calls with equal engine, kind, ``n``
+    and sampling arguments become one engine call, their prompts ordered by participant
     (task order), so that the merged calls, hence the engine's seeds, do not depend on
-    thread timing. Calls with an explicit ``seed`` are not merged; nor are calls made on
-    the loop's own thread (an ``async`` workflow calling the model directly: waiting there
-    would stop the loop), nor calls after :meth:`close` (an abandoned attempt that goes on).
+    thread timing. The call that completes the batch makes the engine call on its own
+    thread; one released by the loop (a runner left, the timer) is made on a thread of the
+    runner's executor. Calls with an explicit ``seed`` are not merged; nor are calls made
+    on the loop's own thread (an ``async`` workflow calling the model directly: waiting
+    there would stop the loop), nor calls after :meth:`close` (an abandoned attempt that
+    goes on).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor,
                  *, max_wait: float = 0.5) -> None:
         self._loop = loop
         self._executor = executor
+        self._lock = threading.Lock()
         self._running = 0
         self._pending: list[_Call] = []
+        self._oldest = 0.0
+        """When the oldest waiting call was made (``time.monotonic``)."""
         self._arrivals = 0
         self._timer: asyncio.TimerHandle | None = None
+        """On the loop: due when the oldest waiting call has waited ``max_wait``."""
         self._closed = False
         self.max_wait = max_wait
 
@@ -168,31 +176,56 @@ class CallBatcher:
 
     def join(self) -> None:
         """A runner took its first task (on the loop)."""
-        self._running += 1
+        with self._lock:
+            self._running += 1
 
     def leave(self) -> None:
         """A runner has no task left (on the loop): fewer workflows to wait for."""
-        self._running -= 1
-        self._flush_if_ready()
+        with self._lock:
+            self._running -= 1
+            groups = self._take_ready()
+        self._start(groups)
 
     def close(self) -> None:
         """The batch ended (on the loop): what waits runs now, later calls go straight to
         the engine."""
-        self._closed = True
-        self._running = 0
-        self._flush_if_ready()
+        with self._lock:
+            self._closed = True
+            self._running = 0
+            groups = self._take_ready()
+        self._start(groups)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def call(self, engine: InferenceEngine, kind: str, items: list[Any], sampling: SamplingArgs,
              n: int, participant: int) -> list[list[Completion]]:
         """The completions of ``items``, merged with the other participants' calls when it
         may be (see the class docstring); blocks the calling thread until they are ready."""
-        if sampling.seed is not None or self._closed or self._on_loop_thread():
+        if sampling.seed is not None or self._on_loop_thread():
             return direct_call(engine, kind, items, sampling, n)
         request = _Call(engine, kind, items, sampling, n, participant)
-        try:
-            self._loop.call_soon_threadsafe(self._arrive, request)
-        except RuntimeError:  # the loop is closed: the runner has ended
-            return direct_call(engine, kind, items, sampling, n)
+        with self._lock:
+            if self._closed:
+                groups, first = [[request]], False
+            else:
+                self._arrivals += 1
+                request.order = (participant, self._arrivals)
+                first = not self._pending
+                self._oldest = request.created if first else min(self._oldest,
+                                                                 request.created)
+                self._pending.append(request)
+                groups = self._take_ready()
+        for group in groups:  # this call completed them: the engine call is made here
+            run_group(group)
+        if first and not groups:
+            try:
+                self._loop.call_soon_threadsafe(self._arm_timer)
+            except RuntimeError:  # the loop is closed: the runner has ended
+                with self._lock:
+                    groups = self._take_ready(force=True)
+                for group in groups:
+                    run_group(group)
         return request.answer.result()
 
     def _on_loop_thread(self) -> bool:
@@ -201,26 +234,14 @@ class CallBatcher:
         except RuntimeError:
             return False
 
-    def _arrive(self, request: _Call) -> None:
-        if self._closed:
-            self._start([request])
-            return
-        self._arrivals += 1
-        request.order = (request.participant, self._arrivals)
-        self._pending.append(request)
-        self._flush_if_ready()
-
-    def _flush_if_ready(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _take_ready(self, *, force: bool = False) -> list[list[_Call]]:
+        """Under the lock: the waiting calls as groups for one engine call each, when they
+        may go (see the class docstring), else ``[]``."""
         if not self._pending:
-            return
-        oldest = min(c.created for c in self._pending)
-        waited = time.monotonic() - oldest
-        if len(self._pending) < self._running and waited < self.max_wait:
-            self._timer = self._loop.call_later(self.max_wait - waited, self._flush_if_ready)
-            return
+            return []
+        waited = time.monotonic() - self._oldest
+        if not force and len(self._pending) < self._running and waited < self.max_wait:
+            return []
         calls, self._pending = sorted(self._pending, key=lambda c: c.order), []
         groups: list[list[_Call]] = []
         for c in calls:
@@ -229,17 +250,35 @@ class CallBatcher:
                 groups.append([c])
             else:
                 group.append(c)
-        for group in groups:
-            self._start(group)
+        return groups
 
-    def _start(self, group: list[_Call]) -> None:
-        """The group's engine call on a thread of the runner's executor (the engine blocks)."""
-        try:
-            self._executor.submit(run_group, group)
-        except RuntimeError:  # the runner closed meanwhile
-            for c in group:
-                c.answer.set_exception(RftError("model call abandoned: the workflow runner "
-                                                "was closed"))
+    def _arm_timer(self) -> None:
+        """(On the loop.) Release the waiting calls once the oldest has waited
+        ``max_wait``."""
+        if self._timer is not None:
+            return
+        with self._lock:
+            due = self._oldest + self.max_wait - time.monotonic() if self._pending else None
+        if due is not None:
+            self._timer = self._loop.call_later(max(due, 0.0), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        with self._lock:
+            groups = self._take_ready()
+        self._start(groups)
+        self._arm_timer()  # calls of a later round may wait
+
+    def _start(self, groups: list[list[_Call]]) -> None:
+        """Each group's engine call on a thread of the runner's executor (the engine
+        blocks; released by the loop, no caller's thread is at hand)."""
+        for group in groups:
+            try:
+                self._executor.submit(run_group, group)
+            except RuntimeError:  # the runner closed meanwhile
+                for c in group:
+                    c.answer.set_exception(RftError("model call abandoned: the workflow "
+                                                    "runner was closed"))
 
 
 def run_group(group: list[_Call]) -> None:

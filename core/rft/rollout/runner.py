@@ -250,11 +250,11 @@ class WorkflowRunner:
             while not batch.finished():
                 if min_done is not None and done >= min_done and deadline is None:
                     deadline = loop.time() + wait_after_min
-                result = loop.run_until_complete(batch.next_result(deadline))
-                if result is None:  # the over-rollout cut, or the runner closed
+                results = loop.run_until_complete(batch.next_results(deadline))
+                if not results:  # the over-rollout cut, or the runner closed
                     break
-                done += 1
-                yield result
+                done += len(results)
+                yield from results
             yield from batch.left_over(min_done, closed=self._closed)
         finally:
             self._batch = None
@@ -438,24 +438,29 @@ class _Batch:
                 self.batcher.leave()
             self.results.put_nowait(_ENDED)
 
-    async def next_result(self, deadline: float | None) -> TaskResult | None:
-        """The next result; ``None`` once every runner ended, or when ``deadline`` (loop
+    async def next_results(self, deadline: float | None) -> list[TaskResult]:
+        """The results in so far, waiting for one if there is none (the loop is entered
+        once for all of them); ``[]`` once every runner ended, or when ``deadline`` (loop
         time) passes first."""
+        results: list[TaskResult] = []
         try:
             async with asyncio.timeout_at(deadline):
-                while True:
-                    item = await self.results.get()
-                    if item is not _ENDED:
-                        break
-                    self.live -= 1
-                    if self.live == 0:
-                        return None
+                while not results and self.live:
+                    self._take(await self.results.get(), results)
+                    while not self.results.empty():
+                        self._take(self.results.get_nowait(), results)
         except TimeoutError:
-            return None
-        if isinstance(item, BaseException):
+            pass
+        return results
+
+    def _take(self, item: TaskResult | BaseException | _RunnerEnded,
+              into: list[TaskResult]) -> None:
+        if isinstance(item, _RunnerEnded):
+            self.live -= 1
+        elif isinstance(item, BaseException):
             raise item
-        assert isinstance(item, TaskResult)
-        return item
+        else:
+            into.append(item)
 
     def left_over(self, min_done: int | None, *, closed: bool) -> Iterator[TaskResult]:
         """After the driver stopped taking results (an over-rollout cut after ``min_done``
