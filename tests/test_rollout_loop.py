@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rft.engines.call_batching import CallSlot
-from rft.engines.engine import SamplingArgs
+from rft.engines.engine import Completion, SamplingArgs
 from rft.engines.hf_engine import HFEngine
 from rft.experience import Experience
 from rft.rollout.model_wrapper import ModelWrapper
@@ -110,3 +110,45 @@ def test_direct_and_endpoint_calls_of_a_batch_meet_in_one_engine_call(engine, mo
         root.close()
     assert [r.error for r in results] == [None, None, None]
     assert calls == [("chat", 3)]  # one engine call served the three workflows
+
+
+class CountingEngine:
+    """Answers ``generate`` at once (3 response tokens), recording each call's prompts."""
+
+    model_version = 0
+
+    def __init__(self) -> None:
+        self.prompts_per_call: list[list[list[int]]] = []
+
+    def generate(self, items, sampling, n):  # type: ignore[no-untyped-def]
+        self.prompts_per_call.append([list(p) for p in items])
+        return [[Completion(list(p), [5, 6, 7], None, "abc", "stop") for _ in range(n)]
+                for p in items]
+
+
+class AsksAtOnce(Workflow):
+    """Calls the model first thing (its thread may call before the loop has started the
+    other runners)."""
+
+    def run(self) -> list[Experience]:
+        exps = self.model.generate_from_ids([100 + self.task.index], n=2)
+        for exp in exps:
+            exp.reward = 1.0
+        return exps
+
+
+@pytest.mark.parametrize("mode, workers", [("multi-threading", 1), ("sequential", 4)])
+def test_first_calls_of_a_batch_are_merged_in_task_order(mode, workers):
+    """Every runner counts from the batch's start: the first workflow's call waits for the
+    others' instead of going alone (``explorer.engine_num: 2`` splits a merged call over
+    the replicas), and the merged prompts are in task order, whatever thread came first."""
+    for _ in range(5):
+        engine = CountingEngine()
+        root = ModelWrapper(engine, SamplingArgs(), name="counting")  # type: ignore[arg-type]
+        runner = WorkflowRunner(lambda t, slot: AsksAtOnce(t, root.for_workflow(calls=slot)),
+                                max_timeout=30, max_retry_times=0, concurrent_mode=mode,
+                                workers=workers)
+        results = runner.run_tasks([sleepy_task(i, 0.0) for i in range(4)])
+        runner.close()
+        assert all(r.ok for r in results)
+        assert engine.prompts_per_call == [[[100], [101], [102], [103]]]

@@ -2,8 +2,8 @@
 :class:`CallBatcher` that merges the calls of the workflows (and endpoint requests)
 running at once into one engine call.
 
-The runner (:mod:`rft.rollout.runner`) makes one :class:`CallBatcher` per batch of tasks on
-its event loop and hands each workflow's :class:`~rft.rollout.model_wrapper.ModelWrapper`
+The runner (:mod:`rft.rollout.runner`) makes one :class:`CallBatcher` per batch of tasks
+(its event loop counts the running workflows) and hands each workflow's :class:`~rft.rollout.model_wrapper.ModelWrapper`
 a :class:`CallSlot` (the batcher and the task's place in the batch). A call through a slot
 waits until every running workflow is either waiting on the model or done, then one engine
 call serves all of them (on CPU, one ``generate`` of 4 prompts × 8 rows costs about as much
@@ -139,9 +139,9 @@ class CallBatcher:
     """Merges the engine calls of the workflows of one batch into as few engine calls as
     their arguments allow.
 
-    The runner's event loop tells it how many workflows are running (:meth:`join` when a
-    runner takes a task, :meth:`leave` when it has none left), so at most ``min(runners,
-    unfinished tasks)``. A call (:meth:`call`, from a workflow's thread or an endpoint
+    It is told how many workflows run (``running``: the batch's runners, ``min(runners,
+    tasks)``; the runner's event loop calls :meth:`leave` when a runner has no task left),
+    so at most ``min(runners, unfinished tasks)``. A call (:meth:`call`, from a workflow's thread or an endpoint
     request's) waits until that many calls are waiting (every running workflow is blocked
     on the model) or until the oldest has waited ``max_wait`` seconds (a workflow busy
     elsewhere; a timer on the loop); then the waiting calls with equal engine, kind, ``n``
@@ -156,11 +156,11 @@ class CallBatcher:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor,
-                 *, max_wait: float = 0.5) -> None:
+                 *, running: int, max_wait: float = 0.5) -> None:
         self._loop = loop
         self._executor = executor
         self._lock = threading.Lock()
-        self._running = 0
+        self._running = running
         self._pending: list[_Call] = []
         self._oldest = 0.0
         """When the oldest waiting call was made (``time.monotonic``)."""
@@ -173,11 +173,6 @@ class CallBatcher:
     def slot(self, participant: int) -> CallSlot:
         """The seat of the workflow of the batch's ``participant``-th task."""
         return CallSlot(self, participant)
-
-    def join(self) -> None:
-        """A runner took its first task (on the loop)."""
-        with self._lock:
-            self._running += 1
 
     def leave(self) -> None:
         """A runner has no task left (on the loop): fewer workflows to wait for."""

@@ -16,8 +16,9 @@ under ``asyncio.timeout``; a coroutine workflow is awaited on the loop, a synchr
 runs on a daemon thread through ``loop.run_in_executor``
 (:class:`~rft.rollout.daemon_threads.DaemonThreads`: ``asyncio.to_thread``'s threads would
 keep a process with a hung workflow from exiting). The model calls of the workflows of
-a batch meet in a :class:`~rft.engines.call_batching.CallBatcher` on the same loop, handed
-to each workflow's model explicitly (a :class:`~rft.engines.call_batching.CallSlot`).
+a batch meet in the batch's :class:`~rft.engines.call_batching.CallBatcher` (the loop counts
+its running workflows and times its waits), handed to each workflow's model explicitly (a
+:class:`~rft.engines.call_batching.CallSlot`).
 
 **What can hang runs where it can be abandoned.** Every synchronous attempt of a workflow
 (its model calls, its reward) runs on a daemon thread (threads are reused by later
@@ -391,22 +392,25 @@ class _Batch:
         source = iter(enumerate(tasks))
         first = list(itertools.islice(source, max(2, runner.workers)))  # runners to start
         self.source: Iterator[tuple[int, Task]] = itertools.chain(first, source)
-        batched = (len(first) > 1 and (unbounded or runner.workers > 1)
-                   and (cut or mode != "asynchronous"))
-        self.batcher = CallBatcher(loop, runner._threads) if batched else None
         self.pulled = 0
         """Tasks taken from the source so far."""
         self.running: dict[int, Task] = {}
         """Tasks started and not ended, by order."""
         self.results: asyncio.Queue[TaskResult | BaseException | _RunnerEnded] = asyncio.Queue()
-        self.tasks: list[asyncio.Task[None]] = []
+        sources: list[Iterator[tuple[int, Task]]]
         if unbounded:
             every = list(self.source)  # all taken before any runs (the source may raise)
             self.pulled = len(every)
-            self.tasks = [loop.create_task(self._runner(iter([item]))) for item in every]
+            sources = [iter([item]) for item in every]
         else:
-            self.tasks = [loop.create_task(self._runner(self.source))
-                          for _ in range(min(runner.workers, len(first)))]
+            sources = [self.source] * min(runner.workers, len(first))
+        batched = (len(first) > 1 and (unbounded or runner.workers > 1)
+                   and (cut or mode != "asynchronous"))
+        # every runner counts from the start: a workflow's thread may call the model
+        # before the loop has run the other runners' first steps
+        self.batcher = (CallBatcher(loop, runner._threads, running=len(sources)) if batched
+                        else None)
+        self.tasks = [loop.create_task(self._runner(source)) for source in sources]
         self.live = len(self.tasks)
         """Runner coroutines whose end mark the driver has not taken yet."""
 
@@ -415,14 +419,10 @@ class _Batch:
         return self.live == 0
 
     async def _runner(self, source: Iterator[tuple[int, Task]]) -> None:
-        joined = False
         try:
             for order, task in source:
                 if source is self.source:
                     self.pulled += 1
-                if self.batcher is not None and not joined:
-                    self.batcher.join()
-                    joined = True
                 self.running[order] = task
                 slot = self.batcher.slot(order) if self.batcher is not None else None
                 result = await self.runner.run_one(task, slot)
@@ -434,7 +434,7 @@ class _Batch:
         except BaseException as exc:  # noqa: BLE001 - the task source failed: the driver raises
             self.results.put_nowait(exc)
         finally:
-            if joined and self.batcher is not None:
+            if self.batcher is not None:
                 self.batcher.leave()
             self.results.put_nowait(_ENDED)
 
