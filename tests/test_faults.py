@@ -520,7 +520,7 @@ def test_hung_tasks_hold_no_slot_and_are_counted():
             release.wait(60)
             return []
 
-    runner = WorkflowRunner(lambda t: Hang(t, None) if t.index in (0, 4) else Quick(t, None),
+    runner = WorkflowRunner(lambda t, calls: Hang(t, None) if t.index in (0, 4) else Quick(t, None),
                             max_timeout=0.5, max_retry_times=2, workers=2)
     started = time.monotonic()
     results = runner.run_tasks([runner_task(i) for i in range(8)])
@@ -557,7 +557,7 @@ def test_deterministic_failures_are_not_retried():
                 return "nope"
             raise ConnectionError("reset by peer")
 
-    runner = WorkflowRunner(lambda t: Failing(t, None), max_timeout=5, max_retry_times=3)
+    runner = WorkflowRunner(lambda t, calls: Failing(t, None), max_timeout=5, max_retry_times=3)
     for kind, attempts in (("rft", 1), ("marked", 1), ("wrong-type", 1), ("transient", 4)):
         task = Task(raw={"kind": kind}, index=0, taskset="t", prompt="p", repeat_times=1)
         result = runner.run_task(task)
@@ -993,7 +993,7 @@ def test_over_rollout_goes_on_without_the_stragglers(mode):
     theirs is handed over later."""
     sleeps = [0.0, 5.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0]
     handed: list[int] = []
-    runner = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=30, max_retry_times=0,
+    runner = WorkflowRunner(lambda t, calls: Sleepy(t, None), max_timeout=30, max_retry_times=0,
                             concurrent_mode=mode, workers=4)
     started = time.monotonic()
     results = runner.run_tasks([sleepy_task(i, s) for i, s in enumerate(sleeps)],
@@ -1010,7 +1010,7 @@ def test_over_rollout_goes_on_without_the_stragglers(mode):
 def test_over_rollout_keeps_stragglers_that_end_within_wait_after_min():
     """A straggler of 0.3 s ends within wait_after_min (2 s): nothing is cut, and the batch
     does not wait the full 2 s once every task ended."""
-    runner = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=30, max_retry_times=0,
+    runner = WorkflowRunner(lambda t, calls: Sleepy(t, None), max_timeout=30, max_retry_times=0,
                             concurrent_mode="multi-threading", workers=4)
     started = time.monotonic()
     results = runner.run_tasks([sleepy_task(i, 0.3 if i == 0 else 0.0) for i in range(4)],
@@ -1024,7 +1024,7 @@ def test_dynamic_timeout_is_ratio_times_the_mean_of_successful_tasks():
     """Tasks of 0.1 s succeed; with ratio 3 the next timeout is about 0.3 s (max_timeout 30),
     so a 5 s task is abandoned after ~0.3 s, named in its error; without the dynamic timeout
     the first timeout is max_timeout."""
-    runner = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=30, max_retry_times=0,
+    runner = WorkflowRunner(lambda t, calls: Sleepy(t, None), max_timeout=30, max_retry_times=0,
                             dynamic_timeout_ratio=3.0)
     assert runner.task_timeout() == 30.0  # no success yet
     first = runner.run_tasks([sleepy_task(i, 0.1) for i in range(2)])
@@ -1035,7 +1035,7 @@ def test_dynamic_timeout_is_ratio_times_the_mean_of_successful_tasks():
     assert time.monotonic() - started < 1.5
     assert slow.timed_out and not slow.ok
     assert "explorer.dynamic_timeout" in (slow.error or "")
-    capped = WorkflowRunner(lambda t: Sleepy(t, None), max_timeout=1, max_retry_times=0,
+    capped = WorkflowRunner(lambda t, calls: Sleepy(t, None), max_timeout=1, max_retry_times=0,
                             dynamic_timeout_ratio=100.0)
     capped.run_tasks([sleepy_task(0, 0.05)])
     assert capped.task_timeout() == 1.0  # bounded by max_timeout
@@ -1057,7 +1057,7 @@ def test_over_rollout_cuts_coroutine_workflows_in_asynchronous_mode():
             self.score(exp, "1")
             return [exp]
 
-    runner = WorkflowRunner(lambda t: AsyncSleepy(t, None), max_timeout=30, max_retry_times=0,
+    runner = WorkflowRunner(lambda t, calls: AsyncSleepy(t, None), max_timeout=30, max_retry_times=0,
                             concurrent_mode="asynchronous", workers=4)
     started = time.monotonic()
     results = runner.run_tasks([sleepy_task(i, 5.0 if i == 3 else 0.0) for i in range(4)],

@@ -42,7 +42,7 @@ def runner(factory, **kwargs) -> WorkflowRunner:
 def test_success_and_order_in_every_mode():
     tasks = [task(i) for i in range(5)]
     for mode in ("sequential", "multi-threading", "asynchronous"):
-        results = runner(lambda t: Echo(t, model=None), concurrent_mode=mode,
+        results = runner(lambda t, calls: Echo(t, model=None), concurrent_mode=mode,
                          workers=3).run_tasks(tasks)
         assert [r.task.index for r in results] == [0, 1, 2, 3, 4]
         assert all(r.ok and len(r.experiences) == 2 and r.attempts == 1 for r in results)
@@ -58,7 +58,7 @@ def test_idle_workflow_threads_hold_no_result_and_close_ends_them(mode):
     import weakref
 
     before = set(threading.enumerate())
-    workflow_runner = runner(lambda t: Echo(t, model=None), concurrent_mode=mode, workers=3)
+    workflow_runner = runner(lambda t, calls: Echo(t, model=None), concurrent_mode=mode, workers=3)
     results = workflow_runner.run_tasks([task(i) for i in range(4)])
     tokens = [weakref.ref(exp.tokens) for r in results for exp in r.experiences]
     assert len(tokens) == 8
@@ -82,7 +82,7 @@ def test_raising_workflow_is_retried_then_recorded_as_failed():
             calls.append(self.task.index)
             raise ValueError("bad row")
 
-    result = runner(lambda t: Flaky(t, None), max_retry_times=2).run_task(task())
+    result = runner(lambda t, calls: Flaky(t, None), max_retry_times=2).run_task(task())
     assert not result.ok and result.attempts == 3 and len(calls) == 3
     assert result.error.startswith("ValueError: bad row (at test_runner_and_tasksets.py:")
 
@@ -97,7 +97,7 @@ def test_retry_can_succeed():
                 raise RuntimeError("transient")
             return super().run()
 
-    result = runner(lambda t: SecondTime(t, None)).run_task(task())
+    result = runner(lambda t, calls: SecondTime(t, None)).run_task(task())
     assert result.ok and result.attempts == 2
 
 
@@ -109,7 +109,7 @@ def test_hanging_workflow_times_out_and_the_run_goes_on():
             release.wait(10)
             return []
 
-    hanging = runner(lambda t: Hang(t, None) if t.index == 0 else Echo(t, None),
+    hanging = runner(lambda t, calls: Hang(t, None) if t.index == 0 else Echo(t, None),
                      max_timeout=0.2)
     started = time.monotonic()
     results = hanging.run_tasks([task(0), task(1)])
@@ -128,7 +128,7 @@ def test_bad_reward_values_fail_the_task_with_a_clear_error(value, message):
     def bad_reward(response, truth):
         return {"accuracy": value}
 
-    result = runner(lambda t: Echo(t, None)).run_task(task(reward_fn=bad_reward))
+    result = runner(lambda t, calls: Echo(t, None)).run_task(task(reward_fn=bad_reward))
     assert not result.ok
     assert result.error.startswith(f"RewardError: bad_reward {message}")
     with pytest.raises(RewardError):
@@ -140,7 +140,7 @@ def test_workflow_returning_wrong_type_fails():
         def run(self):
             return "nope"
 
-    result = runner(lambda t: Wrong(t, None), max_retry_times=0).run_task(task())
+    result = runner(lambda t, calls: Wrong(t, None), max_retry_times=0).run_task(task())
     assert result.error.startswith("TypeError: workflow run() must return a list of Experience")
 
 

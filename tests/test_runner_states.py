@@ -45,7 +45,7 @@ def _wait_for(caplog, text: str, seconds: float = 5.0) -> str:
 def test_states_are_logged_every_interval(caplog):
     caplog.set_level(logging.INFO, logger="test.runner_states")
     GATE.clear()
-    runner = WorkflowRunner(lambda t: Gated(t, model=None), max_timeout=10.0,
+    runner = WorkflowRunner(lambda t, calls: Gated(t, model=None), max_timeout=10.0,
                             max_retry_times=0, concurrent_mode="sequential", workers=4)
     reporter = start_reporter(runner.states, 0.05, logging.getLogger("test.runner_states"))
     assert reporter is not None
@@ -68,5 +68,5 @@ def test_states_are_logged_every_interval(caplog):
 
 
 def test_interval_zero_is_off():
-    runner = WorkflowRunner(lambda t: Gated(t, model=None), max_timeout=1.0, max_retry_times=0)
+    runner = WorkflowRunner(lambda t, calls: Gated(t, model=None), max_timeout=1.0, max_retry_times=0)
     assert start_reporter(runner.states, 0, logging.getLogger("test.runner_states")) is None

@@ -60,7 +60,9 @@ class RayBothActors:
         import ray
 
         groups = options.pop("concurrency_groups", None)  # a class option, not a call option
-        remote_cls = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
+        # concurrency_groups: a documented class option that Ray's overloads of remote() omit
+        class_options: dict[str, Any] = {"concurrency_groups": groups}
+        remote_cls: Any = ray.remote(**class_options)(cls) if groups else ray.remote(cls)
         try:
             actor = remote_cls.options(name=name, num_cpus=0, **options).remote(*args)
         except ValueError as exc:  # a live actor of that name in this namespace

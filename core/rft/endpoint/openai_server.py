@@ -26,8 +26,8 @@ Agent workflows written against the OpenAI API talk to the rollout model through
 Each workflow's view of the model (:meth:`ModelWrapper.for_workflow
 <rft.rollout.model_wrapper.ModelWrapper.for_workflow>`) has its own *session*: its client
 uses ``/sessions/<id>/v1``, so the calls it makes are recorded in its own history, and they
-join the concurrent workflows' engine calls like its direct calls do
-(:class:`~rft.rollout.model_wrapper.CallBatcher`). Plain ``/v1`` is the model itself.
+join the concurrent workflows' engine calls like its direct calls do (through the view's
+:class:`~rft.engines.call_batching.CallSlot`). Plain ``/v1`` is the model itself.
 
 Replies become messages through the model's :class:`~rft.engines.reply_parsing.ReplyParser`
 (``tool_call_parser``, ``reasoning_parser``): ``message.tool_calls`` and
@@ -83,7 +83,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rft.errors import RftError
-from rft.engines.call_batching import CallBatcher, ChatResults, sampling_args
+from rft.engines.call_batching import sampling_args
 from rft.engines.engine import Completion
 from rft.endpoint.openai_protocol import (
     BadRequest,
@@ -111,7 +111,7 @@ BACKLOG = 2048
 
 ENGINE_THREADS = 256
 """Most engine calls the endpoint runs at once (each in a thread; the engine serialises
-its own work, the :class:`CallBatcher` merges the calls of concurrent workflows)."""
+its own work, the runner's call batcher merges the calls of concurrent workflows)."""
 
 READ_TIMEOUT_S = 60.0
 """Default seconds a client has to send a request's headers, and then its body."""
@@ -180,9 +180,8 @@ class EndpointSettings:
 @dataclass
 class _Session:
     view: weakref.ref
-    """The workflow's :class:`ModelWrapper` view (sessions end with their workflow)."""
-    slot: tuple[CallBatcher, int] | None
-    """The workflow thread's :class:`CallBatcher` participation, if any."""
+    """The workflow's :class:`ModelWrapper` view (sessions end with their workflow); its
+    engine calls go through the view's call slot, as the workflow's direct calls do."""
 
 
 class _Disconnected(Exception):
@@ -348,7 +347,7 @@ class OpenAIServer:
     # ---- sessions -----------------------------------------------------------------------
 
     def open_session(self, view: ModelWrapper) -> str:
-        """Register a workflow's view; its calls take part in the calling thread's batcher."""
+        """Register a workflow's view (its requests call the engine as the view does)."""
         session_id = uuid.uuid4().hex[:16]
 
         def forget(_: weakref.ref, key: str = session_id) -> None:
@@ -356,8 +355,7 @@ class OpenAIServer:
                 self._sessions.pop(key, None)
 
         with self._lock:
-            self._sessions[session_id] = _Session(weakref.ref(view, forget),
-                                                  CallBatcher.current())
+            self._sessions[session_id] = _Session(weakref.ref(view, forget))
         return session_id
 
     def session_count(self) -> int:
@@ -365,10 +363,10 @@ class OpenAIServer:
         with self._lock:
             return len(self._sessions)
 
-    def _resolve(self, path: str) -> tuple[ModelWrapper, tuple[CallBatcher, int] | None, str]:
-        """The view a path addresses, its batcher slot, and the API path (``/v1/…``)."""
+    def _resolve(self, path: str) -> tuple[ModelWrapper, str]:
+        """The view a path addresses and the API path (``/v1/…``)."""
         if not path.startswith("/sessions/"):
-            return self.model, None, path
+            return self.model, path
         _, _, session_id, *rest = path.split("/", 3)
         with self._lock:
             session = self._sessions.get(session_id)
@@ -376,7 +374,7 @@ class OpenAIServer:
         if session is None or view is None:
             raise BadRequest(f"session {session_id!r} is unknown or closed (its workflow has "
                              "finished)", status=HTTPStatus.NOT_FOUND)
-        return view, session.slot, "/" + (rest[0] if rest else "")
+        return view, "/" + (rest[0] if rest else "")
 
     # ---- requests -----------------------------------------------------------------------
 
@@ -385,13 +383,13 @@ class OpenAIServer:
         """Answer one request: ``(HTTP status, JSON object)``, or the chunks of a stream
         (a list, sent as server-sent events). Blocks while the engine works."""
         try:
-            view, slot, api_path = self._resolve(urlsplit(path).path)
+            view, api_path = self._resolve(urlsplit(path).path)
             if api_path == "/health" and method == "GET":
                 return HTTPStatus.OK, {"status": "ok"}
             if api_path == "/v1/models" and method == "GET":
                 return HTTPStatus.OK, self._models(view)
             if api_path == _CHAT and method == "POST":
-                return HTTPStatus.OK, self._chat(view, slot, body or b"")
+                return HTTPStatus.OK, self._chat(view, body or b"")
             if api_path in _ROUTES:
                 raise BadRequest(f"method {method} is not allowed on {api_path}",
                                  status=HTTPStatus.METHOD_NOT_ALLOWED)
@@ -411,8 +409,7 @@ class OpenAIServer:
         return {"object": "list", "data": [{"id": view.name, "object": "model",
                                             "created": 0, "owned_by": "rft"}]}
 
-    def _chat(self, view: ModelWrapper, slot: tuple[CallBatcher, int] | None,
-              raw: bytes) -> dict[str, Any] | list[dict[str, Any]]:
+    def _chat(self, view: ModelWrapper, raw: bytes) -> dict[str, Any] | list[dict[str, Any]]:
         """A ``chat.completion``, or its chunks when the request streams."""
         try:
             body = json.loads(raw.decode("utf-8"))
@@ -433,11 +430,8 @@ class OpenAIServer:
             return self.reply_parser.parse(completion.text, call_tools=request.call_tools,
                                            parallel=request.parallel_tool_calls)
 
-        def call() -> ChatResults:
-            return view.chat_completions([request.messages], request.n, sampling,
-                                         tools=request.tools, parse=parse)
-
-        results = _in_slot(slot, call)
+        results = view.chat_completions([request.messages], request.n, sampling,
+                                        tools=request.tools, parse=parse)
         completions = results.completions[0]
         truncated = next((c for c in completions if c.prompt_truncated), None)
         if truncated is not None:  # a continuation longer than its canonical rendering
@@ -756,16 +750,6 @@ def _prompt_too_long(tokens: int | None, view: ModelWrapper) -> BadRequest:
                       f"limit of {limit} (max_prompt_tokens={engine.max_prompt_tokens}, "
                       f"max_model_len={engine.effective_max_model_len()}); the OpenAI API "
                       "does not truncate prompts", "messages")
-
-
-def _in_slot(slot: tuple[CallBatcher, int] | None, call: Callable[[], ChatResults]
-             ) -> ChatResults:
-    """Run ``call`` as the workflow's participant of its batcher (when it has one)."""
-    if slot is None:
-        return call()
-    batcher, order = slot
-    with batcher.participant(order):
-        return call()
 
 
 __all__ = ["BACKLOG", "KEEP_ALIVE_S", "PROMPT_BYTES_OVERHEAD", "PROMPT_BYTES_PER_TOKEN",

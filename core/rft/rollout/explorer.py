@@ -25,15 +25,12 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
 from rft.buffer.storage import SQLITE_URL_PREFIX, ExperienceStorage, open_storage
-from rft.buffer.taskset import TaskPlugins, load_tasks
-from rft.config.plan import RunPlan, TasksetPlan
-from rft.config.schema import TasksetConfig
+from rft.config.plan import RunPlan
 from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.rollout.auxiliary import (
@@ -47,7 +44,8 @@ from rft.endpoint.openai_server import EndpointSettings
 from rft.engines.reply_parsing import reply_parser_of
 from rft.rollout.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.rollout.runner_states import start_reporter
-from rft.workflow import Task, Workflow
+from rft.rollout.workflows import Taskset, WorkflowMaker, open_taskset
+from rft.workflow import Task
 
 log = logging.getLogger("rft.explorer")
 
@@ -64,27 +62,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-@dataclass
-class Taskset:
-    """A loaded taskset with its plugins."""
-
-    config: TasksetConfig
-    key: str
-    tasks: list[Task]
-    workflow_cls: type[Workflow]
-
-
-def open_taskset(plan: TasksetPlan) -> Taskset:
-    """Read a taskset and attach the workflow / reward resolved by validation."""
-    workflow, reward = plan.workflow, plan.reward
-    plugins = TaskPlugins(workflow.implementation, workflow.args,
-                          reward.implementation if reward else None,
-                          reward.args if reward else None,
-                          row_workflows=plan.row_workflows, row_rewards=plan.row_rewards)
-    tasks = load_tasks(plan.config, plugins, is_eval=plan.is_eval)
-    return Taskset(plan.config, plan.key, tasks, workflow.implementation)
 
 
 class EvalRecord(Protocol):
@@ -126,8 +103,8 @@ class Explorer:
         self.model = model
         self.storage = storage
         e = config.explorer
-        self.train_sets = [open_taskset(t) for t in plan.tasksets]
-        self.eval_sets = [open_taskset(t) for t in plan.eval_tasksets]
+        self.train_sets: list[Taskset] = [open_taskset(t) for t in plan.tasksets]
+        self.eval_sets: list[Taskset] = [open_taskset(t) for t in plan.eval_tasksets]
         self.selectors: list[TaskSelector] = []
         for taskset, taskset_plan in zip(self.train_sets, plan.tasksets, strict=True):
             selected = taskset_plan.selector
@@ -135,14 +112,6 @@ class Explorer:
                 dataset_size=len(taskset.tasks), seed=taskset.config.task_selector.seed,
                 args=selected.args, rows=[t.raw for t in taskset.tasks],
                 feature_keys=taskset.config.task_selector.feature_keys))
-        self.runner = WorkflowRunner(self._make_workflow, max_timeout=e.max_timeout,
-                                     max_retry_times=e.max_retry_times,
-                                     concurrent_mode=e.concurrent_mode,
-                                     workers=e.runner_per_model,
-                                     dynamic_timeout_ratio=(e.dynamic_timeout.ratio
-                                                            if e.dynamic_timeout.enable else None))
-        self.state_reporter = start_reporter(self.runner.states,
-                                             e.runner_state_report_interval, log)
         self.over_rollout = e.over_rollout
         self.max_repeat_times_per_runner = e.max_repeat_times_per_runner
         self.operators: list[tuple[str, ExperienceOperator]] = []
@@ -153,7 +122,6 @@ class Explorer:
         self.algorithm_type = config.algorithm.algorithm_type
         self.greedy_baseline = plan.preset.reward_baseline == "greedy"
         rm = e.rollout_model
-        self.enable_history = rm.enable_history
         self._owns_server = rm.enable_openai_api and model.server is None
         if self._owns_server:
             model.serve_openai_api(rm.openai_api_host, rm.openai_api_port,
@@ -167,20 +135,21 @@ class Explorer:
         except BaseException:
             self._stop_server()
             raise
+        self.workflows = WorkflowMaker(self.train_sets, self.eval_sets, model,
+                                       enable_history=rm.enable_history,
+                                       auxiliary_models=self.auxiliary_models)
+        self.runner = WorkflowRunner(self.workflows, max_timeout=e.max_timeout,
+                                     max_retry_times=e.max_retry_times,
+                                     concurrent_mode=e.concurrent_mode,
+                                     workers=e.runner_per_model,
+                                     dynamic_timeout_ratio=(e.dynamic_timeout.ratio
+                                                            if e.dynamic_timeout.enable else None))
+        self.state_reporter = start_reporter(self.runner.states,
+                                             e.runner_state_report_interval, log)
 
     @property
     def train_size(self) -> int:
         return sum(len(t.tasks) for t in self.train_sets)
-
-    def _make_workflow(self, task: Task) -> Workflow:
-        sets = self.eval_sets if task.is_eval else self.train_sets  # names are unique per kind
-        taskset = next(t for t in sets if t.config.name == task.taskset)
-        model = self.model.for_workflow(enable_history=self.enable_history, tools=task.tools)
-        workflow_cls = task.workflow or taskset.workflow_cls  # a row may name its own
-        if not self.auxiliary_models:
-            return workflow_cls(task, model)
-        return workflow_cls(task, model, auxiliary_models=[
-            m.for_workflow() for m in self.auxiliary_models])
 
     def next_tasks(self, batch_size: int) -> list[Task]:
         """The next ``batch_size`` training tasks, spread over the training tasksets."""
@@ -217,27 +186,22 @@ class Explorer:
         """
         units: list[tuple[Task, int]] = [part for task in tasks
                                          for part in split_repeats(task, self.max_repeat_times_per_runner)]
-        first_runs = {id(task): first_run for task, first_run in units}
-
-        def finished(result: TaskResult) -> None:
-            if not result.ok:
-                return
-            for run, exp in enumerate(result.experiences, start=first_runs[id(result.task)]):
-                exp.eid = EID(batch=batch_id, task=result.task.index, run=run,
-                              step=exp.eid.step, suffix=exp.eid.suffix)
-                exp.info.setdefault("taskset", result.task.taskset)
-            if on_result is not None:
-                on_result(result.experiences)
-
         min_done = None
         if over_rollout and self.over_rollout.ratio > 0:  # wait for (1 - ratio) of the units
             min_done = max(1, math.ceil(round(len(units) * (1 - self.over_rollout.ratio), 6)))
-        results = self.runner.run_tasks([task for task, _ in units], on_result=finished,
-                                        min_done=min_done,
-                                        wait_after_min=self.over_rollout.wait_after_min)
+            min_done = min_done if min_done < len(units) else None
+        ordered: list[TaskResult | None] = [None] * len(units)
+        for result in self.runner.run((task for task, _ in units), min_done=min_done,
+                                      wait_after_min=self.over_rollout.wait_after_min):
+            ordered[result.order] = result
+            if result.ok:
+                label(result, batch_id, first_run=units[result.order][1])
+                if on_result is not None:
+                    on_result(result.experiences)
+        results = [r for r in ordered if r is not None]
         experiences: list[Experience] = []
         not_run = 0
-        for (task, first_run), result in zip(units, results, strict=True):
+        for (task, _), result in zip(units, results, strict=True):
             if result.cut_off:  # explorer.over_rollout: dropped, counted in the metrics
                 continue
             if not result.ok:
@@ -252,7 +216,7 @@ class Explorer:
             if task.greedy_baseline and any("reward_baseline" not in e.info
                                             for e in result.experiences):
                 raise RftError(f"taskset {task.taskset!r}: workflow "
-                               f"{type(self._make_workflow(task)).__name__} sets no "
+                               f"{self.workflows.workflow_class(task).__name__} sets no "
                                f"info['reward_baseline'], which algorithm "
                                f"{self.algorithm_type!r} needs (greedy baseline: call "
                                "Workflow.attach_greedy_baseline in run())")
@@ -321,6 +285,16 @@ class Explorer:
         if self._owns_server:
             self.model.close()
             self._owns_server = False
+
+
+def label(result: TaskResult, batch_id: int | str, *, first_run: int) -> None:
+    """Give each experience of a task that succeeded its id (batch / task / run, the runs
+    numbered from ``first_run``: the task's part under ``max_repeat_times_per_runner``)
+    and its taskset."""
+    for run, exp in enumerate(result.experiences, start=first_run):
+        exp.eid = EID(batch=batch_id, task=result.task.index, run=run,
+                      step=exp.eid.step, suffix=exp.eid.suffix)
+        exp.info.setdefault("taskset", result.task.taskset)
 
 
 PIPELINE_INPUT_FILE = "experience_pipeline_input.jsonl"

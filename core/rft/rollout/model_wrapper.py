@@ -7,9 +7,11 @@ Every call returns :class:`~rft.experience.Experience` objects carrying the prom
 response ids, the sampling log-probs and the weights version. A response whose prompt was
 left-truncated gets an all-zero action mask: it is kept (and counted) but not trained on.
 
-Workflows run in threads by the runner share their engine calls through a
-:class:`~rft.engines.call_batching.CallBatcher` (one engine call serves every workflow
-waiting on the model).
+The workflows of a batch share their engine calls: the runner hands each workflow's view a
+:class:`~rft.engines.call_batching.CallSlot` (:attr:`ModelWrapper.calls`), its seat at the
+batch's :class:`~rft.engines.call_batching.CallBatcher` (one engine call serves every
+workflow waiting on the model); requests of the view's session on the OpenAI endpoint go
+through the same slot.
 
 With ``enable_history`` every call is also recorded (:mod:`rft.rollout.history`):
 ``model.extract_experience_from_history()`` drains the record, ``merge_turns=True`` joins
@@ -30,7 +32,7 @@ from rft.experience import Experience
 from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
 from rft.rollout.history import History
 from rft.rollout.history import merge_turns as merge_history
-from rft.engines.call_batching import (ChatResults, engine_call,
+from rft.engines.call_batching import (CallSlot, ChatResults, engine_call,
                                         experiences_from_completions, sampling_args)
 from rft.endpoint.openai_server import EndpointSettings, OpenAIServer
 from rft.engines.reply_parsing import AssistantReply, ReplyParser
@@ -46,7 +48,8 @@ class ModelWrapper:
         (:meth:`extract_experience_from_history`).
 
     The explorer gives each workflow its own view (:meth:`for_workflow`): same engine and
-    OpenAI endpoint, its own history.
+    OpenAI endpoint, its own history, and the runner's :class:`CallSlot` it calls the
+    engine through.
     """
 
     def __init__(self, engine: InferenceEngine, defaults: SamplingArgs | None = None, *,
@@ -60,6 +63,9 @@ class ModelWrapper:
         """The OpenAI-compatible server of this model, once :meth:`serve_openai_api` ran."""
         self.session_id: str | None = None
         """This view's session on the server (workflow views only)."""
+        self.calls: CallSlot | None = None
+        """Where this view's engine calls go to be merged with the other workflows' of the
+        batch (workflow views the runner gave a slot); ``None``: straight to the engine."""
         self._clients: dict[str, Any] = {}
         self.task_tools: list[dict[str, Any]] | None = None
         """Tools rendered into the prompts of :meth:`chat`, :meth:`chat_batch` and
@@ -68,16 +74,19 @@ class ModelWrapper:
     # ---- views, history, OpenAI endpoint ------------------------------------------------
 
     def for_workflow(self, *, enable_history: bool | None = None,
-                     tools: Sequence[dict[str, Any]] | None = None) -> ModelWrapper:
+                     tools: Sequence[dict[str, Any]] | None = None,
+                     calls: CallSlot | None = None) -> ModelWrapper:
         """A view for one workflow: same engine, defaults and server, its own history and
         its own session on the OpenAI endpoint (calls through :meth:`get_openai_client`
         are recorded in this view's history). ``tools``: the task's tools, offered in the
         view's chat prompts (:attr:`task_tools`; not to OpenAI-endpoint requests, which
-        carry their own)."""
+        carry their own). ``calls``: the workflow's seat at the runner's call batcher
+        (:attr:`calls`), for its direct calls and its endpoint session's alike."""
         view = ModelWrapper(self.engine, self.defaults, name=self.name,
                             enable_history=(self.enable_history if enable_history is None
                                             else enable_history))
         view.task_tools = list(tools) if tools else None
+        view.calls = calls
         view.server = self.server
         if self.server is not None:
             view.session_id = self.server.open_session(view)
@@ -181,13 +190,15 @@ class ModelWrapper:
         """``n`` experiences per raw-text prompt (no chat template), prompt-major order."""
         ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         return self._experiences(engine_call(self.engine, "generate", ids,
-                                             sampling_args(self.defaults, sampling), n))
+                                             sampling_args(self.defaults, sampling), n,
+                                             self.calls))
 
     def generate_from_ids(self, prompt_ids: Sequence[int], n: int = 1,
                           **sampling: Any) -> list[Experience]:
         """``n`` experiences continuing exactly these prompt token ids (multi-turn)."""
         return self._experiences(engine_call(self.engine, "generate", [list(prompt_ids)],
-                                             sampling_args(self.defaults, sampling), n))
+                                             sampling_args(self.defaults, sampling), n,
+                                             self.calls))
 
     def render(self, messages: Sequence[dict[str, Any]], *,
                add_generation_prompt: bool = True,
@@ -237,12 +248,12 @@ class ModelWrapper:
         """
         conversations = [list(c) for c in conversations]
         if not self.enable_history and not tools:
-            results = engine_call(self.engine, "chat", conversations, sampling, n)
+            results = engine_call(self.engine, "chat", conversations, sampling, n, self.calls)
         else:
             prompts = [(self.history.continuation_ids(self.engine, c, tools)
                         if self.enable_history else None)
                        or self.engine.apply_chat_template(c, tools=tools) for c in conversations]
-            results = engine_call(self.engine, "generate", prompts, sampling, n)
+            results = engine_call(self.engine, "generate", prompts, sampling, n, self.calls)
         replies = [[parse(c) for c in g] if parse is not None else None for g in results]
         flat = experiences_from_completions([c for g in results for c in g])
         experiences, start = [], 0
