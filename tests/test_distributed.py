@@ -21,7 +21,7 @@ from rft.checkpoint import list_checkpoints
 from rft.config import load_config
 from rft.config.schema import RolloutModelConfig
 from rft.distributed.engine_pool import EnginePool, chunks, first_ranks
-from rft.distributed.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
+from rft.modes.sync_policy import (Decision, ExplorerDrivenSync, FixedSync,
                                          TrainerDrivenSync)
 from rft.distributed.cluster import loopback_only
 from rft.engines.engine_factory import build_engine

@@ -17,7 +17,9 @@ from rft.config import load_config
 from rft.distributed import explore_engines
 from rft.distributed.engine_pool import EnginePool
 from rft.engines.hf_engine import HFEngine
-from rft.launcher import MODE_RUNNERS, run
+from rft.distributed.ray_runtime import RayDistributed
+from rft.launcher import MODE_RUNNERS, RUNTIME, run
+from rft.modes.explore import run_explore_mode
 from rft.testing.runs import apply_overrides, read_metrics, tiny_run_config
 
 
@@ -37,7 +39,8 @@ class RecordingPool(EnginePool):
 
 
 def test_the_launcher_runs_explore_through_the_engine_pool_runner() -> None:
-    assert MODE_RUNNERS["explore"] is explore_engines.run_explore_mode
+    assert MODE_RUNNERS["explore"] is run_explore_mode
+    assert isinstance(RUNTIME, RayDistributed)  # its engine_pool: explore_engines.pool_builder
 
 
 @pytest.mark.slow

@@ -472,7 +472,7 @@ def test_explorer_killed_after_writing_a_step_does_not_write_it_twice(tmp_path,
                                                                       tasks_file, monkeypatch):
     """Killed between writing step 2's experiences and recording step 2: restarted, it redoes
     step 2 (same tasks, same seeds) and the buffer keeps the first write only."""
-    import rft.modes.explore
+    import rft.modes.run_state
 
     changes = {"buffer__total_steps": 3, "synchronizer__wait_for_checkpoint": False}
     reference = tmp_path / "reference"
@@ -481,7 +481,7 @@ def test_explorer_killed_after_writing_a_step_does_not_write_it_twice(tmp_path,
                                         **changes))) == 0
     config = split_config(tmp_path, tiny_model_dir, tasks_file, "explore", **changes)
     with monkeypatch.context() as patch:
-        kill_at(patch, rft.modes.explore.ExplorerProgress, "write",
+        kill_at(patch, rft.modes.run_state.RunState, "write",
                 lambda a, kw, n: "before" if a[0].step == 2 else None)
         with pytest.raises(Killed):
             run(load_config(config))

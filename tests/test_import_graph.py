@@ -119,12 +119,12 @@ LOWER_LAYERS: dict[str, tuple[str, ...]] = {
     "rft.trainer": ("rft.engines", "rft.endpoint", "rft.rollout", "rft.modes", "rft.distributed", "rft.launcher",
                     "rft.cli"),
     "rft.engines": ("rft.endpoint", "rft.rollout", "rft.trainer", "rft.modes",
-                    "rft.distributed.both", "rft.distributed.workers",
+                    "rft.distributed.both_actors", "rft.distributed.workers",
                     "rft.distributed.engine_pool", "rft.distributed.buffer_actor",
                     "rft.launcher", "rft.cli"),
     "rft.endpoint": ("rft.rollout", "rft.trainer", "rft.modes", "rft.distributed",
                      "rft.launcher", "rft.cli"),
-    "rft.rollout": ("rft.trainer", "rft.modes", "rft.distributed.both",
+    "rft.rollout": ("rft.trainer", "rft.modes", "rft.distributed.both_actors",
                     "rft.distributed.workers", "rft.distributed.engine_pool",
                     "rft.distributed.buffer_actor", "rft.launcher", "rft.cli"),
     "rft.modes": ("rft.distributed", "rft.launcher", "rft.cli"),
@@ -133,7 +133,8 @@ LOWER_LAYERS: dict[str, tuple[str, ...]] = {
 }
 """Packages that must not import the packages listed (the run plan sits below the
 runtime; explorer and trainer do not know each other — the weight-broadcast group is a
-library both use —; modes sit below the launcher)."""
+library both use —; modes sit below the cluster runtime, which implements their
+interface, and the launcher)."""
 
 
 def test_layers_import_downwards_only():
@@ -145,6 +146,29 @@ def test_layers_import_downwards_only():
                    for target in targets
                    if any(target == f or target.startswith(f + ".") for f in forbidden))
     assert wrong == []
+
+
+def external_imports(path: Path) -> set[str]:
+    """Top-level names of what a module imports anywhere in its body (``TYPE_CHECKING``
+    blocks included: a type needs the package as much)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_modes_do_not_import_ray():
+    """The modes' logic gets its cluster as an injected runtime
+    (``rft.modes.runtime.Distributed``); only ``rft.distributed`` imports Ray."""
+    modules = core_modules()
+    importing = sorted(name for name, path in modules.items()
+                       if name.startswith("rft.modes") and "ray" in external_imports(path))
+    assert importing == []
+    assert "ray" in external_imports(modules["rft.distributed.both_actors"])  # (the scan sees)
 
 
 def test_core_imports_no_plugin_distribution():

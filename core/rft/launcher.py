@@ -22,27 +22,39 @@ from rft.config import LoadedConfig, Stage
 from rft.config.check import check
 from rft.config.derive import Derived
 from rft.config.token_budget import budget_line
-from rft.distributed.both import run_both
-from rft.distributed.colocate_ranks import run_colocate_mode
-from rft.distributed.explore_engines import run_explore_mode
-from rft.distributed.shared_queue import run_train_mode
+from rft.distributed.ray_runtime import RAY
 from rft.errors import ConfigError, RftError
 from rft.logs import configure_logging, reset_logging
 from rft.modes.bench import run_bench
+from rft.modes.both import run_both
+from rft.modes.colocate import run_colocate_mode
+from rft.modes.explore import run_explore_mode
 from rft.modes.preflight import check_data_sources, check_model_sources
+from rft.modes.runtime import Distributed
 from rft.modes.stage import StageResult
 from rft.plugins import PluginRegistry
+from rft.modes.train import run_train_mode
 
-ModeRunner = Callable[[Stage], StageResult]
+ModeRunner = Callable[[Stage, Distributed], StageResult]
+"""A mode's entry point: the stage and the cluster runtime its actors run on."""
+
+
+def _bench(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``bench`` (one process: no cluster)."""
+    return run_bench(stage)
+
 
 MODE_RUNNERS: dict[str, ModeRunner] = {
     "colocate": run_colocate_mode,
     "both": run_both,
     "train": run_train_mode,
     "explore": run_explore_mode,
-    "bench": run_bench,
+    "bench": _bench,
 }
 """Runner per mode; a mode missing here is not available in this version of rft."""
+
+RUNTIME: Distributed = RAY
+"""The cluster runtime every mode runs on (:mod:`rft.distributed.ray_runtime`)."""
 
 
 def run(loaded: LoadedConfig) -> int:
@@ -77,7 +89,7 @@ def _run_stages(loaded: LoadedConfig) -> int:
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
         announce_token_budget(stage)
         with explorer_environment(stage):
-            result = MODE_RUNNERS[stage.config.mode](stage)
+            result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
         results.append(result)
         previous_model = result.final_model_path
         write_summary(loaded, results)

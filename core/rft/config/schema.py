@@ -65,7 +65,8 @@ from typing import Any, Literal
 
 from rft.config.field_support import (
     CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
-    ACTOR_ENV, AUXILIARY, BENCH, BOTH, BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
+    ACTOR_ENV, AUXILIARY, BENCH, BOTH, BOTH_ACTORS, BOTH_CHECKPOINTS, BOTH_ENTRY,
+    BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
     CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DATA_JUICER, ENGINE, ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPENAI_SERVER, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
@@ -883,7 +884,7 @@ class ExplorerConfig:
     """Rollout engines and workflow runners (``explorer``)."""
 
     name: str = field(
-        default="explorer", metadata=consumed(BOTH, note="Ray actor name (mode both)"))
+        default="explorer", metadata=consumed(BOTH_ACTORS, note="Ray actor name (mode both)"))
     """Unique name; also the explorer's Ray actor name."""
     runner_per_model: int = field(default=8, metadata=consumed(EXPLORER))
     """Parallel workflow runners per rollout engine."""
@@ -966,7 +967,8 @@ class SynchronizerConfig:
 class TrainerConfig:
     """Training backend and checkpointing (``trainer``)."""
 
-    name: str = field(default="trainer", metadata=consumed(BOTH, note="Ray actor name (mode both)"))
+    name: str = field(default="trainer", metadata=consumed(BOTH_ACTORS,
+                                                           note="Ray actor name (mode both)"))
     """Unique name; also the trainer's Ray actor name."""
     trainer_type: str = field(default="torch", metadata=consumed(DERIVE, CHECK_TRAINER,
                                                                  note=RESOLVED))
@@ -1011,7 +1013,7 @@ class TrainerConfig:
     )
     """How concurrent checkpoint saving is serialised across threads / processes / nodes."""
     save_hf_checkpoint: Literal["last", "always", "never"] = field(
-        default="last", metadata=consumed(COLOCATE, TRAIN, BOTH))
+        default="last", metadata=consumed(COLOCATE, TRAIN, BOTH_CHECKPOINTS))
     """Also save Hugging Face format weights: for the last checkpoint, every one, or none.
     With ``model.lora_configs`` the export is the adapter (peft's ``save_pretrained``
     format)."""
@@ -1020,7 +1022,8 @@ class TrainerConfig:
     """With ``model.lora_configs``: the Hugging Face export also holds the base model with
     the adapter merged in, in ``hf/merged/`` (a full model and its tokenizer; a following
     stage without LoRA starts from it). No effect without LoRA."""
-    max_checkpoints_to_keep: int | None = field(default=None, metadata=consumed(BUILDERS, BOTH))
+    max_checkpoints_to_keep: int | None = field(default=None,
+                                                metadata=consumed(BUILDERS, BOTH_ENTRY))
     """Older checkpoints beyond this many are deleted; ``None``: keep all."""
     enable_preview: bool = field(default=True, metadata=consumed(
         TRAIN, COLOCATE, WORKERS, BOTH,
@@ -1292,7 +1295,7 @@ class RftConfig:
     """Resume from the latest checkpoint in the job dir; when ``false`` the run is renamed
     ``<name>_<timestamp>`` and starts fresh."""
     ray_namespace: str | None = field(default=None, metadata=consumed(
-        CLUSTER, BOTH, SHARED_QUEUE, note="unset: <project>/<name>"))
+        CLUSTER, BOTH_ACTORS, SHARED_QUEUE, note="unset: <project>/<name>"))
     """Ray namespace of the run's actors; ``None``: derived as ``<project>/<name>``."""
     ignore_validator_suggestions: bool = field(default=False, metadata=consumed(
         CHECK_TRAINER,

@@ -52,17 +52,12 @@ from typing import Any
 import torch
 
 from rft.chat_template import model_chat_template
-from rft.config import Stage
 from rft.config.plan import RunPlan
 from rft.config.schema import RftConfig
-from rft.distributed.cluster import ray_cluster
 from rft.distributed.engine_pool import EngineReplica, chunks
-from rft.distributed.timeline import timeline_file
 from rft.errors import RftError
 from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
 from rft.engines.engine_sleep import EngineSleep
-from rft.modes.colocate import run_colocate
-from rft.modes.stage import StageResult
 from rft.synchronizer import counted_tensors
 from rft.tensor_wire import NamedTensors
 from rft.trainer.base import Trainer
@@ -74,16 +69,6 @@ ENGINE = "colocated_engine"
 """A rank's engine (an :class:`EngineReplica`) in :attr:`TrainerRank.scratch`."""
 SLEEP = "colocated_engine_sleep"
 """Its :class:`~rft.engines.engine_sleep.EngineSleep` in :attr:`TrainerRank.scratch`."""
-
-
-def run_colocate_mode(stage: Stage) -> StageResult:
-    """Mode ``colocate``: on N devices (see the module docstring) when ``trainer.ranks > 1``
-    and the stage explores, else in one process (:func:`rft.modes.colocate.run_colocate`)."""
-    plan = stage.plan
-    if (plan.config.trainer.ranks or 1) <= 1 or plan.train_only:
-        return run_colocate(stage)
-    with ray_cluster(plan.config, timeline_file(plan)):
-        return run_colocate(stage, engines=lambda: RankEngines(plan))
 
 
 def shares(prompts: int, n: int, ranks: int) -> list[tuple[range, int]]:
@@ -343,4 +328,4 @@ def _first_line(exc: BaseException) -> str:
                                                                else type(exc).__name__)
 
 
-__all__ = ["RankEngines", "run_colocate_mode", "shares"]
+__all__ = ["RankEngines", "shares"]

@@ -1,6 +1,7 @@
 """Mode ``explore`` with several rollout engines (``explorer.rollout_model.engine_num > 1``).
 
-The explorer stays in this process (:mod:`rft.modes.explore`); its engine is an
+The explorer stays in this process (:func:`rft.modes.explore.run_explore_mode`, given
+:func:`pool_builder` by the Ray runtime, :mod:`rft.distributed.ray_runtime`); its engine is an
 :class:`~rft.distributed.engine_pool.EnginePool` of ``engine_num`` engine actors on the
 run's Ray cluster (joined, or a private one started and stopped with the stage, as
 :func:`~rft.distributed.cluster.ray_cluster` does). The workflows of a step run at once
@@ -15,18 +16,11 @@ joins or starts one for it even when the rollout model has one engine.
 
 from __future__ import annotations
 
-from rft.config import Stage
 from rft.config.schema import RftConfig
-from rft.distributed.cluster import ray_cluster
-from rft.distributed.engine_pool import EnginePool, auxiliary_pools
-from rft.distributed.placement import actor_gpus, detect_from_ray
-from rft.distributed.shared_queue import run_sharing_queue, shares_queue
-from rft.distributed.timeline import timeline_file
-from rft.rollout.auxiliary import one_engine
+from rft.distributed.engine_pool import EnginePool
+from rft.distributed.placement import actor_gpus
 from rft.engines.engine import InferenceEngine
-from rft.engines.engine_factory import build_engine
-from rft.modes.explore import EngineBuilder, run_explore
-from rft.modes.stage import StageResult
+from rft.modes.runtime import EngineBuilder
 
 
 def pool_builder(config: RftConfig) -> EngineBuilder:
@@ -39,28 +33,3 @@ def pool_builder(config: RftConfig) -> EngineBuilder:
                           actor_gpus(stage_config).rollout_replica)
 
     return build
-
-
-def pools_auxiliary_models(stage: Stage) -> bool:
-    """Whether an auxiliary model of the stage asks for several engines: engine actors on
-    Ray (an external model stays one client, see :func:`auxiliary_pools`)."""
-    return any(aux.engine_num > 1 for aux in stage.config.explorer.auxiliary_models)
-
-
-def run_explore_mode(stage: Stage) -> StageResult:
-    """Mode ``explore``: one engine in this process, or with ``engine_num > 1`` a pool of
-    engine actors on Ray (see the module docstring), and the same for each auxiliary
-    model; over a ``queue``, the queue shared with the train process
-    (:mod:`rft.distributed.shared_queue`)."""
-    pooled = stage.config.explorer.rollout_model.engine_num > 1
-    auxiliary_pooled = pools_auxiliary_models(stage)
-    build = pool_builder(stage.config) if pooled else build_engine
-    auxiliary_build = auxiliary_pools(stage.config) if auxiliary_pooled else one_engine
-    if shares_queue(stage.config):
-        return run_sharing_queue(stage, "explorer", lambda open_buffer: run_explore(
-            stage, build, open_buffer, auxiliary_build))
-    if not pooled and not auxiliary_pooled:
-        return run_explore(stage)
-    with ray_cluster(stage.config, timeline_file(stage.plan)):
-        detect_from_ray(stage.config)
-        return run_explore(stage, build, auxiliary_build=auxiliary_build)

@@ -48,9 +48,9 @@ from rft.distributed.ray_join import configured_address, join_address
 from rft.distributed.timeline import timeline_file
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.modes.explore import ExplorerProgress
+from rft.modes.explore import read_progress
 from rft.modes.stage import StageResult
-from rft.modes.train import run_train, trainer_total_steps
+from rft.modes.train import trainer_total_steps
 
 log = logging.getLogger("rft.distributed.shared_queue")
 
@@ -174,7 +174,7 @@ class SharedQueue:
         """The stage body's experience buffer (a :data:`BufferOpener`)."""
         if self.side == "trainer":
             return SharedQueueReader(self, trainer_total_steps(plan.config))
-        progress = (ExplorerProgress.read(plan.job_dir)
+        progress = (read_progress(plan.job_dir)
                     if plan.config.continue_from_checkpoint else None)
         return SharedQueueWriter(self, progress.experiences_written if progress else 0)
 
@@ -306,15 +306,6 @@ def run_sharing_queue(stage: Stage, side: str,
         result = run(queue.open)
         queue.finish()
     return result
-
-
-def run_train_mode(stage: Stage) -> StageResult:
-    """Mode ``train``: :func:`rft.modes.train.run_train`, over the shared queue when the
-    stage reads a ``queue`` an explore process writes."""
-    if shares_queue(stage.config, stage.plan.train_only):
-        return run_sharing_queue(stage, "trainer",
-                                 lambda open_buffer: run_train(stage, open_buffer))
-    return run_train(stage)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -21,6 +21,7 @@ own) and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass
@@ -60,12 +61,12 @@ from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     build_trainer,
-    engine_seed,
     quiet_libraries,
-    restore_engine_seed,
     resume_checkpoint,
+    resumed_state,
     save_stage_checkpoint,
 )
+from rft.modes.run_state import RunState
 from rft.monitor.preview import Previewer
 from rft.tensor_wire import NamedTensors
 from rft.trainer.ranks import RankedTrainer, TrainerRank
@@ -80,40 +81,12 @@ trainer's broadcast (``sync_method: nccl``, :mod:`rft.distributed.weight_broadca
 
 
 @dataclass
-class ExplorerState:
-    """The explorer actor after an explore step: what a checkpoint of that step keeps so
-    that the explorer of a resumed run samples as the uninterrupted one did (its keys in
-    ``state.json``: ``selectors``, ``engine_seed``, ``explorer_rng``,
-    ``experiences_written``)."""
-
-    step: int
-    selectors: list[Any]
-    """Task-selector states."""
-    engine_seed: int | None
-    """The engine's next sampling seed (``None``: an engine without a seed sequence)."""
-    rng: dict[str, Any]
-    """The explorer process's random generators (:func:`rft.checkpoint.rng_state`)."""
-    written: int
-    """Experiences the explorer wrote up to this step (every run of the job)."""
-
-    def to_checkpoint(self) -> dict[str, Any]:
-        return {"selectors": self.selectors, "engine_seed": self.engine_seed,
-                "explorer_rng": self.rng, "experiences_written": self.written}
-
-    @staticmethod
-    def from_checkpoint(step: int, state: dict[str, Any]) -> ExplorerState:
-        return ExplorerState(step, list(state.get("selectors", [])), state.get("engine_seed"),
-                             dict(state.get("explorer_rng") or {}),
-                             int(state.get("experiences_written", 0)))
-
-
-@dataclass
 class ResumePoint:
     """The checkpoint a trainer actor resumed from."""
 
     step: int
     path: str
-    state: dict[str, Any]
+    state: RunState
     """Its ``state.json``."""
     buffer: Any
     """The experience buffer's state it kept (``buffer.pt``; ``None``: none)."""
@@ -177,7 +150,7 @@ class ExplorerService:
         return time.monotonic() - started
 
     def explore_step(self, step: int, weights: Weights | None = None,
-                     version: int | None = None) -> tuple[dict[str, float], ExplorerState]:
+                     version: int | None = None) -> tuple[dict[str, float], RunState]:
         """Optionally sync first, then one explore step; its metrics and the explorer's state
         after it (what a checkpoint of this step records). Its writes are keyed ``explore
         step <step> of <job dir>``: a step redone after a crash does not write twice to a durable
@@ -191,9 +164,10 @@ class ExplorerService:
                                                        for _, t in weights))
         with self.storage.idempotent_writes(explore_step_key(self.job_dir, step)):
             metrics.update(self.explorer.explore_step(step))
-        return metrics, ExplorerState(step, [s.state_dict() for s in self.explorer.selectors],
-                                      engine_seed(self.engine), rng_state(),
-                                      self.storage.written)
+        return metrics, RunState(step=step,
+                                 selectors=[s.state_dict() for s in self.explorer.selectors],
+                                 engine_seed=self.engine.seed_state(), explorer_rng=rng_state(),
+                                 experiences_written=self.storage.written)
 
     def evaluate(self, weights: Weights | None = None, version: int | None = None
                  ) -> dict[str, float]:
@@ -203,25 +177,25 @@ class ExplorerService:
         restored from the state after a step, does not redo the evaluation after it)."""
         if weights is not None and version is not None:
             self.sync(weights, version)
-        seed, generators = engine_seed(self.engine), rng_state()
+        seed, generators = self.engine.seed_state(), rng_state()
         try:
             return self.explorer.evaluate()
         finally:
-            restore_engine_seed(self.engine, seed)
+            self.engine.restore_seed(seed)
             set_rng_state(generators)
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Go on after a checkpoint's explore step (``state``: its ``state.json``): task
+    def restore(self, state: RunState) -> None:
+        """Go on after a checkpoint's explore step (``state``: its run state): task
         selectors, the count of experiences written, the engine's seed sequence and the
         random generators (last, so that nothing done here draws from them)."""
-        saved = ExplorerState.from_checkpoint(int(state.get("step", 0)), state)
-        for selector, selector_state in zip(self.explorer.selectors, saved.selectors,
+        for selector, selector_state in zip(self.explorer.selectors, state.selectors,
                                             strict=False):
             selector.load_state_dict(selector_state)
-        self.storage.written = saved.written
-        restore_engine_seed(self.engine, saved.engine_seed)
-        if saved.rng:
-            set_rng_state(saved.rng)
+        self.storage.written = state.experiences_written
+        if state.engine_seed is not None:
+            self.engine.restore_seed(state.engine_seed)
+        if state.explorer_rng:
+            set_rng_state(state.explorer_rng)
 
     def failed_tasks(self) -> list[str]:
         return list(self.explorer.failed_tasks)
@@ -380,20 +354,20 @@ class TrainerService:
             self.ranked.load_checkpoint(loaded.checkpoint.path)
         else:
             self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
-        state = loaded.state
-        self.storage.read_count = int(state.get("experiences_read", 0))
-        if "rng" in state:
-            set_rng_state(state["rng"])
+        state = resumed_state(loaded)
+        self.storage.read_count = state.experiences_read
+        if state.rng is not None:
+            set_rng_state(state.rng)
         return ResumePoint(loaded.step, loaded.checkpoint.path, state,
                            loaded.extra.get("buffer"), loaded.skipped)
 
-    def save(self, step: int, state: dict[str, Any], export_hf: bool,
+    def save(self, step: int, state: RunState, export_hf: bool,
              buffer: dict[str, Any] | None = None) -> str:
         """Checkpoint ``global_step_<step>`` (with the HF model when ``export_hf``, the
         experience buffer's state ``buffer`` as ``buffer.pt`` when given, the count of
         experiences read); a sharded trainer writes ``trainer_sharded/`` (every rank its
         shards). Then the buffer's leases of steps ``<= step`` become final."""
-        state = {**state, "experiences_read": self.storage.read_count}
+        state = dataclasses.replace(state, experiences_read=self.storage.read_count)
         extra = {"buffer": buffer} if buffer is not None else None
         trainer = self.ranked if self.ranked is not None else self.trainer
         path = save_stage_checkpoint(self.plan, trainer, step, state, export_hf=export_hf,

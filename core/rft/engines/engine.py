@@ -358,6 +358,20 @@ class InferenceEngine(ABC):
         with self._seed_lock:
             return next(self._seeds)
 
+    def seed_state(self) -> int:
+        """The seed the next call without ``sampling.seed`` will use (what a run state
+        records; the sequence is left where it was)."""
+        with self._seed_lock:
+            following = next(self._seeds)
+            self._seeds = itertools.count(following)
+        return following
+
+    def restore_seed(self, seed: int) -> None:
+        """Make ``seed`` (a :meth:`seed_state`) the next call's seed: a resumed run samples
+        with the seeds the uninterrupted one would have used."""
+        with self._seed_lock:
+            self._seeds = itertools.count(int(seed))
+
     def prompt_limit(self) -> int | None:
         """Most prompt tokens allowed: ``max_prompt_tokens``, bounded by
         ``max_model_len − 1`` (room for one new token)."""

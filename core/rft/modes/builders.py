@@ -3,7 +3,7 @@ strategy, the offline dataset of a train-only stage, step counts, checkpoints.""
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
 import os
 from typing import Any
@@ -24,6 +24,7 @@ from rft.config.plan import RunPlan
 from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.experience import Experience
+from rft.modes.run_state import RunState
 from rft.monitor.base import Monitor
 from rft.trainer.base import Trainer
 from rft.trainer.ranks import RankedTrainer
@@ -134,24 +135,24 @@ def sample_step(strategy: SampleStrategy, step: int, model_version: int,
         raise
 
 
-def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: dict[str, Any], *,
+def save_stage_checkpoint(plan: RunPlan, trainer: Trainer, step: int, state: RunState, *,
                           export_hf: bool, extra: dict[str, Any] | None = None) -> str:
-    """Write ``global_step_<step>`` of the stage's job dir (``model_version = step``), with
-    the actor exported to ``hf/`` when ``export_hf`` and the process's random generators
-    (``rng``, unless ``state`` has its own); prune to ``trainer.max_checkpoints_to_keep``;
-    return its path. ``extra``: more objects saved as ``<name>.pt``. The trainer writes its
-    part with :meth:`~rft.trainer.base.Trainer.write_checkpoint` (``trainer.pt``, and the
-    files of a backend with its own layout). A sharded trainer
+    """Write ``global_step_<step>`` of the stage's job dir with ``state`` as its
+    ``state.json`` (its ``step`` and ``model_version`` set to ``step``, its ``rng`` to this
+    process's random generators), the actor exported to ``hf/`` when
+    ``export_hf``; prune to ``trainer.max_checkpoints_to_keep``; return its path.
+    ``extra``: more objects saved as ``<name>.pt``. The trainer writes its part with
+    :meth:`~rft.trainer.base.Trainer.write_checkpoint` (``trainer.pt``, and the files of a
+    backend with its own layout). A sharded trainer
     (:class:`~rft.trainer.ranks.RankedTrainer`, any mode) writes sharded
     (``trainer_sharded/``, every rank its shards; ``trainer.pt`` a marker)."""
     config = plan.config
+    written = dataclasses.replace(state, step=step, model_version=step, rng=rng_state())
     if isinstance(trainer, RankedTrainer):
-        return _save_sharded_stage_checkpoint(plan, trainer, step,
-                                              {"rng": rng_state(), **state},
+        return _save_sharded_stage_checkpoint(plan, trainer, step, written.to_dict(),
                                               export_hf=export_hf, extra=extra)
     save_hf = (lambda path: save_hf_model(config, trainer, path)) if export_hf else None
-    return save_checkpoint(plan.job_dir, step, trainer.write_checkpoint,
-                           {"model_version": step, "rng": rng_state(), **state},
+    return save_checkpoint(plan.job_dir, step, trainer.write_checkpoint, written.to_dict(),
                            max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=save_hf,
                            extra=extra)
 
@@ -174,7 +175,7 @@ def _save_sharded_stage_checkpoint(plan: RunPlan, trainer: RankedTrainer, step: 
             save_hf_model(config, trainer, hf_path)
 
     marker = sharded_marker(final, trainer.world_size, trainer.global_steps)
-    return save_checkpoint(plan.job_dir, step, marker, {"model_version": step, **state},
+    return save_checkpoint(plan.job_dir, step, marker, state,
                            max_to_keep=config.trainer.max_checkpoints_to_keep, save_hf=write,
                            extra=extra)
 
@@ -188,26 +189,12 @@ def resume_checkpoint(plan: RunPlan, extra: tuple[str, ...] = ()) -> LoadedCheck
     return newest_readable_checkpoint(plan.job_dir, extra)
 
 
-def engine_seed(engine: Any) -> int | None:
-    """The seed the engine's next sampling call without an explicit seed will use
-    (``None``: an engine without the base class's seed sequence)."""
-    seeds, lock = getattr(engine, "_seeds", None), getattr(engine, "_seed_lock", None)
-    if seeds is None or lock is None:
-        return None
-    with lock:
-        following = next(seeds)
-        engine._seeds = itertools.count(following)
-    return int(following)
+def resumed_state(loaded: LoadedCheckpoint) -> RunState:
+    """The run state of a checkpoint read to resume from (its ``state.json``).
 
-
-def restore_engine_seed(engine: Any, seed: int | None) -> None:
-    """Make :func:`engine_seed`'s value the engine's next seed (a resumed run samples with
-    the seeds the uninterrupted one would have used)."""
-    lock = getattr(engine, "_seed_lock", None)
-    if seed is None or lock is None or not hasattr(engine, "_seeds"):
-        return
-    with lock:
-        engine._seeds = itertools.count(int(seed))
+    :raises RftError: written by a layout this rft does not read (one line naming it).
+    """
+    return RunState.from_dict(loaded.state, os.path.join(loaded.checkpoint.path, "state.json"))
 
 
 def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
@@ -220,7 +207,7 @@ def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
                                   ).save_pretrained(path)
 
 
-__all__ = ["build_trainer", "engine_seed", "monitor_dir", "offline_storage",
+__all__ = ["build_trainer", "monitor_dir", "offline_storage",
            "open_auxiliary_buffers", "open_monitors",
-           "quiet_libraries", "restore_engine_seed", "resume_checkpoint", "sample_step",
+           "quiet_libraries", "resume_checkpoint", "resumed_state", "sample_step",
            "save_hf_model", "save_stage_checkpoint", "steps_over_data", "steps_over_tasks"]

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from rft.buffer.factory import open_experience_buffer
 from rft.buffer.sft_data import DatasetStorage
@@ -46,46 +46,23 @@ from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     build_trainer,
-    engine_seed,
     offline_storage,
     quiet_libraries,
-    restore_engine_seed,
     resume_checkpoint,
+    resumed_state,
     sample_step,
     save_stage_checkpoint,
     steps_over_data,
     steps_over_tasks,
 )
+from rft.modes.run_state import RunState, check_resumable
+from rft.modes.runtime import Distributed, RolloutEngines
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
 from rft.synchronizer import MemorySynchronizer
 from rft.trainer.base import Trainer
 
 log = logging.getLogger("rft.modes.colocate")
-
-
-class RolloutEngines(Protocol):
-    """Where a colocated stage's rollout engine runs and how the trainer's weights reach it."""
-
-    @property
-    def engine(self) -> InferenceEngine:
-        """What the explorer calls (one engine, or several used as one)."""
-
-    def make_room(self) -> None:
-        """The stage's trainer is about to be built: engines built already release their
-        device memory (and take it back in :meth:`attach`)."""
-
-    def attach(self, trainer: Trainer) -> None:
-        """The stage's trainer is built (engines that live in its ranks start now)."""
-
-    def training(self) -> contextlib.AbstractContextManager[None]:
-        """Around a train step: the engines release their device memory (when they can)."""
-
-    def sync(self, version: int) -> dict[str, float]:
-        """The trainer's weights into the engine(s) as ``version``; returns metrics."""
-
-    def close(self) -> None:
-        """Stop what :meth:`attach` started."""
 
 
 class LocalEngine:
@@ -172,30 +149,31 @@ class ColocateStage:
         self.storage.recover_leases(loaded.step if loaded is not None else 0)
         if loaded is None:
             return Resumed()
-        state = loaded.state
+        state = resumed_state(loaded)
         self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
         if self.explorer is not None:
-            for selector, selector_state in zip(self.explorer.selectors,
-                                                state.get("selectors", []), strict=False):
+            for selector, selector_state in zip(self.explorer.selectors, state.selectors,
+                                                strict=False):
                 selector.load_state_dict(selector_state)
-        if isinstance(self.storage, DatasetStorage) and "dataset" in state:
-            self.storage.load_state_dict(state["dataset"])
+        if isinstance(self.storage, DatasetStorage) and state.dataset is not None:
+            self.storage.load_state_dict(state.dataset)
         elif loaded.extra.get("buffer") is not None:
             self.storage.load_state_dict(loaded.extra["buffer"])
         else:  # a checkpoint of an older rft: the counters only
-            self.storage.load_state_dict({"written": state.get("experiences_written", 0),
-                                          "read": state.get("experiences_read", 0)})
-        for name, auxiliary_state in state.get("auxiliary_buffers", {}).items():
+            self.storage.load_state_dict({"written": state.experiences_written,
+                                          "read": state.experiences_read})
+        for name, auxiliary_state in state.auxiliary_buffers.items():
             if name in self.strategy.buffers.auxiliary:
                 self.strategy.buffers.auxiliary[name].load_state_dict(auxiliary_state)
-        self.engines.sync(state["step"])
-        restore_engine_seed(self.engine, state.get("engine_seed"))
-        if "rng" in state:
-            set_rng_state(state["rng"])
-        self.saved_step = state["step"]
-        self.saved_eval_after = state.get("eval_after")
+        self.engines.sync(state.step)
+        if state.engine_seed is not None:
+            self.engine.restore_seed(state.engine_seed)
+        if state.rng is not None:
+            set_rng_state(state.rng)
+        self.saved_step = state.step
+        self.saved_eval_after = state.eval_after
         log.info("resumed from %s", loaded.checkpoint.path)
-        return Resumed(state["step"], state.get("eval_before", {}),
+        return Resumed(state.step, state.eval_before,
                        eval_after=self.saved_eval_after, checkpoint=loaded.checkpoint.path)
 
     def step(self, step: int) -> None:
@@ -227,20 +205,19 @@ class ColocateStage:
             return  # a finished stage run again: its final checkpoint is there
         # the final model is always exported: the next stage and the user start from it
         always = self.plan.config.trainer.save_hf_checkpoint == "always"
-        state: dict[str, Any] = {
-            "selectors": [s.state_dict() for s in self.explorer.selectors] if self.explorer else [],
-            "eval_before": self.lifecycle.result.eval_before,
-            "experiences_written": self.storage.written,
-            "experiences_read": self.storage.read_count,
-            "engine_seed": engine_seed(self.engine),
-            "auxiliary_buffers": {name: auxiliary.state_dict() for name, auxiliary
-                                  in self.strategy.buffers.auxiliary.items()},
-        }
+        state = RunState(
+            selectors=[s.state_dict() for s in self.explorer.selectors] if self.explorer else [],
+            eval_before=self.lifecycle.result.eval_before,
+            experiences_written=self.storage.written,
+            experiences_read=self.storage.read_count,
+            engine_seed=self.engine.seed_state(),
+            auxiliary_buffers={name: auxiliary.state_dict() for name, auxiliary
+                               in self.strategy.buffers.auxiliary.items()})
         if final and self.lifecycle.has_eval:
-            state["eval_after"] = self.lifecycle.result.eval_after
+            state.eval_after = self.lifecycle.result.eval_after
         extra: dict[str, Any] = {}
         if isinstance(self.storage, DatasetStorage):
-            state["dataset"] = self.storage.state_dict()
+            state.dataset = self.storage.state_dict()
         else:
             extra["buffer"] = self.storage.state_dict()
         save_stage_checkpoint(self.plan, self.trainer, step, state, export_hf=final or always,
@@ -263,9 +240,22 @@ def run_colocate(stage: Stage,
     quiet_libraries()
     plan = stage.plan
     check_writable(plan.job_dir)
+    check_resumable(plan.job_dir, plan.config.continue_from_checkpoint)
     return run_stage(stage, ("explorer", "trainer"), has_eval=bool(plan.eval_tasksets),
                      open_body=lambda lifecycle, cleanup: ColocateStage(
                          stage, lifecycle, cleanup, engines() if engines else None))
 
 
-__all__ = ["ColocateStage", "LocalEngine", "RolloutEngines", "run_colocate"]
+def run_colocate_mode(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``colocate``: with ``trainer.ranks > 1`` and a stage that explores, an engine in
+    each trainer rank on the run's cluster (``runtime``: :meth:`Distributed.rank_engines`,
+    veRL's hybrid engine), else in one process (:func:`run_colocate`)."""
+    plan = stage.plan
+    if (plan.config.trainer.ranks or 1) <= 1 or plan.train_only:
+        return run_colocate(stage)
+    with runtime.cluster(stage):
+        return run_colocate(stage, engines=lambda: runtime.rank_engines(plan))
+
+
+__all__ = ["ColocateStage", "LocalEngine", "RolloutEngines", "run_colocate",
+           "run_colocate_mode"]

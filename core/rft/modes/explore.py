@@ -1,5 +1,6 @@
-"""``explore`` mode: the explorer alone, in this process (no Ray; with
-``explorer.rollout_model.engine_num > 1`` its engines are Ray actors, see
+"""``explore`` mode: the explorer alone, in this process (with
+``explorer.rollout_model.engine_num > 1`` its engines are actors on the run's cluster,
+made by the runtime :func:`run_explore_mode` is handed; on Ray:
 :mod:`rft.distributed.explore_engines`).
 
 One step::
@@ -27,93 +28,37 @@ version 0), e.g. to evaluate it on rft's tasksets and keep its rollouts.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from rft.buffer.factory import BufferOpener, open_experience_buffer
 from rft.buffer.storage import ExperienceStorage, explore_step_key
 from rft.checkpoint import check_writable, rng_state, set_rng_state
 from rft.config import Stage
 from rft.config.schema import RftConfig
-from rft.errors import RftError
 from rft.rollout.auxiliary import AuxiliaryEngineBuilder, one_engine
-from rft.engines.engine import InferenceEngine
 from rft.engines.engine_factory import build_engine, default_sampling
 from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
-from rft.modes.builders import (
-    engine_seed,
-    quiet_libraries,
-    restore_engine_seed,
-    steps_over_tasks,
-)
+from rft.modes.builders import quiet_libraries, steps_over_tasks
 from rft.modes.checkpoint_sync import CheckpointSynchronizer
+from rft.modes.run_state import EXPLORER_STATE_FILE, RunState, check_resumable
+from rft.modes.runtime import Distributed, EngineBuilder
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 
 log = logging.getLogger("rft.modes.explore")
 
-EngineBuilder = Callable[[RftConfig, type[InferenceEngine]], InferenceEngine]
-"""Makes the rollout engine from the stage's config and the engine plugin's class."""
-
-STATE_FILE = "explorer_state.json"
-"""The explorer's progress, in the job dir."""
+STATE_FILE = EXPLORER_STATE_FILE
+"""The explorer's progress (a :class:`~rft.modes.run_state.RunState`), in the job dir."""
 
 
-@dataclass
-class ExplorerProgress:
-    """What ``explorer_state.json`` holds."""
+def read_progress(job_dir: str) -> RunState | None:
+    """The explorer's saved progress, ``None`` when there is none.
 
-    step: int = 0
-    """Last explore step done."""
-    model_version: int = 0
-    """Checkpoint step the engine held then."""
-    selectors: list[dict[str, Any]] = field(default_factory=list)
-    """Task-selector states, one per training taskset."""
-    experiences_written: int = 0
-    """Experiences written to the buffer by every explore run of this job."""
-    eval_before: dict[str, float] = field(default_factory=dict)
-    """Evaluation of the initial model (kept for the summary)."""
-    engine_seed: int | None = None
-    """The engine's next sampling seed (a restarted explorer samples as it would have)."""
-    rng: dict[str, Any] | None = None
-    """The process's random generators (:func:`rft.checkpoint.rng_state`)."""
-    eval_after: dict[str, float] | None = None
-    """Evaluation after the last step, once the stage is done."""
-
-    @staticmethod
-    def read(job_dir: str) -> ExplorerProgress | None:
-        """The saved progress, ``None`` when there is none.
-
-        :raises RftError: a corrupt file (one line naming it).
-        """
-        path = os.path.join(job_dir, STATE_FILE)
-        if not os.path.exists(path):
-            return None
-        try:
-            with open(path, encoding="utf-8") as handle:
-                return ExplorerProgress(**json.load(handle))
-        except (OSError, ValueError, TypeError) as exc:
-            raise RftError(f"explorer state {path} is corrupt: {exc}") from exc
-
-    def write(self, job_dir: str) -> None:
-        """Replace the file atomically (synced to disk first).
-
-        :raises RftError: it cannot be written (one line: the file and the cause).
-        """
-        path = os.path.join(job_dir, STATE_FILE)
-        try:
-            with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                json.dump(asdict(self), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(path + ".tmp", path)
-        except OSError as exc:
-            raise RftError(f"explorer state {path}: cannot write: {exc.strerror or exc}"
-                           ) from exc
+    :raises RftError: a corrupt file, or one of a layout this rft does not read (one line
+        naming it).
+    """
+    return RunState.read(os.path.join(job_dir, STATE_FILE), "explorer state")
 
 
 def is_sync_step(step: int, config: RftConfig) -> bool:
@@ -150,14 +95,14 @@ class ExploreStage:
         self.sync = CheckpointSynchronizer(plan.job_dir, [self.engine],
                                            timeout=config.synchronizer.sync_timeout)
         self.steps = steps_over_tasks(config, self.explorer.train_size)
-        self.progress = ExplorerProgress()
+        self.progress = RunState()
 
     def resume(self) -> Resumed:
         """Go on after the last step recorded in ``explorer_state.json``: its selectors, its
         engine seed and random generators, and the very checkpoint it sampled with (the
         newest one when starting afresh, as a trainer may be ahead)."""
         if self.plan.config.continue_from_checkpoint:
-            self.progress = ExplorerProgress.read(self.plan.job_dir) or self.progress
+            self.progress = read_progress(self.plan.job_dir) or self.progress
         progress = self.progress
         for selector, state in zip(self.explorer.selectors, progress.selectors,
                                    strict=False):
@@ -168,7 +113,8 @@ class ExploreStage:
             self.sync.load_newest()  # a trainer that is ahead
         if self.sync.loaded is not None:
             log.info("explorer starts from %s", self.sync.loaded.path)
-        restore_engine_seed(self.engine, progress.engine_seed)
+        if progress.engine_seed is not None:
+            self.engine.restore_seed(progress.engine_seed)
         if progress.rng is not None:
             set_rng_state(progress.rng)
         return Resumed(progress.step, progress.eval_before,
@@ -198,9 +144,9 @@ class ExploreStage:
         self._write_progress()
 
     def _write_progress(self) -> None:
-        self.progress.engine_seed = engine_seed(self.engine)
+        self.progress.engine_seed = self.engine.seed_state()
         self.progress.rng = rng_state()
-        self.progress.write(self.plan.job_dir)
+        self.progress.write(os.path.join(self.plan.job_dir, STATE_FILE))
 
     def evaluate(self) -> dict[str, float]:
         return self.explorer.evaluate()
@@ -222,15 +168,36 @@ def run_explore(stage: Stage, build: EngineBuilder = build_engine,
                 auxiliary_build: AuxiliaryEngineBuilder = one_engine) -> StageResult:
     """Run the explorer of one stage in this process (see the module docstring), its
     rollout engine made by ``build`` (default: one engine in this process;
-    :mod:`rft.distributed.explore_engines` passes a pool of engine actors for
+    :func:`run_explore_mode` passes the runtime's pool of engine actors for
     ``engine_num > 1``, and ``auxiliary_build`` for auxiliary models' ``engine_num > 1``),
     its experience buffer opened by ``open_buffer`` (default: the storage the config
-    selects; :mod:`rft.distributed.shared_queue` passes the shared queue's)."""
+    selects; the runtime's shared queue passes its own)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
+    check_resumable(stage.plan.job_dir, stage.plan.config.continue_from_checkpoint,
+                    explorer_file=True)
     return run_stage(stage, ("explorer",), has_eval=bool(stage.plan.eval_tasksets),
                      open_body=lambda lifecycle, cleanup: ExploreStage(
                          stage, lifecycle, cleanup, build, open_buffer, auxiliary_build))
+
+
+def run_explore_mode(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``explore``: one engine in this process, or with ``engine_num > 1`` a pool of
+    engine actors on the run's cluster (``runtime``; the same for each auxiliary model with
+    ``engine_num > 1``); over a ``queue``, the queue shared with the train process."""
+    config = stage.config
+    pooled = config.explorer.rollout_model.engine_num > 1
+    auxiliary_pooled = any(aux.engine_num > 1 for aux in config.explorer.auxiliary_models)
+    build = runtime.engine_pool(config) if pooled else build_engine
+    auxiliary_build = runtime.auxiliary_pools(config) if auxiliary_pooled else one_engine
+    if runtime.shares_queue(config):
+        return runtime.run_sharing_queue(stage, "explorer", lambda open_buffer: run_explore(
+            stage, build, open_buffer, auxiliary_build))
+    if not pooled and not auxiliary_pooled:
+        return run_explore(stage)
+    with runtime.cluster(stage):
+        runtime.detect_resources(config)
+        return run_explore(stage, build, auxiliary_build=auxiliary_build)
 
 
 def _model_path(config: RftConfig, sync: CheckpointSynchronizer) -> str | None:

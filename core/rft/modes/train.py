@@ -41,10 +41,13 @@ from rft.modes.builders import (
     build_trainer,
     quiet_libraries,
     resume_checkpoint,
+    resumed_state,
     save_stage_checkpoint,
     steps_over_tasks,
 )
 from rft.modes.colocate import run_colocate
+from rft.modes.run_state import RunState, check_resumable
+from rft.modes.runtime import Distributed
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
 
@@ -100,12 +103,12 @@ class TrainAloneStage:
         loaded = resume_checkpoint(self.plan)
         step = 0
         if loaded is not None:
-            state = loaded.state
+            state = resumed_state(loaded)
             self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
-            step = self.version = self.last_saved = state["step"]
-            self.read_before = int(state.get("experiences_read", 0))
-            if "rng" in state:
-                set_rng_state(state["rng"])
+            step = self.version = self.last_saved = state.step
+            self.read_before = state.experiences_read
+            if state.rng is not None:
+                set_rng_state(state.rng)
             log.info("resumed from %s", loaded.checkpoint.path)
         _, returned = self.storage.recover_leases(step)
         if returned:
@@ -135,7 +138,7 @@ class TrainAloneStage:
     def _save(self, step: int, *, export_hf: bool) -> None:
         always_hf = self.plan.config.trainer.save_hf_checkpoint == "always"
         save_stage_checkpoint(self.plan, self.trainer, step,
-                              {"experiences_read": self.read_before + self.storage.read_count},
+                              RunState(experiences_read=self.read_before + self.storage.read_count),
                               export_hf=export_hf or always_hf)
         self.storage.commit_leases(step)  # the checkpoint covers the reads of steps <= step
         self.last_saved = step
@@ -155,6 +158,16 @@ def run_trainer_alone(stage: Stage, open_buffer: BufferOpener | None = None) -> 
     """Train on experiences written by another process (see the module docstring)."""
     quiet_libraries()
     check_writable(stage.plan.job_dir)
+    check_resumable(stage.plan.job_dir, stage.plan.config.continue_from_checkpoint)
     return run_stage(stage, ("trainer",), has_eval=False,
                      open_body=lambda lifecycle, cleanup: TrainAloneStage(
                          stage, lifecycle, cleanup, open_buffer))
+
+
+def run_train_mode(stage: Stage, runtime: Distributed) -> StageResult:
+    """Mode ``train``: :func:`run_train`, over the queue an explore process writes when the
+    stage reads one (``runtime``: :meth:`Distributed.run_sharing_queue`)."""
+    if runtime.shares_queue(stage.config, stage.plan.train_only):
+        return runtime.run_sharing_queue(stage, "trainer",
+                                         lambda open_buffer: run_train(stage, open_buffer))
+    return run_train(stage)
