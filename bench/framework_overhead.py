@@ -117,11 +117,12 @@ class Timers:
         self.engine_cpu += time.process_time() - cpu
 
     def install(self) -> None:
-        import rft.trainer.torch_trainer as torch_trainer
+        import rft.trainer.policy_updates as policy_updates
+        import rft.trainer.rollout_prep as rollout_prep
         import torch
         import torch.optim.optimizer as optimizer_module
 
-        inner_logprobs = torch_trainer.response_logprobs
+        inner_logprobs = rollout_prep.response_logprobs  # the trainer's forward passes
         inner_backward = torch.Tensor.backward
         started: list[tuple[float, float]] = []
 
@@ -154,7 +155,8 @@ class Timers:
                 self.gc += time.perf_counter() - collecting.pop()
 
         gc.callbacks.append(on_gc)
-        torch_trainer.response_logprobs = response_logprobs
+        rollout_prep.response_logprobs = response_logprobs  # no gradient: old / ref
+        policy_updates.response_logprobs = response_logprobs  # the actor update
         torch.Tensor.backward = backward
         optimizer_module.register_optimizer_step_pre_hook(pre_step)
         optimizer_module.register_optimizer_step_post_hook(post_step)

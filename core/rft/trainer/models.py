@@ -228,3 +228,10 @@ def unique_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             continue
         seen.add(key)
         yield name, tensor.detach()
+
+
+def set_training(model: nn.Module, training: bool) -> None:
+    """``model.train(training)``, skipped when the model is already in that mode (the call
+    walks every module)."""
+    if model.training != training:
+        model.train(training)

@@ -36,8 +36,6 @@ one-process update).
 from __future__ import annotations
 
 import logging
-import math
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, overload
 
@@ -46,54 +44,33 @@ from torch import nn
 
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.algorithm import AlgorithmPreset
-from rft.builtin.policy_loss import clipped_value_loss
 from rft.config.plan import LossPlan, TrainerPlan
-from rft.contracts import needs_entropy, needs_expected_entropy_signal
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.trainer import lora as lora_ops
 from rft.trainer.base import Trainer
-from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
-from rft.trainer.fsdp import (clip_grad_norm, full_tensor, move_optimizer_state, shard_model,
-                              unique_state_names)
+from rft.trainer.batching import TensorBatch
+from rft.trainer.fsdp import full_tensor, shard_model, unique_state_names
 from rft.trainer.input_checks import check_experiences
-from rft.trainer.loss import (AggContext, LossInputs, actor_loss, apply_kl_penalty,
-                              batch_advantages)
-from rft.trainer.metrics import (
-    LossMetrics,
-    data_metrics,
-    first_step_check,
-    rollout_probs_diff,
-    timed,
-)
+from rft.trainer.metrics import timed
 from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model, save_pretrained,
-                                response_entropy_signals, response_logprobs, response_values,
                                 unique_tensors)
 from rft.trainer.optim import build_optimizer, build_scheduler
 from rft.trainer.options import TorchTrainerOptions
-from rft.trainer.parallel import RankGroup, balance_units
+from rft.trainer.parallel import RankGroup
+from rft.trainer.policy_updates import PolicyUpdates
+from rft.trainer.rollout_prep import RolloutPreparation
 
 logger = logging.getLogger(__name__)
 
 CRITIC_HEAD_SEED = 0
 """Seed of the critic's fresh value head (the same head on every rank and in every run)."""
 
-MicroPlan = list[tuple[list[int], bool]]
-"""This rank's micro-batches of a mini-batch: ``(rows, real)``; ``real`` false marks a
-dummy micro-batch (loss × 0) that keeps the ranks' collectives in step."""
-
 _CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns",
                    "teacher_logprobs")
 
 
-def _set_training(model: nn.Module, training: bool) -> None:
-    """``model.train(training)``, skipped when the model is already in that mode (the call
-    walks every module)."""
-    if model.training != training:
-        model.train(training)
-
-
-class TorchTrainer(Trainer):
+class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
     """Native trainer (see the module docstring for one step).
 
     :param plan: the stage's trainer plan (config sections, preset, loss functions, steps).
@@ -317,28 +294,6 @@ class TorchTrainer(Trainer):
             else:
                 yield name, None
 
-    def _first_step_check(self, metrics: dict[str, float]) -> None:
-        """Once, at the first step with engine log-probs: the gap in one line (rank 0): on
-        stdout as ``[trainer] first step: …`` when it agrees, on stderr as ``rft: warning:
-        first step: …`` when above :data:`~rft.trainer.metrics.FIRST_STEP_PROBS_DIFF_MEAN`
-        (an ``rft:`` line that is not a warning is an error, so an agreeing check is not one)."""
-        if self._checked_first_step:
-            return
-        self._checked_first_step = True  # on every rank (its forward pass is a collective)
-        checked = first_step_check(metrics)
-        if checked is None or not self.is_rank0:
-            return
-        line, ok = checked
-        (logger.info if ok else logger.warning)("%s", line)
-        if ok:
-            print(f"[trainer] {line}", file=sys.stdout, flush=True)
-        else:
-            print(f"rft: warning: {line}", file=sys.stderr, flush=True)
-
-    @property
-    def is_rank0(self) -> bool:
-        return self.ranks is None or self.ranks.rank == 0
-
     def save_pretrained(self, path: str) -> None:
         if self.lora is not None:  # the adapter (peft's format); merged/ when asked
             stream = self.gathered_weights(keep=False) if self.ranks is not None else None
@@ -373,7 +328,7 @@ class TorchTrainer(Trainer):
                           rollout=self.preset.experience_format == "rollout",
                           vocab_size=self.vocab_size)
 
-    # ---- preparation (no gradient) ---------------------------------------------------
+    # ---- batch tensors ---------------------------------------------------------------
 
     def _tensor_batch(self, batch: Batch) -> TensorBatch:
         tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
@@ -384,289 +339,6 @@ class TorchTrainer(Trainer):
         if batch.teacher_log_prob is not None:  # a distillation workflow's teacher
             tensors["teacher_log_prob"] = batch.teacher_log_prob  # (B, R)
         return TensorBatch(batch.prompt_width, tensors)
-
-    def _units(self, num_rows: int) -> list[list[int]]:
-        return unit_rows(num_rows, self.preset.batch_layout.unit_size)
-
-    def _mini_batches(self, tensors: TensorBatch) -> list[list[int]]:
-        return split_fixed(self._units(len(tensors)), self.options.mini_batch_size)
-
-    def _micro_batches(self, tensors: TensorBatch, rows: list[int]) -> list[list[int]]:
-        unit = self.preset.batch_layout.unit_size
-        units = [rows[i: i + unit] for i in range(0, len(rows), unit)]
-        if self.options.use_dynamic_bsz:
-            return split_by_tokens(units, tensors.sequence_lengths(), self.options.max_token_len)
-        return split_fixed(units, self.options.micro_batch_size)
-
-    def _all_micro_batches(self, tensors: TensorBatch) -> list[list[int]]:
-        return [micro for mini in self._mini_batches(tensors)
-                for micro in self._micro_batches(tensors, mini)]
-
-    def _rank_rows(self, tensors: TensorBatch, rows: list[int]) -> list[int]:
-        """This rank's share of ``rows`` (all of them in one process)."""
-        if self.ranks is None:
-            return rows
-        unit = self.preset.batch_layout.unit_size
-        units = [rows[i: i + unit] for i in range(0, len(rows), unit)]
-        shares = balance_units(units, tensors.sequence_lengths(), self.ranks.world_size)
-        return shares[self.ranks.rank]
-
-    def _my_micro_batches(self, tensors: TensorBatch, rows: list[int]) -> MicroPlan:
-        """This rank's micro-batches of the (global) ``rows``, padded with dummies to the
-        largest count over the ranks (see :mod:`rft.trainer.parallel`)."""
-        if self.ranks is None:
-            return [(micro, True) for micro in self._micro_batches(tensors, rows)]
-        mine = self._rank_rows(tensors, rows)
-        plan: MicroPlan = [(m, True) for m in self._micro_batches(tensors, mine)] if mine else []
-        count = self.ranks.max_int(len(plan))
-        dummy = rows[: self.preset.batch_layout.unit_size]
-        return plan + [(dummy, False)] * (count - len(plan))
-
-    def _my_inference_batches(self, tensors: TensorBatch) -> MicroPlan:
-        """This rank's micro-batches for a forward pass over the whole batch."""
-        if self.ranks is None:
-            return [(micro, True) for micro in self._all_micro_batches(tensors)]
-        return self._my_micro_batches(tensors, list(range(len(tensors))))
-
-    def _gather_rows(self, out: torch.Tensor, what: str) -> torch.Tensor:
-        """Every rank filled its own rows of ``out`` (zeros elsewhere): the sum over the
-        ranks is the whole tensor, exactly."""
-        if self.ranks is None:
-            return out
-        return self.ranks.sum_tensor(out, what)
-
-    def _infer_logprobs(self, model: nn.Module, tensors: TensorBatch) -> torch.Tensor:
-        """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched."""
-        return self._infer(model, tensors, with_entropy=False)[0]
-
-    @torch.no_grad()
-    def _infer(self, model: nn.Module, tensors: TensorBatch, *, with_entropy: bool,
-               with_expected_entropy_signal: bool = False
-               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched;
-        with ``with_entropy`` its ``(B, R)`` per-token entropies, and with
-        ``with_expected_entropy_signal`` also its ``(B, R)`` expected entropy signals
-        (:func:`rft.ops.expected_entropy_signal_from_logits`), all from one forward pass."""
-        with_entropy = with_entropy or with_expected_entropy_signal
-        out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
-        ent = torch.zeros(len(tensors), tensors.response_width) if with_entropy else None
-        signal = (torch.zeros(len(tensors), tensors.response_width)
-                  if with_expected_entropy_signal else None)  # (B, R)
-        was_training = model.training
-        _set_training(model, False)
-        try:
-            for rows, real in self._my_inference_batches(tensors):
-                micro = tensors.select(rows)
-                micro_signal = None
-                entropy: torch.Tensor | None
-                if signal is not None:
-                    logps, entropy, micro_signal = response_entropy_signals(
-                        model, micro, device=self.options.device,
-                        temperature=self.options.temperature, dtype=self.options.dtype,
-                        shared_prompts=self.options.prefix_sharing)
-                else:
-                    logps, entropy = response_logprobs(
-                        model, micro, device=self.options.device,
-                        temperature=self.options.temperature, with_entropy=with_entropy,
-                        entropy_grad=False, dtype=self.options.dtype,
-                        shared_prompts=self.options.prefix_sharing)
-                if real:
-                    width = micro.response_width
-                    out[rows, :width] = logps.cpu()
-                    if ent is not None and entropy is not None:
-                        ent[rows, :width] = entropy.cpu()
-                    if signal is not None and micro_signal is not None:
-                        signal[rows, :width] = micro_signal.cpu()
-        finally:
-            _set_training(model, was_training)
-        gathered = self._gather_rows(out, "log-probs")
-        return (gathered, self._gather_rows(ent, "entropies") if ent is not None else None,
-                self._gather_rows(signal, "expected entropy signals")
-                if signal is not None else None)
-
-    @torch.no_grad()
-    def _infer_values(self, tensors: TensorBatch) -> torch.Tensor:
-        """``(B, R)`` critic values (masked) over the whole batch."""
-        assert self.critic is not None
-        out = torch.zeros(len(tensors), tensors.response_width)  # (B, R)
-        self.critic.eval()
-        try:
-            for rows, real in self._my_inference_batches(tensors):
-                micro = tensors.select(rows)
-                values = response_values(self.critic, micro, device=self.options.device,
-                                         dtype=self.options.dtype)
-                if real:
-                    out[rows, : micro.response_width] = values.cpu()
-        finally:
-            self.critic.train()
-        return self._gather_rows(out, "values") * tensors["response_mask"]
-
-    def _needs_old_logprobs(self, tensors: TensorBatch) -> bool:
-        """Whether old log-probs must be computed before the update (see module doc)."""
-        updates = len(self._mini_batches(tensors)) * self.options.ppo_epochs
-        return updates > 1 or self.fns.uses_kl_penalty or self._actor_dropout
-
-    def _prepare_rollout(self, batch: Batch, tensors: TensorBatch,
-                         metrics: dict[str, float]) -> None:
-        """Old / reference log-probs, values, KL penalty, advantages and data metrics."""
-        mask = batch.response_mask  # (B, R)
-        if self.options.use_rollout_logprobs and batch.rollout_log_prob is not None:
-            tensors["old_log_prob"] = batch.rollout_log_prob
-        elif self._needs_old_logprobs(tensors):
-            with timed(metrics, "old_log_prob"):
-                tensors["old_log_prob"] = self._infer_logprobs(self.actor, tensors)
-            if batch.rollout_log_prob is not None:  # the engine's: do they match the trainer's?
-                metrics.update(rollout_probs_diff(batch.rollout_log_prob,
-                                                  tensors["old_log_prob"], mask))
-                self._first_step_check(metrics)
-        elif batch.rollout_log_prob is not None and self.global_steps == 0:
-            # one update per step needs no old log-probs: the run's first step computes them
-            # for the check alone (one forward pass without gradients; nothing else uses
-            # them; a resumed run's steps log what the uninterrupted run's do)
-            first = self._infer_logprobs(self.actor, tensors)  # (B, R)
-            metrics.update(rollout_probs_diff(batch.rollout_log_prob, first, mask))
-            self._first_step_check(metrics)
-        if self.ref is not None:
-            with timed(metrics, "ref"):
-                tensors["ref_log_prob"] = self._infer_logprobs(self.ref, tensors)
-        values = None
-        if self.critic is not None:
-            with timed(metrics, "values"):
-                values = tensors["values"] = self._infer_values(tensors)
-        scores = batch.token_level_rewards  # (B, R)
-        rewards = scores
-        if self.fns.uses_kl_penalty:
-            old_log_prob = tensors.get("old_log_prob")
-            assert old_log_prob is not None and self.fns.kl_penalty is not None
-            rewards, kl_metrics = apply_kl_penalty(scores, old_log_prob, tensors["ref_log_prob"],
-                                                   mask, self.fns.kl_penalty)
-            metrics.update(kl_metrics)
-        policy_log_prob = entropy = expected_signal = None
-        selected = self.plan.loss.advantage
-        with_signal = (selected is not None
-                       and needs_expected_entropy_signal(selected.implementation))
-        if selected is not None and (needs_entropy(selected.implementation) or with_signal):
-            with timed(metrics, "entropy"):
-                policy_log_prob, entropy, expected_signal = self._infer(
-                    self.actor, tensors, with_entropy=True,
-                    with_expected_entropy_signal=with_signal)
-        with timed(metrics, "adv"):
-            advantages, returns, kept = batch_advantages(
-                self.plan, batch, rewards, mask, values, entropy, old_log_prob=policy_log_prob,
-                expected_entropy_signal=expected_signal)
-        tensors["advantages"], tensors["returns"] = advantages, returns
-        if kept is not mask:  # the advantage fn dropped tokens from the update
-            tensors["response_mask"] = kept
-        metrics.update(data_metrics(
-            token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
-            returns=returns, response_mask=mask, response_lengths=tensors.response_lengths(),
-            prompt_lengths=batch.attention_mask[:, : batch.prompt_width].sum(-1),
-            max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
-            max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
-            values=values))
-
-    # ---- updates ---------------------------------------------------------------------
-
-    def _agg(self, tensors: TensorBatch, rows: list[int]) -> AggContext:
-        """The loss reduction of mini-batch ``rows`` with its *global* counts: sharded,
-        each rank counts its share and the counts are all-reduced."""
-        scale = self.options.loss_scale_factor or tensors.response_width
-        if self.ranks is None:
-            mask = tensors["response_mask"][rows]  # (b, R)
-            return AggContext.for_mini_batch(mask, self.fns.loss_agg_mode, float(scale))
-        mine = self._rank_rows(tensors, rows)
-        mask = tensors["response_mask"][mine]  # (b_rank, R)
-        counts = torch.tensor([float(mask.sum().item()), float(len(mine))], dtype=torch.float64)
-        tokens, sequences = self.ranks.sum_tensor(counts, "mini-batch token counts").tolist()
-        return AggContext(self.fns.loss_agg_mode, tokens, sequences, float(scale))
-
-    def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-              offload: bool = False) -> float:
-        """Clip the accumulated gradient, step (skipped if its norm is not finite)."""
-        clip = self.options.grad_clip if self.options.grad_clip is not None else math.inf
-        if self.ranks is None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
-        else:
-            grad_norm = clip_grad_norm(model.parameters(), clip)
-        offload = offload and self.options.device.type != "cpu"
-        if torch.isfinite(grad_norm):
-            if offload:
-                move_optimizer_state(optimizer, self.options.device)
-            optimizer.step()
-            if offload:
-                move_optimizer_state(optimizer, "cpu")
-        else:
-            logger.warning("grad_norm is not finite (%s): update skipped", grad_norm.item())
-        optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm.item())
-
-    def _merge(self, record: LossMetrics) -> dict[str, float]:
-        """The step's loss metrics over all ranks (one process: its own)."""
-        if self.ranks is None:
-            return record.result()
-        return LossMetrics.merged(self.ranks.gather_objects(record, "loss metrics")).result()
-
-    def _update_actor(self, tensors: TensorBatch) -> dict[str, float]:
-        device = self.options.device
-        record = LossMetrics()
-        entropy_grad = self.fns.uses_entropy_loss
-        _set_training(self.actor, True)
-        for _ in range(self.options.ppo_epochs):
-            for mini_rows in self._mini_batches(tensors):
-                agg = self._agg(tensors, mini_rows)
-                for rows, real in self._my_micro_batches(tensors, mini_rows):
-                    micro = tensors.select(rows)
-                    log_prob, entropy = response_logprobs(
-                        self.actor, micro, device=device, temperature=self.options.temperature,
-                        with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype,
-                        entropy_chunk=self.options.entropy_chunk_size,
-                        shared_prompts=self.options.prefix_sharing)
-                    on = {k: v.to(device) for k, v in micro.tensors.items()}
-                    out = actor_loss(self.fns, LossInputs(
-                        log_prob=log_prob, response_mask=on["response_mask"],
-                        old_log_prob=on.get("old_log_prob"),
-                        advantages=on.get("advantages"), entropy=entropy,
-                        ref_log_prob=on.get("ref_log_prob"),
-                        is_expert_mask=on.get("is_expert"),
-                        teacher_log_prob=on.get("teacher_log_prob"),
-                        global_step=self.global_steps + 1), agg)
-                    if real:
-                        out.loss.backward()
-                        record.add_micro(out.summed, out.averaged)
-                    else:  # a dummy: its collectives, no contribution
-                        (out.loss * 0.0).backward()
-                record.close_mini_batch()
-                record.add("actor/grad_norm", self._step(self.actor, self.optimizer,
-                                                         self.options.optimizer_offload))
-        return self._merge(record)
-
-    def _update_critic(self, tensors: TensorBatch) -> dict[str, float]:
-        assert self.critic is not None and self.critic_optimizer is not None
-        device = self.options.device
-        record = LossMetrics()
-        self.critic.train()
-        for _ in range(self.options.ppo_epochs):
-            for mini_rows in self._mini_batches(tensors):
-                agg = self._agg(tensors, mini_rows)
-                for rows, real in self._my_micro_batches(tensors, mini_rows):
-                    micro = tensors.select(rows)
-                    on = {k: v.to(device) for k, v in micro.tensors.items()}
-                    vpreds = response_values(self.critic, micro, device=device,
-                                             dtype=self.options.dtype)  # (b, r)
-                    vf_loss, vf_clipfrac = clipped_value_loss(
-                        vpreds, on["values"], on["returns"], on["response_mask"],
-                        cliprange_value=self.options.cliprange_value, loss_agg_mode=agg.mode,
-                        **agg.kwargs())
-                    if real:
-                        vf_loss.backward()
-                        record.add_micro({"critic/vf_loss": vf_loss.item()},
-                                         {"critic/vf_clipfrac": vf_clipfrac.item()})
-                    else:
-                        (vf_loss * 0.0).backward()
-                record.close_mini_batch()
-                record.add("critic/grad_norm", self._step(self.critic, self.critic_optimizer,
-                                                          self.options.critic_optimizer_offload))
-        return self._merge(record)
 
 
 def _enable_gradient_checkpointing(model: nn.Module, key: str) -> None:
