@@ -868,7 +868,8 @@ def test_both_killed_twice_resumes_to_the_uninterrupted_weights(tmp_path, tiny_m
             "rft: trainer actor 'trainer' died"), f"{context}:\n{output[-3000:]}"
     else:  # the second run ended first
         plan.append("(the second run finished before its trainer could be killed)")
-        assert processes.wait("second", 120) == 0
+        assert processes.wait("second", 120) == 0, \
+            f"seed {seed}: {'; '.join(plan)}:\n{processes.output('second')[-3000:]}"
     context = f"seed {seed}: killed {'; '.join(plan)}"
     print(context)  # which kill points this run took (pytest -s)
 

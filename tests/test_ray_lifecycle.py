@@ -160,7 +160,7 @@ def test_sigterm_ends_a_both_run_in_one_line_and_it_resumes(tmp_path, tiny_model
     log = tmp_path / "run.log"
     run = start(config, log)
     try:
-        wait_for(lambda: trained_steps(tmp_path), 240, "the first train step")
+        wait_for(lambda: trained_steps(tmp_path), 480, "the first train step")
         run.send_signal(signal.SIGTERM)
         code = run.wait(timeout=180)
     finally:
@@ -196,7 +196,7 @@ def test_ray_processes_do_not_outlive_a_killed_driver(tmp_path, tiny_model_dir):
     log = tmp_path / "run.log"
     run = start(config, log)
     try:
-        wait_for(lambda: trained_steps(tmp_path), 240, "the first train step")
+        wait_for(lambda: trained_steps(tmp_path), 480, "the first train step")
         driver = psutil.Process(run.pid)
         started = driver.children(recursive=True)
         names = " ".join(p.name() for p in started)
