@@ -64,6 +64,7 @@ This module runs the server (its lifecycle, sessions, routing, authentication, t
 threads); the rest is in modules of one job each: :mod:`rft.endpoint.settings` (the limits,
 :class:`EndpointSettings`), :mod:`rft.endpoint.request_body` (the bounded body read),
 :mod:`rft.endpoint.chat_handler` (a chat completion from a body),
+:mod:`rft.endpoint.engine_threads` (engine calls in threads of their own),
 :mod:`rft.endpoint.http_transport` (the uvicorn / Starlette pieces) and
 :mod:`rft.endpoint.openai_protocol` (the request and response formats).
 """
@@ -87,13 +88,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rft.endpoint.chat_handler import chat_completion, models_listing
-from rft.endpoint.http_transport import (
-    http_response,
-    quiet_uvicorn,
-    server_class,
-    timed_protocol,
-    wait_disconnect,
-)
+from rft.endpoint.engine_threads import ENGINE_THREADS, in_thread
+from rft.endpoint.http_transport import http_response, quiet_uvicorn, server_class, timed_protocol
 from rft.endpoint.openai_protocol import (
     BadRequest,
     ChatRequest,
@@ -124,10 +120,6 @@ log = logging.getLogger("rft.openai")
 
 BACKLOG = 2048
 """Listen backlog: connections the kernel queues before the server accepts them."""
-
-ENGINE_THREADS = 256
-"""Most engine calls the endpoint runs at once (each in a thread; the engine serialises
-its own work, the runner's call batcher merges the calls of concurrent workflows)."""
 
 STOP_GRACE_S = 3.0
 """Seconds :meth:`OpenAIServer.stop` waits for open connections before closing them."""
@@ -412,60 +404,12 @@ class OpenAIServer:
             if isinstance(body, tuple):
                 return body
         if method == "POST" and path.endswith(_CHAT):
-            status, payload = await self._in_thread(
-                lambda: self.handle(method, path, body), receive)
+            assert self._slots is not None and self._stopping is not None
+            status, payload = await in_thread(
+                lambda: self.handle(method, path, body), receive, self._slots, self._stopping)
         else:
             status, payload = self.handle(method, path, body)
         return status, payload, {}
-
-    async def _in_thread(self, work: Callable[[], Any], receive: Callable[..., Any]) -> Any:
-        """``work()`` in a thread of its own; returns early (raising
-        :class:`~rft.endpoint.request_body.Disconnected`, or answering ``503``) when the
-        client goes away or the server stops meanwhile."""
-        loop = asyncio.get_running_loop()
-        assert self._slots is not None and self._stopping is not None
-        await self._slots.acquire()
-        future: asyncio.Future[Any] = loop.create_future()
-        slots = self._slots
-
-        def settle(outcome: tuple[bool, Any]) -> None:
-            slots.release()
-            if not future.done():
-                if outcome[0]:
-                    future.set_result(outcome[1])
-                else:
-                    future.set_exception(outcome[1])
-
-        def run() -> None:
-            try:
-                outcome: tuple[bool, Any] = (True, work())
-            except BaseException as exc:  # noqa: BLE001 - handed to the event loop
-                outcome = (False, exc)
-            with contextlib.suppress(RuntimeError):  # the loop has ended: nobody waits
-                loop.call_soon_threadsafe(settle, outcome)
-
-        try:
-            threading.Thread(target=run, name="rft-openai-call", daemon=True).start()
-        except BaseException:
-            slots.release()
-            raise
-        gone = asyncio.ensure_future(wait_disconnect(receive))
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({future, gone, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        finally:
-            gone.cancel()
-            stopping.cancel()
-        if future.done():
-            return future.result()
-        future.cancel()  # nobody waits for the answer any more: the thread's is dropped
-        if gone.done() and not gone.cancelled():
-            raise Disconnected
-        return (HTTPStatus.SERVICE_UNAVAILABLE,
-                error_body("the OpenAI API server is stopping", None, 503))
 
 
 __all__ = ["BACKLOG", "KEEP_ALIVE_S", "MAX_BODY_BYTES", "PROMPT_BYTES_OVERHEAD",
