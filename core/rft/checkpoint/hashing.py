@@ -78,8 +78,8 @@ def save_hashed(obj: Any, folder: str, name: str, writing: list[str] | None = No
 DIGESTS_SUFFIX = ".sha256.json"
 """A file ``<anything>.sha256.json`` in a checkpoint, ``{file name: SHA-256}``, gives the
 digests of files of its folder that a writer hashed as it wrote them (each rank of a
-sharded trainer: :mod:`rft.trainer.sharded_checkpoint`); :func:`save_checkpoint` takes
-them instead of reading those files back."""
+sharded trainer: :mod:`rft.trainer.sharded_checkpoint`);
+:func:`rft.checkpoint.save.save_checkpoint` takes them instead of reading those files back."""
 
 
 def write_digests(folder: str, name: str, digests: dict[str, str]) -> None:

@@ -38,7 +38,7 @@ def save_checkpoint(job_dir: str, step: int,
     folder that writes the trainer's own files there and returns it
     (:meth:`rft.trainer.base.Trainer.write_checkpoint`).
     ``extra``: more objects to keep, each saved as ``<name>.pt`` (read back with
-    :func:`load_extra`).
+    :func:`rft.checkpoint.load.load_extra`).
 
     :raises CheckpointError: the folder cannot be written (one line: the folder and the
         cause); nothing of the new checkpoint is left behind.
