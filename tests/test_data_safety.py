@@ -301,8 +301,9 @@ def test_a_full_disk_is_one_line_with_the_file_and_the_bytes_needed(small_disk):
     folder left, ``global_step_1`` intact."""
     import shutil
 
-    from rft.checkpoint import (CheckpointError, _human, list_checkpoints,
+    from rft.checkpoint import (CheckpointError, list_checkpoints,
                                 newest_readable_checkpoint, save_checkpoint)
+    from rft.checkpoint.disk_full import human
 
     disk = small_disk(512 * 1024)
     job = disk.path / "job"
@@ -312,13 +313,13 @@ def test_a_full_disk_is_one_line_with_the_file_and_the_bytes_needed(small_disk):
         save_checkpoint(str(job), 2, state, {})
     first = job / "global_step_1"
     needed = sum(p.stat().st_size for p in first.rglob("*") if p.is_file())
-    free = f", {_human(shutil.disk_usage(job).free)} free" if disk.real else ""
+    free = f", {human(shutil.disk_usage(job).free)} free" if disk.real else ""
     assert str(caught.value) == (
         f"checkpoint {job}/global_step_2: cannot write trainer.pt: No space left on device "
-        f"(the checkpoint needs about {_human(needed)}{free})" if disk.real else str(caught.value))
+        f"(the checkpoint needs about {human(needed)}{free})" if disk.real else str(caught.value))
     assert str(caught.value).startswith(
         f"checkpoint {job}/global_step_2: cannot write trainer.pt: No space left on device "
-        f"(the checkpoint needs about {_human(needed)}")
+        f"(the checkpoint needs about {human(needed)}")
     assert sorted(p.name for p in job.iterdir()) == ["global_step_1"]
     assert [c.step for c in list_checkpoints(str(job))] == [1]
     loaded = newest_readable_checkpoint(str(job))
@@ -328,13 +329,14 @@ def test_a_full_disk_is_one_line_with_the_file_and_the_bytes_needed(small_disk):
 
 def test_a_first_checkpoint_on_a_full_disk_needs_at_least_its_tensors(small_disk):
     """No previous checkpoint to measure: the line says at least the tensors to save."""
-    from rft.checkpoint import CheckpointError, _human, save_checkpoint
+    from rft.checkpoint import CheckpointError, save_checkpoint
+    from rft.checkpoint.disk_full import human
 
     disk = small_disk(256 * 1024)
     job = disk.path / "job"
     with pytest.raises(CheckpointError, match=(
             rf"^checkpoint {job}/global_step_1: cannot write trainer\.pt: No space left on "
-            rf"device \(the checkpoint needs at least {_human(400_000)}")):
+            rf"device \(the checkpoint needs at least {human(400_000)}")):
         save_checkpoint(str(job), 1, {"w": torch.zeros(100_000)}, {})
     assert list(job.iterdir()) == []
 
@@ -349,8 +351,9 @@ def test_torchs_short_write_on_a_full_disk_is_named_so(small_disk, monkeypatch, 
     import shutil
     from collections import namedtuple
 
-    import rft.checkpoint
-    from rft.checkpoint import CheckpointError, _human, save_checkpoint
+    import rft.checkpoint.disk_full
+    from rft.checkpoint import CheckpointError, save_checkpoint
+    from rft.checkpoint.disk_full import human
 
     disk = small_disk(256 * 1024)
     job = disk.path / "job"
@@ -367,10 +370,10 @@ def test_torchs_short_write_on_a_full_disk_is_named_so(small_disk, monkeypatch, 
     with monkeypatch.context() as patch:
         if not disk.real:
             usage = namedtuple("usage", "total used free")
-            patch.setattr(rft.checkpoint.shutil, "disk_usage", lambda path: usage(10, 10, 0))
+            patch.setattr(rft.checkpoint.disk_full.shutil, "disk_usage", lambda path: usage(10, 10, 0))
         with pytest.raises(CheckpointError) as caught:
             save_checkpoint(str(job), 1, own_files, {})
-        free = _human(shutil.disk_usage(job).free)
+        free = human(shutil.disk_usage(job).free)
     assert isinstance(caught.value.__cause__, RuntimeError)
     assert "unexpected pos" in str(caught.value.__cause__)
     assert re.fullmatch(

@@ -26,8 +26,9 @@ from rft.errors import ConfigError, RftError
 from rft.engines.engine import SamplingArgs
 from rft.engines.hf_engine import HFEngine
 from rft.rollout.model_wrapper import ModelWrapper
-from rft.endpoint.openai_server import (BACKLOG, PROMPT_BYTES_OVERHEAD, PROMPT_BYTES_PER_TOKEN,
-                                        EndpointSettings, OpenAIServer, prompt_byte_limit)
+from rft.endpoint.openai_server import BACKLOG, OpenAIServer
+from rft.endpoint.settings import (PROMPT_BYTES_OVERHEAD, PROMPT_BYTES_PER_TOKEN,
+                                   EndpointSettings, prompt_byte_limit)
 from rft.hosts import why_not_loopback
 from test_embedded_run import write_config
 

@@ -170,7 +170,7 @@ def kill_at(monkeypatch, owner: Any, name: str, when) -> None:
 
 
 def _colocate_kill_points():
-    import rft.checkpoint
+    import rft.checkpoint.hashing
     import rft.rollout.explorer
     import rft.modes.colocate
     import rft.monitor.files
@@ -185,7 +185,7 @@ def _colocate_kill_points():
                     lambda a, kw, n: "after" if n == 3 else None),
         # during the save of step 4: trainer.pt written, buffer.pt not (a .partial remains)
         # (torch.save writes to a rft.checkpoint.HashingFile: its path)
-        "save-4": (rft.checkpoint.torch, "save",
+        "save-4": (rft.checkpoint.hashing.torch, "save",
                    lambda a, kw, n: "before" if "global_step_4.partial" in a[1].path
                    and a[1].path.endswith("buffer.pt") else None),
         # the last step logged, before the evaluation after it and the final checkpoint
@@ -276,6 +276,7 @@ def test_disk_full_during_a_save_is_one_line_and_the_run_resumes(tmp_path, tiny_
     import errno
 
     import rft.checkpoint
+    from rft.checkpoint.disk_full import human
 
     config = colocate_config(tmp_path, tiny_model_dir, tasks_file)
     job = tmp_path.joinpath(*JOB)
@@ -295,7 +296,7 @@ def test_disk_full_during_a_save_is_one_line_and_the_run_resumes(tmp_path, tiny_
                      if p.is_file())
         assert len(err) == 1 and err[0].startswith(
             f"rft: checkpoint {job}/global_step_4: cannot write trainer.pt: No space left on "
-            f"device (the checkpoint needs about {rft.checkpoint._human(needed)}, ")
+            f"device (the checkpoint needs about {human(needed)}, ")
         assert [c.step for c in list_checkpoints(str(job))] == [2]
         assert sorted(p.name for p in job.glob("global_step_*")) == ["global_step_2"]
         assert run(load_config(config)) == 0

@@ -67,9 +67,10 @@ from rft.config.field_support import (
     CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
     ACTOR_ENV, AUXILIARY, BENCH, BOTH, BOTH_ACTORS, BOTH_CHECKPOINTS, BOTH_ENTRY,
     BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
-    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DATA_JUICER, ENGINE, ENGINE_FACTORY, EXPLORE,
+    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DATA_JUICER, ENDPOINT_SETTINGS, ENGINE,
+    ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
-    OFFLINE, OPENAI_SERVER, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
+    OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
     POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
@@ -801,14 +802,14 @@ class InferenceModelConfig:
     """Address the OpenAI-compatible server binds to (loopback: this machine only)."""
     openai_api_port: int = field(default=0, metadata=consumed(EXPLORER, AUXILIARY))
     """Port of the OpenAI-compatible server; ``0``: a free port chosen at start."""
-    openai_api_key_env: str | None = field(default=None, metadata=consumed(OPENAI_SERVER))
+    openai_api_key_env: str | None = field(default=None, metadata=consumed(ENDPOINT_SETTINGS))
     """Name of the environment variable holding the OpenAI API's key: requests must send
     ``Authorization: Bearer <key>`` (else ``401``; ``get_openai_client()`` sends it).
     ``None``: no key, allowed only when ``openai_api_host`` is loopback."""
-    openai_api_max_n: int = field(default=64, metadata=consumed(OPENAI_SERVER))
+    openai_api_max_n: int = field(default=64, metadata=consumed(ENDPOINT_SETTINGS))
     """OpenAI API: most choices one request may ask for (``n``; more is a ``400``)."""
     openai_api_max_request_bytes: int = field(
-        default=32 * 1024 * 1024, metadata=consumed(OPENAI_SERVER))
+        default=32 * 1024 * 1024, metadata=consumed(ENDPOINT_SETTINGS))
     """OpenAI API: largest request body in bytes (more is a ``413``)."""
     enable_log_requests: bool = field(default=False, metadata=consumed(EXPLORER, AUXILIARY))
     """Log every request of the OpenAI API server."""

@@ -59,32 +59,37 @@ deliver a request's headers within ``read_timeout_s`` of opening (or of its prev
 answer), and the request's body within ``read_timeout_s`` of its headers (``408``
 otherwise, e.g. a body shorter than its ``Content-Length``); an idle keep-alive connection
 is closed after ``keep_alive_s``. Each closes the connection.
+
+This module runs the server (its lifecycle, sessions, routing, authentication, the engine
+threads); the rest is in modules of one job each: :mod:`rft.endpoint.settings` (the limits,
+:class:`EndpointSettings`), :mod:`rft.endpoint.request_body` (the bounded body read),
+:mod:`rft.endpoint.chat_handler` (a chat completion from a body),
+:mod:`rft.endpoint.engine_threads` (engine calls in threads of their own),
+:mod:`rft.endpoint.http_transport` (the uvicorn / Starlette pieces) and
+:mod:`rft.endpoint.openai_protocol` (the request and response formats).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import hmac
-import json
 import logging
-import os
 import socket
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from rft.errors import RftError
-from rft.engines.call_batching import sampling_args
-from rft.engines.engine import Completion
+from rft.endpoint.chat_handler import chat_completion, models_listing
+from rft.endpoint.engine_threads import ENGINE_THREADS, in_thread
+from rft.endpoint.http_transport import http_response, quiet_uvicorn, server_class, timed_protocol
 from rft.endpoint.openai_protocol import (
     BadRequest,
     ChatRequest,
@@ -94,38 +99,27 @@ from rft.endpoint.openai_protocol import (
     parse_chat_request,
     stream_chunks,
 )
-from rft.engines.reply_parsing import AssistantReply, ReplyParser
+from rft.endpoint.request_body import Disconnected, read_body
+from rft.endpoint.settings import (
+    KEEP_ALIVE_S,
+    MAX_BODY_BYTES,
+    PROMPT_BYTES_OVERHEAD,
+    PROMPT_BYTES_PER_TOKEN,
+    READ_TIMEOUT_S,
+    EndpointSettings,
+    prompt_byte_limit,
+)
+from rft.engines.reply_parsing import ReplyParser
+from rft.errors import RftError
 from rft.hosts import is_loopback, why_not_loopback
 
 if TYPE_CHECKING:
-    from rft.config.schema import InferenceModelConfig
     from rft.rollout.model_wrapper import ModelWrapper
 
 log = logging.getLogger("rft.openai")
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-"""Largest request body accepted by default (``openai_api_max_request_bytes``)."""
-
 BACKLOG = 2048
 """Listen backlog: connections the kernel queues before the server accepts them."""
-
-ENGINE_THREADS = 256
-"""Most engine calls the endpoint runs at once (each in a thread; the engine serialises
-its own work, the runner's call batcher merges the calls of concurrent workflows)."""
-
-READ_TIMEOUT_S = 60.0
-"""Default seconds a client has to send a request's headers, and then its body."""
-
-KEEP_ALIVE_S = 30.0
-"""Default seconds an idle keep-alive connection stays open."""
-
-PROMPT_BYTES_PER_TOKEN = 64
-"""Bytes of request body allowed per prompt token before tokenising: generous (a token
-is a few UTF-8 bytes; JSON's ``\\uXXXX`` escapes take 6 a character, 12 a surrogate
-pair), so no prompt within the limit is refused on its size."""
-
-PROMPT_BYTES_OVERHEAD = 1024 * 1024
-"""Bytes of request body allowed besides the prompt's tokens (tool specs, fields)."""
 
 STOP_GRACE_S = 3.0
 """Seconds :meth:`OpenAIServer.stop` waits for open connections before closing them."""
@@ -134,58 +128,11 @@ _CHAT = "/v1/chat/completions"
 _ROUTES = ("/health", "/v1/models", _CHAT)
 
 
-def prompt_byte_limit(prompt_tokens: int | None) -> int | None:
-    """Largest chat body that could hold a prompt of ``prompt_tokens`` tokens:
-    ``PROMPT_BYTES_PER_TOKEN · prompt_tokens + PROMPT_BYTES_OVERHEAD`` (``None``: no
-    prompt limit, no bound)."""
-    if prompt_tokens is None:
-        return None
-    return PROMPT_BYTES_PER_TOKEN * prompt_tokens + PROMPT_BYTES_OVERHEAD
-
-
-@dataclass(frozen=True)
-class EndpointSettings:
-    """Access and size limits of an endpoint."""
-
-    api_key: str | None = None
-    """Key clients send as ``Authorization: Bearer <key>``; ``None``: no authentication
-    (allowed on loopback only)."""
-    max_n: int = 64
-    """Most choices per request (``n``)."""
-    max_request_bytes: int = MAX_BODY_BYTES
-    """Largest request body (``413`` beyond)."""
-    read_timeout_s: float = READ_TIMEOUT_S
-    """Seconds a client has to send a request's headers (from the connection's start or
-    its previous answer; then the connection is closed), and then its body (``408``)."""
-    keep_alive_s: float = KEEP_ALIVE_S
-    """Seconds an idle keep-alive connection stays open (uvicorn's
-    ``timeout_keep_alive``)."""
-
-    @classmethod
-    def of(cls, model: InferenceModelConfig) -> EndpointSettings:
-        """The settings of an inference-model config (``openai_api_key_env``,
-        ``openai_api_max_n``, ``openai_api_max_request_bytes``); the key is read from the
-        environment variable now. Raises :class:`RftError` when it names an unset one."""
-        name = model.openai_api_key_env
-        key = None
-        if name:
-            key = os.environ.get(name)
-            if not key:
-                raise RftError(f"openai_api_key_env: environment variable {name} is not set "
-                               "(or empty) in this process; the OpenAI API needs its key")
-        return cls(api_key=key, max_n=model.openai_api_max_n,
-                   max_request_bytes=model.openai_api_max_request_bytes)
-
-
 @dataclass
 class _Session:
     view: weakref.ref
     """The workflow's :class:`ModelWrapper` view (sessions end with their workflow); its
     engine calls go through the view's call slot, as the workflow's direct calls do."""
-
-
-class _Disconnected(Exception):
-    """The client went away before its answer was ready."""
 
 
 class OpenAIServer:
@@ -264,9 +211,9 @@ class OpenAIServer:
                                 ws="none", loop="asyncio",
                                 backlog=BACKLOG, timeout_graceful_shutdown=int(STOP_GRACE_S),
                                 timeout_keep_alive=keep_alive,
-                                http=_timed_protocol(self.settings.read_timeout_s))
-        _quiet_uvicorn()
-        server = _server_class()(config)
+                                http=timed_protocol(self.settings.read_timeout_s))
+        quiet_uvicorn()
+        server = server_class()(config)
         self._socket, self._server = sock, server
         self.port = sock.getsockname()[1]
         ready = threading.Event()
@@ -387,9 +334,11 @@ class OpenAIServer:
             if api_path == "/health" and method == "GET":
                 return HTTPStatus.OK, {"status": "ok"}
             if api_path == "/v1/models" and method == "GET":
-                return HTTPStatus.OK, self._models(view)
+                return HTTPStatus.OK, models_listing(view)
             if api_path == _CHAT and method == "POST":
-                return HTTPStatus.OK, self._chat(view, body or b"")
+                return HTTPStatus.OK, chat_completion(
+                    view, body or b"", reply_parser=self.reply_parser,
+                    served_names=self.served_names, max_n=self.settings.max_n)
             if api_path in _ROUTES:
                 raise BadRequest(f"method {method} is not allowed on {api_path}",
                                  status=HTTPStatus.METHOD_NOT_ALLOWED)
@@ -405,56 +354,6 @@ class OpenAIServer:
                     error_body(f"internal error: {type(exc).__name__}: {exc}", None,
                                HTTPStatus.INTERNAL_SERVER_ERROR))
 
-    def _models(self, view: ModelWrapper) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": view.name, "object": "model",
-                                            "created": 0, "owned_by": "rft"}]}
-
-    def _chat(self, view: ModelWrapper, raw: bytes) -> dict[str, Any] | list[dict[str, Any]]:
-        """A ``chat.completion``, or its chunks when the request streams."""
-        try:
-            body = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-        except RecursionError as exc:
-            raise BadRequest("request body is not valid JSON: nested too deeply") from exc
-        engine = view.engine
-        limits = RequestLimits(max_n=self.settings.max_n,
-                               max_tokens=getattr(engine, "max_response_tokens", None))
-        request = parse_chat_request(body, self.served_names, self.reply_parser, limits)
-        sampling = dataclasses.replace(sampling_args(view.defaults, request.sampling),
-                                       logprobs=True)  # the history needs them
-        sampling.check()
-        self._check_prompt(view, request)
-
-        def parse(completion: Completion) -> AssistantReply:
-            return self.reply_parser.parse(completion.text, call_tools=request.call_tools,
-                                           parallel=request.parallel_tool_calls)
-
-        results = view.chat_completions([request.messages], request.n, sampling,
-                                        tools=request.tools, parse=parse)
-        completions = results.completions[0]
-        truncated = next((c for c in completions if c.prompt_truncated), None)
-        if truncated is not None:  # a continuation longer than its canonical rendering
-            raise _prompt_too_long(None, view)
-        replies = results.replies[0]
-        assert replies is not None
-        response = completion_response(view, request, completions, replies,
-                                       with_reasoning=self.reply_parser.reasoning is not None)
-        return stream_chunks(response, request) if request.stream else response
-
-    @staticmethod
-    def _check_prompt(view: ModelWrapper, request: ChatRequest) -> None:
-        """A prompt over the model's limit is refused, never truncated."""
-        limit_of = getattr(view.engine, "prompt_limit", None)
-        limit = limit_of() if limit_of is not None else None
-        if limit is None:
-            return
-        ids = view.engine.apply_chat_template(request.messages, tools=request.tools)
-        if len(ids) > limit:
-            raise _prompt_too_long(len(ids), view)
-
-    # ---- HTTP (uvicorn, in the server thread) --------------------------------------------
-
     async def _asgi(self, scope: dict[str, Any], receive: Callable[..., Any],
                     send: Callable[..., Any]) -> None:
         """The ASGI application: authentication, bounded body, the answer; a client that
@@ -468,7 +367,7 @@ class OpenAIServer:
         started = time.monotonic()
         try:
             status, payload, headers = await self._answer(request, receive)
-        except (_Disconnected, ClientDisconnect):
+        except (Disconnected, ClientDisconnect):
             log.debug("OpenAI API: client of %s %s disconnected before the answer", method, path)
             return
         except asyncio.CancelledError:  # the server is stopping
@@ -479,7 +378,7 @@ class OpenAIServer:
             status, headers = HTTPStatus.INTERNAL_SERVER_ERROR, {}
             payload = error_body(f"internal error: {type(exc).__name__}: {exc}", None, 500)
         try:
-            await _response(status, payload, headers)(scope, receive, send)
+            await http_response(status, payload, headers)(scope, receive, send)
         except (OSError, ClientDisconnect):
             log.debug("OpenAI API: client of %s %s disconnected during the answer", method, path)
             return
@@ -500,259 +399,21 @@ class OpenAIServer:
                         {"www-authenticate": "Bearer"})
         body: bytes | None = None
         if method == "POST":
-            body = await self._read_body(request, receive, chat=path.endswith(_CHAT))
+            body = await read_body(request, receive, self.settings, self.model.engine,
+                                   chat=path.endswith(_CHAT))
             if isinstance(body, tuple):
                 return body
         if method == "POST" and path.endswith(_CHAT):
-            status, payload = await self._in_thread(
-                lambda: self.handle(method, path, body), receive)
+            assert self._slots is not None and self._stopping is not None
+            status, payload = await in_thread(
+                lambda: self.handle(method, path, body), receive, self._slots, self._stopping)
         else:
             status, payload = self.handle(method, path, body)
         return status, payload, {}
 
-    async def _read_body(self, request: Any, receive: Callable[..., Any], *, chat: bool) -> Any:
-        """The body, or the answer refusing it: ``413`` over ``max_request_bytes``; for a
-        chat, ``400`` on ``messages`` over :func:`prompt_byte_limit` (judged on
-        ``Content-Length`` before reading, else while reading: nothing is decoded or
-        tokenised); ``408`` when it has not all arrived within ``read_timeout_s``. The rest of
-        a body refused with ``400`` is read and dropped (up to ``max_request_bytes``), so
-        the client gets its answer rather than a broken pipe."""
-        prompt_bytes = self._prompt_bytes() if chat else None
-        length = request.headers.get("content-length")
-        declared = int(length) if length is not None and length.isdigit() else None
-        refusal = self._refuse_size(declared, prompt_bytes) if declared is not None else None
-        if refusal is not None and refusal[0] == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
-            return refusal
-        timeout = self.settings.read_timeout_s
-        deadline = asyncio.get_running_loop().time() + timeout
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            left = deadline - asyncio.get_running_loop().time()
-            try:
-                message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
-            except TimeoutError:
-                if refusal is not None:  # the answer is known: no need for the rest
-                    return refusal[0], refusal[1], {"connection": "close"}
-                return (HTTPStatus.REQUEST_TIMEOUT,
-                        error_body(f"request body incomplete after {timeout:g} s ({size} bytes "
-                                   f"of {declared if declared is not None else 'unknown'} "
-                                   "arrived)", None, HTTPStatus.REQUEST_TIMEOUT),
-                        {"connection": "close"})
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            refusal = refusal or self._refuse_size(size, prompt_bytes)
-            if refusal is not None and (refusal[0] == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
-                                        or size > self.settings.max_request_bytes):
-                return refusal[0], refusal[1], {"connection": "close"}
-            if refusal is None:
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                return refusal if refusal is not None else b"".join(chunks)
 
-    def _refuse_size(self, size: int, prompt_bytes: int | None
-                     ) -> tuple[int, dict[str, Any], dict[str, str]] | None:
-        """The answer refusing a body of ``size`` bytes, or ``None`` while it may be read."""
-        limit = self.settings.max_request_bytes
-        if size > limit:
-            return (HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                    error_body(f"request body over {limit} bytes "
-                               "(openai_api_max_request_bytes)", None, 413),
-                    {"connection": "close"})
-        if prompt_bytes is not None and size > prompt_bytes:
-            engine = self.model.engine
-            return (HTTPStatus.BAD_REQUEST,
-                    error_body(f"messages: the request body is over {prompt_bytes} bytes, more "
-                               f"than any prompt within this model's prompt limit of "
-                               f"{engine.prompt_limit()} tokens can take "
-                               f"({PROMPT_BYTES_PER_TOKEN} bytes a token + "
-                               f"{PROMPT_BYTES_OVERHEAD} for the other fields; "
-                               f"max_prompt_tokens={engine.max_prompt_tokens}, "
-                               f"max_model_len={engine.effective_max_model_len()}); the OpenAI "
-                               "API does not truncate prompts", "messages",
-                               HTTPStatus.BAD_REQUEST),
-                    {})
-        return None
-
-    def _prompt_bytes(self) -> int | None:
-        """:func:`prompt_byte_limit` of the served model's prompt limit (sessions share
-        its engine)."""
-        limit_of = getattr(self.model.engine, "prompt_limit", None)
-        return prompt_byte_limit(limit_of() if limit_of is not None else None)
-
-    async def _in_thread(self, work: Callable[[], Any], receive: Callable[..., Any]) -> Any:
-        """``work()`` in a thread of its own; returns early (raising :class:`_Disconnected`,
-        or answering ``503``) when the client goes away or the server stops meanwhile."""
-        loop = asyncio.get_running_loop()
-        assert self._slots is not None and self._stopping is not None
-        await self._slots.acquire()
-        future: asyncio.Future[Any] = loop.create_future()
-        slots = self._slots
-
-        def settle(outcome: tuple[bool, Any]) -> None:
-            slots.release()
-            if not future.done():
-                if outcome[0]:
-                    future.set_result(outcome[1])
-                else:
-                    future.set_exception(outcome[1])
-
-        def run() -> None:
-            try:
-                outcome: tuple[bool, Any] = (True, work())
-            except BaseException as exc:  # noqa: BLE001 - handed to the event loop
-                outcome = (False, exc)
-            with contextlib.suppress(RuntimeError):  # the loop has ended: nobody waits
-                loop.call_soon_threadsafe(settle, outcome)
-
-        try:
-            threading.Thread(target=run, name="rft-openai-call", daemon=True).start()
-        except BaseException:
-            slots.release()
-            raise
-        gone = asyncio.ensure_future(_disconnect(receive))
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({future, gone, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        finally:
-            gone.cancel()
-            stopping.cancel()
-        if future.done():
-            return future.result()
-        future.cancel()  # nobody waits for the answer any more: the thread's is dropped
-        if gone.done() and not gone.cancelled():
-            raise _Disconnected
-        return (HTTPStatus.SERVICE_UNAVAILABLE,
-                error_body("the OpenAI API server is stopping", None, 503))
-
-
-@contextlib.contextmanager
-def _no_signals() -> Iterator[None]:
-    yield
-
-
-def _timed_protocol(read_timeout_s: float) -> type:
-    """uvicorn's HTTP protocol (httptools, else h11) closing a connection that has not
-    delivered a request's headers within ``read_timeout_s`` of opening or of its previous
-    answer (uvicorn itself waits for them forever). While a request is being answered the
-    application bounds it (the body read of :meth:`OpenAIServer._read_body`)."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
-    # AutoHTTPProtocol is chosen at import time (httptools or h11), a variable to mypy
-    class TimedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-        _rft_since = 0.0
-        _rft_timer: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._rft_since = self.loop.time()
-            self._rft_timer = self.loop.call_later(read_timeout_s, self._rft_check)
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._rft_since = self.loop.time()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._rft_timer is not None:
-                self._rft_timer.cancel()
-            super().connection_lost(exc)
-
-        def _rft_check(self) -> None:
-            """Close the connection when it has waited for headers too long."""
-            self._rft_timer = None
-            if self.transport.is_closing():
-                return
-            waiting = self.cycle is None or self.cycle.response_complete  # no request in hand
-            due = self._rft_since + read_timeout_s
-            now = self.loop.time()
-            if waiting and now >= due:
-                log.debug("OpenAI API: closing a connection that sent no complete request "
-                          "headers within %g s", read_timeout_s)
-                self.transport.close()
-                return
-            self._rft_timer = self.loop.call_later(
-                due - now if waiting else read_timeout_s, self._rft_check)
-
-    return TimedHTTPProtocol
-
-
-_SERVER_CLASS: type | None = None
-
-
-def _server_class() -> type:
-    """uvicorn's ``Server`` without signal handling (the process keeps its own SIGINT /
-    SIGTERM handlers), telling when it has started."""
-    global _SERVER_CLASS
-    if _SERVER_CLASS is None:
-        import uvicorn
-
-        class Server(uvicorn.Server):
-            on_started: Callable[[], None] | None = None
-
-            def capture_signals(self) -> Any:  # uvicorn >= 0.29
-                return _no_signals()
-
-            def install_signal_handlers(self) -> None:  # older uvicorn
-                return None
-
-            async def startup(self, sockets: Any = None) -> None:
-                await super().startup(sockets=sockets)
-                if self.on_started is not None:
-                    self.on_started()
-
-        _SERVER_CLASS = Server
-    return _SERVER_CLASS
-
-
-def _quiet_uvicorn() -> None:
-    """uvicorn's start / stop lines ("Started server process", "Shutting down", …) are
-    debug detail here; warnings (malformed requests) and errors stay."""
-    for name in ("uvicorn", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
-
-
-async def _disconnect(receive: Callable[..., Any]) -> None:
-    """Return when the client has gone (the request body has been read already)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-def _response(status: int, payload: Any, headers: dict[str, str]) -> Any:
-    """A Starlette response: JSON, or server-sent events for a stream's chunks."""
-    from starlette.responses import Response
-
-    if isinstance(payload, list):  # a stream: server-sent events, then [DONE]
-        events = [f"data: {json.dumps(chunk)}\n\n" for chunk in payload]
-        data = "".join(events + ["data: [DONE]\n\n"]).encode("utf-8")
-        return Response(data, status_code=status, headers={**headers,
-                                                           "cache-control": "no-cache"},
-                        media_type="text/event-stream")
-    return Response(json.dumps(payload).encode("utf-8"), status_code=status, headers=headers,
-                    media_type="application/json")
-
-
-def _prompt_too_long(tokens: int | None, view: ModelWrapper) -> BadRequest:
-    """The ``400`` of a prompt over the model's limit (``tokens``: its length, when known
-    before the engine call)."""
-    engine = view.engine
-    limit = engine.prompt_limit()
-    size = f"is {tokens} tokens" if tokens is not None else "(continuing recorded turns) is"
-    return BadRequest(f"messages: the prompt {size}, over this model's prompt "
-                      f"limit of {limit} (max_prompt_tokens={engine.max_prompt_tokens}, "
-                      f"max_model_len={engine.effective_max_model_len()}); the OpenAI API "
-                      "does not truncate prompts", "messages")
-
-
-__all__ = ["BACKLOG", "KEEP_ALIVE_S", "PROMPT_BYTES_OVERHEAD", "PROMPT_BYTES_PER_TOKEN",
-           "READ_TIMEOUT_S", "BadRequest", "ChatRequest", "EndpointSettings", "OpenAIServer",
+__all__ = ["BACKLOG", "KEEP_ALIVE_S", "MAX_BODY_BYTES", "PROMPT_BYTES_OVERHEAD",
+           "PROMPT_BYTES_PER_TOKEN", "READ_TIMEOUT_S", "BadRequest", "ChatRequest",
+           "EndpointSettings", "OpenAIServer",
            "RequestLimits", "completion_response", "is_loopback", "parse_chat_request",
            "prompt_byte_limit", "stream_chunks"]

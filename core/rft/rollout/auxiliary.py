@@ -37,7 +37,7 @@ from rft.errors import RftError
 from rft.engines.engine import InferenceEngine, SamplingArgs
 from rft.engines.engine_factory import build_engine
 from rft.rollout.model_wrapper import ModelWrapper
-from rft.endpoint.openai_server import EndpointSettings
+from rft.endpoint.settings import EndpointSettings
 from rft.engines.reply_parsing import reply_parser_of
 
 AuxiliaryEngineBuilder = Callable[[RftConfig, type[InferenceEngine], int], InferenceEngine]

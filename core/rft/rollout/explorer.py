@@ -40,7 +40,7 @@ from rft.rollout.auxiliary import (
     one_engine,
 )
 from rft.rollout.model_wrapper import ModelWrapper
-from rft.endpoint.openai_server import EndpointSettings
+from rft.endpoint.settings import EndpointSettings
 from rft.engines.reply_parsing import reply_parser_of
 from rft.rollout.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.rollout.runner_states import start_reporter

@@ -34,7 +34,8 @@ from rft.rollout.history import History
 from rft.rollout.history import merge_turns as merge_history
 from rft.engines.call_batching import (CallSlot, ChatResults, engine_call,
                                         experiences_from_completions, sampling_args)
-from rft.endpoint.openai_server import EndpointSettings, OpenAIServer
+from rft.endpoint.openai_server import OpenAIServer
+from rft.endpoint.settings import EndpointSettings
 from rft.engines.reply_parsing import AssistantReply, ReplyParser
 
 class ModelWrapper:
