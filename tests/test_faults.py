@@ -38,6 +38,7 @@ import test_embedded_run
 import test_split_modes
 import torch
 from fixtures_models import arithmetic_tasks
+from fixtures_workflows import Sleepy
 from rft.checkpoint import list_checkpoints
 from rft.cli import main
 from rft.config import load_config
@@ -971,16 +972,6 @@ def test_a_hanging_reward_releases_its_slot_and_the_process_exits(hung, tmp_path
 
 
 # ---- explorer.over_rollout / explorer.dynamic_timeout ------------------------------------
-
-
-class Sleepy(Workflow):
-    """Sleeps ``raw['sleep']`` seconds (set per task), then returns one scored experience."""
-
-    def run(self) -> list[Experience]:
-        time.sleep(self.task.raw["sleep"])
-        exp = Experience(tokens=torch.tensor([1, 2]), prompt_length=1)
-        self.score(exp, "1")
-        return [exp]
 
 
 def sleepy_task(i: int, sleep: float) -> Task:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import openai  # noqa: F401 - imported once here, not while the workflows wait
 import pytest
 import torch
+from fixtures_workflows import Sleepy
 
 from rft.engines.call_batching import CallSlot
 from rft.engines.engine import Completion, SamplingArgs
@@ -27,14 +28,6 @@ QUESTION = [{"role": "user", "content": "Tina has 3 apples. How many?"}]
 def sleepy_task(i: int, sleep: float) -> Task:
     return Task(raw={"sleep": sleep}, index=i, taskset="t", prompt="p", truth="1",
                 repeat_times=1, reward_fn=lambda response, truth: {"accuracy": 1.0})
-
-
-class Sleepy(Workflow):
-    def run(self) -> list[Experience]:
-        time.sleep(self.task.raw["sleep"])
-        exp = Experience(tokens=torch.tensor([1, 2]), prompt_length=1)
-        self.score(exp, "1")
-        return [exp]
 
 
 def test_run_pulls_tasks_from_an_iterator_and_yields_each_result_as_it_ends():
