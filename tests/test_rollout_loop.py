@@ -6,7 +6,6 @@ its OpenAI-endpoint session (the real HTTP server, the tiny model on the ``hf`` 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import openai  # noqa: F401 - imported once here, not while the workflows wait
