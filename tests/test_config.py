@@ -9,7 +9,7 @@ and by their own tests.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,21 @@ def test_derivations(base, registry, tmp_path):
     assert config.buffer.trainer_input.experience_buffer.name == "experience_buffer"
     assert plan.loss.advantage.name == "test_adv"
     assert plan.loss.kl_loss.name == "test_kl"
+
+
+def test_a_derived_config_is_frozen(base, registry):
+    """Derivation returns new values: assigning to a field of the derived config (a
+    section's, or a list item's) raises; a changed config is a new one
+    (:func:`dataclasses.replace`)."""
+    config, plan = single(base, registry)
+    with pytest.raises(FrozenInstanceError):
+        setattr(config, "mode", "train")  # noqa: B010 (what `config.mode = ...` does)
+    with pytest.raises(FrozenInstanceError):
+        setattr(config.cluster, "gpu_per_node", 4)  # noqa: B010
+    with pytest.raises(FrozenInstanceError):
+        setattr(config.buffer.explorer_input.eval_tasksets[0], "repeat_times", 2)  # noqa: B010
+    assert (config.mode, config.cluster.gpu_per_node) == ("both", 8)
+    assert plan.config is config
 
 
 def test_user_values_win_over_the_preset(base, registry):

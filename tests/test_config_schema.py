@@ -75,6 +75,16 @@ def test_every_dataclass_instantiates_without_arguments(cls: type) -> None:
     cls()
 
 
+@pytest.mark.parametrize("cls", SCHEMA_CLASSES, ids=lambda c: c.__name__)
+def test_every_dataclass_is_frozen(cls: type) -> None:
+    """Config values are built, never edited (``convert`` constructs them, ``derive`` and
+    stage chaining use :func:`dataclasses.replace`)."""
+    instance = cls()
+    name = dataclasses.fields(cls)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(instance, name, getattr(instance, name))
+
+
 def test_every_dataclass_is_reachable_from_the_top_level() -> None:
     reachable = _reachable(RftConfig, set())
     unreachable = {

@@ -47,6 +47,7 @@ from rft.config.check_sections import check_support
 from rft.config.findings import Findings
 from rft.errors import ConfigError
 from rft.plugins import PluginRegistry
+from rft.testing.config_edit import replaced
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "config_support_table.py"
@@ -251,8 +252,9 @@ def example_value(tp: Any, default: Any) -> Any:
 
 
 def materialize(config: schema.RftConfig, path: str) -> tuple[Any, str]:
-    """The object at a :func:`class_sites` path of ``config`` (created on the way) and its
-    dotted key as a config writes it."""
+    """The object at a :func:`class_sites` path of a config built from ``config`` with the
+    sections on the way created (absent lists, mappings and ``None`` sections filled), and
+    its dotted key as a config writes it."""
     obj: Any = config
     key = ""
     for segment in path.split(".") if path else ():
@@ -262,21 +264,39 @@ def materialize(config: schema.RftConfig, path: str) -> tuple[Any, str]:
         kind, inner = field_kind({f.name: f for f in dataclasses.fields(obj)}[name].type)
         value = getattr(obj, name)
         if kind == "list":
-            if not value:
-                value = [inner()]
-                setattr(obj, name, value)
-            obj, key = value[0], f"{key}{name}[0]."
+            obj, key = (value or [inner()])[0], f"{key}{name}[0]."
         elif kind == "dict":
-            value = value or {}
-            value.setdefault("x", inner())
-            setattr(obj, name, value)
-            obj, key = value["x"], f"{key}{name}.x."
+            obj, key = {"x": inner(), **(value or {})}["x"], f"{key}{name}.x."
         else:
-            if value is None:
-                value = inner()
-                setattr(obj, name, value)
-            obj, key = value, f"{key}{name}."
+            obj, key = (inner() if value is None else value), f"{key}{name}."
     return obj, key
+
+
+def with_field(config: schema.RftConfig, path: str, name: str, value: Any) -> schema.RftConfig:
+    """``config`` with field ``name`` of the object at the :func:`class_sites` path ``path``
+    set to ``value`` (the config is frozen: new sections on the way, created as
+    :func:`materialize` does)."""
+    return _with_field(config, path.split(".") if path else [], name, value)
+
+
+def _with_field(obj: Any, segments: list[str], name: str, value: Any) -> Any:
+    if not segments:
+        return dataclasses.replace(obj, **{name: value})
+    segment, rest = segments[0], segments[1:]
+    if segment == "<name>":
+        return _with_field(obj, rest, name, value)
+    attr = segment.removesuffix("[0]")
+    kind, inner = field_kind({f.name: f for f in dataclasses.fields(obj)}[attr].type)
+    current = getattr(obj, attr)
+    if kind == "list":
+        items = list(current) or [inner()]
+        new: Any = [_with_field(items[0], rest, name, value), *items[1:]]
+    elif kind == "dict":
+        entries = {"x": inner(), **(current or {})}
+        new = {**entries, "x": _with_field(entries["x"], rest, name, value)}
+    else:
+        new = _with_field(inner() if current is None else current, rest, name, value)
+    return dataclasses.replace(obj, **{attr: new})
 
 
 def _site_of(cls: type) -> str:
@@ -315,13 +335,12 @@ def test_setting_an_unsupported_field_gives_exactly_its_line(item):
     if isinstance(support_of(cls, f.name), Consumed):
         assert entry.when is not None and entry.example is not None, \
             "the unsupported values of a consumed field need when= and example="
-    config = schema.RftConfig()
     path = _site_of(cls)
-    owner, prefix = materialize(config, path)
+    _, prefix = materialize(schema.RftConfig(), path)
     value = entry.example if entry.example is not None else example_value(
         f.type, field_default(f))
     assert reported(entry, value, field_default(f)), f"example {value!r} is not reported"
-    setattr(owner, f.name, value)
+    config = with_field(schema.RftConfig(), path, f.name, value)
     key, covering = _reporting(path, prefix + f.name, entry)
     problems, warnings = support_messages(config)
     line = f"{key}: {covering.reason}"
@@ -332,11 +351,10 @@ def test_setting_an_unsupported_field_gives_exactly_its_line(item):
 
 
 def test_keys_name_list_items_and_mapping_entries():
-    config = schema.RftConfig()
-    config.buffer.explorer_input.tasksets = [schema.TasksetConfig(name="a"),
-                                             schema.TasksetConfig(name="b")]
-    config.buffer.explorer_input.tasksets[1].format.reply_prefix = "<think>"
-    config.explorer.auxiliary_models = [schema.AuxiliaryModelConfig(use_v1=False)]
+    second = schema.TasksetConfig(name="b", format=schema.FormatConfig(reply_prefix="<think>"))
+    config = replaced(schema.RftConfig(), {
+        "buffer.explorer_input.tasksets": [schema.TasksetConfig(name="a"), second],
+        "explorer.auxiliary_models": [schema.AuxiliaryModelConfig(use_v1=False)]})
     _, warnings = support_messages(config)
     assert [w.split(":")[0] for w in warnings] == [
         "buffer.explorer_input.tasksets[1].format.reply_prefix",
@@ -344,9 +362,9 @@ def test_keys_name_list_items_and_mapping_entries():
 
 
 def test_an_unsupported_value_that_matches_when_only():
-    config = schema.RftConfig()
-    config.model.logprobs = 0  # only the sampled token's: what rft does
-    config.model.lora_configs = []  # empty: full fine-tuning, as written
+    config = replaced(schema.RftConfig(), {
+        "model.logprobs": 0,  # only the sampled token's: what rft does
+        "model.lora_configs": []})  # empty: full fine-tuning, as written
     assert support_messages(config) == ([], [])
 
 
@@ -412,21 +430,20 @@ def _nested(paths: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_honoured_trainer_config_keys_give_no_warning():
-    config = schema.RftConfig()
-    config.trainer.trainer_config = _nested({path: 1 for path in TRAINER_CONFIG_HONOURED})
+    config = replaced(schema.RftConfig(), {"trainer.trainer_config": _nested(
+        {path: 1 for path in TRAINER_CONFIG_HONOURED})})
     assert support_messages(config) == ([], [])
 
 
 def test_other_trainer_config_keys_warn_by_name():
-    config = schema.RftConfig()
-    config.trainer.trainer_config = _nested({
+    config = replaced(schema.RftConfig(), {"trainer.trainer_config": _nested({
         "actor_rollout_ref.actor.ppo_epochs": 2,
         "actor_rollout_ref.actor.strategy": "fsdp",
         "actor_rollout_ref.rollout.n": 8,
         "trainer.balance_batch": True,
         "trainer.resume_from_path": None,  # null: unset
         "critic.model.override_config": {},  # empty mapping: nothing set
-    })
+    })})
     assert support_messages(config) == ([], [
         f"trainer.trainer_config.actor_rollout_ref.actor.strategy: {TRAINER_CONFIG_REASON}",
         f"trainer.trainer_config.actor_rollout_ref.rollout.n: {TRAINER_CONFIG_REASON}",
@@ -436,9 +453,9 @@ def test_other_trainer_config_keys_warn_by_name():
 
 
 def test_trainer_config_of_another_trainer_is_left_to_it():
-    config = schema.RftConfig()
-    config.trainer.trainer_type = "verl"
-    config.trainer.trainer_config = _nested({"trainer.balance_batch": True})
+    config = replaced(schema.RftConfig(), {
+        "trainer.trainer_type": "verl",
+        "trainer.trainer_config": _nested({"trainer.balance_batch": True})})
     assert support_messages(config) == ([], [])
 
 
@@ -450,9 +467,8 @@ def test_trainer_config_warning_through_load_config(env):
 
 
 def test_a_key_an_earlier_check_reported_is_not_reported_again():
-    config = schema.RftConfig()
-    config.model.logprobs = 5
-    config.explorer.rollout_model.use_v1 = False
+    config = replaced(schema.RftConfig(), {"model.logprobs": 5,
+                                           "explorer.rollout_model.use_v1": False})
     found = Findings(PluginRegistry.create())
     found.warnings.append("model.logprobs: said before")
     check_support(config, found)

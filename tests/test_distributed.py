@@ -29,6 +29,7 @@ from rft.plugins import PluginRegistry
 from rft.errors import RftError
 from rft.engines.engine import SamplingArgs
 from rft.launcher import run
+from rft.testing.config_edit import replaced
 from rft.testing.tiny_model import build_tiny_model
 from test_embedded_run import write_config
 
@@ -434,10 +435,11 @@ def test_two_rollout_engines_as_one(ray_local, tmp_path, model_hd32, tasks):
 
     stage = load_config(config).stages[0]
     hf_cls = PluginRegistry.create().get("engine", "hf")
-    stage.config.explorer.rollout_model = RolloutModelConfig(engine_type="hf", dtype="float32")
-    pool = EnginePool(stage.config, hf_cls, replicas=2)
-    single = EnginePool(stage.config, hf_cls, replicas=1)
-    alone = build_engine(stage.config, hf_cls)
+    hf_config = replaced(stage.config, {
+        "explorer.rollout_model": RolloutModelConfig(engine_type="hf", dtype="float32")})
+    pool = EnginePool(hf_config, hf_cls, replicas=2)
+    single = EnginePool(hf_config, hf_cls, replicas=1)
+    alone = build_engine(hf_config, hf_cls)
     try:
         prompts = [alone.tokenizer.encode(f"{i}+1=") for i in range(4)]
         sampling = SamplingArgs(max_tokens=6, seed=11)
@@ -515,12 +517,10 @@ def test_killed_buffer_actor_is_named(ray_local, tmp_path, tiny_model_dir, tasks
 LISTENERS = """
 import json, os
 import psutil, ray
-from rft.config.schema import RftConfig
+from rft.config.schema import ClusterConfig, RftConfig
 from rft.distributed.cluster import ray_cluster
 
-config = RftConfig()
-config.cluster.ray_address = "local"
-config.ray_namespace = "loopback-test"
+config = RftConfig(cluster=ClusterConfig(ray_address="local"), ray_namespace="loopback-test")
 with ray_cluster(config):
     @ray.remote(num_cpus=0)
     class Probe:

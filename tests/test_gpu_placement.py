@@ -59,7 +59,7 @@ def test_gpu_per_node_is_detected_and_actors_get_disjoint_gpus(ray_with_gpus, tm
 
     config = both_config(tmp_path, tiny_model_dir)
     assert config.cluster.gpu_per_node is None
-    detect_from_ray(config)
+    config = detect_from_ray(config)
     cl = config.cluster
     assert (cl.gpu_per_node, cl.node_num) == (DECLARED_GPUS, 1)
     assert (cl.explorer_gpu_num, cl.auxiliary_gpu_num, cl.trainer_gpu_num) == (1, 1, 2)
@@ -96,7 +96,7 @@ def test_rollout_replicas_and_sharded_trainer_hold_the_gpus(ray_with_gpus, tmp_p
     config = both_config(tmp_path, tiny_model_dir, **{
         "explorer.auxiliary_models": [],
         "explorer.rollout_model": {"engine_type": "hf", "dtype": "float32", "engine_num": 2}})
-    detect_from_ray(config)
+    config = detect_from_ray(config)
     assert config.cluster.trainer_gpu_num == 2
     gpus = actor_gpus(config)
     assert (gpus.explorer, gpus.rollout_replica) == (0, 1)
@@ -124,7 +124,8 @@ def test_detection_refuses_what_it_cannot_split(tmp_path, tiny_model_dir):
     assert "\n" not in str(failed.value)
     assert str(failed.value).startswith("cluster.gpu_per_node: no GPU left for the trainer")
     config = both_config(tmp_path, tiny_model_dir)
-    assert detect_cluster_gpus(config, [0, 0]) is None
+    config, line = detect_cluster_gpus(config, [0, 0])
+    assert line is None
     assert config.cluster.gpu_per_node == 0
     assert actor_gpus(config).explorer == 0
 

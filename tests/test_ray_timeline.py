@@ -10,6 +10,7 @@ from config_corpus import BASE_CONFIG, prepare_environment
 from rft.config import load_config, schema
 from rft.config.ray_timeline import NO_RAY, uses_ray
 from rft.distributed.cluster import ray_cluster
+from rft.testing.config_edit import replaced
 
 
 @pytest.fixture
@@ -28,14 +29,13 @@ def test_a_run_without_ray_is_warned(env):
 
 
 def test_which_runs_use_ray():
-    config = schema.RftConfig()
-    config.mode = "both"
+    config = schema.RftConfig(mode="both")
     assert uses_ray(config)
-    config.mode = "explore"
+    config = replaced(config, {"mode": "explore"})
     assert not uses_ray(config)
-    config.explorer.rollout_model.engine_num = 2
+    config = replaced(config, {"explorer.rollout_model.engine_num": 2})
     assert uses_ray(config)
-    config.mode = "bench"
+    config = replaced(config, {"mode": "bench"})
     assert not uses_ray(config)
 
 
@@ -45,8 +45,7 @@ def test_timeline_is_written_when_the_run_leaves_ray(tmp_path):
     the timeline file: Chrome trace events, among them the task's."""
     import ray
 
-    config = schema.RftConfig()
-    config.cluster.ray_address = "local"
+    config = schema.RftConfig(cluster=schema.ClusterConfig(ray_address="local"))
     path = tmp_path / "job" / "monitor" / "timeline.json"
 
     @ray.remote(num_cpus=0)

@@ -10,6 +10,7 @@ from rft.config import schema
 from rft.engines.engine_factory import build_engine
 from rft.engines.hf_engine import HFEngine
 from rft.rope import rope_overrides
+from rft.testing.config_edit import replaced
 from rft.trainer.models import load_causal_lm, load_value_model
 
 SEQUENCE = [3, 17, 42, 8, 99, 5, 23, 61, 7, 11, 4, 30]
@@ -53,10 +54,9 @@ def test_rope_scaling_changes_log_probs_and_engine_agrees(rft_tiny_model: Path):
 
 
 def test_engine_factory_passes_the_config_fields(rft_tiny_model: Path):
-    config = schema.RftConfig()
-    config.model.model_path = str(rft_tiny_model)
-    config.model.rope_theta = 50.0
-    config.explorer.rollout_model.dtype = "float32"
+    config = replaced(schema.RftConfig(), {"model.model_path": str(rft_tiny_model),
+                                           "model.rope_theta": 50.0,
+                                           "explorer.rollout_model.dtype": "float32"})
     engine = build_engine(config, HFEngine)
     assert engine.model.config.rope_parameters["rope_theta"] == 50.0
     value_model = load_value_model(str(rft_tiny_model), rope_theta=50.0)

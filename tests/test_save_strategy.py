@@ -40,12 +40,11 @@ def test_turns_of_each_strategy():
 
 
 def test_save_strategy_is_consumed_without_a_warning():
-    from rft.config.schema import RftConfig
+    from rft.config.schema import RftConfig, TrainerConfig
     from rft.config.support import support_messages
 
     for strategy in SAVE_STRATEGIES:
-        config = RftConfig()
-        config.trainer.save_strategy = strategy
+        config = RftConfig(trainer=TrainerConfig(save_strategy=strategy))
         assert support_messages(config) == ([], [])
 
 

@@ -29,6 +29,7 @@ from rft.config.schema import ExperienceBufferConfig, FormatConfig, RftConfig, T
 from rft.experience import EID
 from rft.plugins import PluginRegistry
 from rft.testing.algorithms import minimal_config
+from rft.testing.config_edit import replaced
 from rft.testing.runs import run_tiny, write_taskset
 
 torch.set_num_threads(1)
@@ -302,15 +303,14 @@ def test_model_chat_template_precedence(tiny_model_dir, tmp_path):
     > the tokenizer's own; :func:`load_tokenizer` applies it."""
     path = tmp_path / "template.jinja"
     path.write_text("{% for m in messages %}<{{ m['content'] }}>{% endfor %}")
-    config = RftConfig()
-    config.model.model_path = str(tiny_model_dir)
+    config = replaced(RftConfig(), {"model.model_path": str(tiny_model_dir)})
     assert model_chat_template(config) is None
     assert "<|im_start|>" in load_tokenizer(config).chat_template  # the tokenizer's own
-    config.model.custom_chat_template = "custom"
+    config = replaced(config, {"model.custom_chat_template": "custom"})
     assert model_chat_template(config) == "custom"
-    config.model.chat_template_path = str(path)
+    config = replaced(config, {"model.chat_template_path": str(path)})
     assert model_chat_template(config) == path.read_text()  # the path overrides the string
-    config.explorer.rollout_model.chat_template = BRACKETS
+    config = replaced(config, {"explorer.rollout_model.chat_template": BRACKETS})
     assert model_chat_template(config) == BRACKETS
     assert load_tokenizer(config).chat_template == BRACKETS
 
@@ -322,7 +322,7 @@ def test_sft_row_checks_without_a_tokenizer():
     check_rows([{"messages": CONVERSATION}], cfg, "sft", "d")
     with pytest.raises(TasksetError, match="row 2: no assistant message to train on"):
         check_rows([{"messages": CONVERSATION}, {"messages": CONVERSATION[:2]}], cfg, "sft", "d")
-    cfg.format.enable_concatenated_multi_turn = False
+    cfg = replaced(cfg, {"format.enable_concatenated_multi_turn": False})
     with pytest.raises(TasksetError, match="row 1: the last message must be the assistant's"):
         check_rows([{"messages": CONVERSATION[:2]}], cfg, "sft", "d")
     with pytest.raises(TasksetError, match=r"row 1: 'tools' \(format.tools_key\) must be a "

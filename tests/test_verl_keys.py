@@ -4,18 +4,17 @@ trainer types is plugins/trainers/verl/tests/test_verl_mirrored_keys.py)."""
 
 from __future__ import annotations
 
-from rft.config.schema import RftConfig
+from typing import Any
+
+from rft.config.schema import RftConfig, TrainerConfig
 from rft.config.verl_keys import reconcile
 
 A = "actor_rollout_ref.actor."
 K = "trainer.trainer_config."
 
 
-def run(tree: dict, *, from_file: bool, **trainer: object) -> tuple[RftConfig, list, list]:
-    c = RftConfig()
-    for name, value in trainer.items():
-        setattr(c.trainer, name, value)
-    c.trainer.trainer_config = tree
+def run(tree: dict, *, from_file: bool, **trainer: Any) -> tuple[RftConfig, list, list]:
+    c = RftConfig(trainer=TrainerConfig(**trainer, trainer_config=tree))
     warnings: list[str] = []
     problems: list[str] = []
     reconciled = reconcile(c, warnings, problems, from_file=from_file)

@@ -96,7 +96,7 @@ def resolved_grad_clip(trainer: "TrainerConfig", optimizer: "OptimizerConfig") -
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizerConfig:
     """Actor optimizer and learning-rate schedule (``algorithm.optimizer``)."""
 
@@ -130,7 +130,7 @@ class OptimizerConfig:
     values is an error. ``None``: ``trainer.grad_clip``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """The RL algorithm and its pluggable parts (``algorithm``).
 
@@ -215,7 +215,7 @@ class AlgorithmConfig:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoRAConfig:
     """One LoRA adapter (``model.lora_configs[i]``); ignored when Tinker is enabled."""
 
@@ -247,7 +247,7 @@ class LoRAConfig:
     ``None``: none."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TinkerConfig:
     """Tinker remote training service (``model.tinker``)."""
 
@@ -271,7 +271,7 @@ class TinkerConfig:
     """The base model Tinker trains (Trinity-RFT's field); ``None``: ``model.model_path``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExternalModelConfig:
     """A model behind an OpenAI-compatible API used as the rollout model
     (``model.external_model``, engine ``external``: modes ``explore`` and ``bench``), or as an
@@ -295,7 +295,7 @@ class ExternalModelConfig:
     /models``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """The model being trained and its generation limits (``model``)."""
 
@@ -377,7 +377,7 @@ class ModelConfig:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterConfig:
     """Nodes and accelerators of the Ray cluster (``cluster``)."""
 
@@ -411,7 +411,7 @@ class ClusterConfig:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class FormatConfig:
     """Which dataset columns hold what (``format`` of a taskset or buffer)."""
 
@@ -471,7 +471,7 @@ class FormatConfig:
     ``None``: the model's (:mod:`rft.chat_template`). Tasksets' rollouts ignore it."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutArgsConfig:
     """Sampling parameters of one taskset (``rollout_args``, Trinity's GenerationConfig).
 
@@ -500,7 +500,7 @@ class RolloutArgsConfig:
     """Samples per task. Do not set: derived from the taskset's ``repeat_times``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskSelectorConfig:
     """How tasks are picked from a taskset each step (``task_selector``)."""
 
@@ -516,7 +516,7 @@ class TaskSelectorConfig:
     """Extra arguments of the selector."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TasksetConfig:
     """One task dataset read by the explorer (``taskset``, ``tasksets[i]``,
     ``eval_tasksets[i]``)."""
@@ -574,7 +574,7 @@ class TasksetConfig:
     """Show a progress bar (stderr) while loading the dataset."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExplorerInputConfig:
     """Tasksets of the explorer (``buffer.explorer_input``)."""
 
@@ -596,7 +596,7 @@ class ExplorerInputConfig:
     """Reward function for tasksets that name none."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReplayBufferConfig:
     """Experience reuse of a ``queue`` buffer (``replay_buffer``)."""
 
@@ -612,7 +612,7 @@ class ReplayBufferConfig:
     """Arguments of the priority function (``linear_decay``: ``decay``, default 2.0)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExperienceBufferConfig:
     """An experience store: the trainer's input / explorer's output, or an auxiliary
     buffer (Trinity's StorageConfig)."""
@@ -678,7 +678,7 @@ class ExperienceBufferConfig:
     for experiences): read as ``schema_type``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainerInputConfig:
     """Buffers read by the trainer (``buffer.trainer_input``)."""
 
@@ -696,7 +696,7 @@ class TrainerInputConfig:
     ``auxiliary_buffers.sft_dataset`` (rft has no SFT warm-up steps; use ``stages``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class BufferConfig:
     """Batch sizes, training length and data sources (``buffer``)."""
 
@@ -731,7 +731,7 @@ class BufferConfig:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class InferenceModelConfig:
     """Fields shared by the rollout model and auxiliary models."""
 
@@ -823,12 +823,12 @@ class InferenceModelConfig:
     """OpenAI API: reasoning-content parser name (vLLM); ``None``: none."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutModelConfig(InferenceModelConfig):
     """The policy's inference engines (``explorer.rollout_model``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class AuxiliaryModelConfig(InferenceModelConfig):
     """An extra model used inside workflows, e.g. a reward model or judge
     (``explorer.auxiliary_models[i]``)."""
@@ -849,7 +849,7 @@ class AuxiliaryModelConfig(InferenceModelConfig):
     implied by the engine type); ``model_path`` is then optional (a local tokenizer)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class OverRolloutConfig:
     """[Experimental] Proceed before every task of a step finishes (``over_rollout``);
     only with a dynamic ``synchronizer.sync_style``."""
@@ -865,7 +865,7 @@ class OverRolloutConfig:
     """Seconds to keep waiting after the minimum number of tasks finished."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DynamicTimeoutConfig:
     """[Experimental] Per-task timeout from observed task times (``dynamic_timeout``)."""
 
@@ -880,7 +880,7 @@ class DynamicTimeoutConfig:
     ``max_timeout``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExplorerConfig:
     """Rollout engines and workflow runners (``explorer``)."""
 
@@ -935,7 +935,7 @@ class ExplorerConfig:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class SynchronizerConfig:
     """Weight sync between trainer and explorer (``synchronizer``)."""
 
@@ -964,7 +964,7 @@ class SynchronizerConfig:
     """``checkpoint``: block until a newer checkpoint exists instead of reusing the last."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainerConfig:
     """Training backend and checkpointing (``trainer``)."""
 
@@ -1079,7 +1079,7 @@ class TrainerConfig:
     form); missing here: a warning at validation, an error when a run starts."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class MonitorConfig:
     """Metric logging (``monitor``); the console always logs in addition."""
 
@@ -1103,7 +1103,7 @@ class MonitorConfig:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataJuicerServiceConfig:
     """Data-Juicer server (``service.data_juicer``)."""
 
@@ -1115,7 +1115,7 @@ class DataJuicerServiceConfig:
     """Port of the auto-started server; ``None``: a free port."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServiceConfig:
     """External services (``service``)."""
 
@@ -1124,7 +1124,7 @@ class ServiceConfig:
     """Data-Juicer service; ``None``: not used."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class OperatorConfig:
     """One pipeline operator (``operators[i]``)."""
 
@@ -1134,7 +1134,7 @@ class OperatorConfig:
     """Operator arguments."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskPipelineConfig:
     """[Experimental] Raw data → taskset preprocessing (``data_processor.task_pipeline``)."""
 
@@ -1178,7 +1178,7 @@ class TaskPipelineConfig:
     """Older form: process tasks while exploring."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExperiencePipelineConfig:
     """[Experimental] Operators applied to rollouts before the trainer
     (``data_processor.experience_pipeline``)."""
@@ -1202,7 +1202,7 @@ class ExperiencePipelineConfig:
     """Output buffer; ``None``: ``buffer.trainer_input.experience_buffer``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataProcessorConfig:
     """Task and experience pipelines (``data_processor``)."""
 
@@ -1216,7 +1216,7 @@ class DataProcessorConfig:
     """Experience processing; with no operators experiences pass through unchanged."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogConfig:
     """Logging of a run (``log``)."""
 
@@ -1237,7 +1237,7 @@ class LogConfig:
 Mode = Literal["both", "train", "explore", "bench", "colocate"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageConfig:
     """One stage of a multi-stage run (``stages[i]``).
 
@@ -1271,7 +1271,7 @@ class StageConfig:
     mode ``train`` and ``nccl`` for the ``both`` stage after it)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RftConfig:
     """A whole experiment: global settings plus one field per section."""
 

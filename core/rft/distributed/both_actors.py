@@ -10,6 +10,7 @@ the one whose method raised.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, cast
 
 from rft.config import Stage
@@ -37,7 +38,10 @@ class RayBothActors:
     # ---- start-up ----------------------------------------------------------------------
 
     def start_buffer(self) -> None:
-        detect_from_ray(self.config)  # cluster.gpu_per_node unset: from the cluster's resources
+        # cluster.gpu_per_node unset: from the cluster's resources, a new config and plan
+        self.config = detect_from_ray(self.config)
+        if self.config is not self.plan.config:
+            self.plan = replace(self.plan, config=self.config)
         self._start("buffer", self.plan.experience_buffer.name, BufferService,
                     self.plan.experience_buffer, self.plan.priority_fn,
                     max_concurrency=BUFFER_CONCURRENCY)

@@ -23,7 +23,7 @@ Each actor also checks, when it starts, that a GPU Ray assigned it is usable
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rft.config.schema import RftConfig
@@ -78,62 +78,65 @@ def gpus_of_nodes(nodes: list[dict[str, Any]]) -> list[int]:
     return [int(node.get("Resources", {}).get("GPU", 0)) for node in nodes if node.get("Alive")]
 
 
-def detect_cluster_gpus(config: RftConfig, node_gpus: list[int]) -> str | None:
-    """With ``cluster.gpu_per_node`` unset: set it, ``cluster.node_num`` (when unset) and the
-    derived split from ``node_gpus`` (GPUs of each node of the Ray cluster, see
-    :func:`gpus_of_nodes`); the line that says what was found (``None``: nothing to detect,
-    or no GPU — the run stays on CPU).
+def detect_cluster_gpus(config: RftConfig,
+                        node_gpus: list[int]) -> tuple[RftConfig, str | None]:
+    """With ``cluster.gpu_per_node`` unset: a new config (the schema is frozen) with it,
+    ``cluster.node_num`` (when unset) and the derived split from ``node_gpus`` (GPUs of each
+    node of the Ray cluster, see :func:`gpus_of_nodes`), the split checked again; and the
+    line that says what was found (``None``: nothing to detect, or no GPU — the run stays on
+    CPU). A config with ``gpu_per_node`` set comes back as it is.
 
     :raises RftError: one line naming ``cluster.gpu_per_node`` when the nodes' GPU counts
         differ, or the split fails (the explorer takes every GPU).
     """
     cl = config.cluster
     if cl.gpu_per_node is not None:
-        return None
+        return config, None
     with_gpus = sorted({n for n in node_gpus if n > 0})
     if not with_gpus:
-        cl.gpu_per_node = 0
-        return None
+        return replace(config, cluster=replace(cl, gpu_per_node=0)), None
     if len(with_gpus) > 1:
         raise RftError(f"cluster.gpu_per_node: unset, and the Ray cluster's nodes have "
                        f"{', '.join(map(str, with_gpus))} GPUs: set cluster.gpu_per_node and "
                        f"cluster.node_num")
     nodes = sum(1 for n in node_gpus if n > 0)
-    cl.gpu_per_node = with_gpus[0]
-    if cl.node_num is None:
-        cl.node_num = nodes
-    _split(config)
-    cl = config.cluster  # the split replaced the section
+    counted = replace(cl, gpu_per_node=with_gpus[0],
+                      node_num=nodes if cl.node_num is None else cl.node_num)
+    config = _split(replace(config, cluster=counted))
+    cl = config.cluster
     one = (config.trainer.ranks or 1) <= 1 and (cl.trainer_gpu_num or 0) > 1
     tail = (f" (one trainer process on 1 of them: set cluster.gpu_per_node: {cl.gpu_per_node} "
             f"to train on all)") if one else ""
-    return (f"cluster.gpu_per_node detected from Ray: {cl.gpu_per_node} GPUs on each of "
-            f"{cl.node_num} node(s); explorer {cl.explorer_gpu_num}, auxiliary models "
-            f"{cl.auxiliary_gpu_num}, trainer {cl.trainer_gpu_num}{tail}")
+    return config, (f"cluster.gpu_per_node detected from Ray: {cl.gpu_per_node} GPUs on each "
+                    f"of {cl.node_num} node(s); explorer {cl.explorer_gpu_num}, auxiliary "
+                    f"models {cl.auxiliary_gpu_num}, trainer {cl.trainer_gpu_num}{tail}")
 
 
-def _split(config: RftConfig) -> None:
-    """The GPU split of validation (``rft.config.derive.derive_cluster``, checked by
-    ``rft.config.check_models.check_cluster``), now that the counts are known; its first
-    problem as one line."""
+def _split(config: RftConfig) -> RftConfig:
+    """``config`` with the GPU split of validation (``rft.config.derive.derive_cluster``),
+    now that the counts are known, checked again (``rft.config.check_models.check_cluster``);
+    its first problem as one line."""
     from rft.config.check_models import check_cluster
     from rft.config.derive import derive_cluster
     from rft.config.findings import Findings
     from rft.plugins import PluginRegistry
 
     found = Findings(PluginRegistry.create())
-    config.cluster = derive_cluster(config, found.registry)
+    config = replace(config, cluster=derive_cluster(config, found.registry))
     check_cluster(config, found)
     if found.problems:
         raise RftError(f"{found.problems[0]} (detected from the Ray cluster)")
+    return config
 
 
-def detect_from_ray(config: RftConfig) -> None:
-    """:func:`detect_cluster_gpus` on the connected Ray cluster; the line goes to stderr."""
+def detect_from_ray(config: RftConfig) -> RftConfig:
+    """:func:`detect_cluster_gpus` on the connected Ray cluster: the new config (``config``
+    itself when ``cluster.gpu_per_node`` is set); the line goes to stderr."""
     import ray
 
     if config.cluster.gpu_per_node is not None:
-        return
-    line = detect_cluster_gpus(config, gpus_of_nodes(ray.nodes()))
+        return config
+    config, line = detect_cluster_gpus(config, gpus_of_nodes(ray.nodes()))
     if line is not None:
         print(f"rft: {line}", file=sys.stderr, flush=True)
+    return config

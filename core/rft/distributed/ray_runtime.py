@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Literal
 
 from rft.buffer.factory import BufferOpener
@@ -31,8 +32,11 @@ class RayDistributed:
     def cluster(self, stage: Stage) -> AbstractContextManager[None]:
         return ray_cluster(stage.config, timeline_file(stage.plan))
 
-    def detect_resources(self, config: RftConfig) -> None:
-        detect_from_ray(config)
+    def detect_resources(self, stage: Stage) -> Stage:
+        config = detect_from_ray(stage.config)
+        if config is stage.config:
+            return stage
+        return replace(stage, plan=replace(stage.plan, config=config))
 
     def engine_pool(self, config: RftConfig) -> EngineBuilder:
         return pool_builder(config)

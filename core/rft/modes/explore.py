@@ -196,7 +196,7 @@ def run_explore_mode(stage: Stage, runtime: Distributed) -> StageResult:
     if not pooled and not auxiliary_pooled:
         return run_explore(stage)
     with runtime.cluster(stage):
-        runtime.detect_resources(config)
+        stage = runtime.detect_resources(stage)
         return run_explore(stage, build, auxiliary_build=auxiliary_build)
 
 

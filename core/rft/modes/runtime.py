@@ -112,8 +112,9 @@ class Distributed(Protocol):
         """The run's cluster, joined or started for the block (a private one stops with it;
         the timeline written when asked)."""
 
-    def detect_resources(self, config: RftConfig) -> None:
-        """Fill ``cluster.gpu_per_node`` from the joined cluster when unset."""
+    def detect_resources(self, stage: Stage) -> Stage:
+        """``stage`` with ``cluster.gpu_per_node`` (and the GPU split) from the joined
+        cluster when unset: a new stage and plan (the config is frozen); else ``stage``."""
 
     def engine_pool(self, config: RftConfig) -> EngineBuilder:
         """Makes the rollout engine as a pool of ``engine_num`` engine actors."""

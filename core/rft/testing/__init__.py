@@ -9,6 +9,7 @@
   (``ClippedSurrogate``) for ``check_policy_loss(..., reference=)``;
 - :mod:`rft.testing.runs` — tiny end-to-end runs (``RunOutcome``);
 - :mod:`rft.testing.tiny_model` — a tiny local Qwen2 checkpoint;
+- :mod:`rft.testing.config_edit` — changed copies of (frozen) config values;
 - :mod:`rft.testing.algorithms`, :mod:`rft.testing.engines` — the random batches and
   shared assertions behind them and rft's own tests.
 
