@@ -42,6 +42,8 @@ Rules the converter (:mod:`rft.config.convert`) relies on:
   ``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested dataclasses; annotations are
   real type objects (no postponed annotations in this module).
 - Every field has a default, so ``RftConfig()`` is a complete, valid-to-validate config.
+- Every dataclass is frozen: a config is built (``rft.config.convert``), and a changed one
+  is a new value (:func:`dataclasses.replace`); only its lists and dicts stay mutable.
 - A default of ``None`` on a value that validation computes means "derive it" (e.g.
   ``buffer.train_batch_size``, ``model.max_model_len``, ``ray_namespace``).
 - Algorithm fields that an algorithm preset fills (``advantage_fn``, ``policy_loss_fn``,
