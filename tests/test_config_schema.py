@@ -85,6 +85,19 @@ def test_every_dataclass_is_frozen(cls: type) -> None:
         setattr(instance, name, getattr(instance, name))
 
 
+def test_replaced_builds_new_sections_along_a_dotted_key() -> None:
+    from rft.testing.config_edit import replaced
+
+    config = RftConfig()
+    changed = replaced(config, {"model.logprobs": 5, "explorer.rollout_model.dtype": "float32"})
+    assert (changed.model.logprobs, changed.explorer.rollout_model.dtype) == (5, "float32")
+    assert (config.model.logprobs, config.explorer.rollout_model.dtype) == (
+        RftConfig().model.logprobs, RftConfig().explorer.rollout_model.dtype)
+    assert changed.buffer is config.buffer  # sections off the keys are shared, not copied
+    with pytest.raises(AttributeError, match="ModelConfig has no field 'logprob'"):
+        replaced(config, {"model.logprob": 5})
+
+
 def test_every_dataclass_is_reachable_from_the_top_level() -> None:
     reachable = _reachable(RftConfig, set())
     unreachable = {

@@ -130,6 +130,20 @@ def test_detection_refuses_what_it_cannot_split(tmp_path, tiny_model_dir):
     assert actor_gpus(config).explorer == 0
 
 
+def test_detection_builds_a_new_config_and_leaves_the_validated_one(tmp_path, tiny_model_dir):
+    """The config is frozen: detection returns a new one (the split derived and checked
+    again); the validated config it started from keeps ``gpu_per_node`` unset."""
+    validated = both_config(tmp_path, tiny_model_dir)
+    detected, line = detect_cluster_gpus(validated, [4])
+    assert validated.cluster.gpu_per_node is None and validated.cluster.node_num is None
+    assert validated.cluster.trainer_gpu_num is None
+    cl = detected.cluster
+    assert (cl.gpu_per_node, cl.node_num) == (4, 1)
+    assert (cl.explorer_gpu_num, cl.auxiliary_gpu_num, cl.trainer_gpu_num) == (1, 1, 2)
+    assert line is not None and line.startswith("cluster.gpu_per_node detected from Ray: 4 GPUs")
+    assert detect_cluster_gpus(detected, [8]) == (detected, None)  # set: nothing to detect
+
+
 def test_gpus_of_nodes_reads_alive_nodes_only():
     nodes = [{"Alive": True, "Resources": {"GPU": 8.0, "CPU": 64.0}},
              {"Alive": False, "Resources": {"GPU": 8.0}},
