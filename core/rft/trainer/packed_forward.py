@@ -29,6 +29,7 @@ import logging
 import weakref
 
 import torch
+from packaging.version import Version
 from torch import nn
 
 from rft.trainer.prefix_tree import PackedLayout, pack_rows, unpackable_reason
@@ -49,9 +50,9 @@ _PROBED: weakref.WeakKeyDictionary[nn.Module, str | None] = weakref.WeakKeyDicti
 _LOGGED: set[str] = set()
 
 
-def _version(text: str) -> tuple[int, int]:
-    parts = text.split("+")[0].split(".")
-    return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+def _version(text: str) -> tuple[int, ...]:
+    """``(major, minor)`` of a version string (``2.13.0+cpu`` → ``(2, 13)``)."""
+    return Version(text).release[:2]
 
 
 def version_reason() -> str | None:
