@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # what the other hooks' dicts hold (rft.plugin_kinds names th
     from rft.buffer.selector import TaskSelector
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
+    from rft.environment import Environment
     from rft.monitor.base import Monitor
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
@@ -304,6 +305,24 @@ def register_workflows() -> dict[str, type[Workflow]]:
         @hookimpl
         def register_workflows():
             return {"math_workflow": MathWorkflow}
+    """
+
+
+@hookspec
+def register_environments() -> dict[str, type[Environment]]:
+    """Register text environments (:class:`rft.environment.Environment`), selected by a
+    taskset's ``environment`` and played by ``environment_workflow``.
+
+    :return: ``{name: class}``; the class is built with an instance of its ``Args``
+        dataclass filled from the taskset's ``environment_args``; ``reset(task, seed)``
+        starts an episode and returns ``(observation, info)``, ``step(action)`` returns a
+        :class:`rft.environment.StepResult`, ``close()`` releases it (idempotent).
+
+    Example::
+
+        @hookimpl
+        def register_environments():
+            return {"textworld": TextWorldEnvironment}
     """
 
 
