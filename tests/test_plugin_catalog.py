@@ -92,4 +92,4 @@ def test_the_shipped_catalog_loads_and_drives_the_unknown_name_message() -> None
         "pip install rft-plugin-workflows)")
     assert registry.unknown_name_message("workflow", "agentscope_v1_react") == (
         "unknown workflow 'agentscope_v1_react' (" +
-        catalog.external["workflow", "as_react_workflow"] + ")")
+        catalog.external["workflow", "agentscope*"] + ")")

@@ -478,11 +478,11 @@ def test_cli_flags_incompatible_and_misnamed_plugins(tmp_path, tiny_model_dir):
 
 def test_trinity_names_that_need_a_third_party_package_say_which():
     registry = PluginRegistry.create()
-    message = registry.unknown_name_message("workflow", "agentscope_react_math_workflow",
+    message = registry.unknown_name_message("workflow", "agentscope_v1_react_search_workflow",
                                             key="buffer.explorer_input.taskset."
                                                 "default_workflow_type")
     assert message.startswith("buffer.explorer_input.taskset.default_workflow_type: unknown "
-                              "workflow 'agentscope_react_math_workflow' (Trinity-RFT's "
-                              "AgentScope agent workflow: it needs the agentscope package")
+                              "workflow 'agentscope_v1_react_search_workflow' (Trinity-RFT's "
+                              "AgentScope web-search agent: its tool searches the web")
     assert "did you mean" not in message
     assert "alfworld" in registry.unknown_name_message("workflow", "alfworld_workflow")
