@@ -259,3 +259,48 @@ def test_without_the_endpoint_the_episode_fails_in_one_line(engine):
     workflow = AgentScopeReActMathWorkflow(math_task("5"), bare)
     with pytest.raises(Exception, match="has no OpenAI API: set enable_openai_api: true"):
         workflow.run()
+
+
+# ---- training by name ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, args", [
+    ("agentscope_react_workflow", {"type": "gsm8k"}),
+    ("agentscope_react_math_workflow", {}),
+    ("agentscopev0_react_math_workflow", {"merge_turns": True}),
+])
+def test_trains_two_steps_by_name(engine, tmp_path, name, args):
+    """A colocate run selecting the workflow by name: the explorer serves the endpoint with
+    the config's ``hermes`` parser; greedy rollouts of the taught model call the tool, then
+    answer; step-wise GRPO (Trinity-RFT's ``multi_step_grpo``) trains on the calls."""
+    from rft.testing.runs import run_tiny
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"question": QUESTION, "answer": "2 + 3 = 5\n#### 5"}) + "\n")
+    buffer = tmp_path / "experiences.jsonl"
+    step_wise = {"algorithm.algorithm_type": "multi_step_grpo",
+                 "data_processor.experience_pipeline.operators": [{"name": "step_wise_grpo"}]}
+    outcome = run_tiny(engine.model_path, tasks, tmp_path, {
+        **({} if args.get("merge_turns") else step_wise),
+        "model": {"max_prompt_tokens": 600, "max_response_tokens": 96},
+        "buffer.batch_size": 1,
+        "buffer.explorer_input.taskset": {"default_workflow_type": name,
+                                          "default_reward_fn_type": None,
+                                          "workflow_args": args,
+                                          "rollout_args": {"temperature": 0.0}},
+        "buffer.trainer_input.experience_buffer": {"name": "exp", "storage_type": "file",
+                                                   "path": str(buffer)},
+        "explorer.rollout_model": {"enable_openai_api": True, "enable_history": True,
+                                   "enable_auto_tool_choice": True,
+                                   "tool_call_parser": "hermes"}})
+    assert len(outcome.metrics) == 2
+    for step in outcome.metrics:
+        assert step["rollout/failed_tasks"] == 0.0 and "actor/pg_loss" in step
+    first = [json.loads(line) for line in buffer.read_text().splitlines()
+             if json.loads(line)["model_version"] == 0]
+    per_episode = 1 if args.get("merge_turns") else 2
+    assert len(first) == 2 * per_episode  # repeat_times 2
+    for exp in first:
+        assert exp["reward"] == 1.0 and exp["metrics"]["agent/tool_calls"] == 1.0
+        assert without_ids(exp["info"]["agent/transcript"]) == TRANSCRIPT
