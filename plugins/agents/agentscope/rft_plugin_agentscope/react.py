@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft.rollout.model_wrapper import ModelWrapper
+
+if TYPE_CHECKING:
+    from agentscope.tool import ToolChunk
 
 _PARAMETERS = ("temperature", "top_p", "max_tokens")
 """Rollout args AgentScope's ``OpenAIChatModel.Parameters`` carries itself."""
@@ -69,8 +72,13 @@ def sampling_parameters(sampling: dict[str, Any]) -> tuple[dict[str, Any], dict[
     return parameters, extra
 
 
-def _wrapped(tool: AgentTool, log: ToolLog) -> Callable[..., str]:
-    def call(**arguments: Any) -> str:
+def _wrapped(tool: AgentTool, log: ToolLog) -> Callable[..., ToolChunk]:
+    """``tool`` as an AgentScope tool function: counted in ``log``, bad arguments an error
+    text the agent reads."""
+    from agentscope.message import TextBlock, ToolResultState
+    from agentscope.tool import ToolChunk
+
+    def call(**arguments: Any) -> ToolChunk:
         log.calls += 1
         try:
             text, failed = tool.run(**arguments)
@@ -78,7 +86,8 @@ def _wrapped(tool: AgentTool, log: ToolLog) -> Callable[..., str]:
             text, failed = f"error: {exc}", True
         log.errors += int(failed)
         log.results.append(text)
-        return text
+        # the state AgentScope gives a plain function's result (it completes it itself)
+        return ToolChunk(content=[TextBlock(text=text)], state=ToolResultState.RUNNING)
 
     call.__name__ = tool.name
     return call
@@ -94,11 +103,12 @@ async def react_agent(view: ModelWrapper, *, name: str, system_prompt: str,
     from agentscope.model import OpenAIChatModel
     from agentscope.permission import PermissionBehavior, PermissionDecision
     from agentscope.tool import FunctionTool, Toolkit
+    from pydantic import SecretStr
 
     key = view.server.api_key if view.server is not None else None
     parameters, extra = sampling_parameters(sampling)
     model = OpenAIChatModel(
-        OpenAICredential(api_key=key or "EMPTY", base_url=f"{view.api_address}/v1"),
+        OpenAICredential(api_key=SecretStr(key or "EMPTY"), base_url=f"{view.api_address}/v1"),
         model=view.model_path, parameters=OpenAIChatModel.Parameters(**parameters),
         stream=False, max_retries=0, extra_body=extra or None,
         client_kwargs={"timeout": None})

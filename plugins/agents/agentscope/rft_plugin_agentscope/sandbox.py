@@ -60,7 +60,9 @@ class PythonResult:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters cut)"
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… ({len(text) - limit} more characters cut)"
 
 
 def run_python(code: str, limits: PythonLimits | None = None) -> PythonResult:

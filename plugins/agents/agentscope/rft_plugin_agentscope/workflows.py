@@ -158,16 +158,17 @@ class AgentScopeReActMathWorkflow(Workflow):
 
     def score_answer(self, answer: str) -> dict[str, float]:
         if self.task.reward_fn is None:
-            raise RftError(f"taskset {self.task.taskset!r}: {self.workflow_name} needs a reward "
-                           "function (default_reward_fn_type)")
+            raise RftError(f"taskset {self.task.taskset!r}: {self.workflow_name} needs a "
+                           "reward function (default_reward_fn_type)")
         return score_response(self.task.reward_fn, answer, gsm8k_truth(self.task.truth),
                               self.task.reward_args,
                               name=getattr(self.task.reward_fn, "__name__", "reward function"))
 
     async def play(self, log: ToolLog) -> tuple[str, list[dict[str, Any]]]:
         """One agent episode: its final answer and transcript."""
-        agent = await react_agent(self.model, name=self.workflow_name, system_prompt=self.system_prompt(),
-                                  tools=self.tools(), sampling=dict(self.task.sampling),
+        agent = await react_agent(self.model, name=self.workflow_name,
+                                  system_prompt=self.system_prompt(), tools=self.tools(),
+                                  sampling=dict(self.task.sampling),
                                   max_iters=self.options.max_iters, log=log)
         try:
             reply = await ask(agent, self.query())
@@ -186,9 +187,9 @@ class AgentScopeReActMathWorkflow(Workflow):
         if not experiences:
             raise RftError(f"{self.workflow_name}: the agent made no model call")
         if merge and len(experiences) != 1:
-            raise RftError(f"{self.workflow_name}: merge_turns: the history holds {len(experiences)} "
-                           "conversations for one episode, expected 1 (did the agent change "
-                           "earlier messages between calls?)")
+            raise RftError(f"{self.workflow_name}: merge_turns: the history holds "
+                           f"{len(experiences)} conversations for one episode, expected 1 "
+                           "(did the agent change earlier messages between calls?)")
         episode_id = f"{uuid.uuid4().hex[:12]}"
         calls = float(len(experiences)) if not merge else experiences[0].metrics.get(
             "multi_turn/turns", 1.0)
