@@ -79,7 +79,10 @@ def run_python(code: str, limits: PythonLimits | None = None) -> PythonResult:
         try:
             stdout, stderr = process.communicate(code, timeout=limits.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended just now
+                pass
             process.communicate()
             return PythonResult(f"error: the code ran longer than {limits.timeout:g} s and "
                                 "was stopped", failed=True)

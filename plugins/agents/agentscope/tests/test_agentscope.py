@@ -87,6 +87,17 @@ def test_python_tool_runs_code_in_a_limited_child():
     assert long.text.startswith("a" * 100 + "\n… (2901 more characters cut)")
 
 
+def test_tool_calls_and_failures_are_counted():
+    from rft_plugin_agentscope.react import ToolLog, _wrapped
+
+    log = ToolLog()
+    call = _wrapped(python_tool(PythonLimits()), log)
+    assert [b.text for b in call(code=CODE).content] == ["5\n"]
+    assert call(code="1 / 0").content[0].text.startswith("error: exit code 1")
+    assert call(source="print(1)").content[0].text.startswith("error: ")  # wrong argument
+    assert (log.calls, log.errors) == (3, 2) and log.results[0] == "5\n"
+
+
 def test_sampling_goes_to_the_model_parameters_or_the_extra_body():
     assert sampling_parameters({"temperature": 0.7, "max_tokens": 9, "top_p": 0.9, "n": 4,
                                 "seed": 3, "top_k": 5, "logprobs": 1}) == (
