@@ -90,6 +90,6 @@ def test_the_shipped_catalog_loads_and_drives_the_unknown_name_message() -> None
     assert registry.unknown_name_message("workflow", "math_boxed_workflow", key="k") == (
         "k: unknown workflow 'math_boxed_workflow' (it is provided by rft-plugin-workflows: "
         "pip install rft-plugin-workflows)")
-    assert registry.unknown_name_message("workflow", "agentscope_v1_react") == (
-        "unknown workflow 'agentscope_v1_react' (" +
-        catalog.external["workflow", "agentscope*"] + ")")
+    assert registry.unknown_name_message("workflow", "agentscope_workflow_adapter_v2") == (
+        "unknown workflow 'agentscope_workflow_adapter_v2' (" +
+        catalog.external["workflow", "agentscope_workflow_adapter*"] + ")")

@@ -70,6 +70,17 @@ def test_registered_by_this_distribution():
     assert ReActArgs().max_iters == 10
 
 
+def test_without_this_distribution_the_names_say_where_they_are():
+    registry = PluginRegistry.create(kinds=("workflow",), autoload=False)
+    assert registry.unknown_name_message("workflow", "agentscope_react_math_workflow") == (
+        "unknown workflow 'agentscope_react_math_workflow' (it is provided by "
+        "rft-plugin-agentscope: pip install rft-plugin-agentscope)")
+    assert "Trinity-RFT's e-mail search agent" in registry.unknown_name_message(
+        "workflow", "email_search_workflow")
+    assert "write a workflow plugin around your agent" in registry.unknown_name_message(
+        "workflow", "agentscope_workflow_adapter_v1")
+
+
 def test_python_tool_runs_code_in_a_limited_child():
     assert run_python(CODE).text == "5\n"
     silent = run_python("x = 1")
