@@ -190,15 +190,15 @@ class AgentScopeReActMathWorkflow(Workflow):
             raise RftError(f"{self.workflow_name}: merge_turns: the history holds "
                            f"{len(experiences)} conversations for one episode, expected 1 "
                            "(did the agent change earlier messages between calls?)")
-        episode_id = f"{uuid.uuid4().hex[:12]}"
+        episode_id = uuid.uuid4().hex[:12]
         calls = float(len(experiences)) if not merge else experiences[0].metrics.get(
             "multi_turn/turns", 1.0)
         for step, exp in enumerate(experiences):
             exp.reward = reward
-            if not merge:
+            if not merge:  # a step of an episode, as multi_step_grpo reads them
                 exp.eid = EID(step=step, suffix=f"step{step}")
+                exp.info["episode"] = episode_id
                 exp.metrics["step_wise/steps"] = float(len(experiences))
-            exp.info["episode"] = episode_id
             exp.info["agent/transcript"] = record
             exp.metrics.update({f"reward/{k}": v for k, v in parts.items()})
             exp.metrics.update({"agent/tool_calls": float(log.calls),

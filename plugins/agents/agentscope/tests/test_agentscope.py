@@ -257,6 +257,7 @@ def test_merged_episode_masks_the_tool_result_and_a_wrong_answer_scores_zero(ser
                                            served.for_workflow(enable_history=True))
     (episode,) = workflow.run()
     assert episode.reward == 0.0 and episode.metrics["reward/accuracy"] == 0.0
+    assert "episode" not in episode.info and "step_wise/steps" not in episode.metrics
     assert episode.metrics["agent/model_calls"] == 2.0
     assert without_ids(episode.info["agent/transcript"]) == TRANSCRIPT
     mask = episode.action_mask
