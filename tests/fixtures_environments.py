@@ -109,3 +109,18 @@ class Unseeded(Guess):
     def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         self.secret = time.perf_counter_ns() % 1000
         return f"Guess ({self.secret % 7}).", {}
+
+
+class CrashingOnOdd(Guess):
+    """Runs in a child process that dies on the first step of tasks with an odd index."""
+
+    out_of_process = True
+
+    def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.odd = task.index % 2 == 1
+        return super().reset(task, seed)
+
+    def step(self, action: str) -> StepResult:
+        if self.odd:
+            os._exit(3)
+        return super().step(action)

@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fixtures_environments import Crashing, GuessArgs, GuessChild, HangingChild
+from fixtures_environments import Crashing, CrashingOnOdd, GuessArgs, GuessChild, HangingChild
+from rft import hookimpl
 from rft.environment import EnvironmentFailure
 from rft.environments import ProcessEnvironment, open_environment
 from rft.rollout.runner import WorkflowRunner
@@ -106,3 +107,24 @@ def test_a_child_outlives_no_killed_parent(tmp_path):
         time.sleep(0.1)
     alive = psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
     assert not alive, f"environment child {child} outlived its killed parent"
+
+
+class CrashingPlugin:
+    """Registers :class:`CrashingOnOdd` as ``crashing_on_odd``."""
+
+    @hookimpl
+    def register_environments(self) -> dict[str, type]:
+        return {"crashing_on_odd": CrashingOnOdd}
+
+
+@pytest.mark.slow
+def test_a_run_goes_on_past_dying_environments(rft_run):
+    plugin = CrashingPlugin()
+    taskset = "buffer.explorer_input.taskset"
+    outcome = rft_run({f"{taskset}.default_workflow_type": "environment_workflow",
+                       f"{taskset}.environment": "crashing_on_odd",
+                       f"{taskset}.workflow_args": {"max_steps": 2, "env_timeout": 30},
+                       "explorer.max_retry_times": 0}, plugins=[plugin])
+    assert [step["rollout/failed_tasks"] for step in outcome.metrics] == [1.0, 1.0]
+    assert all("actor/pg_loss" in step for step in outcome.metrics)
+    assert env_children() == []
