@@ -124,3 +124,36 @@ class CrashingOnOdd(Guess):
         if self.odd:
             os._exit(3)
         return super().step(action)
+
+
+class TupleStep(Guess):
+    """``step`` returns Gymnasium's tuple instead of a :class:`StepResult`."""
+
+    def step(self, action: str) -> Any:
+        return "Wrong.", 0.0, False, False, {}
+
+
+class NaNReward(Guess):
+    """``step`` returns a NaN reward."""
+
+    def step(self, action: str) -> StepResult:
+        return StepResult("Wrong.", reward=float("nan"))
+
+
+class ClosesOnce(Guess):
+    """``close`` raises the second time."""
+
+    def close(self) -> None:
+        if self.closed:
+            raise RuntimeError("already closed")
+        super().close()
+
+
+class PicklesBadly(Guess):
+    """Out of process, but its ``info`` holds what cannot cross a pipe."""
+
+    out_of_process = True
+
+    def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        observation, _ = super().reset(task, seed)
+        return observation, {"handle": lambda: None}

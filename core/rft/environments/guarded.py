@@ -53,8 +53,10 @@ def _shape(value: Any) -> str:
     return type(value).__name__
 
 
-def call_with_timeout(name: str, call: str, fn: Callable[[], R], timeout: float | None) -> R:
-    """Run ``fn`` on a daemon thread and wait at most ``timeout`` seconds for it.
+def call_with_timeout(name: str, call: str, fn: Callable[[], R], timeout: float | None, *,
+                      setting: str = "workflow_args.env_timeout") -> R:
+    """Run ``fn`` on a daemon thread and wait at most ``timeout`` seconds for it
+    (``setting``: what the time-out message names as the limit).
 
     :raises EnvironmentFailure: it raised (type and message in the line) or timed out.
     """
@@ -71,7 +73,7 @@ def call_with_timeout(name: str, call: str, fn: Callable[[], R], timeout: float 
     thread.join(timeout)
     if thread.is_alive():
         raise EnvironmentFailure(f"environment {name}: {call} did not return within "
-                                 f"{timeout:g} s (workflow_args.env_timeout)")
+                                 f"{timeout:g} s ({setting})")
     if "error" in outcome:
         exc = outcome["error"]
         if isinstance(exc, EnvironmentFailure):
