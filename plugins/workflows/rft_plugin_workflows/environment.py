@@ -197,7 +197,8 @@ class EnvironmentWorkflow(Workflow):
         steps: list[Experience] = []
         transcript = Transcript(self.model, messages) if args.experience_form == "episode" \
             else None
-        hint = PARSER_HINTS.get(args.action_parser or type(env).default_action_parser, "")
+        hint = PARSER_HINTS.get(args.action_parser
+                                or self.environment_class().default_action_parser, "")
         for turn in range(args.max_steps):
             record.states.append(state_hash(observation))
             if transcript is not None:
