@@ -71,3 +71,13 @@ def test_tasks_carry_the_environment_and_need_no_prompt(registry):
     assert task.environment is FrozenLakeEnvironment and task.prompt is None
     assert task.environment_args == FrozenLakeEnvArgs()
     assert task.action_parser is ACTION_PARSERS["last_code_block"]
+
+
+def test_rows_of_an_environment_need_no_answer_for_a_reward_function(registry):
+    plan, _ = check(registry, default_workflow_type="environment_workflow",
+                    environment="frozen_lake", default_reward_fn_type="accuracy_reward")
+    plugins = TaskPlugins(plan.workflow.implementation, plan.workflow.args,
+                          plan.reward.implementation, plan.reward.args,
+                          environment=plan.environment, action_parser=plan.action_parser)
+    task = row_to_task(plan.config, {"seed": 3}, 0, plugins, is_eval=False)
+    assert task.truth is None and task.environment is FrozenLakeEnvironment
