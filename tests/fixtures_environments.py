@@ -157,3 +157,10 @@ class PicklesBadly(Guess):
     def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         observation, _ = super().reset(task, seed)
         return observation, {"handle": lambda: None}
+
+
+class HangingEverywhere(Hanging):
+    """``step`` and ``close`` never return."""
+
+    def close(self) -> None:
+        time.sleep(3600)

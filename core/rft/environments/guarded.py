@@ -123,11 +123,17 @@ class GuardedEnvironment(Environment):
         return check_step(self.name, self._call("step", lambda: self.inner.step(action)))
 
     def close(self) -> None:
-        """Close the instance once (under the time-out, even when it is broken)."""
+        """Close the instance once, under the time-out. A broken instance is closed as far
+        as it goes: its failure was reported already, and a second one from ``close``
+        would hide it."""
         if self.closed or not hasattr(self, "inner"):
             return
         self.closed = True
-        call_with_timeout(self.name, "close", self.inner.close, self.timeout)
+        try:
+            call_with_timeout(self.name, "close", self.inner.close, self.timeout)
+        except EnvironmentFailure:
+            if self.broken is None:
+                raise
 
 
 __all__ = ["GuardedEnvironment", "call_with_timeout", "check_reset", "check_step",
