@@ -128,3 +128,20 @@ def test_a_run_goes_on_past_dying_environments(rft_run):
     assert [step["rollout/failed_tasks"] for step in outcome.metrics] == [1.0, 1.0]
     assert all("actor/pg_loss" in step for step in outcome.metrics)
     assert env_children() == []
+
+
+def test_in_process_contract_breaches_are_one_line_and_break_the_instance():
+    from fixtures_environments import Raising, WrongTypes
+
+    env = open_environment(WrongTypes, None, timeout=5)
+    with pytest.raises(EnvironmentFailure) as caught:
+        env.reset(task(WrongTypes))
+    assert str(caught.value) == ("environment fixtures_environments.WrongTypes: reset returned "
+                                 "str, expected (observation: str, info: dict)")
+    env = open_environment(Raising, None, timeout=5)
+    env.reset(task(Raising))
+    with pytest.raises(EnvironmentFailure, match="step raised ValueError"):
+        env.step("3")
+    with pytest.raises(EnvironmentFailure, match="reset refused: it failed before"):
+        env.reset(task(Raising))
+    env.close()

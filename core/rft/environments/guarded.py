@@ -114,7 +114,11 @@ class GuardedEnvironment(Environment):
             raise
 
     def system_prompt(self) -> str | None:
-        return self.inner.system_prompt()
+        prompt = self._call("system_prompt", self.inner.system_prompt)
+        if prompt is not None and not isinstance(prompt, str):
+            raise EnvironmentFailure(f"environment {self.name}: system_prompt returned "
+                                     f"{type(prompt).__name__}, expected a str or None")
+        return prompt
 
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         return check_reset(self.name, self._call("reset", lambda: self.inner.reset(task, seed)))
