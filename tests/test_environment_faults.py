@@ -145,3 +145,15 @@ def test_in_process_contract_breaches_are_one_line_and_break_the_instance():
     with pytest.raises(EnvironmentFailure, match="reset refused: it failed before"):
         env.reset(task(Raising))
     env.close()
+
+
+def test_a_non_finite_reward_is_one_line():
+    from fixtures_environments import NaNReward
+
+    env = open_environment(NaNReward, None, timeout=5)
+    env.reset(task(NaNReward))
+    with pytest.raises(EnvironmentFailure) as caught:
+        env.step("3")
+    assert str(caught.value) == ("environment fixtures_environments.NaNReward: step returned "
+                                 "reward nan, expected a finite number")
+    env.close()

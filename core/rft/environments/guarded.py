@@ -11,6 +11,7 @@ environments that may hang for good belong out of process, ``out_of_process = Tr
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,10 +39,16 @@ def check_reset(name: str, returned: Any) -> tuple[str, dict[str, Any]]:
 
 
 def check_step(name: str, returned: Any) -> StepResult:
-    """``returned`` is a :class:`StepResult` with a str observation; else one line."""
+    """``returned`` is a :class:`StepResult` with a str observation and a finite reward;
+    else one line."""
     if not isinstance(returned, StepResult) or not isinstance(returned.observation, str):
         raise EnvironmentFailure(f"environment {name}: step returned {_shape(returned)}, "
                                  "expected a StepResult with a str observation")
+    reward = returned.reward
+    if (isinstance(reward, bool) or not isinstance(reward, (int, float))
+            or not math.isfinite(reward)):
+        raise EnvironmentFailure(f"environment {name}: step returned reward {reward!r}, "
+                                 "expected a finite number")
     return returned
 
 

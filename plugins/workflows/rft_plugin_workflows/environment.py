@@ -196,8 +196,8 @@ class EnvironmentWorkflow(Workflow):
             {"role": "user", "content": observation}]
         record = Episode(rewards=[], states=[], invalid=[])
         steps: list[Experience] = []
-        transcript = Transcript(self.model, messages) if args.experience_form == "episode" \
-            else None
+        transcript = (Transcript(self.model, messages) if args.experience_form == "episode"
+                      else None)
         hint = PARSER_HINTS.get(args.action_parser
                                 or self.environment_class().default_action_parser, "")
         for turn in range(args.max_steps):
