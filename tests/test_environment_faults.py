@@ -157,3 +157,19 @@ def test_a_non_finite_reward_is_one_line():
     assert str(caught.value) == ("environment fixtures_environments.NaNReward: step returned "
                                  "reward nan, expected a finite number")
     env.close()
+
+
+@pytest.mark.parametrize("ending", ["close", "time-out"])
+def test_what_the_environment_started_goes_with_its_child(ending):
+    from fixtures_environments import StartsAServer
+
+    env = open_environment(StartsAServer, None, timeout=1.0)
+    _, info = env.reset(task(StartsAServer))
+    server = psutil.Process(info["server"])
+    assert server.is_running()
+    if ending == "time-out":
+        with pytest.raises(EnvironmentFailure, match="step did not return within 1 s"):
+            env.step("hang")
+    env.close()
+    server.wait(timeout=10)  # gone (it is not our child: psutil polls until it is)
+    assert env_children() == []
