@@ -31,7 +31,7 @@ import time
 import weakref
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rft.environment import Environment, EnvironmentFailure, StepResult
 from rft.environments.guarded import check_reset, check_step, environment_name
@@ -67,14 +67,12 @@ def serve(conn: Connection, env_class: type[Environment], args: Any, parent: int
     while True:
         if not conn.poll(1.0):
             if os.getppid() != parent:  # orphaned: the parent died without closing us
-                env.close()
-                return
+                _abandoned(env)
             continue
         try:
             method, payload = conn.recv()
-        except (EOFError, OSError):
-            env.close()
-            return
+        except (EOFError, OSError):  # the parent is gone
+            _abandoned(env)
         try:
             if method == "reset":
                 result: Any = env.reset(*payload)
@@ -89,6 +87,16 @@ def serve(conn: Connection, env_class: type[Environment], args: Any, parent: int
             conn.send(("ok", result))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             conn.send(("error", _error_line(exc)))
+
+
+def _abandoned(env: Environment) -> NoReturn:
+    """The parent is gone: close the environment, then end the child's process group (what
+    the environment started, and the child itself)."""
+    try:
+        env.close()
+    finally:
+        os.killpg(0, signal.SIGKILL)
+    raise AssertionError("unreachable: the group was killed")
 
 
 class ProcessEnvironment(Environment):
