@@ -181,3 +181,17 @@ def test_what_the_environment_started_goes_with_its_child(ending):
     env.close()
     server.wait(timeout=10)  # gone (it is not our child: psutil polls until it is)
     assert env_children() == []
+
+
+def test_what_does_not_pickle_is_one_line():
+    with pytest.raises(EnvironmentFailure) as caught:
+        open_environment(GuessChild, lambda: None, timeout=5)
+    assert str(caught.value).startswith("environment fixtures_environments.GuessChild: cannot "
+                                        "start its process: ")
+    env = open_environment(GuessChild, None, timeout=5)
+    env.reset(task(GuessChild))
+    with pytest.raises(EnvironmentFailure, match="cannot send step to its process"):
+        env.step(lambda: None)
+    assert env.step("3").reward == 1.0  # nothing was sent: the child still answers
+    env.close()
+    assert env_children() == []
