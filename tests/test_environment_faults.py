@@ -195,3 +195,16 @@ def test_what_does_not_pickle_is_one_line():
     assert env.step("3").reward == 1.0  # nothing was sent: the child still answers
     env.close()
     assert env_children() == []
+
+
+def test_a_broken_contract_is_not_retried(rft_model):
+    from fixtures_environments import WrongTypes
+
+    runner = WorkflowRunner(lambda t, calls: EnvironmentWorkflow(t, rft_model),
+                            max_timeout=120, max_retry_times=2)
+    try:
+        (result,) = runner.run_tasks([task(WrongTypes)])
+    finally:
+        runner.close()
+    assert not result.ok and result.attempts == 1
+    assert "reset returned str, expected (observation: str, info: dict)" in result.error

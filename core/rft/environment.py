@@ -45,7 +45,8 @@ class EnvironmentFailure(RftError):
 
     Retryable: the workflow runner tries the task again up to ``explorer.max_retry_times``
     (a dead JVM or a stuck server may well work on a fresh instance), then counts it
-    failed and the run goes on."""
+    failed and the run goes on. A broken contract (wrong types, a non-finite reward) is
+    raised with ``retryable = False``: it would fail the same way again."""
 
     retryable = True
 

@@ -29,12 +29,20 @@ def environment_name(env_class: type) -> str:
     return f"{env_class.__module__}.{env_class.__qualname__}"
 
 
+def breach(message: str) -> EnvironmentFailure:
+    """An :class:`EnvironmentFailure` for a broken contract (wrong types, a non-finite
+    reward): the environment's own code, so not retried (``retryable = False``)."""
+    failure = EnvironmentFailure(message)
+    failure.retryable = False
+    return failure
+
+
 def check_reset(name: str, returned: Any) -> tuple[str, dict[str, Any]]:
     """``returned`` is ``(str, dict)`` as :meth:`Environment.reset` promises; else one line."""
     if (not isinstance(returned, tuple) or len(returned) != 2
             or not isinstance(returned[0], str) or not isinstance(returned[1], dict)):
-        raise EnvironmentFailure(f"environment {name}: reset returned {_shape(returned)}, "
-                                 "expected (observation: str, info: dict)")
+        raise breach(f"environment {name}: reset returned {_shape(returned)}, "
+                     "expected (observation: str, info: dict)")
     return returned[0], returned[1]
 
 
@@ -42,13 +50,13 @@ def check_step(name: str, returned: Any) -> StepResult:
     """``returned`` is a :class:`StepResult` with a str observation and a finite reward;
     else one line."""
     if not isinstance(returned, StepResult) or not isinstance(returned.observation, str):
-        raise EnvironmentFailure(f"environment {name}: step returned {_shape(returned)}, "
-                                 "expected a StepResult with a str observation")
+        raise breach(f"environment {name}: step returned {_shape(returned)}, "
+                     "expected a StepResult with a str observation")
     reward = returned.reward
     if (isinstance(reward, bool) or not isinstance(reward, (int, float))
             or not math.isfinite(reward)):
-        raise EnvironmentFailure(f"environment {name}: step returned reward {reward!r}, "
-                                 "expected a finite number")
+        raise breach(f"environment {name}: step returned reward {reward!r}, "
+                     "expected a finite number")
     return returned
 
 
@@ -123,8 +131,8 @@ class GuardedEnvironment(Environment):
     def system_prompt(self) -> str | None:
         prompt = self._call("system_prompt", self.inner.system_prompt)
         if prompt is not None and not isinstance(prompt, str):
-            raise EnvironmentFailure(f"environment {self.name}: system_prompt returned "
-                                     f"{type(prompt).__name__}, expected a str or None")
+            raise breach(f"environment {self.name}: system_prompt returned "
+                         f"{type(prompt).__name__}, expected a str or None")
         return prompt
 
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
