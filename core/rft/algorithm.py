@@ -79,6 +79,12 @@ class AlgorithmPreset:
     ``kl_coef: 0``) without a KL penalty trains without it, whatever this flag says."""
     advantage_in_explorer: bool = False
     """Advantages are computed by an experience operator in the explorer, not the trainer."""
+    explorer_operator: str | None = None
+    """An experience operator (registered name) that computes the algorithm's advantages
+    in the explorer over whole multi-step episodes: derivation appends it to
+    ``data_processor.experience_pipeline.operators`` when that list names no operator of
+    that name (its args: ``algorithm.advantage_fn_args`` when ``advantage_fn`` has the same
+    name), as Trinity-RFT runs such algorithms without listing it. ``None``: none."""
     reward_baseline: Literal["none", "greedy"] = "none"
     """Baseline the explorer attaches to each training rollout as ``info["reward_baseline"]``:
     ``greedy`` is the reward of one greedy (temperature 0) response to the same task

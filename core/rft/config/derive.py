@@ -29,6 +29,7 @@ from rft.config.schema import (
     ExplorerInputConfig,
     InferenceModelConfig,
     ModelConfig,
+    OperatorConfig,
     RftConfig,
     SynchronizerConfig,
     TaskSelectorConfig,
@@ -84,6 +85,7 @@ def derive(raw: RftConfig, registry: PluginRegistry) -> Derived:
     c = derive_trinity_forms(raw, found)
     c = derive_global(c)
     c = replace(c, algorithm=derive_algorithm(c.algorithm, registry, found))
+    c = derive_explorer_operator(c, registry)
     c = derive_external_model(c, registry)
     c = replace(c, model=derive_model(c.model))
     c = replace(c, buffer=derive_buffer(c, registry, found))
@@ -129,6 +131,19 @@ def derive_algorithm(a: AlgorithmConfig, registry: PluginRegistry,
     if repeat_times is None:
         repeat_times = preset.repeat_times
     return replace(a, **changes, repeat_times=repeat_times)
+
+
+def derive_explorer_operator(c: RftConfig, registry: PluginRegistry) -> RftConfig:
+    """The preset's :attr:`~rft.algorithm.AlgorithmPreset.explorer_operator` appended to
+    ``data_processor.experience_pipeline.operators`` when none of its name is listed."""
+    preset = lookup(registry, "algorithm", c.algorithm.algorithm_type)
+    name = preset.explorer_operator if isinstance(preset, AlgorithmPreset) else None
+    pipeline = c.data_processor.experience_pipeline
+    if name is None or pipeline is None or any(op.name == name for op in pipeline.operators):
+        return c
+    args = dict(c.algorithm.advantage_fn_args or {}) if c.algorithm.advantage_fn == name else {}
+    pipeline = replace(pipeline, operators=[*pipeline.operators, OperatorConfig(name, args)])
+    return replace(c, data_processor=replace(c.data_processor, experience_pipeline=pipeline))
 
 
 def derive_model(m: ModelConfig) -> ModelConfig:

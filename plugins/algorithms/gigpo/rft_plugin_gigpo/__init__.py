@@ -190,7 +190,7 @@ class GiGPO(ExperienceOperator):
 
 
 PRESET = rl_preset(
-    "gigpo", repeat_times=8,
+    "gigpo", repeat_times=8, explorer_operator="gigpo",
     batch_layout=EpisodeRows("gigpo", "gigpo",
                              keys=(EPISODE_KEY, "env_state_hash", "step_reward")))
 """GiGPO: GiGPO advantages, clipped surrogate (clip 0.2 both sides), k2 KL loss, 8

@@ -183,7 +183,7 @@ def _metrics(found: Sequence[Episode], labels: list[str], skip: torch.Tensor,
     }
 
 
-PRESET = rl_preset("step_wise_grpo", repeat_times=8,
+PRESET = rl_preset("step_wise_grpo", repeat_times=8, explorer_operator="step_wise_grpo",
                    batch_layout=EpisodeRows("multi_step_grpo", "step_wise_grpo"))
 """Multi-step GRPO: step-wise GRPO advantages, clipped surrogate, k2 KL loss, 8 episodes
 per task (Trinity-RFT's ``multi_step_grpo`` preset)."""

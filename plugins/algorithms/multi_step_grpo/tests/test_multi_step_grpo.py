@@ -16,7 +16,7 @@ from rft.contracts import AdvantageInputs
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.plugins import PluginRegistry
-from rft.testing.algorithms import SETTINGS, validated
+from rft.testing.algorithms import SETTINGS, minimal_config, validated
 from rft.testing.checks import assert_equals_verl, check_advantage
 from rft.testing.strategies import advantage_inputs
 from rft_plugin_multi_step_grpo import (PRESET, StepWiseGRPO, StepWiseGRPOArgs,
@@ -144,6 +144,25 @@ def test_preset_fills_defaults(tmp_path) -> None:
                                         "default", 8)
     assert plan.loss.advantage.args == StepWiseGRPOArgs()
     assert plan.preset.use_reference and not plan.preset.advantage_in_explorer
+
+
+def test_the_explorer_operator_is_added_once_with_the_advantage_args(tmp_path) -> None:
+    """Trinity-RFT runs multi_step_grpo without listing its operator: derivation appends
+    step_wise_grpo (with advantage_fn_args) unless the config names it already."""
+    from rft.config import build_stages
+
+    def operators(listed: list[dict]) -> list[tuple[str, dict]]:
+        raw = minimal_config({"algorithm_type": "multi_step_grpo",
+                              "advantage_fn_args": {"std_cal_level": "batch"}},
+                             str(tmp_path), "train")
+        raw["data_processor"] = {"experience_pipeline": {"operators": listed}}
+        config = build_stages(raw, PluginRegistry.create()).stages[0].config
+        return [(op.name, op.args) for op in config.data_processor.experience_pipeline.operators]
+
+    assert operators([]) == [("step_wise_grpo", {"std_cal_level": "batch"})]
+    assert operators([{"name": "step_wise_grpo", "args": {"epsilon": 0.1}}]) == [
+        ("step_wise_grpo", {"epsilon": 0.1})]
+    assert PRESET.explorer_operator == "step_wise_grpo"
 
 
 class LastFirstWorkflow(TwoStepWorkflow):
