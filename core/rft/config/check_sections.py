@@ -75,9 +75,21 @@ def check_synchronizer(c: RftConfig, found: Findings) -> None:
     if s.sync_timeout <= 0:
         found.problem("synchronizer.sync_timeout",
                       f"must be > 0 seconds, got {s.sync_timeout}")
+    if c.mode == "serve":
+        check_serve(c, found)
     if c.mode == "colocate" and s.sync_offset != 0:
         found.problem("synchronizer.sync_offset", "mode 'colocate' alternates explore and "
                       f"train: must be 0, got {s.sync_offset}")
+
+
+def check_serve(c: RftConfig, found: Findings) -> None:
+    """Mode ``serve``: a positive cap on pending responses and checkpoint-poll interval."""
+    e = c.explorer
+    if e.serve_max_pending < 1:
+        found.problem("explorer.serve_max_pending", f"must be >= 1, got {e.serve_max_pending}")
+    if e.service_status_check_interval <= 0:
+        found.problem("explorer.service_status_check_interval",
+                      f"must be > 0 seconds, got {e.service_status_check_interval}")
 
 
 def check_split_modes(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) -> None:
