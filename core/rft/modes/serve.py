@@ -119,9 +119,15 @@ class ServeRun:
             log_requests=rm.enable_log_requests,
             reply_parser=reply_parser_of(plan.rollout_model, rm.enable_auto_tool_choice),
             settings=EndpointSettings.of(rm), ledger=self.ledger, gate=self.gate)
+        self._cleanup = cleanup
+
+    def open(self) -> None:
+        """Resume (the monitors forget what a stopped run logged after its checkpoint),
+        then serve and write the address file."""
         self.resume()
+        self.lifecycle.rewind(self.step)
         self.server.start()
-        cleanup.callback(self.server.stop)  # first to close: no commit after the buffer
+        self._cleanup.callback(self.server.stop)  # first to close: no commit after the buffer
         self._write_address()
 
     # ---- start ---------------------------------------------------------------------------
@@ -260,6 +266,7 @@ def run_serve(stage: Stage, stop: threading.Event | None = None,
         with contextlib.ExitStack() as cleanup:
             run = ServeRun(stage, lifecycle, cleanup)
             lifecycle.start(run.steps)
+            run.open()
             if on_ready is not None:
                 on_ready(run)
             try:
