@@ -5,7 +5,8 @@ served model for ``--n`` answers (one GRPO group), score every answer against th
 digit, send the scores (``POST /feedback``) and release the episode to the buffer
 (``POST /commit``); the round's mean reward is printed with the model versions that
 answered. The serve process trains on the committed episodes and updates its weights
-live, so later rounds are answered by newer versions.
+live, so later rounds are answered by newer versions (with ``--sync``, the default, each
+round waits for the step the previous round's episodes fed: the run reproduces exactly).
 
 Reward of an answer (checkable, with partial credit so a tiny model finds a gradient)::
 
@@ -73,6 +74,22 @@ def wait_for_address(job_dir: Path, timeout: float) -> tuple[str, int]:
     return data["address"], int(data["pid"])
 
 
+def model_version(address: str, timeout: float = 10.0) -> int:
+    """The served model's version (``GET /health`` of a serve run)."""
+    with urllib.request.urlopen(f"{address}/health", timeout=timeout) as response:
+        return int(json.loads(response.read())["model_version"])
+
+
+def wait_version(address: str, version: int, timeout: float) -> None:
+    """Wait until the served model is at ``version`` or newer (its training step done)."""
+    deadline = time.monotonic() + timeout
+    while model_version(address) < version:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"serve_client: model version {version} not served after "
+                             f"{timeout:g} s (is the serve run training?)")
+        time.sleep(0.05)
+
+
 def play(args: argparse.Namespace) -> list[float]:
     """The bounded loop; returns the mean reward of each round."""
     pid = None
@@ -85,8 +102,12 @@ def play(args: argparse.Namespace) -> list[float]:
     model = client.models.list().data[0].id
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line]
     means: list[float] = []
+    start_version = model_version(address)
     for round_index in range(args.rounds):
+        if args.sync and round_index:  # answered by the weights the last round trained
+            wait_version(address, start_version + round_index, args.wait)
         rewards: list[float] = []
+        exact = 0
         versions: set[int] = set()
         for user in range(args.episodes):
             row = rows[(round_index * args.episodes + user) % len(rows)]
@@ -97,9 +118,11 @@ def play(args: argparse.Namespace) -> list[float]:
             post(address, "/feedback", {"response_id": response.id, "rewards": scores}, key)
             post(address, "/commit", {"episode_id": response.model_extra["episode_id"]}, key)
             rewards += scores
+            exact += sum(score == 1.0 for score in scores)
             versions.add(int(response.model_extra["model_version"]))
         means.append(statistics.fmean(rewards))
-        print(f"round {round_index + 1:3d}: reward {means[-1]:.3f}  model versions "
+        print(f"round {round_index + 1:3d}: reward {means[-1]:.3f}  exact "
+              f"{exact / len(rewards):.3f}  model versions "
               f"{min(versions)}-{max(versions)}", flush=True)
     if args.stop_server and pid is not None:
         os.kill(pid, signal.SIGTERM)  # the serve run saves its last step and exits
@@ -118,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", help="the endpoint's key (default $RFT_SERVE_API_KEY)")
     parser.add_argument("--wait", type=float, default=300.0,
                         help="seconds to wait for serve.json")
+    parser.add_argument("--sync", action=argparse.BooleanOptionalAction, default=True,
+                        help="before each round, wait for the training step of the last "
+                             "one (--episodes must be the run's buffer.batch_size)")
     parser.add_argument("--stop-server", action="store_true",
                         help="send SIGTERM to the serve run (from serve.json) at the end")
     args = parser.parse_args(argv)

@@ -20,7 +20,11 @@ Agent workflows written against the OpenAI API talk to the rollout model through
                                                ``ignore_eos``, ``skip_special_tokens``,
                                                ``return_token_ids``
 ``GET /v1/models``                             the served model
-``GET /health``                                ``200`` while serving (no key needed)
+``GET /health``                                ``200`` while serving (no key needed);
+                                               in serve mode with the model version and
+                                               the ``serve/*`` counters
+``POST /feedback``, ``POST /commit``           serve mode only
+                                               (:mod:`rft.endpoint.episodes`)
 =============================================  ==========================================
 
 Each workflow's view of the model (:meth:`ModelWrapper.for_workflow
@@ -347,7 +351,10 @@ class OpenAIServer:
         try:
             view, api_path = self._resolve(urlsplit(path).path)
             if api_path == "/health" and method == "GET":
-                return HTTPStatus.OK, {"status": "ok"}
+                if self.ledger is None:
+                    return HTTPStatus.OK, {"status": "ok"}
+                return HTTPStatus.OK, {"status": "ok", "model_version": view.model_version,
+                                       **self.ledger.counters()}
             if api_path == "/v1/models" and method == "GET":
                 return HTTPStatus.OK, models_listing(view)
             if api_path == _CHAT and method == "POST":
