@@ -241,11 +241,26 @@ def test_trainer_failure_is_one_line_and_serving_goes_on(tmp_path, tiny_model_di
     assert len(buffer_rows(tmp_path)) == 6  # every committed episode is there
 
 
+def test_committed_episodes_go_through_the_experience_operators(tmp_path, tiny_model_dir):
+    served = Served(write_config(
+        tmp_path, tiny_model_dir, synchronizer__sync_method="checkpoint",
+        data_processor__experience_pipeline__operators=[
+            {"name": "reward_filter", "args": {"threshold": 0.5}}]))
+    try:
+        play_episode(served, reward_of=lambda text: 1.0)
+        play_episode(served, reward_of=lambda text: 0.0)  # filtered out: not trained
+    finally:
+        served.stop()
+    assert [row["reward"] for row in buffer_rows(tmp_path)] == [1.0, 1.0]
+
+
 def test_serve_config_checks(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError) as caught:
         load_config(write_config(tmp_path, tiny_model_dir, explorer__serve_max_pending=0,
-                                 synchronizer__sync_method="nccl"))
+                                 synchronizer__sync_method="nccl",
+                                 explorer__rollout_model__engine_num=2))
     text = str(caught.value)
+    assert "explorer.rollout_model.engine_num: mode 'serve' serves one engine" in text
     assert "explorer.serve_max_pending: must be >= 1, got 0" in text
     assert "synchronizer.sync_method: 'nccl' does not work in mode 'serve'" in text
 
@@ -309,3 +324,30 @@ def test_separate_train_process_and_sigterm(tmp_path, tiny_model_dir):
             serve.kill()
     rows = buffer_rows(tmp_path)
     assert len(rows) == 5 and rows[-1]["model_version"] == 1
+
+
+def test_serve_routes_need_the_key_and_keep_the_bounds(tmp_path, tiny_model_dir, monkeypatch):
+    """The endpoint's API key and body bound hold for /feedback and /commit too; /health
+    (no key) says the model version and the counters."""
+    monkeypatch.setenv("SERVE_TEST_KEY", "s3cret")
+    served = Served(write_config(
+        tmp_path, tiny_model_dir, synchronizer__sync_method="checkpoint",
+        explorer__rollout_model__openai_api_key_env="SERVE_TEST_KEY",
+        explorer__rollout_model__openai_api_max_request_bytes=4096))
+    try:
+        url = served.address
+        status, body, headers = post(f"{url}/feedback", {"response_id": "r", "reward": 1})
+        assert status == 401 and headers.get("www-authenticate") == "Bearer"
+        assert post(f"{url}/commit", {"episode_id": "r"},
+                    {"Authorization": "Bearer wrong"})[0] == 401
+        key = {"Authorization": "Bearer s3cret"}
+        status, body, _ = post(f"{url}/commit", {"episode_id": "x" * 5000}, key)
+        assert status == 413, body
+        status, body, _ = post(f"{url}/commit", {"episode_id": "nope"}, key)
+        assert status == 404 and body["error"]["message"] == "episode_id: no pending episode nope"
+        with urllib.request.urlopen(f"{url}/health", timeout=30) as response:
+            health = json.loads(response.read())
+        assert health["status"] == "ok" and health["model_version"] == 0
+        assert health["serve/episodes_committed"] == 0
+    finally:
+        served.stop()

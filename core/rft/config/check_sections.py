@@ -83,10 +83,14 @@ def check_synchronizer(c: RftConfig, found: Findings) -> None:
 
 
 def check_serve(c: RftConfig, found: Findings) -> None:
-    """Mode ``serve``: a positive cap on pending responses and checkpoint-poll interval."""
+    """Mode ``serve``: one engine; a positive cap on pending responses and
+    checkpoint-poll interval."""
     e = c.explorer
     if e.serve_max_pending < 1:
         found.problem("explorer.serve_max_pending", f"must be >= 1, got {e.serve_max_pending}")
+    if e.rollout_model.engine_num > 1:
+        found.problem("explorer.rollout_model.engine_num", "mode 'serve' serves one engine "
+                      f"in its process: must be 1, got {e.rollout_model.engine_num}")
     if e.service_status_check_interval <= 0:
         found.problem("explorer.service_status_check_interval",
                       f"must be > 0 seconds, got {e.service_status_check_interval}")

@@ -3,9 +3,10 @@
 One process serves the explorer's rollout model on the OpenAI-compatible endpoint
 (:mod:`rft.endpoint.openai_server`, with its API key and request bounds: the rollout
 model's ``openai_api_*`` fields) and records every chat completion as experience
-candidates; clients attach rewards with ``POST /feedback`` and release an episode to the
-experience buffer with ``POST /commit`` (:mod:`rft.endpoint.episodes`). Uncommitted
-responses are never trained; at most ``explorer.serve_max_pending`` are kept.
+candidates; clients attach rewards with ``POST /feedback`` and release an episode with
+``POST /commit`` (:mod:`rft.endpoint.episodes`) through the experience operators
+(``data_processor.experience_pipeline``, when there are any) to the experience buffer.
+Uncommitted responses are never trained; at most ``explorer.serve_max_pending`` are kept.
 
 Who trains (``synchronizer.sync_method``):
 
@@ -40,6 +41,7 @@ import time
 from collections.abc import Callable
 
 from rft.buffer.factory import open_experience_buffer
+from rft.buffer.operators import run_pipeline
 from rft.buffer.storage import ExperienceStorage
 from rft.checkpoint import check_writable, set_rng_state
 from rft.config import Stage
@@ -49,6 +51,7 @@ from rft.endpoint.openai_server import OpenAIServer
 from rft.endpoint.settings import EndpointSettings
 from rft.engines.engine_factory import build_engine, default_sampling
 from rft.engines.reply_parsing import reply_parser_of
+from rft.experience import Experience
 from rft.modes.builders import (
     build_trainer,
     quiet_libraries,
@@ -93,8 +96,9 @@ class ServeRun:
         self.storage: ExperienceStorage = open_experience_buffer(plan.experience_buffer,
                                                                  plan.priority_fn)
         cleanup.callback(self.storage.close)
-        self.ledger = EpisodeLedger(self.storage.write,
-                                    max_pending=config.explorer.serve_max_pending)
+        self.operators = [(chosen.name, chosen.implementation(chosen.args))
+                          for chosen in plan.operators]
+        self.ledger = EpisodeLedger(self.release, max_pending=config.explorer.serve_max_pending)
         self.gate = EngineGate()
         self.steps = config.trainer.total_steps or config.buffer.total_steps or 0
         """Steps to train here (0: until stopped)."""
@@ -129,6 +133,12 @@ class ServeRun:
         self.server.start()
         self._cleanup.callback(self.server.stop)  # first to close: no commit after the buffer
         self._write_address()
+
+    def release(self, experiences: list[Experience]) -> None:
+        """A committed episode: through the experience operators
+        (``data_processor.experience_pipeline``), into the buffer."""
+        kept, _ = run_pipeline(self.operators, experiences)
+        self.storage.write(kept)
 
     # ---- start ---------------------------------------------------------------------------
 
