@@ -8,9 +8,10 @@ answered. The serve process trains on the committed episodes and updates its wei
 live, so later rounds are answered by newer versions (with ``--sync``, the default, each
 round waits for the step the previous round's episodes fed: the run reproduces exactly).
 
-Reward of an answer (checkable, with partial credit so a tiny model finds a gradient)::
+Reward of an answer (``--reward``; checkable against the known digit)::
 
-    1 - |answer - digit| / 9   when the answer is one digit, else 0
+    exact     1 for the right digit, else 0 (the default; the quickstart's reward)
+    distance  1 - |answer - digit| / 9 for a one-digit answer, else 0 (partial credit)
 
     .venv/bin/rft run examples/serve.yaml &          # prints the address; also in serve.json
     .venv/bin/python examples/serve_client.py --rounds 40 --stop-server
@@ -38,11 +39,14 @@ import openai
 HERE = Path(__file__).resolve().parent
 
 
-def reward(answer: str, digit: str) -> float:
-    """``1 - |answer - digit| / 9`` for a one-digit answer, else 0."""
+def reward(answer: str, digit: str, kind: str = "exact") -> float:
+    """``distance``: ``1 - |answer - digit| / 9`` for a one-digit answer, else 0;
+    ``exact``: 1 for the right digit, else 0."""
     answer = answer.strip()
     if len(answer) != 1 or not answer.isdigit():
         return 0.0
+    if kind == "exact":
+        return float(answer == digit)
     return 1.0 - abs(int(answer) - int(digit)) / 9.0
 
 
@@ -114,7 +118,8 @@ def play(args: argparse.Namespace) -> list[float]:
             response = client.chat.completions.create(
                 model=model, n=args.n, temperature=1.0,
                 messages=[{"role": "user", "content": row["question"]}])
-            scores = [reward(c.message.content or "", row["answer"]) for c in response.choices]
+            scores = [reward(c.message.content or "", row["answer"], args.reward)
+                      for c in response.choices]
             post(address, "/feedback", {"response_id": response.id, "rewards": scores}, key)
             post(address, "/commit", {"episode_id": response.model_extra["episode_id"]}, key)
             rewards += scores
@@ -138,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--episodes", type=int, default=8, help="users per round")
     parser.add_argument("--n", type=int, default=8, help="answers per question (GRPO group)")
+    parser.add_argument("--reward", choices=("exact", "distance"), default="exact",
+                        help="how an answer is scored (module docstring)")
     parser.add_argument("--api-key", help="the endpoint's key (default $RFT_SERVE_API_KEY)")
     parser.add_argument("--wait", type=float, default=300.0,
                         help="seconds to wait for serve.json")
