@@ -160,6 +160,12 @@ def test_serve_records_commits_and_refuses_with_one_line(tmp_path, tiny_model_di
             model=served.name, messages=[*QUESTION, {"role": "assistant", "content": "3"},
                                  {"role": "user", "content": "max 11"}],
             extra_headers={"X-Rft-Episode-Id": "user-7"})
+        stream = client.chat.completions.create(
+            model=served.name, messages=QUESTION, stream=True,
+            extra_headers={"X-Rft-Episode-Id": "user-8"})
+        chunks = list(stream)
+        assert {c.model_extra["episode_id"] for c in chunks} == {"user-8"}
+        assert {c.model_extra["model_version"] for c in chunks} == {0}
         url = served.address
         # garbage and misuse: 4xx, one line each, nothing released
         for route, body, status, words in [

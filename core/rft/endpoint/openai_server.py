@@ -461,7 +461,7 @@ class OpenAIServer:
 
 def serve_headers(payload: Any) -> dict[str, str]:
     """The serve-mode headers of a chat completion: its response id, episode id and model
-    version (a stream's chunks carry only the id in their bodies)."""
+    version (a stream's: from its first chunk)."""
     first = payload[0] if isinstance(payload, list) and payload else payload
     if not isinstance(first, dict) or "id" not in first:
         return {}
