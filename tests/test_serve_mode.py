@@ -271,6 +271,21 @@ def test_serve_config_checks(tmp_path, tiny_model_dir):
     assert "synchronizer.sync_method: 'nccl' does not work in mode 'serve'" in text
 
 
+def test_trinity_serve_address_names(tmp_path, tiny_model_dir):
+    """Trinity-RFT's ``explorer.listen_address`` / ``proxy_port`` are the endpoint's host
+    and port; a different value in both spellings is one line."""
+    loaded = load_config(write_config(tmp_path, tiny_model_dir,
+                                      explorer__listen_address="127.0.0.2",
+                                      explorer__proxy_port=8010))
+    rm = loaded.stages[0].config.explorer.rollout_model
+    assert (rm.openai_api_host, rm.openai_api_port) == ("127.0.0.2", 8010)
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(tmp_path, tiny_model_dir, explorer__proxy_port=8010,
+                                 explorer__rollout_model__openai_api_port=9000))
+    assert ("explorer.proxy_port: 8010 differs from explorer.rollout_model.openai_api_port"
+            "=9000; set one of them") in str(caught.value)
+
+
 def child_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 

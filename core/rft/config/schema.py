@@ -927,6 +927,14 @@ class ExplorerConfig:
     service_status_check_interval: float = field(default=60.0, metadata=consumed(SERVE, CHECK))
     """``serve`` mode with ``synchronizer.sync_method: checkpoint``: seconds between looks
     for a newer checkpoint of the separate ``train`` process (Trinity-RFT's name)."""
+    listen_address: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="Trinity-RFT's serve-mode name of rollout_model.openai_api_host"))
+    """Trinity-RFT's address of the serve-mode endpoint: read as
+    ``rollout_model.openai_api_host``. ``None``: that field's value."""
+    proxy_port: int | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="Trinity-RFT's serve-mode name of rollout_model.openai_api_port"))
+    """Trinity-RFT's port of the serve-mode endpoint: read as
+    ``rollout_model.openai_api_port``. ``None``: that field's value."""
     over_rollout: OverRolloutConfig = field(
         default_factory=OverRolloutConfig, metadata=structural())
     """[Experimental] Over-rollout settings."""
