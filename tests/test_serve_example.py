@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rft.checkpoint import newest_checkpoint
+
 REPO = Path(__file__).resolve().parents[1]
 RFT = REPO / ".venv" / "bin" / "rft"
 ROUNDS = 30
@@ -50,3 +52,6 @@ def test_serve_example_reward_rises(tmp_path, tiny_model_dir):
     finally:
         db.close()
     assert committed == ROUNDS * 8 * 8  # every committed experience, none uncommitted
+    job_dir = tmp_path / "checkpoints" / "serve" / "serve" / "serve"
+    saved = newest_checkpoint(str(job_dir))
+    assert saved is not None and saved.step >= ROUNDS - 1  # SIGTERM saved the last step

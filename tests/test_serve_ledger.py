@@ -128,3 +128,50 @@ def test_a_failed_buffer_write_keeps_the_episode_pending():
     sink.fail = False
     ledger.commit({"episode_id": "r1"})
     assert len(sink.released) == 1 and ledger.committed_episodes == 1
+
+
+def test_engine_gate_update_waits_for_calls_and_holds_new_ones_back():
+    """A weight update starts once the engine calls in flight end; a call arriving while
+    it waits goes after it (no response mixes two versions; updates are not starved)."""
+    import threading
+
+    from rft.endpoint.engine_gate import EngineGate
+
+    gate, order = EngineGate(), []
+    release_call, release_update = threading.Event(), threading.Event()
+
+    def call(name: str, hold: threading.Event | None = None) -> None:
+        with gate.calling():
+            order.append(f"{name} in")
+            if hold is not None:
+                hold.wait(10)
+            order.append(f"{name} out")
+
+    def update() -> None:
+        with gate.updating():
+            order.append("update in")
+            release_update.wait(10)
+            order.append("update out")
+
+    first = threading.Thread(target=call, args=("call1", release_call))
+    first.start()
+    while order != ["call1 in"]:
+        threading.Event().wait(0.01)
+    updater = threading.Thread(target=update)
+    updater.start()
+    threading.Event().wait(0.2)
+    late = threading.Thread(target=call, args=("call2",))
+    late.start()
+    threading.Event().wait(0.2)
+    assert order == ["call1 in"]  # the update waits for call1; call2 waits for the update
+    release_call.set()
+    first.join(10)
+    while "update in" not in order:
+        threading.Event().wait(0.01)
+    threading.Event().wait(0.2)
+    assert order == ["call1 in", "call1 out", "update in"]
+    release_update.set()
+    for thread in (updater, late):
+        thread.join(10)
+    assert order == ["call1 in", "call1 out", "update in", "update out", "call2 in",
+                     "call2 out"]
