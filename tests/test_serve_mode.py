@@ -267,6 +267,10 @@ def test_serve_config_checks(tmp_path, tiny_model_dir):
                                  explorer__rollout_model__engine_num=2))
     text = str(caught.value)
     assert "explorer.rollout_model.engine_num: mode 'serve' serves one engine" in text
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(tmp_path, tiny_model_dir, algorithm__algorithm_type="sft",
+                                 algorithm__repeat_times=1))
+    assert "mode: algorithm 'sft' is train-only: mode 'serve'" in str(caught.value)
     assert "explorer.serve_max_pending: must be >= 1, got 0" in text
     assert "synchronizer.sync_method: 'nccl' does not work in mode 'serve'" in text
 

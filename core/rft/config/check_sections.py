@@ -99,9 +99,12 @@ def check_serve(c: RftConfig, found: Findings) -> None:
 def check_split_modes(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) -> None:
     """``explore`` / ``train`` / ``bench``: what a side running alone needs from the config
     (the other side is another process that shares the job dir and the experience buffer)."""
+    train_only = preset is not None and preset.train_only
+    if c.mode == "serve" and train_only:
+        found.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: mode "
+                      "'serve' trains on rewarded responses; use an RL algorithm (grpo, …)")
     if c.mode not in SPLIT_MODES:
         return
-    train_only = preset is not None and preset.train_only
     buffer_key = "buffer.trainer_input.experience_buffer.storage_type"
     storage = c.buffer.trainer_input.experience_buffer
     assert storage is not None  # derived (rft.config.derive.derive_buffer)
