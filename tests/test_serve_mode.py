@@ -247,14 +247,23 @@ def test_trainer_failure_is_one_line_and_serving_goes_on(tmp_path, tiny_model_di
     assert len(buffer_rows(tmp_path)) == 6  # every committed episode is there
 
 
-def test_committed_episodes_go_through_the_experience_operators(tmp_path, tiny_model_dir):
+def test_operators_and_the_pending_cap(tmp_path, tiny_model_dir):
     served = Served(write_config(
         tmp_path, tiny_model_dir, synchronizer__sync_method="checkpoint",
+        explorer__serve_max_pending=1,
         data_processor__experience_pipeline__operators=[
             {"name": "reward_filter", "args": {"threshold": 0.5}}]))
     try:
         play_episode(served, reward_of=lambda text: 1.0)
         play_episode(served, reward_of=lambda text: 0.0)  # filtered out: not trained
+        client = served.client()  # explorer.serve_max_pending=1: a second pending one drops
+        first = client.chat.completions.create(model=served.name, messages=QUESTION)
+        client.chat.completions.create(model=served.name, messages=QUESTION)
+        status, body, _ = post(f"{served.address}/feedback",
+                               {"response_id": first.id, "reward": 1})
+        assert status == 410 and "explorer.serve_max_pending=1" in body["error"]["message"]
+        with urllib.request.urlopen(f"{served.address}/health", timeout=30) as response:
+            assert json.loads(response.read())["serve/responses_dropped"] == 1
     finally:
         served.stop()
     assert [row["reward"] for row in buffer_rows(tmp_path)] == [1.0, 1.0]
