@@ -423,7 +423,7 @@ def test_key_check_reports_unknown_and_mistyped_keys() -> None:
     assert problems == [
         ".explorer.max_timeot: unknown key in ExplorerConfig",
         ".explorer.rollout_model.engine_num: expected an int, got 'two'",
-        ".mode: 'fast' not in ('both', 'train', 'explore', 'bench', 'colocate')",
+        ".mode: 'fast' not in ('both', 'train', 'explore', 'bench', 'colocate', 'serve')",
     ]
 
 

@@ -31,6 +31,7 @@ from rft.modes.colocate import run_colocate_mode
 from rft.modes.explore import run_explore_mode
 from rft.modes.preflight import check_data_sources, check_model_sources
 from rft.modes.runtime import Distributed
+from rft.modes.serve import run_serve_mode
 from rft.modes.stage import StageResult
 from rft.plugins import PluginRegistry
 from rft.modes.train import run_train_mode
@@ -50,6 +51,7 @@ MODE_RUNNERS: dict[str, ModeRunner] = {
     "train": run_train_mode,
     "explore": run_explore_mode,
     "bench": _bench,
+    "serve": run_serve_mode,
 }
 """Runner per mode; a mode missing here is not available in this version of rft."""
 

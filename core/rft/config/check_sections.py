@@ -75,17 +75,36 @@ def check_synchronizer(c: RftConfig, found: Findings) -> None:
     if s.sync_timeout <= 0:
         found.problem("synchronizer.sync_timeout",
                       f"must be > 0 seconds, got {s.sync_timeout}")
+    if c.mode == "serve":
+        check_serve(c, found)
     if c.mode == "colocate" and s.sync_offset != 0:
         found.problem("synchronizer.sync_offset", "mode 'colocate' alternates explore and "
                       f"train: must be 0, got {s.sync_offset}")
 
 
+def check_serve(c: RftConfig, found: Findings) -> None:
+    """Mode ``serve``: one engine; a positive cap on pending responses and
+    checkpoint-poll interval."""
+    e = c.explorer
+    if e.serve_max_pending < 1:
+        found.problem("explorer.serve_max_pending", f"must be >= 1, got {e.serve_max_pending}")
+    if e.rollout_model.engine_num > 1:
+        found.problem("explorer.rollout_model.engine_num", "mode 'serve' serves one engine "
+                      f"in its process: must be 1, got {e.rollout_model.engine_num}")
+    if e.service_status_check_interval <= 0:
+        found.problem("explorer.service_status_check_interval",
+                      f"must be > 0 seconds, got {e.service_status_check_interval}")
+
+
 def check_split_modes(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) -> None:
     """``explore`` / ``train`` / ``bench``: what a side running alone needs from the config
     (the other side is another process that shares the job dir and the experience buffer)."""
+    train_only = preset is not None and preset.train_only
+    if c.mode == "serve" and train_only:
+        found.problem("mode", f"algorithm {c.algorithm.algorithm_type!r} is train-only: mode "
+                      "'serve' trains on rewarded responses; use an RL algorithm (grpo, …)")
     if c.mode not in SPLIT_MODES:
         return
-    train_only = preset is not None and preset.train_only
     buffer_key = "buffer.trainer_input.experience_buffer.storage_type"
     storage = c.buffer.trainer_input.experience_buffer
     assert storage is not None  # derived (rft.config.derive.derive_buffer)

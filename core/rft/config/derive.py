@@ -53,6 +53,7 @@ SYNC_METHODS_BY_MODE: dict[str, tuple[SyncMethod, ...]] = {
     "train": ("checkpoint",),
     "explore": ("checkpoint",),
     "bench": ("checkpoint",),
+    "serve": ("memory", "checkpoint"),
 }
 """Weight synchronisation methods that can work in each mode; the first is the mode's
 default when ``synchronizer.sync_method`` is unset."""

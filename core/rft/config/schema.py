@@ -74,7 +74,7 @@ from rft.config.field_support import (
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
-    SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
+    SERVE, SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
     POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
@@ -928,6 +928,21 @@ class ExplorerConfig:
     """Evaluate the initial model at step 0 (veRL ``val_before_train``); not on restart."""
     bench_on_latest_checkpoint: bool = field(default=False, metadata=consumed(BENCH))
     """``bench`` mode: evaluate only the latest checkpoint instead of all."""
+    serve_max_pending: int = field(default=4096, metadata=consumed(SERVE, CHECK))
+    """``serve`` mode: most responses kept uncommitted (awaiting ``/feedback`` and
+    ``/commit``); one more drops the oldest pending episode, counted in
+    ``serve/responses_dropped`` (docs/async-serve.md)."""
+    service_status_check_interval: float = field(default=60.0, metadata=consumed(SERVE, CHECK))
+    """``serve`` mode with ``synchronizer.sync_method: checkpoint``: seconds between looks
+    for a newer checkpoint of the separate ``train`` process (Trinity-RFT's name)."""
+    listen_address: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="Trinity-RFT's serve-mode name of rollout_model.openai_api_host"))
+    """Trinity-RFT's address of the serve-mode endpoint: read as
+    ``rollout_model.openai_api_host``. ``None``: that field's value."""
+    proxy_port: int | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="Trinity-RFT's serve-mode name of rollout_model.openai_api_port"))
+    """Trinity-RFT's port of the serve-mode endpoint: read as
+    ``rollout_model.openai_api_port``. ``None``: that field's value."""
     over_rollout: OverRolloutConfig = field(
         default_factory=OverRolloutConfig, metadata=structural())
     """[Experimental] Over-rollout settings."""
@@ -1244,7 +1259,7 @@ class LogConfig:
 # stages and top level
 # ---------------------------------------------------------------------------------------
 
-Mode = Literal["both", "train", "explore", "bench", "colocate"]
+Mode = Literal["both", "train", "explore", "bench", "colocate", "serve"]
 
 
 @dataclass(frozen=True)
@@ -1297,7 +1312,10 @@ class RftConfig:
                                                          CHECK_MODELS, CHECK_TRAINER))
     """``both``: explorer and trainer as Ray actors; ``train`` / ``explore``: one side;
     ``bench``: evaluation only; ``colocate``: explorer and trainer alternate in one
-    process on one device (no Ray)."""
+    process on one device (no Ray); ``serve``: the rollout model on the OpenAI API, live
+    requests recorded as experiences (``/feedback``, ``/commit``), trained in the same
+    process (``synchronizer.sync_method: memory``) or by a ``train`` process
+    (``checkpoint``; docs/async-serve.md)."""
     checkpoint_root_dir: str = field(
         default="./checkpoints", metadata=consumed(DERIVE, CHECK, BUILD_STAGES))
     """Root of all checkpoints and logs; this run uses

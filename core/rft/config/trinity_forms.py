@@ -22,6 +22,9 @@ them, turned into rft's field so that the rest of validation sees one spelling:
   rft does anyway; another value is refused by validation);
 - ``explorer.runner_num``: deprecated in Trinity-RFT, which ignores it; so does rft, with
   a warning naming ``runner_per_model``;
+- ``explorer.listen_address`` / ``explorer.proxy_port`` (Trinity-RFT's serve-mode
+  endpoint) → ``explorer.rollout_model.openai_api_host`` / ``openai_api_port`` (a
+  different value set in both places is a problem);
 - ``buffer.trainer_input.sft_warmup_dataset`` (Trinity-RFT 0.2's expert data of ``mix``)
   → ``auxiliary_buffers.sft_dataset``, with a warning; a storage's ``algorithm_type`` →
   ``schema_type``;
@@ -118,6 +121,7 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
         algorithm=a if a.sample_strategy is None else replace(
             a, sample_strategy=SAMPLE_STRATEGY_NAMES.get(a.sample_strategy, a.sample_strategy)),
         checkpoint_root_dir=os.curdir if c.checkpoint_root_dir == "" else c.checkpoint_root_dir)
+    c = _serve_address(c, found)
     c = _queue_backup_directory(c)
     c = _loss_agg_mode(c, found)
     c = _mix_loss_args(c, found)
@@ -140,6 +144,27 @@ def _engine_name(model: _Model) -> _Model:
 
 def _with_trainer_input(c: RftConfig, trainer_input: TrainerInputConfig) -> RftConfig:
     return replace(c, buffer=replace(c.buffer, trainer_input=trainer_input))
+
+
+def _serve_address(c: RftConfig, found: Findings) -> RftConfig:
+    """``explorer.listen_address`` / ``proxy_port`` into the rollout model's
+    ``openai_api_host`` / ``openai_api_port`` (module docstring)."""
+    e, rm = c.explorer, c.explorer.rollout_model
+    default = InferenceModelConfig()
+    changes: dict[str, Any] = {}
+    for trinity, ours, value in (("listen_address", "openai_api_host", e.listen_address),
+                                 ("proxy_port", "openai_api_port", e.proxy_port)):
+        if value is None:
+            continue
+        current = getattr(rm, ours)
+        if current != getattr(default, ours) and current != value:
+            found.problem(f"explorer.{trinity}", f"{value!r} differs from "
+                          f"explorer.rollout_model.{ours}={current!r}; set one of them")
+            continue
+        changes[ours] = value
+    if not changes:
+        return c
+    return replace(c, explorer=replace(e, rollout_model=replace(rm, **changes)))
 
 
 def _queue_backup_directory(c: RftConfig) -> RftConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rft.endpoint.openai_protocol import (
@@ -18,6 +19,11 @@ from rft.endpoint.openai_protocol import (
 from rft.engines.call_batching import sampling_args
 from rft.engines.engine import Completion
 from rft.engines.reply_parsing import AssistantReply, ReplyParser
+from rft.experience import Experience
+
+Recorder = Callable[[dict[str, Any], list[Experience]], None]
+"""Called with a ``chat.completion`` object and its choices' experiences before it is
+answered (serve mode records them; it may add fields to the object)."""
 
 if TYPE_CHECKING:
     from rft.rollout.model_wrapper import ModelWrapper
@@ -30,9 +36,10 @@ def models_listing(view: ModelWrapper) -> dict[str, Any]:
 
 
 def chat_completion(view: ModelWrapper, raw: bytes, *, reply_parser: ReplyParser,
-                    served_names: tuple[str, ...], max_n: int
+                    served_names: tuple[str, ...], max_n: int, record: Recorder | None = None
                     ) -> dict[str, Any] | list[dict[str, Any]]:
-    """A ``chat.completion``, or its chunks when the request streams."""
+    """A ``chat.completion``, or its chunks when the request streams; ``record`` gets the
+    completion and its experiences first."""
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -62,6 +69,8 @@ def chat_completion(view: ModelWrapper, raw: bytes, *, reply_parser: ReplyParser
     assert replies is not None
     response = completion_response(view, request, completions, replies,
                                    with_reasoning=reply_parser.reasoning is not None)
+    if record is not None:
+        record(response, results.experiences[0])
     return stream_chunks(response, request) if request.stream else response
 
 

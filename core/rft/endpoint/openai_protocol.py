@@ -447,7 +447,8 @@ def stream_chunks(response: dict[str, Any], request: ChatRequest) -> list[dict[s
     choice the role, its content (with its log-probs), reasoning and tool calls, then its
     finish reason; the token counts last when ``include_usage``. The reply is complete
     before the first chunk is sent: the chunks carry whole parts, not single tokens."""
-    head = {k: response[k] for k in ("id", "created", "model")}
+    kept: tuple[str, ...] = ("id", "created", "model", "episode_id", "model_version")
+    head = {k: response[k] for k in kept if k in response}  # the last two: serve mode (rft.endpoint.episodes)
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return {**head, "object": "chat.completion.chunk", "choices": choices, **extra}

@@ -20,7 +20,11 @@ Agent workflows written against the OpenAI API talk to the rollout model through
                                                ``ignore_eos``, ``skip_special_tokens``,
                                                ``return_token_ids``
 ``GET /v1/models``                             the served model
-``GET /health``                                ``200`` while serving (no key needed)
+``GET /health``                                ``200`` while serving (no key needed);
+                                               in serve mode with the model version and
+                                               the ``serve/*`` counters
+``POST /feedback``, ``POST /commit``           serve mode only
+                                               (:mod:`rft.endpoint.episodes`)
 =============================================  ==========================================
 
 Each workflow's view of the model (:meth:`ModelWrapper.for_workflow
@@ -75,6 +79,7 @@ import asyncio
 import contextlib
 import errno
 import hmac
+import json
 import logging
 import socket
 import threading
@@ -88,7 +93,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rft.endpoint.chat_handler import chat_completion, models_listing
+from rft.endpoint.engine_gate import EngineGate
 from rft.endpoint.engine_threads import ENGINE_THREADS, in_thread
+from rft.endpoint.episodes import EPISODE_HEADER, EpisodeLedger
 from rft.endpoint.http_transport import http_response, quiet_uvicorn, server_class, timed_protocol
 from rft.endpoint.openai_protocol import (
     BadRequest,
@@ -111,6 +118,7 @@ from rft.endpoint.settings import (
 )
 from rft.engines.reply_parsing import ReplyParser
 from rft.errors import RftError
+from rft.experience import Experience
 from rft.hosts import is_loopback, why_not_loopback
 
 if TYPE_CHECKING:
@@ -126,6 +134,7 @@ STOP_GRACE_S = 3.0
 
 _CHAT = "/v1/chat/completions"
 _ROUTES = ("/health", "/v1/models", _CHAT)
+_SERVE_ROUTES = ("/feedback", "/commit")
 
 
 @dataclass
@@ -146,12 +155,20 @@ class OpenAIServer:
     :param reply_parser: how replies become messages (tool calls, reasoning); default:
         the text is the content.
     :param settings: API key and request limits; default: no key, default limits.
+    :param ledger: serve mode (:mod:`rft.endpoint.episodes`): every chat completion is
+        recorded as experience candidates, ``POST /feedback`` and ``POST /commit`` are
+        served; ``None``: neither.
+    :param gate: serve mode: chat completions' engine calls hold it, so that a weight
+        update waits for them (:class:`~rft.endpoint.engine_gate.EngineGate`).
     """
 
     def __init__(self, model: ModelWrapper, *, host: str = "127.0.0.1", port: int = 0,
                  log_requests: bool = False, reply_parser: ReplyParser | None = None,
-                 settings: EndpointSettings | None = None) -> None:
+                 settings: EndpointSettings | None = None,
+                 ledger: EpisodeLedger | None = None, gate: EngineGate | None = None) -> None:
         self.model = model
+        self.ledger = ledger
+        self.gate = gate
         self.reply_parser = reply_parser or ReplyParser()
         self.host = host
         self.port = port
@@ -325,25 +342,33 @@ class OpenAIServer:
 
     # ---- requests -----------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, body: bytes | None
+    def handle(self, method: str, path: str, body: bytes | None, *,
+               episode: str | None = None
                ) -> tuple[int, dict[str, Any] | list[dict[str, Any]]]:
         """Answer one request: ``(HTTP status, JSON object)``, or the chunks of a stream
-        (a list, sent as server-sent events). Blocks while the engine works."""
+        (a list, sent as server-sent events). Blocks while the engine works. ``episode``:
+        the serve-mode episode a chat completion belongs to (its ``X-Rft-Episode-Id``)."""
         try:
             view, api_path = self._resolve(urlsplit(path).path)
             if api_path == "/health" and method == "GET":
-                return HTTPStatus.OK, {"status": "ok"}
+                if self.ledger is None:
+                    return HTTPStatus.OK, {"status": "ok"}
+                return HTTPStatus.OK, {"status": "ok", "model_version": view.model_version,
+                                       **self.ledger.counters()}
             if api_path == "/v1/models" and method == "GET":
                 return HTTPStatus.OK, models_listing(view)
             if api_path == _CHAT and method == "POST":
-                return HTTPStatus.OK, chat_completion(
-                    view, body or b"", reply_parser=self.reply_parser,
-                    served_names=self.served_names, max_n=self.settings.max_n)
-            if api_path in _ROUTES:
+                return HTTPStatus.OK, self._chat(view, body or b"", episode)
+            if self.ledger is not None and api_path in _SERVE_ROUTES and method == "POST":
+                route = self.ledger.feedback if api_path == "/feedback" else self.ledger.commit
+                return HTTPStatus.OK, route(json_object(body or b"", api_path))
+            routes = _ROUTES + (_SERVE_ROUTES if self.ledger is not None else ())
+            if api_path in routes:
                 raise BadRequest(f"method {method} is not allowed on {api_path}",
                                  status=HTTPStatus.METHOD_NOT_ALLOWED)
+            serve = ", POST /feedback, POST /commit" if self.ledger is not None else ""
             raise BadRequest(f"no such endpoint: {method} {api_path} (served: POST "
-                             f"{_CHAT}, GET /v1/models)", status=HTTPStatus.NOT_FOUND)
+                             f"{_CHAT}, GET /v1/models{serve})", status=HTTPStatus.NOT_FOUND)
         except BadRequest as exc:
             return exc.status, error_body(str(exc), exc.param, exc.status)
         except RftError as exc:  # engine refused the call (prompt too long, bad sampling)
@@ -353,6 +378,22 @@ class OpenAIServer:
             return (HTTPStatus.INTERNAL_SERVER_ERROR,
                     error_body(f"internal error: {type(exc).__name__}: {exc}", None,
                                HTTPStatus.INTERNAL_SERVER_ERROR))
+
+    def _chat(self, view: ModelWrapper, body: bytes, episode: str | None
+              ) -> dict[str, Any] | list[dict[str, Any]]:
+        """A chat completion; in serve mode recorded in the ledger (its ``episode_id`` and
+        ``model_version`` added to the answer), its engine call inside the gate."""
+        ledger = self.ledger
+
+        def record(response: dict[str, Any], experiences: list[Experience]) -> None:
+            assert ledger is not None
+            response["episode_id"] = ledger.record(response["id"], episode, experiences)
+            response["model_version"] = experiences[0].model_version if experiences else 0
+
+        with self.gate.calling() if self.gate is not None else contextlib.nullcontext():
+            return chat_completion(view, body, reply_parser=self.reply_parser,
+                                   served_names=self.served_names, max_n=self.settings.max_n,
+                                   record=record if ledger is not None else None)
 
     async def _asgi(self, scope: dict[str, Any], receive: Callable[..., Any],
                     send: Callable[..., Any]) -> None:
@@ -405,11 +446,39 @@ class OpenAIServer:
                 return body
         if method == "POST" and path.endswith(_CHAT):
             assert self._slots is not None and self._stopping is not None
+            episode = request.headers.get(EPISODE_HEADER)
             status, payload = await in_thread(
-                lambda: self.handle(method, path, body), receive, self._slots, self._stopping)
+                lambda: self.handle(method, path, body, episode=episode), receive,
+                self._slots, self._stopping)
+            return status, payload, serve_headers(payload) if self.ledger is not None else {}
+        if method == "POST" and path in _SERVE_ROUTES and self.ledger is not None:
+            # a commit writes to the buffer: in a thread, so the event loop keeps answering
+            status, payload = await asyncio.to_thread(self.handle, method, path, body)
         else:
             status, payload = self.handle(method, path, body)
         return status, payload, {}
+
+
+def serve_headers(payload: Any) -> dict[str, str]:
+    """The serve-mode headers of a chat completion: its response id, episode id and model
+    version (a stream's: from its first chunk)."""
+    first = payload[0] if isinstance(payload, list) and payload else payload
+    if not isinstance(first, dict) or "id" not in first:
+        return {}
+    headers = {"x-rft-response-id": str(first["id"])}
+    if "episode_id" in first:
+        headers[EPISODE_HEADER] = str(first["episode_id"])
+        headers["x-rft-model-version"] = str(first["model_version"])
+    return headers
+
+
+def json_object(raw: bytes, route: str) -> Any:
+    """The JSON of a serve route's body; not JSON is a ``400``."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadRequest(f"{route.lstrip('/')}: the body is not valid JSON "
+                         f"({type(exc).__name__})") from exc
 
 
 __all__ = ["BACKLOG", "KEEP_ALIVE_S", "MAX_BODY_BYTES", "PROMPT_BYTES_OVERHEAD",

@@ -11,6 +11,9 @@
 ``train``     :mod:`rft.modes.train` — the trainer alone: reads the ``sql`` buffer, saves
               a checkpoint every ``sync_interval`` steps for the explorer
 ``bench``     :mod:`rft.modes.bench` — evaluates a run's checkpoints on the eval tasksets
+``serve``     :mod:`rft.modes.serve` — the rollout model on the OpenAI API; live requests
+              become experiences (``/feedback``, ``/commit``), trained here or by a
+              ``train`` process
 ============  ==========================================================================
 
 An ``explore`` run and a ``train`` run of the same config (same ``project`` / ``name``,
