@@ -1,0 +1,161 @@
+"""``sciworld``: ScienceWorld's real JVM behind the environment contract — task rows, the
+gold path scoring 1.0, the JVM's time-outs and death reported in one line, and no java
+process left after ``close()``."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from rft.environment import EnvironmentFailure
+from rft.errors import RftError
+from rft.plugins import PluginRegistry
+from rft.workflow import Task
+from rft_plugin_sciworld import (
+    SciWorldArgs,
+    SciWorldEnvironment,
+    SciWorldTask,
+    java_missing,
+    task_of,
+)
+
+
+def task(raw: dict, prompt: str | None = None, index: int = 0) -> Task:
+    return Task(raw=raw, index=index, taskset="sci", prompt=prompt)
+
+
+def java_children() -> set[int]:
+    """Pids of the live java processes this test process started."""
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.name() == "java"}
+
+
+@pytest.fixture(scope="module")
+def env():
+    """One JVM for the module's tests that play full episodes."""
+    environment = SciWorldEnvironment(SciWorldArgs(gold_path=True))
+    yield environment
+    environment.close()
+
+
+def test_registered_by_this_distribution():
+    registration = PluginRegistry.create().registration("environment", "sciworld")
+    assert registration.distribution == "rft-plugin-sciworld"
+    assert registration.implementation is SciWorldEnvironment
+
+
+@pytest.mark.parametrize("raw, prompt, expected", [
+    ({"task_name": "boil", "var_num": 3}, None, SciWorldTask("boil", 3)),
+    ({"task_name": "melt"}, None, SciWorldTask("melt", 0)),
+    # Trinity-RFT's rows: a JSON string in the prompt column, with a jar_path of its machine
+    ({"game_file": "x"}, '{"task_name": "boil", "var_num": "7", "jar_path": "/x.jar"}',
+     SciWorldTask("boil", 7)),
+])
+def test_rows_name_a_task_and_variation(raw, prompt, expected):
+    assert task_of(task(raw, prompt)) == expected
+
+
+@pytest.mark.parametrize("raw, prompt, message", [
+    ({"question": "boil"}, "boil water", "row 4 names no ScienceWorld task"),
+    ({"task_name": "boil", "var_num": "two"}, None, "var_num must be an integer, got 'two'"),
+])
+def test_rows_without_a_task_are_refused_in_one_line(raw, prompt, message):
+    with pytest.raises(RftError, match=message) as caught:
+        task_of(task(raw, prompt, index=4))
+    assert "\n" not in str(caught.value) and "taskset 'sci'" in str(caught.value)
+
+
+def test_args_are_checked():
+    with pytest.raises(ValueError, match="env_step_limit must be >= 1"):
+        SciWorldArgs(env_step_limit=0)
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        SciWorldArgs(timeout=0)
+
+
+def test_gold_path_scores_one_and_terminates(env):
+    observation, info = env.reset(task({"task_name": "boil", "var_num": 0}))
+    assert observation.startswith("Your task is to boil water")
+    assert "This room is called" in observation and info["score"] == 0
+    rewards, result = [], None
+    for action in info["gold_actions"]:
+        result = env.step(action)
+        rewards.append(result.reward)
+        if result.terminated or result.truncated:
+            break
+    assert result is not None and result.terminated and not result.truncated
+    assert result.info["won"] and result.info["score"] == 100
+    assert sum(rewards) == pytest.approx(1.0) and min(rewards) >= 0.0
+    # after the end: harmless, no reward
+    late = env.step("look around")
+    assert late.terminated and late.reward == 0.0
+
+
+def test_episodes_reuse_the_jvm_and_start_afresh(env):
+    env.reset(task({"task_name": "boil", "var_num": 0}))
+    pid = env.jvm.pid
+    first = env.step("look around").observation
+    again, _ = env.reset(task({"task_name": "boil", "var_num": 0}))
+    assert env.step("look around").observation == first
+    env.reset(task({"task_name": "melt", "var_num": 1}))
+    assert env.jvm.pid == pid  # one JVM for every episode of the instance
+    invalid = env.step("fly to the moon")
+    assert invalid.reward == 0.0 and not invalid.terminated
+    assert "No known action" in invalid.observation
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"task_name": "bake-a-cake"}, "unknown ScienceWorld task 'bake-a-cake' \\(known: boil,"),
+    ({"task_name": "boil", "var_num": 999}, "var_num 999 of 'boil' is out of range 0..29"),
+])
+def test_unknown_tasks_are_refused_in_one_line(env, raw, message):
+    with pytest.raises(RftError, match=message) as caught:
+        env.reset(task(raw))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_dead_jvm_is_one_line_and_close_leaves_no_java():
+    before = java_children()  # the module's JVM, when its tests ran first
+    environment = SciWorldEnvironment(SciWorldArgs())
+    environment.reset(task({"task_name": "boil", "var_num": 0}))
+    environment.step("look around")
+    assert java_children() - before == {environment.jvm.pid}
+    pid = environment.jvm.pid
+    os.kill(pid, signal.SIGKILL)  # the JVM dies mid-episode
+    with pytest.raises(EnvironmentFailure) as caught:
+        environment.step("open door to kitchen")
+    message = str(caught.value)
+    assert message == (f"environment 'sciworld': its ScienceWorld JVM (pid {pid}) died "
+                       "(exit code -9) during step")
+    environment.close()
+    environment.close()  # idempotent
+    assert java_children() == before
+
+
+def test_a_hanging_jvm_times_out_and_is_stopped():
+    before = java_children()
+    environment = SciWorldEnvironment(SciWorldArgs(timeout=3.0))
+    environment.reset(task({"task_name": "boil", "var_num": 0}))
+    pid = environment.jvm.pid
+    os.kill(pid, signal.SIGSTOP)  # the JVM stops answering
+    with pytest.raises(EnvironmentFailure, match=(
+            f"^environment 'sciworld': step took longer than 3 s; its ScienceWorld JVM "
+            f"\\(pid {pid}\\) was stopped$")):
+        environment.step("look around")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(EnvironmentFailure, match="died"):
+        environment.step("look around")
+    environment.close()
+    assert java_children() == before
+
+
+def test_no_java_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "no 'java' on PATH" in java_missing()
+    environment = SciWorldEnvironment(SciWorldArgs())
+    with pytest.raises(EnvironmentFailure, match="default-jre-headless") as caught:
+        environment.reset(task({"task_name": "boil"}))
+    assert "\n" not in str(caught.value)
+    environment.close()
