@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rft.environment import Environment, StepResult
 from rft.errors import RftError
-from rft_plugin_alfworld.games import NAME, data_folder, find_games, game_file_of
+from rft_plugin_alfworld.games import NAME, game_file_of
 
 if TYPE_CHECKING:
     from rft.workflow import Task
@@ -63,13 +63,11 @@ class AlfWorldArgs:
 
     data_path: str | None = None
     """Folder of the games that relative ``game_file`` rows name; ``None``:
-    ``$ALFWORLD_DATA``."""
+    ``$ALFWORLD_DATA`` (which the alfworld package sets to ``~/.cache/alfworld`` when
+    unset). A game that is not there, in a folder that holds none, is one line saying so."""
     walkthrough: bool = False
     """Put a winning command list into the reset info (``walkthrough``): the game's own,
     else TextWorld's planner finds one (SFT data)."""
-    check_games: bool = True
-    """On the first reset, check that the game folder (when one is named) holds games, and
-    say so in one line when it holds none."""
 
 
 class AlfWorldEnvironment(Environment):
@@ -85,7 +83,6 @@ class AlfWorldEnvironment(Environment):
         self.args: AlfWorldArgs
         self._game: Any = None
         self._game_file: Path | None = None
-        self._checked = False
         self._over = True
         self._won = False
 
@@ -111,11 +108,6 @@ class AlfWorldEnvironment(Environment):
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """Start the row's game (ALFWorld games are deterministic: ``seed`` changes
         nothing)."""
-        if not self._checked and self.args.check_games:
-            folder = data_folder(self.args.data_path)
-            if folder is not None:
-                find_games(folder)
-            self._checked = True
         path = game_file_of(task, self.args.data_path)
         if path != self._game_file:
             self.close()

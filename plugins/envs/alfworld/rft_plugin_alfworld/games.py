@@ -68,8 +68,8 @@ def game_file_of(task: Task, data_path: str | None) -> Path:
     if not path.is_absolute() and folder is not None:
         path = folder / path
     if not path.is_file():
-        if folder is not None and not folder.is_dir():
-            find_games(folder)  # raises: the folder is missing
+        if folder is not None and not name.strip().startswith(("/", "~")):
+            find_games(folder)  # raises when the folder is missing or holds no game
         raise RftError(f"{where}: game file {path} not found; {DOWNLOAD_HINT}")
     return path
 

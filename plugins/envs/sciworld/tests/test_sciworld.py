@@ -13,6 +13,7 @@ import pytest
 from rft.environment import EnvironmentFailure
 from rft.errors import RftError
 from rft.plugins import PluginRegistry
+from rft.testing.checks import check_environment
 from rft.workflow import Task
 from rft_plugin_sciworld import (
     SciWorldArgs,
@@ -159,3 +160,11 @@ def test_no_java_is_one_line(monkeypatch, tmp_path):
         environment.reset(task({"task_name": "boil"}))
     assert "\n" not in str(caught.value)
     environment.close()
+
+
+def test_keeps_the_environment_contract():
+    before = java_children()
+    (trajectory,) = check_environment(SciWorldEnvironment, [{"task_name": "boil", "var_num": 1}],
+                                      args=SciWorldArgs(), timeout=300.0)
+    assert trajectory
+    assert java_children() == before  # both instances of the check closed their JVM
