@@ -71,3 +71,43 @@ def test_tasks_carry_the_environment_and_need_no_prompt(registry):
     assert task.environment is FrozenLakeEnvironment and task.prompt is None
     assert task.environment_args == FrozenLakeEnvArgs()
     assert task.action_parser is ACTION_PARSERS["last_code_block"]
+
+
+def test_rows_of_an_environment_need_no_answer_for_a_reward_function(registry):
+    plan, _ = check(registry, default_workflow_type="environment_workflow",
+                    environment="frozen_lake", default_reward_fn_type="accuracy_reward")
+    plugins = TaskPlugins(plan.workflow.implementation, plan.workflow.args,
+                          plan.reward.implementation, plan.reward.args,
+                          environment=plan.environment, action_parser=plan.action_parser)
+    task = row_to_task(plan.config, {"seed": 3}, 0, plugins, is_eval=False)
+    assert task.truth is None and task.environment is FrozenLakeEnvironment
+
+
+def test_a_workflow_may_name_the_environment_it_plays(tiny_model_dir, tmp_path):
+    """Trinity-RFT's environment workflows (``alfworld_workflow``, …) name no environment in
+    their configs: a workflow's ``default_environment`` fills the taskset's."""
+    import yaml
+
+    from rft import hookimpl
+    from rft.config import load_config
+    from rft.testing.runs import apply_overrides, tiny_run_config
+    from rft_plugin_workflows import EnvironmentWorkflow
+
+    class LakeWorkflow(EnvironmentWorkflow):
+        default_environment = "frozen_lake"
+
+    class Plugin:
+        @hookimpl
+        def register_workflows(self):
+            return {"lake_test_workflow": LakeWorkflow}
+
+    rows = tmp_path / "lakes.jsonl"
+    rows.write_text('{"seed": 3}\n')
+    config = apply_overrides(tiny_run_config(tiny_model_dir, rows, tmp_path), {
+        "buffer.explorer_input.taskset.default_workflow_type": "lake_test_workflow"})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[Plugin()]))
+    (taskset,) = loaded.stages[-1].plan.tasksets
+    assert taskset.config.environment == "frozen_lake"
+    assert taskset.environment.implementation is FrozenLakeEnvironment

@@ -103,6 +103,13 @@ def default_reward_fn(workflow: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def default_environment(workflow: Any) -> str | None:
+    """The environment ``workflow`` (a class) plays when its taskset names none
+    (:attr:`Workflow.default_environment`; ``None`` when it declares none)."""
+    name = getattr(workflow, "default_environment", None)
+    return name if isinstance(name, str) and name else None
+
+
 def score_response(reward_fn: RewardFn, response: str, truth: Any, args: Any,
                    name: str = "reward function") -> dict[str, float]:
     """Call a reward function and check what it returned.
@@ -144,6 +151,12 @@ class Workflow(ABC):
     plays_environments: bool = False
     """The workflow plays the task's :attr:`Task.environment` (a taskset may set
     ``environment`` only with such a workflow, and such a workflow needs one)."""
+
+    default_environment: str | None = None
+    """The registered environment such a workflow plays when its taskset names none
+    (config derivation fills the taskset's ``environment`` with it: Trinity-RFT's
+    ``alfworld_workflow`` names no environment in its configs). ``None``: the taskset names
+    it."""
 
     def __init__(self, task: Task, model: ModelWrapper,
                  auxiliary_models: list[ModelWrapper] | None = None) -> None:

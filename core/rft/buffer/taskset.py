@@ -536,7 +536,7 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
                                ) from exc
     if fmt.response_key in row:
         task.truth = row[fmt.response_key]
-    elif task.reward_fn is not None:
+    elif task.reward_fn is not None and task.environment is None:  # else: the env rewards
         raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)} has no key "
                            f"{fmt.response_key!r} "
                            f"(format.response_key) for the reward; keys: {', '.join(row)}")

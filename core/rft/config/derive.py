@@ -38,7 +38,7 @@ from rft.config.schema import (
 from rft.config.token_budget import TokenBudget, derive_budget
 from rft.config.trinity_forms import derive_trinity_forms
 from rft.plugins import PluginRegistry
-from rft.workflow import default_reward_fn
+from rft.workflow import default_environment, default_reward_fn
 
 GPU_MODES = ("both", "train", "explore", "bench")
 """Modes whose processes are placed on GPUs through the cluster section."""
@@ -189,7 +189,8 @@ def derive_taskset(key: str, t: TasksetConfig, is_eval: bool, ei: ExplorerInputC
                    found: Findings) -> TasksetConfig:
     """A taskset's ``repeat_times`` (1 for eval), workflow and reward function from
     ``explorer_input``'s defaults, else the workflow's own default reward function (said
-    in a warning, as Trinity-RFT does); ``data_selector`` read as ``task_selector``."""
+    in a warning, as Trinity-RFT does); ``environment`` from the workflow's
+    ``default_environment`` when unset; ``data_selector`` read as ``task_selector``."""
     if t.repeat_times is None:
         t = replace(t, repeat_times=1 if is_eval else repeat_times)
     if t.default_workflow_type is None:
@@ -210,6 +211,9 @@ def derive_taskset(key: str, t: TasksetConfig, is_eval: bool, ei: ExplorerInputC
         found.warnings.append(f"{key}.default_reward_fn_type: not set; workflow "
                               f"{t.default_workflow_type!r} scores with its default reward "
                               f"function {fallback!r} (as in Trinity-RFT)")
+    environment = default_environment(workflow) if workflow is not None else None
+    if t.environment is None and environment is not None:
+        t = replace(t, environment=environment)
     return t
 
 

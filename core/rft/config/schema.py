@@ -557,9 +557,10 @@ class TasksetConfig:
         default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Extra arguments handed to the reward function."""
     environment: str | None = field(
-        default=None, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
+        default=None, metadata=consumed(DERIVE, CHECK_BUFFER, note=RESOLVED))
     """Text environment (plugin, ``register_environments``) the taskset's workflow plays
-    each task in (``environment_workflow``; docs/agents.md); ``None``: none."""
+    each task in (``environment_workflow``; docs/agents.md); ``None``: the workflow's
+    ``default_environment``, else none."""
     environment_args: dict[str, Any] = field(
         default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Arguments of the environment, filled into its ``Args`` dataclass."""
