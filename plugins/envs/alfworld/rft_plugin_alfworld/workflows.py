@@ -10,20 +10,19 @@
 
 Rewards as Trinity-RFT's: 1 when the episode is won; an episode that is not won earns
 ``unfinished_reward`` (-0.1 for ``alfworld_workflow`` and the step-wise ones, 0 for the
-RAFT ones). The taskset names no ``environment`` (these workflows play ``alfworld``); the
-environment's arguments go under ``workflow_args.environment_args`` (``data_path``, ...).
+RAFT ones). A taskset that names no ``environment`` plays ``alfworld``
+(:attr:`default_environment`), with the environment's arguments (``data_path``, ...) in the
+taskset's ``environment_args``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from rft.environment import ActionParser, Environment
-from rft.environments import open_environment
 from rft.experience import Experience
-from rft_plugin_alfworld.env import AlfWorldArgs, AlfWorldEnvironment
 from rft_plugin_workflows.environment import EnvironmentArgs, EnvironmentWorkflow
 
 RAFT_REPLY = re.compile(r"<experience>\s*(\S.*?)\s*</experience>.*?<think>\s*(\S.*?)\s*</think>"
@@ -40,7 +39,7 @@ def experience_think_action(reply: str) -> str | None:
 @dataclass
 class AlfWorldWorkflowArgs(EnvironmentArgs):
     """``workflow_args`` of the ALFWorld workflows: ``environment_workflow``'s with
-    Trinity-RFT's defaults and names, and the environment's arguments."""
+    Trinity-RFT's defaults and names."""
 
     max_steps: int = 30
     """Most model replies per episode (Trinity-RFT: 30; its RAFT workflows: 50)."""
@@ -49,8 +48,6 @@ class AlfWorldWorkflowArgs(EnvironmentArgs):
     values, ``max_steps`` other than its default, is refused)."""
     unfinished_reward: float = -0.1
     """Reward of an episode that is not won (Trinity-RFT: -0.1; RAFT: 0)."""
-    environment_args: AlfWorldArgs = field(default_factory=AlfWorldArgs)
-    """Arguments of the ``alfworld`` environment (``data_path``, ``walkthrough``)."""
 
     def __post_init__(self) -> None:
         if self.max_env_steps is not None:
@@ -83,21 +80,13 @@ class AlfWorldWorkflow(EnvironmentWorkflow):
     docstring): ``alfworld_workflow``."""
 
     Args = AlfWorldWorkflowArgs
-    plays_environments = False
-    """The taskset names no environment: these workflows always play ``alfworld``."""
+    default_environment = "alfworld"
 
     @property
     def options(self) -> AlfWorldWorkflowArgs:
         args = self.args if self.args is not None else self.Args()
         assert isinstance(args, AlfWorldWorkflowArgs)
         return args
-
-    def environment_class(self) -> type[Environment]:
-        return AlfWorldEnvironment
-
-    def open(self) -> Environment:
-        return open_environment(AlfWorldEnvironment, self.options.environment_args,
-                                timeout=self.options.env_timeout)
 
     def episode(self, env: Environment, parser: ActionParser, index: int) -> list[Experience]:
         """``environment_workflow``'s episode; one that is not won earns
