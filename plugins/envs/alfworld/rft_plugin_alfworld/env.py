@@ -16,6 +16,7 @@ changes nothing. Game rows: :mod:`rft_plugin_alfworld.games`.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,6 +42,11 @@ Commands:
 
 Example: <think>The apple may be on the countertop.</think><action>go to countertop 1</action>"""
 """Instructions shown before the first observation (the commands are ALFWorld's)."""
+
+ENGINE_LOCK = threading.Lock()
+"""TextWorld's PDDL engine is not thread-safe (two games loading at once on two runner
+threads corrupt each other's grammar parse: "pop from empty list"); every call into it
+holds this lock. Its calls take milliseconds, a load a few seconds."""
 
 TASK_SENTENCE = re.compile(r"Your task is to: (.*?)\s*$", re.MULTILINE)
 
@@ -99,7 +105,8 @@ class AlfWorldEnvironment(Environment):
         infos = textworld.EnvInfos(admissible_commands=True, won=True,
                                    extras=["walkthrough"] if self.args.walkthrough else [])
         try:
-            return textworld.start(str(path), infos, wrappers=[AlfredDemangler])
+            with ENGINE_LOCK:
+                return textworld.start(str(path), infos, wrappers=[AlfredDemangler])
         except Exception as exc:  # noqa: BLE001 - a broken game file: one line naming it
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise RftError(f"environment '{NAME}': game file {path} cannot be loaded: "
@@ -113,7 +120,8 @@ class AlfWorldEnvironment(Environment):
             self.close()
             self._game = self._open(path)
             self._game_file = path
-        state = self._game.reset()
+        with ENGINE_LOCK:
+            state = self._game.reset()
         observation = str(state.feedback).strip()
         self._over, self._won = False, False
         found = TASK_SENTENCE.search(observation)
@@ -133,7 +141,8 @@ class AlfWorldEnvironment(Environment):
         if self._over:
             return StepResult("The episode is over.", 0.0, terminated=True,
                               info={"won": self._won})
-        state, _, done = self._game.step(action)
+        with ENGINE_LOCK:
+            state, _, done = self._game.step(action)
         won = bool(state["won"])
         self._over, self._won = bool(done) or won, won
         info = {"won": won, "admissible_commands": list(state["admissible_commands"])}
@@ -143,5 +152,6 @@ class AlfWorldEnvironment(Environment):
     def close(self) -> None:
         """Release the game (idempotent)."""
         if self._game is not None:
-            self._game.close()
+            with ENGINE_LOCK:
+                self._game.close()
         self._game, self._game_file = None, None

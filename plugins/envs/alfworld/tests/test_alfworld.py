@@ -156,3 +156,20 @@ def test_trinity_args_and_defaults():
         (50, "experience_think_action", 0.0)
     with pytest.raises(ValueError, match="max_env_steps 12 differs from max_steps 20"):
         AlfWorldWorkflowArgs(max_steps=20, max_env_steps=12)
+
+
+def test_games_load_and_play_on_threads_at_once(games):
+    """Two runner threads loading games at once (TextWorld's parser alone is not
+    thread-safe): both play the walkthrough to a win."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def play(_: int) -> float:
+        environment = AlfWorldEnvironment(AlfWorldArgs(data_path=str(games)))
+        try:
+            environment.reset(task({"game_file": "tiny/game.tw-pddl"}))
+            return sum(environment.step(action).reward for action in WALKTHROUGH)
+        finally:
+            environment.close()
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        assert list(pool.map(play, range(3))) == [1.0, 1.0, 1.0]
