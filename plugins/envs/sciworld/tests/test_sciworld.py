@@ -168,3 +168,30 @@ def test_keeps_the_environment_contract():
                                       args=SciWorldArgs(), timeout=300.0)
     assert trajectory
     assert java_children() == before  # both instances of the check closed their JVM
+
+
+@pytest.mark.slow
+def test_sciworld_workflow_trains_two_steps(rft_run, tmp_path):
+    """Trinity-RFT's ``sciworld_workflow`` by name, its rows (a JSON string in the prompt
+    column ``game_file``), 2 GRPO steps on the tiny model; no JVM is left afterwards."""
+    import json
+
+    rows = [{"game_file": json.dumps({"task_name": "boil", "var_num": v,
+                                      "jar_path": "/elsewhere/scienceworld.jar"})}
+            for v in (0, 1)]
+    tasks = tmp_path / "sciworld.jsonl"
+    tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = java_children()
+    taskset = "buffer.explorer_input.taskset"
+    outcome = rft_run({f"{taskset}.path": str(tasks),
+                       f"{taskset}.format": {"prompt_key": "game_file"},
+                       f"{taskset}.default_workflow_type": "sciworld_workflow",
+                       f"{taskset}.workflow_args": {"max_env_steps": 2},
+                       "model.max_prompt_tokens": 4096})
+    assert len(outcome.metrics) == 2
+    for step in outcome.metrics:
+        assert step["rollout/experiences"] == 4.0 and step["rollout/failed_tasks"] == 0.0
+        assert step["rollout/env/steps/mean"] == 2.0
+        assert 0.0 <= step["rollout/reward/min"] <= step["rollout/reward/max"] <= 1.0
+        assert "actor/pg_loss" in step
+    assert java_children() == before
