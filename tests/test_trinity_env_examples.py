@@ -159,3 +159,12 @@ def test_alfworld_examples_train_two_steps(rft_run, data, workflow, algorithm, o
         unfinished = 0.0 if workflow.startswith("RAFT") else -0.1
         assert step["rollout/reward/max"] == pytest.approx(unfinished)
         assert all(math.isfinite(v) for v in step.values() if isinstance(v, float))
+
+
+def test_bad_environment_args_of_an_example_are_one_line(environ, registry):
+    environ("sciworld")
+    with pytest.raises(ConfigError) as caught:
+        load_config(EXAMPLES / "sciworld.yaml",
+                    MACHINE + (f"{TASKSET}.environment_args.timeout=0",), registry=registry)
+    assert caught.value.problems == [
+        f"{TASKSET}.environment_args: timeout must be > 0, got 0"]

@@ -173,3 +173,12 @@ def test_games_load_and_play_on_threads_at_once(games):
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         assert list(pool.map(play, range(3))) == [1.0, 1.0, 1.0]
+
+
+def test_without_the_alfworld_engine_the_reset_says_so_in_one_line(games, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "fast_downward", None)
+    environment = AlfWorldEnvironment(AlfWorldArgs(data_path=str(games)))
+    with pytest.raises(RftError, match="the alfworld package cannot be imported .*"
+                                       "scripts/setup.sh") as caught:
+        environment.reset(task({"game_file": "tiny/game.tw-pddl"}))
+    assert "\n" not in str(caught.value)

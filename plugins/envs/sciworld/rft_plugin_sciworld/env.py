@@ -77,7 +77,7 @@ class SciWorldArgs:
             raise ValueError(f"env_step_limit must be >= 1, got {self.env_step_limit}")
         for name in ("timeout", "start_timeout"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name):g}")
 
 
 @dataclass(frozen=True)
