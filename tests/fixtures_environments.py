@@ -157,3 +157,29 @@ class PicklesBadly(Guess):
     def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         observation, _ = super().reset(task, seed)
         return observation, {"handle": lambda: None}
+
+
+class HangingEverywhere(Hanging):
+    """``step`` and ``close`` never return."""
+
+    def close(self) -> None:
+        time.sleep(3600)
+
+
+class StartsAServer(Guess):
+    """Out of process; ``reset`` starts a long-lived program (its pid in ``info``), as a
+    JVM-backed environment would, and never stops it; ``step("hang")`` never returns."""
+
+    out_of_process = True
+
+    def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        import subprocess
+
+        self.server = subprocess.Popen(["sleep", "3600"])
+        observation, info = super().reset(task, seed)
+        return observation, {**info, "server": self.server.pid}
+
+    def step(self, action: str) -> StepResult:
+        if action == "hang":
+            time.sleep(3600)
+        return super().step(action)

@@ -128,3 +128,48 @@ def test_a_run_goes_on_past_dying_environments(rft_run):
     assert [step["rollout/failed_tasks"] for step in outcome.metrics] == [1.0, 1.0]
     assert all("actor/pg_loss" in step for step in outcome.metrics)
     assert env_children() == []
+
+
+def test_in_process_contract_breaches_are_one_line_and_break_the_instance():
+    from fixtures_environments import Raising, WrongTypes
+
+    env = open_environment(WrongTypes, None, timeout=5)
+    with pytest.raises(EnvironmentFailure) as caught:
+        env.reset(task(WrongTypes))
+    assert str(caught.value) == ("environment fixtures_environments.WrongTypes: reset returned "
+                                 "str, expected (observation: str, info: dict)")
+    env = open_environment(Raising, None, timeout=5)
+    env.reset(task(Raising))
+    with pytest.raises(EnvironmentFailure, match="step raised ValueError"):
+        env.step("3")
+    with pytest.raises(EnvironmentFailure, match="reset refused: it failed before"):
+        env.reset(task(Raising))
+    env.close()
+
+
+def test_a_non_finite_reward_is_one_line():
+    from fixtures_environments import NaNReward
+
+    env = open_environment(NaNReward, None, timeout=5)
+    env.reset(task(NaNReward))
+    with pytest.raises(EnvironmentFailure) as caught:
+        env.step("3")
+    assert str(caught.value) == ("environment fixtures_environments.NaNReward: step returned "
+                                 "reward nan, expected a finite number")
+    env.close()
+
+
+@pytest.mark.parametrize("ending", ["close", "time-out"])
+def test_what_the_environment_started_goes_with_its_child(ending):
+    from fixtures_environments import StartsAServer
+
+    env = open_environment(StartsAServer, None, timeout=1.0)
+    _, info = env.reset(task(StartsAServer))
+    server = psutil.Process(info["server"])
+    assert server.is_running()
+    if ending == "time-out":
+        with pytest.raises(EnvironmentFailure, match="step did not return within 1 s"):
+            env.step("hang")
+    env.close()
+    server.wait(timeout=10)  # gone (it is not our child: psutil polls until it is)
+    assert env_children() == []

@@ -30,7 +30,7 @@ def test_builtin_parsers(name, reply, action):
 
 def test_they_are_registered_by_the_core():
     registry = PluginRegistry.create(kinds=[ACTION_PARSER])
-    assert registry.names(ACTION_PARSER) == sorted(ACTION_PARSERS)
+    assert set(ACTION_PARSERS) <= set(registry.names(ACTION_PARSER))  # plugins add more
     for name, parser in ACTION_PARSERS.items():
         registration = registry.registration(ACTION_PARSER, name)
         assert registration.implementation is parser

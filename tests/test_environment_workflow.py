@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from fixtures_environments import Guess, GuessArgs, Hanging, OneShot, Raising
+from fixtures_environments import Guess, GuessArgs, Hanging, HangingEverywhere, OneShot, Raising
 from rft.builtin.action_parsers import ACTION_PARSERS
 from rft.environment import EnvironmentFailure
 from rft.workflow import Task
@@ -102,6 +102,19 @@ def test_a_failing_environment_is_one_line_and_closed(rft_model, env, line):
     message = str(caught.value)
     assert line in message and env.__name__ in message and "\n" not in message
     assert Guess.closes == 1
+
+
+def test_a_close_that_hangs_after_a_failure_does_not_hide_it(rft_model):
+    task = guess_task(always("3"), env=HangingEverywhere, env_timeout=0.5)
+    with pytest.raises(EnvironmentFailure, match="step did not return within 0.5 s"):
+        EnvironmentWorkflow(task, rft_model).run()
+
+
+def test_the_tasksets_system_prompt_replaces_the_environments(rft_model):
+    task = dataclasses.replace(guess_task(always("3")), system_prompt="You are a guesser.")
+    (exp,) = EnvironmentWorkflow(task, rft_model).run()
+    prompt = rft_model.tokenizer.decode(exp.tokens[:exp.prompt_length].tolist())
+    assert "You are a guesser." in prompt
 
 
 def test_the_parser_is_looked_up_by_name_when_the_task_has_none(rft_model):

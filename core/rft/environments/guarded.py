@@ -11,6 +11,7 @@ environments that may hang for good belong out of process, ``out_of_process = Tr
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,10 +39,16 @@ def check_reset(name: str, returned: Any) -> tuple[str, dict[str, Any]]:
 
 
 def check_step(name: str, returned: Any) -> StepResult:
-    """``returned`` is a :class:`StepResult` with a str observation; else one line."""
+    """``returned`` is a :class:`StepResult` with a str observation and a finite reward;
+    else one line."""
     if not isinstance(returned, StepResult) or not isinstance(returned.observation, str):
         raise EnvironmentFailure(f"environment {name}: step returned {_shape(returned)}, "
                                  "expected a StepResult with a str observation")
+    reward = returned.reward
+    if (isinstance(reward, bool) or not isinstance(reward, (int, float))
+            or not math.isfinite(reward)):
+        raise EnvironmentFailure(f"environment {name}: step returned reward {reward!r}, "
+                                 "expected a finite number")
     return returned
 
 
@@ -114,7 +121,11 @@ class GuardedEnvironment(Environment):
             raise
 
     def system_prompt(self) -> str | None:
-        return self.inner.system_prompt()
+        prompt = self._call("system_prompt", self.inner.system_prompt)
+        if prompt is not None and not isinstance(prompt, str):
+            raise EnvironmentFailure(f"environment {self.name}: system_prompt returned "
+                                     f"{type(prompt).__name__}, expected a str or None")
+        return prompt
 
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         return check_reset(self.name, self._call("reset", lambda: self.inner.reset(task, seed)))
@@ -123,11 +134,17 @@ class GuardedEnvironment(Environment):
         return check_step(self.name, self._call("step", lambda: self.inner.step(action)))
 
     def close(self) -> None:
-        """Close the instance once (under the time-out, even when it is broken)."""
+        """Close the instance once, under the time-out. A broken instance is closed as far
+        as it goes: its failure was reported already, and a second one from ``close``
+        would hide it."""
         if self.closed or not hasattr(self, "inner"):
             return
         self.closed = True
-        call_with_timeout(self.name, "close", self.inner.close, self.timeout)
+        try:
+            call_with_timeout(self.name, "close", self.inner.close, self.timeout)
+        except EnvironmentFailure:
+            if self.broken is None:
+                raise
 
 
 __all__ = ["GuardedEnvironment", "call_with_timeout", "check_reset", "check_step",

@@ -11,7 +11,9 @@ parent waits for each answer at most ``timeout`` seconds while watching the chil
 - the call raised in the child → one line with its type and message.
 
 After a failure, or on :meth:`ProcessEnvironment.close`, the child is gone: ``close`` asks
-it to close the environment, then terminates and kills it if it lingers, and reaps it. A
+it to close the environment, then terminates and kills it if it lingers, and reaps it.
+The child leads a process group of its own: what the environment started there (a JVM, a
+server) is killed with it. A
 child whose parent disappears (killed without running its clean-up) exits by itself
 within a second, and children still alive when this interpreter exits are killed then.
 What crosses the pipe must pickle: the class (importable by module path), its ``Args``,
@@ -24,6 +26,7 @@ import atexit
 import dataclasses
 import multiprocessing
 import os
+import signal
 import time
 import weakref
 from multiprocessing.connection import Connection
@@ -52,7 +55,9 @@ def _error_line(exc: BaseException) -> str:
 
 def serve(conn: Connection, env_class: type[Environment], args: Any, parent: int) -> None:
     """The child's loop: build the environment, answer requests until ``close`` or until
-    the pipe or the parent is gone."""
+    the pipe or the parent is gone. The child leads a process group of its own, so that
+    what the environment starts (a JVM, a server) is stopped with it."""
+    os.setpgid(0, 0)
     try:
         env = env_class(args)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
@@ -188,15 +193,28 @@ class ProcessEnvironment(Environment):
         self._stop()
 
     def _stop(self) -> None:
-        """Terminate, then kill, the child if it still runs; reap it; close the pipe."""
+        """Terminate, then kill, the child and its process group (what the environment
+        started) if they still run; reap the child; close the pipe."""
         if self.process.is_alive():
-            self.process.terminate()
+            _signal_group(self.pid, signal.SIGTERM)
+            self.process.terminate()  # also before it has a group of its own
             self.process.join(CLOSE_GRACE_SECONDS)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(CLOSE_GRACE_SECONDS)
+        _signal_group(self.pid, signal.SIGKILL)  # whatever the child left behind
         self._conn.close()
         _LIVE.discard(self)
+
+
+def _signal_group(pid: int | None, sig: signal.Signals) -> None:
+    """Send ``sig`` to the process group the child ``pid`` leads (gone: nothing)."""
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @atexit.register

@@ -2,7 +2,8 @@
 taskset, :mod:`rft.environment`), over many turns.
 
 Each episode: the environment's ``reset(task, seed)`` gives the first observation, shown
-after the environment's system prompt; each model reply goes through the action parser
+after the system prompt (the taskset's ``format.system_prompt`` when set, else the
+environment's); each model reply goes through the action parser
 (``action_parser``, default the environment's ``default_action_parser``) into
 ``step(action)``, whose observation is the next user message, until ``terminated`` or
 ``truncated`` or ``max_steps`` replies. A reply the parser rejects does not step the
@@ -190,13 +191,13 @@ class EnvironmentWorkflow(Workflow):
         """One episode in ``env``: its experience(s) (one, or one per step)."""
         args = self.options
         observation, _ = env.reset(self.task, args.seed)
-        system = env.system_prompt()
+        system = self.task.system_prompt or env.system_prompt()
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": observation}]
         record = Episode(rewards=[], states=[], invalid=[])
         steps: list[Experience] = []
-        transcript = Transcript(self.model, messages) if args.experience_form == "episode" \
-            else None
+        transcript = (Transcript(self.model, messages) if args.experience_form == "episode"
+                      else None)
         hint = PARSER_HINTS.get(args.action_parser
                                 or self.environment_class().default_action_parser, "")
         for turn in range(args.max_steps):
