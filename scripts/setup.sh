@@ -76,12 +76,13 @@ run_plan() {
 run_plan before
 
 # fast-downward-textworld (textworld[pddl], which rft-plugin-alfworld needs) is an sdist
-# whose setup.py compiles Fast Downward by running `python build.py`. Under pip's default
-# build isolation that child python starts with pip's isolation sitecustomize, which aborts
-# on this venv's editable-install .pth files ("Error in sitecustomize ... No module named
-# 'traceback'") and leaves it without its standard library ("No module named 'glob'"): the
-# install fails. Built without isolation it compiles (~10 min on 2 cores) with the system's
-# cmake, make and g++.
+# whose setup.py compiles Fast Downward by running `python build.py`: the `python` on PATH,
+# not the build's interpreter. Under pip's default build isolation that interpreter (here
+# pyenv's base python) starts with pip's isolation sitecustomize, which reads this venv's
+# .pth files with an emptied sys.path, aborts on the editable installs' import lines
+# ("Error in sitecustomize ... No module named 'traceback'") and leaves it without its
+# standard library ("No module named 'glob'"): `pip install alfworld` fails. Built without
+# isolation it compiles (~10 min on 2 cores) with the system's cmake, make and g++.
 if [ "$DRY_RUN" = 1 ] || ! .venv/bin/python -c "import fast_downward" 2>/dev/null; then
   pip install --no-build-isolation fast-downward-textworld==20.6.4
 fi
