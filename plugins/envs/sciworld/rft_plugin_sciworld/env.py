@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rft.environment import Environment, StepResult
@@ -75,6 +76,8 @@ class SciWorldArgs:
     def __post_init__(self) -> None:
         if self.env_step_limit < 1:
             raise ValueError(f"env_step_limit must be >= 1, got {self.env_step_limit}")
+        if self.jar_path is not None and not Path(self.jar_path).expanduser().is_file():
+            raise ValueError(f"jar_path: file {self.jar_path!r} does not exist")
         for name in ("timeout", "start_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name):g}")

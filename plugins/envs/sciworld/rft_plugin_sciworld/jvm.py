@@ -13,6 +13,7 @@ talks to it over a local socket. :class:`ScienceWorldProcess` owns that process:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import shutil
 import subprocess
@@ -40,8 +41,11 @@ logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
 
 def java_missing() -> str | None:
-    """The one-line reason ScienceWorld cannot start here, or ``None`` when ``java`` is on
-    ``PATH``."""
+    """The one-line reason ScienceWorld cannot start here (no ``scienceworld`` package, no
+    ``java`` on ``PATH``), or ``None``."""
+    if importlib.util.find_spec("scienceworld") is None:
+        return (f"environment '{NAME}': the scienceworld package is not installed "
+                "(pip install scienceworld==1.2.3, a dependency of rft-plugin-sciworld)")
     if shutil.which("java") is None:
         return (f"environment '{NAME}': no 'java' on PATH; ScienceWorld runs on a JVM "
                 "(install Java 17+, e.g. Debian's default-jre-headless: scripts/setup.sh "

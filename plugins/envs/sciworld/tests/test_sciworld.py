@@ -74,6 +74,8 @@ def test_args_are_checked():
         SciWorldArgs(env_step_limit=0)
     with pytest.raises(ValueError, match="timeout must be > 0"):
         SciWorldArgs(timeout=0)
+    with pytest.raises(ValueError, match="jar_path: file '/nowhere/sw.jar' does not exist"):
+        SciWorldArgs(jar_path="/nowhere/sw.jar")
 
 
 def test_gold_path_scores_one_and_terminates(env):
@@ -150,6 +152,13 @@ def test_a_hanging_jvm_times_out_and_is_stopped():
         environment.step("look around")
     environment.close()
     assert java_children() == before
+
+
+def test_no_scienceworld_package_is_one_line(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec",
+                        lambda name, *a: None if name == "scienceworld" else object())
+    with pytest.raises(EnvironmentFailure, match="the scienceworld package is not installed"):
+        SciWorldEnvironment(SciWorldArgs()).reset(task({"task_name": "boil"}))
 
 
 def test_no_java_is_one_line(monkeypatch, tmp_path):
