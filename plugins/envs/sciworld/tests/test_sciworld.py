@@ -204,3 +204,53 @@ def test_sciworld_workflow_trains_two_steps(rft_run, tmp_path):
         assert 0.0 <= step["rollout/reward/min"] <= step["rollout/reward/max"] <= 1.0
         assert "actor/pg_loss" in step
     assert java_children() == before
+
+
+class KilledOnRowZero(SciWorldEnvironment):
+    """``sciworld`` whose JVM is killed (SIGKILL) at the first step of row 0's episodes."""
+
+    def reset(self, task, seed=None):
+        self.doomed = task.index == 0
+        return super().reset(task, seed)
+
+    def step(self, action):
+        if self.doomed:
+            os.kill(self.jvm.pid, signal.SIGKILL)
+        return super().step(action)
+
+
+@pytest.mark.slow
+def test_a_jvm_dying_in_a_run_fails_its_task_in_one_line_and_the_others_go_on(rft_tiny_model):
+    """Through the workflow runner: the task whose JVM dies is retried once (a new JVM),
+    then counted failed with one line naming the JVM; the other task plays; no java left."""
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.rollout.model_wrapper import ModelWrapper
+    from rft.rollout.runner import WorkflowRunner
+    from rft_plugin_sciworld import SciWorldWorkflow, SciWorldWorkflowArgs
+
+    model = ModelWrapper(HFEngine(str(rft_tiny_model), max_model_len=4096,
+                                  max_response_tokens=4, seed=0),
+                         SamplingArgs(temperature=1.0, max_tokens=4))
+    before = java_children()
+
+    def sci_task(env_class, index):
+        return Task(raw={"task_name": "boil", "var_num": index}, index=index, taskset="sci",
+                    repeat_times=1, workflow_args=SciWorldWorkflowArgs(max_steps=2),
+                    environment=env_class, environment_args=SciWorldArgs(),
+                    action_parser=lambda reply: "look around")
+
+    runner = WorkflowRunner(lambda t, calls: SciWorldWorkflow(t, model), max_timeout=600,
+                            max_retry_times=1)
+    try:
+        killed, fine = runner.run_tasks([sci_task(KilledOnRowZero, 0),
+                                         sci_task(SciWorldEnvironment, 1)])
+    finally:
+        runner.close()
+    assert not killed.ok and killed.attempts == 2
+    assert killed.error is not None and "\n" not in killed.error
+    assert "environment 'sciworld': its ScienceWorld JVM (pid " in killed.error
+    assert "died (exit code -9) during step" in killed.error
+    assert fine.ok and len(fine.experiences) == 1
+    assert fine.experiences[0].metrics["env/steps"] == 2.0
+    assert java_children() == before
