@@ -93,8 +93,11 @@ class AlfWorldWorkflow(EnvironmentWorkflow):
         ``unfinished_reward``."""
         experiences = super().episode(env, parser, index)
         if experiences and experiences[-1].metrics.get("env/success") == 0.0:
+            change = self.options.unfinished_reward - float(experiences[-1].reward)
             for experience in experiences:
                 experience.reward = self.options.unfinished_reward
+            if "step_reward" in experiences[-1].info:  # step form: Σ r_t stays the return
+                experiences[-1].info["step_reward"] += change
         return experiences
 
 

@@ -182,3 +182,40 @@ def test_without_the_alfworld_engine_the_reset_says_so_in_one_line(games, monkey
                                        "scripts/setup.sh") as caught:
         environment.reset(task({"game_file": "tiny/game.tw-pddl"}))
     assert "\n" not in str(caught.value)
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory):
+    """The tiny model with room for ALFWorld's prompts (4 new tokens a reply)."""
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.rollout.model_wrapper import ModelWrapper
+    from rft.testing.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+    return ModelWrapper(HFEngine(str(path), max_model_len=4096, max_response_tokens=4, seed=0),
+                        SamplingArgs(temperature=1.0, max_tokens=4))
+
+
+@pytest.mark.parametrize("form, actions, reward, step_rewards", [
+    ("step", WALKTHROUGH, 1.0, [0.0, 0.0, 0.0, 1.0]),       # won on the 4th step
+    ("step", ["look"] * 4, -0.1, [0.0, 0.0, 0.0, -0.1]),    # not won: Trinity's -0.1
+    ("episode", ["look"] * 4, -0.1, None),
+])
+def test_trinity_workflows_reward_a_win_and_not_a_failure(games, long_model, form, actions,
+                                                          reward, step_rewards):
+    from rft_plugin_alfworld.workflows import AlfWorldWorkflow, StepWiseAlfWorldWorkflow
+
+    scripted = iter(actions)
+    workflow_class = StepWiseAlfWorldWorkflow if form == "step" else AlfWorldWorkflow
+    args = workflow_class.Args(max_env_steps=4)
+    run = Task(raw={"game_file": "tiny/game.tw-pddl"}, index=0, taskset="alf", repeat_times=1,
+               workflow_args=args, environment=AlfWorldEnvironment,
+               environment_args=AlfWorldArgs(data_path=str(games)),
+               action_parser=lambda reply: next(scripted))
+    experiences = workflow_class(run, long_model).run()
+    assert [e.reward for e in experiences] == [pytest.approx(reward)] * len(experiences)
+    if step_rewards is not None:
+        assert [e.info["step_reward"] for e in experiences] == pytest.approx(step_rewards)
+    else:
+        assert len(experiences) == 1 and experiences[0].metrics["env/steps"] == 4.0
