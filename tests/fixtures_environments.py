@@ -175,7 +175,8 @@ class StartsAServer(Guess):
     def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         import subprocess
 
-        self.server = subprocess.Popen(["sleep", "3600"])
+        self.server = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
         observation, info = super().reset(task, seed)
         return observation, {**info, "server": self.server.pid}
 

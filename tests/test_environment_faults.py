@@ -81,32 +81,40 @@ def test_a_hanging_child_is_killed_after_the_time_out(rft_model):
     assert env_children() == []
 
 
+def gone(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_child_outlives_no_killed_parent(tmp_path):
-    """The parent is SIGKILLed (no clean-up runs): its environment child exits by itself."""
+    """The parent is SIGKILLed (no clean-up runs): its environment child exits by itself,
+    and takes what the environment started with it."""
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(TESTS)!r})
-        from fixtures_environments import GuessChild
+        from fixtures_environments import StartsAServer
         from rft.environments import open_environment
+        from rft.workflow import Task
         if __name__ == "__main__":
-            env = open_environment(GuessChild, None, timeout=30)
-            print(env.pid, flush=True)
+            env = open_environment(StartsAServer, None, timeout=30)
+            _, info = env.reset(Task(raw={{}}, index=0, taskset="t"))
+            print(env.pid, info["server"], flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
     """))
     parent = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             timeout=120)
-    child = int(parent.stdout.split()[0])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and psutil.pid_exists(child):
-        try:
-            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.1)
-    alive = psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
-    assert not alive, f"environment child {child} outlived its killed parent"
+    child, server = map(int, parent.stdout.split())
+    assert gone(child, 10), f"environment child {child} outlived its killed parent"
+    assert gone(server, 10), f"the server {server} its environment started outlived it"
 
 
 class CrashingPlugin:
@@ -172,4 +180,18 @@ def test_what_the_environment_started_goes_with_its_child(ending):
             env.step("hang")
     env.close()
     server.wait(timeout=10)  # gone (it is not our child: psutil polls until it is)
+    assert env_children() == []
+
+
+def test_what_does_not_pickle_is_one_line():
+    with pytest.raises(EnvironmentFailure) as caught:
+        open_environment(GuessChild, lambda: None, timeout=5)
+    assert str(caught.value).startswith("environment fixtures_environments.GuessChild: cannot "
+                                        "start its process: ")
+    env = open_environment(GuessChild, None, timeout=5)
+    env.reset(task(GuessChild))
+    with pytest.raises(EnvironmentFailure, match="cannot send step to its process"):
+        env.step(lambda: None)
+    assert env.step("3").reward == 1.0  # nothing was sent: the child still answers
+    env.close()
     assert env_children() == []

@@ -45,6 +45,7 @@ from rft.workflow import Task
 
 if TYPE_CHECKING:
     from rft.config.plan import Selected
+    from rft.environment import ActionParser, Environment
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 """``datasets`` builder for each data-file extension."""
@@ -421,9 +422,9 @@ class TaskPlugins:
     """Workflows a row may name in ``format.workflow_key`` (the plan's)."""
     row_rewards: Mapping[str, Selected[Any]] = field(default_factory=dict)
     """Reward functions a row may name in ``format.reward_fn_key`` (the plan's)."""
-    environment: Selected[Any] | None = None
+    environment: Selected[type[Environment]] | None = None
     """The taskset's environment (class and built args; the plan's)."""
-    action_parser: Selected[Any] | None = None
+    action_parser: Selected[ActionParser] | None = None
     """The environment's action parser (the plan's)."""
 
 

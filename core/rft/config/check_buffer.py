@@ -4,7 +4,7 @@ experience buffer and the storages' retry settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft.algorithm import AlgorithmPreset
 from rft.config.buffer_paths import queue_backup_kind
@@ -15,6 +15,9 @@ from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
 from rft.plugins import KINDS
 from rft.plugin_kinds import (ACTION_PARSER, ENVIRONMENT, PRIORITY_FN, REWARD_FN, TASK_SELECTOR,
                               WORKFLOW)
+
+if TYPE_CHECKING:  # the contracts of what the environment checks select
+    from rft.environment import ActionParser, Environment
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool,
 
 
 def check_environment(key: str, taskset: TasksetConfig, workflow: Selected[Any] | None,
-                      found: Findings) -> tuple[Selected[Any] | None, Selected[Any] | None]:
+                      found: Findings
+                      ) -> tuple[Selected[type[Environment]] | None, Selected[ActionParser] | None]:
     """``environment`` / ``environment_args`` of a taskset: the environment class and its
     built args, and the action parser (the workflow's ``action_parser`` arg, else the
     environment's ``default_action_parser``); one line each for an unknown name, bad args,

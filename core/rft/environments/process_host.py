@@ -31,7 +31,7 @@ import time
 import weakref
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rft.environment import Environment, EnvironmentFailure, StepResult
 from rft.environments.guarded import check_reset, check_step, environment_name
@@ -67,14 +67,12 @@ def serve(conn: Connection, env_class: type[Environment], args: Any, parent: int
     while True:
         if not conn.poll(1.0):
             if os.getppid() != parent:  # orphaned: the parent died without closing us
-                env.close()
-                return
+                _abandoned(env)
             continue
         try:
             method, payload = conn.recv()
-        except (EOFError, OSError):
-            env.close()
-            return
+        except (EOFError, OSError):  # the parent is gone
+            _abandoned(env)
         try:
             if method == "reset":
                 result: Any = env.reset(*payload)
@@ -89,6 +87,16 @@ def serve(conn: Connection, env_class: type[Environment], args: Any, parent: int
             conn.send(("ok", result))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             conn.send(("error", _error_line(exc)))
+
+
+def _abandoned(env: Environment) -> NoReturn:
+    """The parent is gone: close the environment, then end the child's process group (what
+    the environment started, and the child itself)."""
+    try:
+        env.close()
+    finally:
+        os.killpg(0, signal.SIGKILL)
+    raise AssertionError("unreachable: the group was killed")
 
 
 class ProcessEnvironment(Environment):
@@ -112,7 +120,14 @@ class ProcessEnvironment(Environment):
         self.process: BaseProcess = context.Process(
             target=serve, args=(child_conn, env_class, args, os.getpid()),
             name=f"rft-env-{env_class.__name__}", daemon=True)
-        self.process.start()
+        try:
+            self.process.start()  # pickles the class and its args for the child
+        except Exception as exc:  # noqa: BLE001 - reported in one line
+            child_conn.close()
+            self._conn.close()
+            self.closed = True
+            raise EnvironmentFailure(f"environment {self.name}: cannot start its process: "
+                                     f"{_error_line(exc)}") from exc
         child_conn.close()
         _LIVE.add(self)
         self._request("__init__", None, start_timeout, send=False)
@@ -141,6 +156,9 @@ class ProcessEnvironment(Environment):
                 self._conn.send((call, payload))
             except (OSError, ValueError) as exc:
                 raise self._died(call) from exc
+            except Exception as exc:  # noqa: BLE001 - what does not pickle
+                raise EnvironmentFailure(f"environment {self.name}: cannot send {call} to "
+                                         f"its process: {_error_line(exc)}") from exc
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._conn.poll(POLL_SECONDS):
@@ -154,9 +172,9 @@ class ProcessEnvironment(Environment):
             if not self.process.is_alive():
                 raise self._died(call)
             if deadline is not None and time.monotonic() > deadline:
-                raise self._fail(f"{call} did not return within {timeout:g} s "
-                                 f"(workflow_args.env_timeout); its process (pid "
-                                 f"{self.pid}) was killed")
+                limit = "start-up limit" if call == "__init__" else "workflow_args.env_timeout"
+                raise self._fail(f"{call} did not return within {timeout:g} s ({limit}); "
+                                 f"its process (pid {self.pid}) was killed")
 
     def _died(self, call: str) -> EnvironmentFailure:
         self.process.join(1.0)
