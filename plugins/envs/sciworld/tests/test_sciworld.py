@@ -139,8 +139,9 @@ def test_a_dead_jvm_is_one_line_and_close_leaves_no_java():
 
 def test_a_hanging_jvm_times_out_and_is_stopped():
     before = java_children()
-    environment = SciWorldEnvironment(SciWorldArgs(timeout=3.0))
+    environment = SciWorldEnvironment(SciWorldArgs())
     environment.reset(task({"task_name": "boil", "var_num": 0}))
+    environment.jvm.timeout = 3.0  # what SciWorldArgs(timeout=3) sets; after a slow start
     pid = environment.jvm.pid
     os.kill(pid, signal.SIGSTOP)  # the JVM stops answering
     with pytest.raises(EnvironmentFailure, match=(
