@@ -33,6 +33,19 @@ elif [ ! -x .venv/bin/python ]; then
 fi
 VENV_PYTHON=${VENV_PYTHON:-.venv/bin/python}
 
+# Java for rft-plugin-sciworld (ScienceWorld's simulator runs on a JVM): Debian's
+# default-jre-headless, installed with apt-get only where no java is on PATH.
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "apt-get install -y default-jre-headless"
+  elif command -v apt-get >/dev/null 2>&1; then
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq default-jre-headless
+  else
+    echo "setup.sh: no java on PATH and no apt-get: install Java 17+ for rft-plugin-sciworld" >&2
+  fi
+fi
+
 # Nothing to do when the same set-up already ran on the same project files: a stamp holds
 # the hash of this script, the requirements and every pyproject.toml (pip's own no-op
 # resolution of the vLLM stack takes about 100 s).
@@ -61,6 +74,18 @@ run_plan() {
   done
 }
 run_plan before
+
+# fast-downward-textworld (textworld[pddl], which rft-plugin-alfworld needs) is an sdist
+# whose setup.py compiles Fast Downward by running `python build.py`: the `python` on PATH,
+# not the build's interpreter. Under pip's default build isolation that interpreter (here
+# pyenv's base python) starts with pip's isolation sitecustomize, which reads this venv's
+# .pth files with an emptied sys.path, aborts on the editable installs' import lines
+# ("Error in sitecustomize ... No module named 'traceback'") and leaves it without its
+# standard library ("No module named 'glob'"): `pip install alfworld` fails. Built without
+# isolation it compiles (~10 min on 2 cores) with the system's cmake, make and g++.
+if [ "$DRY_RUN" = 1 ] || ! .venv/bin/python -c "import fast_downward" 2>/dev/null; then
+  pip install --no-build-isolation fast-downward-textworld==20.6.4
+fi
 
 # The core, then each plugin distribution (directories with a pyproject.toml).
 plugin_dirs=()
