@@ -5,7 +5,8 @@ so a Trinity YAML file loads unchanged::
 
     RftConfig                       top level: project, name, mode, checkpoint_root_dir, ...
     ├── algorithm: AlgorithmConfig  algorithm_type, repeat_times, *_fn / *_fn_args
-    │   └── optimizer: OptimizerConfig
+    │   ├── optimizer: OptimizerConfig
+    │   └── rollout_correction: RolloutCorrectionConfig
     ├── model: ModelConfig          model_path, token limits, sampling defaults
     │   ├── lora_configs: [LoRAConfig]
     │   ├── tinker: TinkerConfig
@@ -75,7 +76,8 @@ from rft.config.field_support import (
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
-    POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
+    POLICY_UPDATES, ROLLOUT_CORRECTION, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN,
+    TRAINER_LORA,
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
 )
@@ -130,6 +132,54 @@ class OptimizerConfig:
     """Gradient-norm clip of the actor (Trinity-RFT's name, veRL's ``optim.clip_grad``): the
     trainer's gradient clip when ``trainer.grad_clip`` is unset; both set to different
     values is an error. ``None``: ``trainer.grad_clip``."""
+
+
+@dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """Off-policy correction of the engine's tokens (``algorithm.rollout_correction``;
+    veRL 0.9.1's ``algorithm.rollout_correction``, same names and meanings). Decoupled
+    PPO: the trainer's own log-probs before the update (``old_log_prob``) are the
+    proximal policy, the engine's (``Experience.logprobs``) the behaviour policy; the
+    ratio ``ρ = π_old / μ`` weights the per-token policy loss (``rollout_is``) and drops
+    tokens or sequences too far off-policy (``rollout_rs``). Formulas:
+    :mod:`rft.trainer.rollout_correction`; guide: ``docs/async.md``. Needs experiences
+    with log-probs. All unset (the default): no correction."""
+
+    rollout_is: Literal["token", "sequence"] | None = field(default=None, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION, ROLLOUT_PREP,
+        note="torch trainer: pg_loss · w per token before aggregation"))
+    """Importance-weight level: ``token`` (``w_t = ρ_t``) or ``sequence``
+    (``w = Π_t ρ_t``); ``None``: no weights (veRL's default is ``sequence``: set it)."""
+    rollout_is_threshold: Any = field(default=2.0, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION))
+    """A number ``U``: weights truncated to ``min(w, U)`` (TIS); a string ``"L_U"``:
+    weights outside ``[L, U]`` set to 0 (IcePop)."""
+    rollout_is_batch_normalize: bool = field(default=False, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION))
+    """Divide the weights by their batch mean (over tokens; over sequences for
+    ``sequence``)."""
+    rollout_rs: str | None = field(default=None, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION, ROLLOUT_PREP,
+        note="torch trainer: rejected tokens leave the response mask"))
+    """Rejection options, comma separated, all must pass: ``token_k1|k2|k3``,
+    ``seq_sum_k1|k2|k3``, ``seq_mean_k1|k2|k3`` (``seq_mean_k1``: geometric mean ratio),
+    ``seq_max_k2|k3``; ``None``: no rejection."""
+    rollout_rs_threshold: Any = field(default=None, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION))
+    """One bound for all options or one per option (comma separated): ``k1`` options a
+    ratio range ``"L_U"`` (one number ``U``: ``L = 1/U``), ``k2`` / ``k3`` an upper bound."""
+    bypass_mode: bool = field(default=False, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_PREP,
+        note="old_log_prob := the engine's log-probs (no proximal forward pass)"))
+    """``true``: the engine's log-probs stand in for ``old_log_prob`` (two policies; the
+    PPO ratio itself corrects them); only without ``rollout_is`` / ``rollout_rs``."""
+    loss_type: Literal["ppo_clip", "reinforce"] = field(default="ppo_clip", metadata=consumed(
+        CHECK_ALGORITHM, note="bypass mode's loss: the policy loss fn (ppo_clip)",
+        unsupported=Unsupported(
+            "reinforce (veRL's bypass REINFORCE loss) is not implemented; use ppo_clip",
+            severity="error", when=lambda value: value == "reinforce", example="reinforce")))
+    """Bypass mode's loss (veRL): ``ppo_clip``, the configured policy loss on
+    ``π_θ / μ``."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +260,10 @@ class AlgorithmConfig:
     ) = field(default=None, metadata=consumed(CHECK_ALGORITHM, POLICY_UPDATES))
     """How per-token losses are reduced to a scalar (veRL's ``loss_agg_mode``). ``None``:
     ``token-mean``."""
+    rollout_correction: RolloutCorrectionConfig = field(
+        default_factory=RolloutCorrectionConfig, metadata=structural())
+    """Off-policy correction of the engine's tokens (veRL's ``rollout_is`` /
+    ``rollout_rs``)."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import Literal
 
 import torch
 
+from rft.config.schema import RolloutCorrectionConfig
 from rft.ops import masked_mean, masked_sum
 
 SAFETY_BOUND = 20.0
@@ -194,6 +195,15 @@ def parse_rejection(options: object, spec: object) -> tuple[RejectionOption, ...
                 raise ValueError(f"{name}: threshold must be positive, got {text}")
             parsed.append(RejectionOption(name, reduction, estimator, upper))
     return tuple(parsed)
+
+
+def spec_of(config: RolloutCorrectionConfig) -> CorrectionSpec:
+    """The :class:`CorrectionSpec` of ``algorithm.rollout_correction`` (validation
+    checked it: :func:`parse_correction` raises ``ValueError`` only on a config that
+    did not pass :mod:`rft.config.check_algorithm`)."""
+    return parse_correction(config.rollout_is, config.rollout_is_threshold,
+                            config.rollout_is_batch_normalize, config.rollout_rs,
+                            config.rollout_rs_threshold)
 
 
 def parse_correction(rollout_is: str | None, rollout_is_threshold: object,
