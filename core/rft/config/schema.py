@@ -155,7 +155,7 @@ class RolloutCorrectionConfig:
     """A number ``U``: weights truncated to ``min(w, U)`` (TIS); a string ``"L_U"``:
     weights outside ``[L, U]`` set to 0 (IcePop)."""
     rollout_is_batch_normalize: bool = field(default=False, metadata=consumed(
-        CHECK_ALGORITHM, ROLLOUT_CORRECTION))
+        ROLLOUT_CORRECTION))
     """Divide the weights by their batch mean (over tokens; over sequences for
     ``sequence``)."""
     rollout_rs: str | None = field(default=None, metadata=consumed(
@@ -173,11 +173,9 @@ class RolloutCorrectionConfig:
         note="old_log_prob := the engine's log-probs (no proximal forward pass)"))
     """``true``: the engine's log-probs stand in for ``old_log_prob`` (two policies; the
     PPO ratio itself corrects them); only without ``rollout_is`` / ``rollout_rs``."""
-    loss_type: Literal["ppo_clip", "reinforce"] = field(default="ppo_clip", metadata=consumed(
-        CHECK_ALGORITHM, note="bypass mode's loss: the policy loss fn (ppo_clip)",
-        unsupported=Unsupported(
-            "reinforce (veRL's bypass REINFORCE loss) is not implemented; use ppo_clip",
-            severity="error", when=lambda value: value == "reinforce", example="reinforce")))
+    loss_type: Literal["ppo_clip", "reinforce"] = field(default="ppo_clip", metadata=unsupported(
+        "reinforce (veRL's bypass REINFORCE loss) is not implemented; bypass mode trains with "
+        "the policy loss fn on π_θ / μ (ppo_clip)", severity="error"))
     """Bypass mode's loss (veRL): ``ppo_clip``, the configured policy loss on
     ``π_θ / μ``."""
 
