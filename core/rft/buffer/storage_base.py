@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rft.errors import RftError
@@ -66,6 +66,9 @@ class ExperienceStorage(ABC):
         self._write_key: str | None = None
         self._write_index = 0
         self._lease: int | None = None
+        self.read_filter: Callable[[list[Experience]], list[Experience]] | None = None
+        """Drops experiences a read took (:class:`rft.buffer.staleness.StalenessGate`);
+        :meth:`read` takes more in their place. ``None``: every experience read is kept."""
 
     def write(self, experiences: Sequence[Experience], key: str | None = None) -> None:
         """Append experiences (all or none); inside :meth:`idempotent_writes` (or with an
@@ -142,6 +145,37 @@ class ExperienceStorage(ABC):
             self._lock.notify_all()
 
     def read(self, count: int, timeout: float) -> list[Experience]:
+        """:meth:`_read` of ``count``; with a :attr:`read_filter`, the experiences it drops
+        are replaced by the next ones (``synchronizer.max_staleness``:
+        :mod:`rft.buffer.staleness`) until ``count`` are kept, the writers are idle with
+        none left (fewer are returned; :class:`BufferEmpty` when none were kept) or
+        ``timeout`` s have passed (:class:`BufferTimeout`)."""
+        if self.read_filter is None:
+            return self._read(count, timeout)
+        deadline = time.monotonic() + timeout
+        kept: list[Experience] = []
+        while len(kept) < count:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                taken = self._read(count - len(kept), remaining)
+            except BufferEmpty as exc:
+                if kept:
+                    return kept
+                raise BufferEmpty(self._with_dropped(str(exc))) from None
+            except BufferTimeout as exc:
+                raise BufferTimeout(self._with_dropped(str(exc))) from None
+            kept.extend(self.read_filter(taken))
+        return kept
+
+    def _with_dropped(self, message: str) -> str:
+        """``message`` (ending in ``)``) with ``, dropped N as stale`` inside its last
+        parenthesis when the read filter dropped some."""
+        dropped = int(getattr(self.read_filter, "dropped", 0))
+        if not dropped or not message.endswith(")"):
+            return message
+        return f"{message[:-1]}, dropped {dropped} as stale)"
+
+    def _read(self, count: int, timeout: float) -> list[Experience]:
         """Take the ``count`` oldest unread experiences, waiting at most ``timeout`` s.
 
         After :meth:`writers_idle` it takes the (fewer) experiences there are at once.

@@ -1016,6 +1016,18 @@ class SynchronizerConfig:
     """Seconds to wait for one sync before failing."""
     wait_for_checkpoint: bool = field(default=False, metadata=consumed(EXPLORE))
     """``checkpoint``: block until a newer checkpoint exists instead of reusing the last."""
+    max_staleness: int | None = field(default=None, metadata=consumed(
+        CHECK, BUILDERS, note="trainer's buffer reads (modes train, both, colocate): "
+                              "staleness/dropped, staleness/age_<k>"))
+    """Versions: an experience whose oldest token was sampled more than this many weight
+    versions before the trainer's current one is not trained (dropped as the trainer
+    reads it, replaced by the next; counted as ``staleness/dropped``; every step logs the
+    ages it trains as ``staleness/age_<k>``). ``None``: no bound. See ``docs/async.md``."""
+    staleness_policy: Literal["drop", "regenerate"] = field(default="drop", metadata=unsupported(
+        "regenerate: no task source hands a task back for regeneration yet; use drop",
+        severity="error"))
+    """What happens to an experience beyond ``max_staleness``: ``drop`` (the only one
+    implemented); ``regenerate`` (hand its task back to the explorer) is refused."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from rft.buffer.offline import dataset_experiences, row_format
 from rft.buffer.retry import storage_retry
 from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage
+from rft.buffer.staleness import gate_strategy
 from rft.buffer.storage import BufferEmpty, ExperienceStorage, open_storage
 from rft.chat_template import load_tokenizer
 from rft.checkpoint import (
@@ -118,7 +119,7 @@ def build_trainer(plan: RunPlan, storage: ExperienceStorage, steps: int,
                                      batch_size=plan.train_batch_size,
                                      timeout=plan.experience_buffer.max_read_timeout,
                                      args=chosen.args)
-    return trainer, strategy
+    return trainer, gate_strategy(strategy, plan.config.synchronizer.max_staleness)
 
 
 def sample_step(strategy: SampleStrategy, step: int, model_version: int,
