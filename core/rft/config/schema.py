@@ -1023,6 +1023,14 @@ class SynchronizerConfig:
     versions before the trainer's current one is not trained (dropped as the trainer
     reads it, replaced by the next; counted as ``staleness/dropped``; every step logs the
     ages it trains as ``staleness/age_<k>``). ``None``: no bound. See ``docs/async.md``."""
+    streaming_batches: bool = field(default=False, metadata=consumed(
+        BUILDERS, note="trainer's buffer reads: batches of complete groups (eid.group, "
+                       "algorithm.repeat_times runs) in completion order"))
+    """The trainer takes a batch as soon as enough complete groups (all
+    ``algorithm.repeat_times`` runs of a task in one explore step) are in the buffer, in
+    the order they completed, instead of the oldest experiences: one long rollout does not
+    stall a step; its group is trained in a later batch. Held-back experiences are kept in
+    checkpoints. ``false``: the oldest experiences in write order. See ``docs/async.md``."""
     staleness_policy: Literal["drop", "regenerate"] = field(default="drop", metadata=unsupported(
         "regenerate: no task source hands a task back for regeneration yet; use drop",
         severity="error"))
