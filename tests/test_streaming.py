@@ -6,9 +6,11 @@ resumed step takes the batch the lost one took."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
+import pytest
 import torch
 
 from rft.buffer.sampling import SampleStrategy, TrainerBuffers
@@ -149,3 +151,44 @@ def test_a_resumed_step_takes_the_lost_steps_batch_and_nothing_twice(tmp_path: P
     resumed_storage.writers_idle()
     assert resumed_storage.available() == 0
     resumed_storage.close()
+
+
+@pytest.mark.slow
+def test_a_colocate_run_with_every_async_setting_resumes_exactly(tmp_path: Path,
+                                                                 tiny_model_dir: Path) -> None:
+    """GRPO in mode colocate with streaming batches, ``max_staleness: 0`` and a token-level
+    correction: every step logs the three features' metrics, and a run stopped after step
+    2 and resumed to step 4 logs the trainer metrics of the uninterrupted 4-step run."""
+    from fixtures_models import arithmetic_tasks
+    from test_embedded_run import write_config
+
+    from rft.config import load_config
+    from rft.launcher import run
+
+    settings = {"synchronizer__streaming_batches": True, "synchronizer__max_staleness": 0,
+                "algorithm__rollout_correction": {"rollout_is": "token",
+                                                  "rollout_rs": "seq_mean_k1",
+                                                  "rollout_rs_threshold": "0.5_2.0"}}
+
+    def trainer_records(root: Path, steps: list[int]) -> list[dict[str, float]]:
+        for total in steps:
+            assert run(load_config(write_config(root, tiny_model_dir, tasks, **settings,
+                                                buffer__total_steps=total))) == 0
+        lines = (root / "ck" / "e2e" / "run" / "monitor" / "trainer.jsonl").read_text()
+        return [json.loads(line) for line in lines.splitlines()]
+
+    tasks = arithmetic_tasks(tmp_path, 8)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    whole = trainer_records(tmp_path / "a", [4])
+    resumed = trainer_records(tmp_path / "b", [2, 4])
+    assert [r["step"] for r in whole] == [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for record in whole:
+        metrics = record["metrics"]
+        assert metrics["staleness/dropped"] == 0.0 and metrics["staleness/age_0"] == 4.0
+        assert metrics["streaming/held_experiences"] == 0.0
+        assert "rollout_corr/rollout_is_mean" in metrics and "rollout_corr/kl" in metrics
+    timing = re.compile(r"^(timing_s|perf)/")
+    for a, b in zip(whole, resumed, strict=True):
+        assert {k: v for k, v in a["metrics"].items() if not timing.match(k)} == \
+            {k: v for k, v in b["metrics"].items() if not timing.match(k)}
