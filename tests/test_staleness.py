@@ -135,5 +135,33 @@ def plain(tmp_path: Path, **overrides: object) -> dict[str, object]:
 ])
 def test_bad_values_are_one_line(tmp_path: Path, key: str, value: object, line: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        build_stages(plain(tmp_path, **{key: value}), PluginRegistry.create())
+        build_stages(plain(tmp_path, **{key: value}), PluginRegistry.create(
+            allow=["rft-plugin-grpo"]))
     assert [p for p in caught.value.problems if p.startswith(key)] == [line]
+
+
+def test_the_trainer_of_a_run_reads_through_the_gate(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """``build_trainer`` (modes train, colocate and both's trainer actor) applies the
+    section: the strategy's buffer reads are gated, and stream when asked."""
+    from rft.buffer.staleness import StalenessGatedStrategy
+    from rft.buffer.streaming import assembler_of
+    from rft.modes.builders import build_trainer
+
+    registry = PluginRegistry.create(allow=["rft-plugin-grpo"])
+    config = plain(tmp_path, **{"model.model_path": str(tiny_model_dir),
+                                "model.max_prompt_tokens": 16, "model.max_response_tokens": 8,
+                                "trainer.trainer_config": {"torch": {"device": "cpu"}},
+                                "synchronizer.max_staleness": 2,
+                                "synchronizer.streaming_batches": True})
+    plan = build_stages(config, registry).stages[0].plan
+    storage = QueueStorage("exp")
+    trainer, strategy = build_trainer(plan, storage, steps=1)
+    try:
+        assert isinstance(strategy, StalenessGatedStrategy)
+        assert isinstance(storage.read_filter, StalenessGate)
+        assert storage.read_filter.max_staleness == 2
+        assembler = assembler_of(strategy)
+        assert assembler is not None and storage.assembler is assembler
+        assert assembler.group_size == 2  # algorithm.repeat_times
+    finally:
+        trainer.close()
