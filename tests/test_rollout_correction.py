@@ -66,6 +66,21 @@ def test_weighted_policy_loss_equals_verl(batch: Batch, mode: str) -> None:
     close(g_ours, g_theirs)
 
 
+def test_weights_need_a_per_token_policy_loss() -> None:
+    """A policy loss returning an aggregated (0-dim) loss cannot be weighted per token: one
+    line naming the key, rather than an uncorrected step."""
+    def sequence_loss(inputs: object, args: object) -> torch.Tensor:
+        return torch.tensor(0.5, requires_grad=True)
+
+    plan = LossPlan(policy_loss=Selected("algorithm.policy_loss_fn", "seq", sequence_loss, None))
+    x = torch.zeros(2, 3)
+    with pytest.raises(RftError, match=r"^algorithm\.rollout_correction\.rollout_is: 'seq' "
+                                       r"\(algorithm\.policy_loss_fn\) returns an aggregated "
+                                       r"loss; importance weights need a per-token policy loss$"):
+        policy_loss_term(plan, LossInputs(x, x + 1, x, x, rollout_is_weights=x + 1),
+                         AggContext())
+
+
 # --------------------------------------------------------------------------------------
 # In the trainer's step
 # --------------------------------------------------------------------------------------
@@ -178,14 +193,21 @@ def test_default_config_corrects_nothing(registry, model_dir, tmp_path) -> None:
     ({"bypass_mode": True, "rollout_is": "token"},
      "algorithm.rollout_correction.bypass_mode: with rollout_is / rollout_rs is not "
      "implemented"),
+    ({"rollout_is": "token", "use_rollout_logprobs": True},
+     "algorithm.rollout_correction: trainer.trainer_config.torch.use_rollout_logprobs makes "
+     "old_log_prob the engine's log-probs"),
     ({"loss_type": "reinforce"},
      "algorithm.rollout_correction.loss_type: reinforce (veRL's bypass REINFORCE loss) is "
      "not implemented"),
 ])
 def test_bad_values_are_one_line_naming_the_key(registry, model_dir, tmp_path, section,
                                                 line) -> None:
+    section = dict(section)
+    torch_tree = {"device": "cpu", "use_rollout_logprobs": section.pop("use_rollout_logprobs",
+                                                                       False)}
     with pytest.raises(RftError) as info:
-        make_trainer(registry, model_dir, tmp_path, algorithm={"rollout_correction": section})
+        make_trainer(registry, model_dir, tmp_path, algorithm={"rollout_correction": section},
+                     trainer={"trainer_config": {"torch": torch_tree}})
     lines = [x for x in str(info.value).splitlines() if "rollout_correction" in x]
     assert len(lines) == 1 and line in lines[0], str(info.value)
 

@@ -88,6 +88,13 @@ def check_rollout_correction(c: RftConfig, found: Findings) -> None:
             found.problem(f"{key}.{where}", str(exc))
     elif rc.rollout_rs_threshold is not None:
         found.warnings.append(f"{key}.rollout_rs_threshold: has no effect without rollout_rs")
+    tree = c.trainer.trainer_config if isinstance(c.trainer.trainer_config, dict) else {}
+    torch_tree = tree.get("torch") if isinstance(tree.get("torch"), dict) else {}
+    if (rc.rollout_is is not None or rc.rollout_rs is not None) \
+            and torch_tree.get("use_rollout_logprobs"):
+        found.problem(key, "trainer.trainer_config.torch.use_rollout_logprobs makes "
+                           "old_log_prob the engine's log-probs: the ratio would be 1 and "
+                           "nothing corrected; drop one of the two")
     if rc.bypass_mode and (rc.rollout_is is not None or rc.rollout_rs is not None):
         found.problem(f"{key}.bypass_mode",
                       "with rollout_is / rollout_rs is not implemented (veRL applies them "
