@@ -89,7 +89,8 @@ def check_rollout_correction(c: RftConfig, found: Findings) -> None:
     elif rc.rollout_rs_threshold is not None:
         found.warnings.append(f"{key}.rollout_rs_threshold: has no effect without rollout_rs")
     tree = c.trainer.trainer_config if isinstance(c.trainer.trainer_config, dict) else {}
-    torch_tree = tree.get("torch") if isinstance(tree.get("torch"), dict) else {}
+    torch_node = tree.get("torch")
+    torch_tree: dict[str, Any] = torch_node if isinstance(torch_node, dict) else {}
     if (rc.rollout_is is not None or rc.rollout_rs is not None) \
             and torch_tree.get("use_rollout_logprobs"):
         found.problem(key, "trainer.trainer_config.torch.use_rollout_logprobs makes "
