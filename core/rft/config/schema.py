@@ -76,11 +76,11 @@ from rft.config.field_support import (
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
-    POLICY_UPDATES, ROLLOUT_CORRECTION, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN,
-    TRAINER_LORA,
+    POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
 )
+from rft.config.field_support import ROLLOUT_CORRECTION
 
 DEFAULT_GRAD_CLIP = 1.0
 """``trainer.grad_clip`` when neither it nor ``algorithm.optimizer.clip_grad`` is set."""
@@ -1012,10 +1012,6 @@ class SynchronizerConfig:
     """Steps between weight syncs."""
     sync_offset: int = field(default=0, metadata=consumed(BOTH, EXPLORE))
     """Steps the explorer may run ahead before the trainer starts."""
-    sync_timeout: int = field(default=1200, metadata=consumed(BOTH, EXPLORE))
-    """Seconds to wait for one sync before failing."""
-    wait_for_checkpoint: bool = field(default=False, metadata=consumed(EXPLORE))
-    """``checkpoint``: block until a newer checkpoint exists instead of reusing the last."""
     max_staleness: int | None = field(default=None, metadata=consumed(
         CHECK, BUILDERS, note="trainer's buffer reads (modes train, both, colocate): "
                               "staleness/dropped, staleness/age_<k>"))
@@ -1036,6 +1032,10 @@ class SynchronizerConfig:
         severity="error"))
     """What happens to an experience beyond ``max_staleness``: ``drop`` (the only one
     implemented); ``regenerate`` (hand its task back to the explorer) is refused."""
+    sync_timeout: int = field(default=1200, metadata=consumed(BOTH, EXPLORE))
+    """Seconds to wait for one sync before failing."""
+    wait_for_checkpoint: bool = field(default=False, metadata=consumed(EXPLORE))
+    """``checkpoint``: block until a newer checkpoint exists instead of reusing the last."""
 
 
 @dataclass(frozen=True)

@@ -216,13 +216,13 @@ class LossInputs:
     """Log-probs under the reference model."""
     is_expert_mask: torch.Tensor | None = None
     """(B,) bool: rows that are expert (SFT) data in a mixed batch (``mix``)."""
+    rollout_is_weights: torch.Tensor | None = None
+    """Off-policy importance weights (``algorithm.rollout_correction.rollout_is``,
+    detached): the per-token policy loss is multiplied by them before aggregation."""
     teacher_log_prob: torch.Tensor | None = None
     """Log-probs under a teacher model (``Experience.teacher_logprobs``)."""
     global_step: int | None = None
     """The training step being taken, from 1 (``PolicyLossInputs.global_step``)."""
-    rollout_is_weights: torch.Tensor | None = None
-    """Off-policy importance weights (``algorithm.rollout_correction.rollout_is``,
-    detached): the per-token policy loss is multiplied by them before aggregation."""
 
 
 @dataclass
