@@ -205,7 +205,8 @@ class RolloutPreparation(RowPlanning):
             tensors["response_mask"] = kept
         metrics.update(data_metrics(
             token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
-            returns=returns, response_mask=batch.response_mask, response_lengths=tensors.response_lengths(),
+            returns=returns, response_mask=batch.response_mask,
+            response_lengths=tensors.response_lengths(),
             prompt_lengths=batch.attention_mask[:, : batch.prompt_width].sum(-1),
             max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
             max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
