@@ -149,7 +149,8 @@ def parse_rejection(options: object, spec: object) -> tuple[RejectionOption, ...
         if not name:
             continue
         if name not in RS_OPTIONS:
-            raise ValueError(f"rollout_rs: unknown option {name!r} (one of {', '.join(RS_OPTIONS)})")
+            raise ValueError(f"rollout_rs: unknown option {name!r} "
+                             f"(one of {', '.join(RS_OPTIONS)})")
         if name not in names:
             names.append(name)
     if not names:
@@ -176,7 +177,8 @@ def parse_rejection(options: object, spec: object) -> tuple[RejectionOption, ...
         if estimator == "k1":
             if "_" in text:
                 low, high = text.split("_", 1)
-                lower, upper = _number(low, f"{name} lower bound"), _number(high, f"{name} upper bound")
+                lower = _number(low, f"{name} lower bound")
+                upper = _number(high, f"{name} upper bound")
             else:
                 upper = _number(text, f"{name} threshold")
                 if upper == 0:
@@ -443,7 +445,8 @@ def offpolicy_metrics(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor
     """Gap between ``π_old`` and ``μ`` (veRL's ``compute_offpolicy_metrics``), with
     ``l = log π_old − log μ`` ``(B, T)`` and per-row token means ``m(·)``:
 
-    - ``training_ppl = mean_rows exp(−m(log π_old))``, ``training_log_ppl = mean(−m(log π_old))``
+    - ``training_ppl = mean_rows exp(−m(log π_old))``,
+      ``training_log_ppl = mean(−m(log π_old))``
       (``rollout_*`` the same for ``μ``);
     - ``kl = mean_tokens(−l)``, ``k3_kl = mean_tokens(eˡ − l − 1)``;
     - ``log_ppl_diff = m(log μ) − m(log π_old)`` per row: mean, |·| mean, max, min;
