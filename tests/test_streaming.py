@@ -82,6 +82,19 @@ def test_idle_writers_release_an_incomplete_group() -> None:
     assert names(batch) == ["A0", "A1", "B0"] and metrics["streaming/held_experiences"] == 0.0
 
 
+def test_a_group_that_lost_a_run_is_released_by_the_next_explore_step() -> None:
+    """Mode both: writers are never idle. Task B's second run failed at explore step 0; the
+    first experience of step 1 releases B as it is, so it is not held forever."""
+    storage = QueueStorage("exp")
+    storage.write([exp("A", 0), exp("A", 1), exp("B", 0)])
+    late = Experience(tokens=torch.arange(6), prompt_length=3, reward=0.0,
+                      logprobs=torch.zeros(3), eid=EID(batch=1, task="C", run=0))
+    storage.write([late])
+    strategy = streaming(storage, batch_size=3)
+    batch, metrics = strategy.sample(1, 0)
+    assert names(batch) == ["A0", "A1", "B0"] and metrics["streaming/held_experiences"] == 1.0
+
+
 def test_stale_members_are_dropped_when_their_group_is_released() -> None:
     """With max_staleness too, ages are judged when a group is released for training."""
     storage = QueueStorage("exp")

@@ -10,9 +10,10 @@ buffer's :meth:`~rft.buffer.storage_base.ExperienceStorage.read` hands what it t
 it whole; a batch is formed from released groups (whole groups, up to the batch size;
 a single group larger than the batch is taken whole). The group whose last rollout is
 late is trained in a later batch, once complete: nothing is lost, nothing read twice.
-When the writers are idle with nothing left to read (mode ``colocate`` between steps, a
-finished explorer), incomplete groups (a run that failed or was cut off) are released as
-they are.
+A group whose runs failed or were cut off never completes: it is released as it is once
+an experience of a later explore step arrives (the explorer writes each step's
+experiences in one write), or when the writers are idle with nothing left to read (mode
+``colocate`` between steps, a finished explorer).
 
 Held-back experiences were read from the buffer under the lease of an earlier step, so
 a checkpoint keeps them (:attr:`rft.modes.run_state.RunState.held_experiences`,
@@ -42,12 +43,25 @@ class GroupAssembler:
         """Complete groups not yet taken, in order of completion."""
 
     def add(self, experiences: list[Experience]) -> None:
-        """Take in what a read took; a group that completes moves to :attr:`ready`."""
+        """Take in what a read took; a group that completes moves to :attr:`ready`, and so
+        does every incomplete group of an earlier explore step once an experience of a
+        later one arrives (the explorer writes a step's experiences in one write, so the
+        runs still missing failed or were cut off and never come)."""
         for exp in experiences:
+            step = exp.eid.batch
+            if isinstance(step, int):
+                self._release_before(step)
             group = self.pending.setdefault(exp.eid.group, [])
             group.append(exp)
             if len({e.eid.run for e in group}) >= self.group_size:
                 self.ready.append(self.pending.pop(exp.eid.group))
+
+    def _release_before(self, step: int) -> None:
+        """Move the incomplete groups of explore steps before ``step`` to :attr:`ready`."""
+        done = [key for key, group in self.pending.items()
+                if isinstance(group[0].eid.batch, int) and group[0].eid.batch < step]
+        for key in done:
+            self.ready.append(self.pending.pop(key))
 
     def flush(self) -> None:
         """Release the incomplete groups as they are (the writers are idle)."""
