@@ -95,6 +95,17 @@ def test_a_group_that_lost_a_run_is_released_by_the_next_explore_step() -> None:
     assert names(batch) == ["A0", "A1", "B0"] and metrics["streaming/held_experiences"] == 1.0
 
 
+def test_a_read_that_waited_its_timeout_trains_the_incomplete_group(caplog) -> None:
+    """The last explore step of a mode-both run: no later step, writers never idle."""
+    storage = QueueStorage("exp")
+    storage.write([exp("A", 0), exp("A", 1), exp("B", 0)])
+    strategy = stream_strategy(DefaultSampleStrategy(TrainerBuffers(storage), batch_size=4,
+                                                     timeout=0.2), group_size=2)
+    batch, metrics = strategy.sample(1, 0)
+    assert names(batch) == ["A0", "A1", "B0"] and metrics["streaming/held_experiences"] == 0.0
+    assert "1 experience(s) of incomplete groups are trained as they are" in caplog.text
+
+
 def test_stale_members_are_dropped_when_their_group_is_released() -> None:
     """With max_staleness too, ages are judged when a group is released for training."""
     storage = QueueStorage("exp")

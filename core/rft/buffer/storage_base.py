@@ -175,7 +175,8 @@ class ExperienceStorage(ABC):
 
         Reads go on until ``count`` are kept, the writers are idle with none left (fewer
         are returned, incomplete groups released; :class:`BufferEmpty` when none were
-        kept) or ``timeout`` s have passed (:class:`BufferTimeout`).
+        kept) or ``timeout`` s have passed (incomplete groups are then released with a
+        warning; :class:`BufferTimeout` when nothing is held).
         """
         if self.read_filter is None and self.assembler is None:
             return self._read(count, timeout)
@@ -190,6 +191,8 @@ class ExperienceStorage(ABC):
                     return kept
                 raise BufferEmpty(self._with_dropped(str(exc))) from None
             except BufferTimeout as exc:
+                if kept and self.assembler is not None:  # its held groups were released
+                    return kept
                 raise BufferTimeout(self._with_dropped(str(exc))) from None
             if not batch:  # the next complete group does not fit: a smaller batch
                 return kept
@@ -219,6 +222,12 @@ class ExperienceStorage(ABC):
                     raise
                 break
             except BufferTimeout:
+                if assembler.held_count:  # runs that never come: train what there is
+                    log.warning("experience buffer %r: waited %g s for complete groups; "
+                                "%d experience(s) of incomplete groups are trained as they "
+                                "are", self.name, timeout, assembler.held_count)
+                    assembler.flush()
+                    break
                 raise BufferTimeout(
                     f"experience buffer {self.name!r}: waited {timeout:g} s for {wanted} "
                     f"experiences in complete groups, {assembler.ready_count} complete, "

@@ -12,8 +12,9 @@ a single group larger than the batch is taken whole). The group whose last rollo
 late is trained in a later batch, once complete: nothing is lost, nothing read twice.
 A group whose runs failed or were cut off never completes: it is released as it is once
 an experience of a later explore step arrives (the explorer writes each step's
-experiences in one write), or when the writers are idle with nothing left to read (mode
-``colocate`` between steps, a finished explorer).
+experiences in one write), when the writers are idle with nothing left to read (mode
+``colocate`` between steps, a finished explorer), or, with a warning, when a read has
+waited its whole timeout for it (the last explore step of a run).
 
 Held-back experiences were read from the buffer under the lease of an earlier step, so
 a checkpoint keeps them (:attr:`rft.modes.run_state.RunState.held_experiences`,
