@@ -9,8 +9,8 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 from rft.errors import RftError
 from rft.experience import Experience
@@ -46,6 +46,23 @@ class BufferEmpty(RftError):
     """The buffer is empty and no writer will add experiences before the next read."""
 
 
+class ReadAssembler(Protocol):
+    """What :meth:`ExperienceStorage.read` needs of a
+    :class:`rft.buffer.streaming.GroupAssembler`."""
+
+    @property
+    def ready_count(self) -> int: ...
+
+    @property
+    def held_count(self) -> int: ...
+
+    def add(self, experiences: list[Experience]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def take(self, count: int, *, whole_first: bool) -> list[Experience]: ...
+
+
 class ExperienceStorage(ABC):
     """FIFO of experiences with counters; safe to use from several threads.
 
@@ -66,6 +83,12 @@ class ExperienceStorage(ABC):
         self._write_key: str | None = None
         self._write_index = 0
         self._lease: int | None = None
+        self.assembler: ReadAssembler | None = None
+        """Forms batches of complete groups (:class:`rft.buffer.streaming.GroupAssembler`);
+        ``None``: experiences in the order they were written."""
+        self.read_filter: Callable[[list[Experience]], list[Experience]] | None = None
+        """Drops experiences a read took (:class:`rft.buffer.staleness.StalenessGate`);
+        :meth:`read` takes more in their place. ``None``: every experience read is kept."""
 
     def write(self, experiences: Sequence[Experience], key: str | None = None) -> None:
         """Append experiences (all or none); inside :meth:`idempotent_writes` (or with an
@@ -142,6 +165,86 @@ class ExperienceStorage(ABC):
             self._lock.notify_all()
 
     def read(self, count: int, timeout: float) -> list[Experience]:
+        """:meth:`_read` of ``count``, with the trainer's read stages when set:
+
+        - :attr:`assembler` (``synchronizer.streaming_batches``): what is taken goes to the
+          assembler, and the batch is formed of the complete groups it releases (reading
+          what is there, waiting only when nothing is);
+        - :attr:`read_filter` (``synchronizer.max_staleness``): experiences it drops are
+          replaced by the next ones.
+
+        Reads go on until ``count`` are kept, the writers are idle with none left (fewer
+        are returned, incomplete groups released; :class:`BufferEmpty` when none were
+        kept) or ``timeout`` s have passed (incomplete groups are then released with a
+        warning; :class:`BufferTimeout` when nothing is held).
+        """
+        if self.read_filter is None and self.assembler is None:
+            return self._read(count, timeout)
+        deadline = time.monotonic() + timeout
+        kept: list[Experience] = []
+        while len(kept) < count:
+            try:
+                batch = self._next_batch(count - len(kept), deadline, timeout,
+                                         first=not kept)
+            except BufferEmpty as exc:
+                if kept:
+                    return kept
+                raise BufferEmpty(self._with_dropped(str(exc))) from None
+            except BufferTimeout as exc:
+                if kept and self.assembler is not None:  # its held groups were released
+                    return kept
+                raise BufferTimeout(self._with_dropped(str(exc))) from None
+            if not batch:  # the next complete group does not fit: a smaller batch
+                return kept
+            kept.extend(self.read_filter(batch) if self.read_filter is not None else batch)
+        return kept
+
+    def _next_batch(self, wanted: int, deadline: float, timeout: float, *,
+                    first: bool) -> list[Experience]:
+        """Up to ``wanted`` experiences for :meth:`read`: :meth:`_read` of ``wanted``, or
+        with an :attr:`assembler` whole complete groups (read until it has enough, or the
+        writers are idle and it releases the rest); none when the next group does not fit
+        (a batch's ``first`` group is taken whole even when larger).
+
+        :raises BufferEmpty: nothing to read and nothing held.
+        """
+        assembler = self.assembler
+        if assembler is None:
+            return self._read(wanted, max(0.0, deadline - time.monotonic()))
+        while assembler.ready_count < wanted:
+            need = wanted - assembler.ready_count
+            chunk = max(1, min(need, self.available()))  # what is there; one when nothing
+            try:
+                taken = self._read(chunk, max(0.0, deadline - time.monotonic()))
+            except BufferEmpty:
+                assembler.flush()
+                if assembler.ready_count == 0:
+                    raise
+                break
+            except BufferTimeout:
+                if assembler.held_count:  # runs that never come: train what there is
+                    log.warning("experience buffer %r: waited %g s for complete groups; "
+                                "%d experience(s) of incomplete groups are trained as they "
+                                "are", self.name, timeout, assembler.held_count)
+                    assembler.flush()
+                    break
+                raise BufferTimeout(
+                    f"experience buffer {self.name!r}: waited {timeout:g} s for {wanted} "
+                    f"experiences in complete groups, {assembler.ready_count} complete, "
+                    f"{assembler.held_count} held in incomplete groups (written "
+                    f"{self.written}, read {self.read_count})") from None
+            assembler.add(taken)
+        return assembler.take(wanted, whole_first=first)
+
+    def _with_dropped(self, message: str) -> str:
+        """``message`` (ending in ``)``) with ``, dropped N as stale`` inside its last
+        parenthesis when the read filter dropped some."""
+        dropped = int(getattr(self.read_filter, "dropped", 0))
+        if not dropped or not message.endswith(")"):
+            return message
+        return f"{message[:-1]}, dropped {dropped} as stale)"
+
+    def _read(self, count: int, timeout: float) -> list[Experience]:
         """Take the ``count`` oldest unread experiences, waiting at most ``timeout`` s.
 
         After :meth:`writers_idle` it takes the (fewer) experiences there are at once.

@@ -10,6 +10,7 @@ from rft.config.findings import Findings
 from rft.config.plan import LossPlan, Selected
 from rft.config.schema import RftConfig
 from rft.contracts import needs_values
+from rft.trainer.rollout_correction import parse_is_threshold, parse_rejection
 from rft.plugin_kinds import ADVANTAGE_FN, ALGORITHM, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN, SAMPLE_STRATEGY
 
 
@@ -31,6 +32,7 @@ def check_algorithm(c: RftConfig, found: Findings) -> AlgorithmChoice | None:
     a = c.algorithm
     chosen = found.select(ALGORITHM, "algorithm.algorithm_type", a.algorithm_type)
     check_optimizer(c, found)  # whether or not the preset resolves
+    check_rollout_correction(c, found)
     if chosen is None:
         return None
     preset = chosen.implementation
@@ -64,6 +66,41 @@ def check_algorithm(c: RftConfig, found: Findings) -> AlgorithmChoice | None:
         policy_loss=policy_loss, advantage=advantage, kl_loss=kl_loss, kl_penalty=kl_penalty,
         entropy=entropy, loss_agg_mode=a.loss_agg_mode or "token-mean")
     return AlgorithmChoice(preset, loss, sample_strategy)
+
+
+def check_rollout_correction(c: RftConfig, found: Findings) -> None:
+    """``algorithm.rollout_correction``: the levels, options and thresholds parse (as
+    veRL parses them), and bypass mode comes without weights or rejection (veRL applies
+    those inside its bypass loss, which rft does not implement)."""
+    rc = c.algorithm.rollout_correction
+    key = "algorithm.rollout_correction"
+    if rc.rollout_is is not None:
+        try:
+            parse_is_threshold(rc.rollout_is_threshold)
+        except ValueError as exc:
+            found.problem(f"{key}.rollout_is_threshold", str(exc))
+    if rc.rollout_rs is not None:
+        try:
+            parse_rejection(rc.rollout_rs, rc.rollout_rs_threshold)
+        except ValueError as exc:
+            where = ("rollout_rs_threshold" if "threshold" in str(exc) or "bound" in str(exc)
+                     else "rollout_rs")
+            found.problem(f"{key}.{where}", str(exc))
+    elif rc.rollout_rs_threshold is not None:
+        found.warnings.append(f"{key}.rollout_rs_threshold: has no effect without rollout_rs")
+    tree = c.trainer.trainer_config if isinstance(c.trainer.trainer_config, dict) else {}
+    torch_node = tree.get("torch")
+    torch_tree: dict[str, Any] = torch_node if isinstance(torch_node, dict) else {}
+    if (rc.rollout_is is not None or rc.rollout_rs is not None) \
+            and torch_tree.get("use_rollout_logprobs"):
+        found.problem(key, "trainer.trainer_config.torch.use_rollout_logprobs makes "
+                           "old_log_prob the engine's log-probs: the ratio would be 1 and "
+                           "nothing corrected; drop one of the two")
+    if rc.bypass_mode and (rc.rollout_is is not None or rc.rollout_rs is not None):
+        found.problem(f"{key}.bypass_mode",
+                      "with rollout_is / rollout_rs is not implemented (veRL applies them "
+                      "inside its bypass loss); use bypass_mode: false (decoupled: weights "
+                      "on the trainer's old_log_prob) or leave rollout_is / rollout_rs unset")
 
 
 def check_optimizer(c: RftConfig, found: Findings) -> None:

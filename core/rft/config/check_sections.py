@@ -70,6 +70,8 @@ def check_synchronizer(c: RftConfig, found: Findings) -> None:
                       + " or ".join(repr(m) for m in allowed))
     if s.sync_interval <= 0:
         found.problem("synchronizer.sync_interval", f"must be > 0, got {s.sync_interval}")
+    if s.max_staleness is not None and s.max_staleness < 0:
+        found.problem("synchronizer.max_staleness", f"must be >= 0, got {s.max_staleness}")
     if s.sync_offset < 0:
         found.problem("synchronizer.sync_offset", f"must be >= 0, got {s.sync_offset}")
     if s.sync_timeout <= 0:

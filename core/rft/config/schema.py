@@ -5,7 +5,8 @@ so a Trinity YAML file loads unchanged::
 
     RftConfig                       top level: project, name, mode, checkpoint_root_dir, ...
     ├── algorithm: AlgorithmConfig  algorithm_type, repeat_times, *_fn / *_fn_args
-    │   └── optimizer: OptimizerConfig
+    │   ├── optimizer: OptimizerConfig
+    │   └── rollout_correction: RolloutCorrectionConfig
     ├── model: ModelConfig          model_path, token limits, sampling defaults
     │   ├── lora_configs: [LoRAConfig]
     │   ├── tinker: TinkerConfig
@@ -79,6 +80,7 @@ from rft.config.field_support import (
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
 )
+from rft.config.field_support import ROLLOUT_CORRECTION
 
 DEFAULT_GRAD_CLIP = 1.0
 """``trainer.grad_clip`` when neither it nor ``algorithm.optimizer.clip_grad`` is set."""
@@ -130,6 +132,52 @@ class OptimizerConfig:
     """Gradient-norm clip of the actor (Trinity-RFT's name, veRL's ``optim.clip_grad``): the
     trainer's gradient clip when ``trainer.grad_clip`` is unset; both set to different
     values is an error. ``None``: ``trainer.grad_clip``."""
+
+
+@dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """Off-policy correction of the engine's tokens (``algorithm.rollout_correction``;
+    veRL 0.9.1's ``algorithm.rollout_correction``, same names and meanings). Decoupled
+    PPO: the trainer's own log-probs before the update (``old_log_prob``) are the
+    proximal policy, the engine's (``Experience.logprobs``) the behaviour policy; the
+    ratio ``ρ = π_old / μ`` weights the per-token policy loss (``rollout_is``) and drops
+    tokens or sequences too far off-policy (``rollout_rs``). Formulas:
+    :mod:`rft.trainer.rollout_correction`; guide: ``docs/async.md``. Needs experiences
+    with log-probs. All unset (the default): no correction."""
+
+    rollout_is: Literal["token", "sequence"] | None = field(default=None, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION, ROLLOUT_PREP,
+        note="torch trainer: pg_loss · w per token before aggregation"))
+    """Importance-weight level: ``token`` (``w_t = ρ_t``) or ``sequence``
+    (``w = Π_t ρ_t``); ``None``: no weights (veRL's default is ``sequence``: set it)."""
+    rollout_is_threshold: Any = field(default=2.0, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION))
+    """A number ``U``: weights truncated to ``min(w, U)`` (TIS); a string ``"L_U"``:
+    weights outside ``[L, U]`` set to 0 (IcePop)."""
+    rollout_is_batch_normalize: bool = field(default=False, metadata=consumed(
+        ROLLOUT_CORRECTION))
+    """Divide the weights by their batch mean (over tokens; over sequences for
+    ``sequence``)."""
+    rollout_rs: str | None = field(default=None, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION, ROLLOUT_PREP,
+        note="torch trainer: rejected tokens leave the response mask"))
+    """Rejection options, comma separated, all must pass: ``token_k1|k2|k3``,
+    ``seq_sum_k1|k2|k3``, ``seq_mean_k1|k2|k3`` (``seq_mean_k1``: geometric mean ratio),
+    ``seq_max_k2|k3``; ``None``: no rejection."""
+    rollout_rs_threshold: Any = field(default=None, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_CORRECTION))
+    """One bound for all options or one per option (comma separated): ``k1`` options a
+    ratio range ``"L_U"`` (one number ``U``: ``L = 1/U``), ``k2`` / ``k3`` an upper bound."""
+    bypass_mode: bool = field(default=False, metadata=consumed(
+        CHECK_ALGORITHM, ROLLOUT_PREP,
+        note="old_log_prob := the engine's log-probs (no proximal forward pass)"))
+    """``true``: the engine's log-probs stand in for ``old_log_prob`` (two policies; the
+    PPO ratio itself corrects them); only without ``rollout_is`` / ``rollout_rs``."""
+    loss_type: Literal["ppo_clip", "reinforce"] = field(default="ppo_clip", metadata=unsupported(
+        "reinforce (veRL's bypass REINFORCE loss) is not implemented; bypass mode trains with "
+        "the policy loss fn on π_θ / μ (ppo_clip)", severity="error"))
+    """Bypass mode's loss (veRL): ``ppo_clip``, the configured policy loss on
+    ``π_θ / μ``."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +258,10 @@ class AlgorithmConfig:
     ) = field(default=None, metadata=consumed(CHECK_ALGORITHM, POLICY_UPDATES))
     """How per-token losses are reduced to a scalar (veRL's ``loss_agg_mode``). ``None``:
     ``token-mean``."""
+    rollout_correction: RolloutCorrectionConfig = field(
+        default_factory=RolloutCorrectionConfig, metadata=structural())
+    """Off-policy correction of the engine's tokens (veRL's ``rollout_is`` /
+    ``rollout_rs``)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -983,6 +1035,26 @@ class SynchronizerConfig:
     """Steps between weight syncs."""
     sync_offset: int = field(default=0, metadata=consumed(BOTH, EXPLORE))
     """Steps the explorer may run ahead before the trainer starts."""
+    max_staleness: int | None = field(default=None, metadata=consumed(
+        CHECK, BUILDERS, note="trainer's buffer reads (modes train, both, colocate): "
+                              "staleness/dropped, staleness/age_<k>"))
+    """Versions: an experience whose oldest token was sampled more than this many weight
+    versions before the trainer's current one is not trained (dropped as the trainer
+    reads it, replaced by the next; counted as ``staleness/dropped``; every step logs the
+    ages it trains as ``staleness/age_<k>``). ``None``: no bound. See ``docs/async.md``."""
+    streaming_batches: bool = field(default=False, metadata=consumed(
+        BUILDERS, note="trainer's buffer reads: batches of complete groups (eid.group, "
+                       "algorithm.repeat_times runs) in completion order"))
+    """The trainer takes a batch as soon as enough complete groups (all
+    ``algorithm.repeat_times`` runs of a task in one explore step) are in the buffer, in
+    the order they completed, instead of the oldest experiences: one long rollout does not
+    stall a step; its group is trained in a later batch. Held-back experiences are kept in
+    checkpoints. ``false``: the oldest experiences in write order. See ``docs/async.md``."""
+    staleness_policy: Literal["drop", "regenerate"] = field(default="drop", metadata=unsupported(
+        "regenerate: no task source hands a task back for regeneration yet; use drop",
+        severity="error"))
+    """What happens to an experience beyond ``max_staleness``: ``drop`` (the only one
+    implemented); ``regenerate`` (hand its task back to the explorer) is refused."""
     sync_timeout: int = field(default=1200, metadata=consumed(BOTH, EXPLORE))
     """Seconds to wait for one sync before failing."""
     wait_for_checkpoint: bool = field(default=False, metadata=consumed(EXPLORE))

@@ -85,12 +85,20 @@ MIRRORED: dict[str, Mirror] = {
     A + "clip_ratio_high": Mirror("algorithm.policy_loss_fn_args.clip_range_high", reads=False),
     A + "entropy_coeff": Mirror("algorithm.entropy_loss_fn_args.entropy_coef", reads=False),
     A + "kl_loss_coef": Mirror("algorithm.kl_loss_fn_args.kl_coef", reads=False),
+    **{f"algorithm.rollout_correction.{name}": Mirror(
+        f"algorithm.rollout_correction.{name}", reads=True)
+       for name in ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize",
+                    "rollout_rs", "rollout_rs_threshold", "bypass_mode", "loss_type")},
 }
 """veRL key path → the rft field that sets it (the veRL alignment guide's mapping; which
 way each goes follows Trinity-RFT's ``synchronize_config``: it overwrites model path,
 ``rollout.n``, temperature, total steps and the loss from its own fields and keeps the
 file's gradient clip, token budget, dynamic batching, sequence parallelism, strategy and
 optimizer)."""
+
+ANY_TYPED = frozenset({"algorithm.rollout_correction.rollout_is_threshold",
+                       "algorithm.rollout_correction.rollout_rs_threshold"})
+"""Fields of type ``Any`` (a number or a string): veRL's value is read as it is."""
 
 LOG_PROB_KEYS = ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
                  "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu")
@@ -197,6 +205,8 @@ def _read(c: RftConfig, field: str, value: Any) -> RftConfig | str:
             if not isinstance(value, bool):
                 raise TypeError(value)
             new: Any = value
+        elif field in ANY_TYPED:
+            new = value
         elif isinstance(current, float):
             new = float(value)
         elif isinstance(current, int):

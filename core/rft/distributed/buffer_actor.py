@@ -84,7 +84,7 @@ class RemoteStorage(ExperienceStorage):
         with self._lock:
             self.written += len(experiences)
 
-    def read(self, count: int, timeout: float) -> list[Experience]:
+    def _read(self, count: int, timeout: float) -> list[Experience]:
         import ray
 
         taken = ray.get(self.actor.read.remote(count, timeout, self._lease))

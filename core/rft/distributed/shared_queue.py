@@ -240,7 +240,7 @@ class SharedQueueWriter(SharedQueueStorage):
         with self._lock:
             self.written += len(experiences)
 
-    def read(self, count: int, timeout: float) -> list[Experience]:  # pragma: no cover
+    def _read(self, count: int, timeout: float) -> list[Experience]:  # pragma: no cover
         raise RftError(f"experience buffer {self.name!r}: the explorer does not read it")
 
 
@@ -266,7 +266,7 @@ class SharedQueueReader(SharedQueueStorage):
             "resume", lambda actor: actor.recover_session.remote(step, self.reader))
         return made_final, returned
 
-    def read(self, count: int, timeout: float) -> list[Experience]:
+    def _read(self, count: int, timeout: float) -> list[Experience]:
         lease = self._lease
         taken = self.queue.call(
             "read", lambda actor: actor.read_session.remote(count, timeout, lease, self.reader),

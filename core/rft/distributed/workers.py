@@ -61,7 +61,9 @@ from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     build_trainer,
+    held_state,
     quiet_libraries,
+    restore_held,
     resume_checkpoint,
     resumed_state,
     save_stage_checkpoint,
@@ -356,6 +358,7 @@ class TrainerService:
             self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
         state = resumed_state(loaded)
         self.storage.read_count = state.experiences_read
+        restore_held(self.strategy, state)
         if state.rng is not None:
             set_rng_state(state.rng)
         return ResumePoint(loaded.step, loaded.checkpoint.path, state,
@@ -367,7 +370,8 @@ class TrainerService:
         experience buffer's state ``buffer`` as ``buffer.pt`` when given, the count of
         experiences read); a sharded trainer writes ``trainer_sharded/`` (every rank its
         shards). Then the buffer's leases of steps ``<= step`` become final."""
-        state = dataclasses.replace(state, experiences_read=self.storage.read_count)
+        state = dataclasses.replace(state, experiences_read=self.storage.read_count,
+                                    held_experiences=held_state(self.strategy))
         extra = {"buffer": buffer} if buffer is not None else None
         trainer = self.ranked if self.ranked is not None else self.trainer
         path = save_stage_checkpoint(self.plan, trainer, step, state, export_hf=export_hf,

@@ -12,6 +12,8 @@ from rft.buffer.offline import dataset_experiences, row_format
 from rft.buffer.retry import storage_retry
 from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sft_data import DatasetStorage
+from rft.buffer.staleness import gate_strategy
+from rft.buffer.streaming import assembler_of, stream_strategy
 from rft.buffer.storage import BufferEmpty, ExperienceStorage, open_storage
 from rft.chat_template import load_tokenizer
 from rft.checkpoint import (
@@ -118,7 +120,23 @@ def build_trainer(plan: RunPlan, storage: ExperienceStorage, steps: int,
                                      batch_size=plan.train_batch_size,
                                      timeout=plan.experience_buffer.max_read_timeout,
                                      args=chosen.args)
-    return trainer, strategy
+    sync = plan.config.synchronizer
+    group = (plan.config.algorithm.repeat_times or 1) if sync.streaming_batches else None
+    return trainer, gate_strategy(stream_strategy(strategy, group), sync.max_staleness)
+
+
+def held_state(strategy: SampleStrategy) -> list[dict[str, Any]]:
+    """What a checkpoint keeps of the experiences ``strategy`` holds back in incomplete
+    groups (``synchronizer.streaming_batches``; empty without)."""
+    assembler = assembler_of(strategy)
+    return assembler.state() if assembler is not None else []
+
+
+def restore_held(strategy: SampleStrategy, state: RunState) -> None:
+    """Give ``strategy`` back the held-back experiences of a resumed checkpoint."""
+    assembler = assembler_of(strategy)
+    if assembler is not None:
+        assembler.load(state.held_experiences)
 
 
 def sample_step(strategy: SampleStrategy, step: int, model_version: int,

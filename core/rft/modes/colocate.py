@@ -46,8 +46,10 @@ from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
     build_trainer,
+    held_state,
     offline_storage,
     quiet_libraries,
+    restore_held,
     resume_checkpoint,
     resumed_state,
     sample_step,
@@ -162,6 +164,7 @@ class ColocateStage:
         else:  # a checkpoint of an older rft: the counters only
             self.storage.load_state_dict({"written": state.experiences_written,
                                           "read": state.experiences_read})
+        restore_held(self.strategy, state)
         for name, auxiliary_state in state.auxiliary_buffers.items():
             if name in self.strategy.buffers.auxiliary:
                 self.strategy.buffers.auxiliary[name].load_state_dict(auxiliary_state)
@@ -212,7 +215,8 @@ class ColocateStage:
             experiences_read=self.storage.read_count,
             engine_seed=self.engine.seed_state(),
             auxiliary_buffers={name: auxiliary.state_dict() for name, auxiliary
-                               in self.strategy.buffers.auxiliary.items()})
+                               in self.strategy.buffers.auxiliary.items()},
+            held_experiences=held_state(self.strategy))
         if final and self.lifecycle.has_eval:
             state.eval_after = self.lifecycle.result.eval_after
         extra: dict[str, Any] = {}

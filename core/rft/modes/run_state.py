@@ -77,6 +77,10 @@ class RunState:
     """Auxiliary buffers' states by name (mode ``colocate``)."""
     dataset: dict[str, Any] | None = None
     """A train-only stage's offline dataset state (its position)."""
+    held_experiences: list[dict[str, Any]] = field(default_factory=list)
+    """Experiences the trainer read but holds back until their group is complete
+    (``synchronizer.streaming_batches``, :mod:`rft.buffer.streaming`), encoded
+    (:func:`rft.buffer.experience_codec.experience_to_dict`)."""
 
     def explorer_part(self) -> RunState:
         """The explorer's fields alone (mode ``both``: what its actor restores and the next

@@ -39,7 +39,9 @@ from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.modes.builders import (
     build_trainer,
+    held_state,
     quiet_libraries,
+    restore_held,
     resume_checkpoint,
     resumed_state,
     save_stage_checkpoint,
@@ -107,6 +109,7 @@ class TrainAloneStage:
             self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
             step = self.version = self.last_saved = state.step
             self.read_before = state.experiences_read
+            restore_held(self.strategy, state)
             if state.rng is not None:
                 set_rng_state(state.rng)
             log.info("resumed from %s", loaded.checkpoint.path)
@@ -138,7 +141,8 @@ class TrainAloneStage:
     def _save(self, step: int, *, export_hf: bool) -> None:
         always_hf = self.plan.config.trainer.save_hf_checkpoint == "always"
         save_stage_checkpoint(self.plan, self.trainer, step,
-                              RunState(experiences_read=self.read_before + self.storage.read_count),
+                              RunState(experiences_read=self.read_before + self.storage.read_count,
+                                       held_experiences=held_state(self.strategy)),
                               export_hf=export_hf or always_hf)
         self.storage.commit_leases(step)  # the checkpoint covers the reads of steps <= step
         self.last_saved = step

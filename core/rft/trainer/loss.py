@@ -216,6 +216,9 @@ class LossInputs:
     """Log-probs under the reference model."""
     is_expert_mask: torch.Tensor | None = None
     """(B,) bool: rows that are expert (SFT) data in a mixed batch (``mix``)."""
+    rollout_is_weights: torch.Tensor | None = None
+    """Off-policy importance weights (``algorithm.rollout_correction.rollout_is``,
+    detached): the per-token policy loss is multiplied by them before aggregation."""
     teacher_log_prob: torch.Tensor | None = None
     """Log-probs under a teacher model (``Experience.teacher_logprobs``)."""
     global_step: int | None = None
@@ -268,7 +271,13 @@ def policy_loss_term(fns: LossPlan, inputs: LossInputs, agg: AggContext
             raise RftError(f"{selected.key}: {selected.name!r} returned a loss of shape "
                            f"{tuple(pg_loss.shape)}, expected per-token "
                            f"{tuple(inputs.response_mask.shape)} or a scalar")
+        if inputs.rollout_is_weights is not None:  # veRL: pg_losses * rollout_is_weights
+            pg_loss = pg_loss * inputs.rollout_is_weights
         pg_loss = agg(pg_loss, inputs.response_mask)
+    elif inputs.rollout_is_weights is not None:
+        raise RftError(f"algorithm.rollout_correction.rollout_is: {selected.name!r} "
+                       f"({selected.key}) returns an aggregated loss; importance weights "
+                       "need a per-token policy loss")
     values = {_metric_name(k): float(v.detach().item() if isinstance(v, torch.Tensor) else v)
               for k, v in (metrics or {}).items()}
     return pg_loss, values

@@ -92,6 +92,7 @@ class PolicyUpdates(RowPlanning):
                         log_prob=log_prob, response_mask=on["response_mask"],
                         old_log_prob=on.get("old_log_prob"),
                         advantages=on.get("advantages"), entropy=entropy,
+                        rollout_is_weights=on.get("rollout_is_weights"),
                         ref_log_prob=on.get("ref_log_prob"),
                         is_expert_mask=on.get("is_expert"),
                         teacher_log_prob=on.get("teacher_log_prob"),

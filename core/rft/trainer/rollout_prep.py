@@ -12,12 +12,14 @@ from torch import nn
 
 from rft.config.plan import LossPlan, TrainerPlan
 from rft.contracts import needs_entropy, needs_expected_entropy_signal
+from rft.errors import RftError
 from rft.experience import Batch
 from rft.trainer.batching import TensorBatch
 from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, first_step_check, rollout_probs_diff, timed
 from rft.trainer.models import (response_entropy_signals, response_logprobs, response_values,
                                 set_training)
+from rft.trainer.rollout_correction import CorrectionSpec, correct
 from rft.trainer.row_plan import RowPlanning
 
 logger = logging.getLogger("rft.trainer.torch_trainer")
@@ -35,6 +37,7 @@ class RolloutPreparation(RowPlanning):
     critic: nn.Module | None
     _actor_dropout: bool
     _checked_first_step: bool
+    correction: CorrectionSpec
 
     def _first_step_check(self, metrics: dict[str, float]) -> None:
         """Once, at the first step with engine log-probs: the gap in one line (rank 0): on
@@ -125,13 +128,34 @@ class RolloutPreparation(RowPlanning):
         updates = len(self._mini_batches(tensors)) * self.options.ppo_epochs
         return updates > 1 or self.fns.uses_kl_penalty or self._actor_dropout
 
+    def _correct_rollout(self, rollout_log_prob: torch.Tensor, tensors: TensorBatch,
+                         mask: torch.Tensor, metrics: dict[str, float]) -> torch.Tensor:
+        """Off-policy correction (``algorithm.rollout_correction``) of the engine's tokens
+        against the trainer's ``old_log_prob``: the importance weights go to
+        ``tensors["rollout_is_weights"]`` ``(B, R)`` (the actor loss multiplies the
+        per-token policy loss by them), ``rollout_corr/…`` to ``metrics``; returns the
+        ``(B, R)`` response mask without the rejected tokens."""
+        with timed(metrics, "rollout_corr"):
+            result = correct(tensors["old_log_prob"], rollout_log_prob.to(mask.dtype), mask,
+                             self.correction)
+        if result.weights is not None:
+            tensors["rollout_is_weights"] = result.weights.to(torch.float32)
+        metrics.update(result.metrics)
+        return result.response_mask
+
     def _prepare_rollout(self, batch: Batch, tensors: TensorBatch,
                          metrics: dict[str, float]) -> None:
         """Old / reference log-probs, values, KL penalty, advantages and data metrics."""
         mask = batch.response_mask  # (B, R)
-        if self.options.use_rollout_logprobs and batch.rollout_log_prob is not None:
+        correction = self.plan.algorithm.rollout_correction
+        correcting = correction.rollout_is is not None or correction.rollout_rs is not None
+        if (correcting or correction.bypass_mode) and batch.rollout_log_prob is None:
+            raise RftError("algorithm.rollout_correction: the experiences carry no engine "
+                           "log-probs (Experience.logprobs) to correct against")
+        if ((self.options.use_rollout_logprobs or correction.bypass_mode)
+                and batch.rollout_log_prob is not None):
             tensors["old_log_prob"] = batch.rollout_log_prob
-        elif self._needs_old_logprobs(tensors):
+        elif correcting or self._needs_old_logprobs(tensors):
             with timed(metrics, "old_log_prob"):
                 tensors["old_log_prob"] = self._infer_logprobs(self.actor, tensors)
             if batch.rollout_log_prob is not None:  # the engine's: do they match the trainer's?
@@ -160,6 +184,9 @@ class RolloutPreparation(RowPlanning):
             rewards, kl_metrics = apply_kl_penalty(scores, old_log_prob, tensors["ref_log_prob"],
                                                    mask, self.fns.kl_penalty)
             metrics.update(kl_metrics)
+        if correcting:  # veRL's order: after the KL penalty, before the advantages
+            assert batch.rollout_log_prob is not None
+            mask = self._correct_rollout(batch.rollout_log_prob, tensors, mask, metrics)
         policy_log_prob = entropy = expected_signal = None
         selected = self.plan.loss.advantage
         with_signal = (selected is not None
@@ -174,11 +201,12 @@ class RolloutPreparation(RowPlanning):
                 self.plan, batch, rewards, mask, values, entropy, old_log_prob=policy_log_prob,
                 expected_entropy_signal=expected_signal)
         tensors["advantages"], tensors["returns"] = advantages, returns
-        if kept is not mask:  # the advantage fn dropped tokens from the update
+        if kept is not batch.response_mask:  # correction / advantage fn dropped tokens
             tensors["response_mask"] = kept
         metrics.update(data_metrics(
             token_level_scores=scores, token_level_rewards=rewards, advantages=advantages,
-            returns=returns, response_mask=mask, response_lengths=tensors.response_lengths(),
+            returns=returns, response_mask=batch.response_mask,
+            response_lengths=tensors.response_lengths(),
             prompt_lengths=batch.attention_mask[:, : batch.prompt_width].sum(-1),
             max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
             max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,

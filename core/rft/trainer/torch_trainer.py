@@ -59,6 +59,7 @@ from rft.trainer.optim import build_optimizer, build_scheduler
 from rft.trainer.options import TorchTrainerOptions
 from rft.trainer.parallel import RankGroup
 from rft.trainer.policy_updates import PolicyUpdates
+from rft.trainer.rollout_correction import spec_of
 from rft.trainer.rollout_prep import RolloutPreparation
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,8 @@ class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
         self.fns: LossPlan = plan.loss
         self.options = TorchTrainerOptions.from_plan(plan)
         self.ranks = ranks
+        self.correction = spec_of(plan.algorithm.rollout_correction)
+        """``algorithm.rollout_correction`` parsed (:mod:`rft.trainer.rollout_correction`)."""
         self._checked_first_step = False
         """The first step's engine / trainer log-prob check ran (:meth:`_first_step_check`)."""
         if ranks is not None:

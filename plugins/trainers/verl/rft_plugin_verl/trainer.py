@@ -126,6 +126,10 @@ class VerlTrainer(Trainer):
         if missing:
             return [f"trainer.trainer_type: {line}" for line in missing], []
         c = config
+        correction = c.algorithm.rollout_correction
+        if correction != type(correction)():
+            return [("algorithm.rollout_correction: not applied by the verl trainer yet (its "
+                     "loss hook takes no importance weights); use trainer_type: torch")], []
         if not c.buffer.train_batch_size or not c.model.model_path:
             return [], []  # reported by the core's checks
         settings = build_verl_config(model=c.model, algorithm=c.algorithm, trainer=c.trainer,

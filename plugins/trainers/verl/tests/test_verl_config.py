@@ -376,3 +376,13 @@ def test_gpu_without_flash_attn_runs_sdpa_without_remove_padding(
         "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding: packed sequences "
         "need flash-attn's varlen kernels, which are not installed (pip install flash-attn, "
         "or false)"]
+
+
+def test_rollout_correction_is_refused_in_one_line(registry, rft_tiny_model: Path,
+                                                   installed) -> None:
+    """``algorithm.rollout_correction`` is applied by the torch trainer only; the verl
+    trainer refuses it rather than train uncorrected."""
+    config = plain(str(rft_tiny_model), **{"algorithm.rollout_correction.rollout_is": "token"})
+    assert problems_of(registry, config) == [
+        "algorithm.rollout_correction: not applied by the verl trainer yet (its loss hook "
+        "takes no importance weights); use trainer_type: torch"]
