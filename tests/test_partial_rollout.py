@@ -1,0 +1,115 @@
+"""Partial rollouts (#35 item 1): the per-token weights versions of an experience
+(``Experience.token_versions``) through the buffer codec, pickling, multi-turn merges, the
+trainer's checks and batch (``rollout_version``) and a policy loss's inputs."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from rft.buffer.experience_codec import experience_from_dict, experience_to_dict
+from rft.buffer.storage import open_storage
+from rft.config.plan import LossPlan, Selected
+from rft.contracts import AggContext, PolicyLossInputs
+from rft.errors import RftError
+from rft.experience import EID, Experience, pad_batch
+from rft.rollout.history import merge_turns
+from rft.trainer.input_checks import check_experiences
+from rft.trainer.loss import LossInputs, policy_loss_term
+
+
+def partial(versions: list[int] | None, *, model_version: int = 3, task: int = 0) -> Experience:
+    """A 2-token prompt and ``len(versions)`` (or 4) response tokens."""
+    length = 4 if versions is None else len(versions)
+    return Experience(tokens=torch.arange(2 + length), prompt_length=2, reward=1.0,
+                      logprobs=-torch.rand(length, generator=torch.Generator().manual_seed(task)),
+                      eid=EID(batch=0, task=task), model_version=model_version,
+                      token_versions=None if versions is None
+                      else torch.tensor(versions, dtype=torch.long))
+
+
+def test_response_versions_default_to_the_model_version() -> None:
+    assert partial(None, model_version=5).response_versions().tolist() == [5, 5, 5, 5]
+    exp = partial([2, 2, 3], model_version=3)
+    assert exp.response_versions().tolist() == [2, 2, 3] and exp.oldest_version == 2
+    assert partial(None, model_version=5).oldest_version == 5
+
+
+@pytest.mark.parametrize("kind", ["sql", "file", "queue"])
+def test_token_versions_survive_the_buffer(kind: str, tmp_path) -> None:
+    """Every storage (and a process restart's reread of the sql / file ones: the codec)
+    keeps the versions, as int64; an experience without them stays without."""
+    store = open_storage(kind, "buf", None if kind == "queue" else str(tmp_path / f"b.{kind}"))
+    store.write([partial([1, 1, 2, 2]), partial(None, task=1)])
+    got = store.read(2, timeout=1)
+    store.close()
+    assert got[0].token_versions is not None and got[0].token_versions.dtype == torch.long
+    assert got[0].token_versions.tolist() == [1, 1, 2, 2]
+    assert got[1].token_versions is None
+
+
+def test_codec_and_pickle_round_trip() -> None:
+    exp = partial([4, 5, 5, 6], model_version=6)
+    back = experience_from_dict(experience_to_dict(exp))
+    assert back.token_versions is not None and torch.equal(back.token_versions, exp.token_versions)
+    unpickled = pickle.loads(pickle.dumps(exp, protocol=5))
+    assert torch.equal(unpickled.token_versions, exp.token_versions)
+    assert unpickled.token_versions.dtype == torch.long
+
+
+def test_batch_rollout_version_fills_rows_and_marks_padding() -> None:
+    rows = [partial([1, 2, 2]), partial(None, model_version=7), partial([0, 0, 0, 0, 1])]
+    batch = pad_batch(rows, pad_token_id=0)
+    assert batch.rollout_version is not None
+    assert batch.rollout_version.dtype == torch.long
+    assert batch.rollout_version.tolist() == [[1, 2, 2, -1, -1], [7, 7, 7, 7, -1],
+                                              [0, 0, 0, 0, 1]]
+
+
+def test_trainer_check_names_a_misshaped_token_versions() -> None:
+    bad = partial([1, 2, 3, 4])
+    bad.token_versions = torch.tensor([1, 2])
+    with pytest.raises(RftError, match=r"^experience 1 \(eid 0/0/0/\): token_versions has "
+                                       r"shape \(2,\) but the response has 4 tokens$"):
+        check_experiences([partial(None), bad], ("logprobs", "token_versions"), rollout=True,
+                          vocab_size=None)
+
+
+def test_multi_turn_merge_keeps_each_turns_versions() -> None:
+    """Two calls of one conversation, the second continuing the first after an
+    observation: the merged response carries each call's versions, observation tokens the
+    version of the call they were the prompt of."""
+    first = Experience(tokens=torch.tensor([1, 2, 10, 11]), prompt_length=2,
+                       logprobs=torch.zeros(2), model_version=1,
+                       token_versions=torch.tensor([0, 1]))
+    second = Experience(tokens=torch.tensor([1, 2, 10, 11, 50, 12, 13]), prompt_length=5,
+                        logprobs=torch.zeros(2), model_version=2)
+    (merged,) = merge_turns([first, second])
+    assert merged.token_versions is not None
+    assert merged.token_versions.tolist() == [0, 1, 2, 2, 2]
+    same = Experience(tokens=torch.tensor([1, 2, 10, 11, 50, 12, 13]), prompt_length=5,
+                      logprobs=torch.zeros(2), model_version=1)
+    plain = Experience(tokens=torch.tensor([1, 2, 10, 11]), prompt_length=2,
+                       logprobs=torch.zeros(2), model_version=1)
+    (unchanged,) = merge_turns([plain, same])
+    assert unchanged.token_versions is None  # one version: nothing to record per token
+
+
+def test_a_policy_loss_receives_rollout_version() -> None:
+    seen: list[torch.Tensor | None] = []
+
+    def recording_loss(inputs: PolicyLossInputs, args: None
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+        seen.append(inputs.rollout_version)
+        return -inputs.log_prob * inputs.advantages, {}
+
+    fns = LossPlan(policy_loss=Selected("algorithm.policy_loss_fn", "rec", recording_loss,
+                                        None), loss_agg_mode="token-mean")
+    batch = pad_batch([partial([1, 2, 2, 2]), partial(None, model_version=2)], pad_token_id=0)
+    mask = batch.response_mask
+    log_prob = torch.zeros_like(mask, requires_grad=True)
+    policy_loss_term(fns, LossInputs(log_prob, mask, advantages=torch.ones_like(mask),
+                                     rollout_version=batch.rollout_version),
+                     AggContext.for_mini_batch(mask, "token-mean"))
+    assert seen[0] is not None and seen[0].tolist() == [[1, 2, 2, 2], [2, 2, 2, 2]]
