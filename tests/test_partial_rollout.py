@@ -113,3 +113,108 @@ def test_a_policy_loss_receives_rollout_version() -> None:
                                      rollout_version=batch.rollout_version),
                      AggContext.for_mini_batch(mask, "token-mean"))
     assert seen[0] is not None and seen[0].tolist() == [[1, 2, 2, 2], [2, 2, 2, 2]]
+
+
+# ---- a weight sync lands mid-generation (item 2/3) --------------------------------------
+
+K = 5
+"""Tokens produced before the sync lands."""
+
+
+def _perturbed(engine_model: torch.nn.Module, seed: int) -> list[tuple[str, torch.Tensor]]:
+    """New weights ``θ + 0.05·N(0, 1)`` (every parameter), as a trainer would send them."""
+    g = torch.Generator().manual_seed(seed)
+    return [(name, p.detach() + 0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+            for name, p in engine_model.named_parameters()]
+
+
+def _sync_after(gate, engine, count_calls, k: int, new_weights, version: int):
+    """A hook for the engine's k-th step: start a sync of ``new_weights`` as ``version`` on
+    another thread and return once it holds the gate (deterministic: the call in flight
+    is interrupted at its next decode step, after exactly ``k`` tokens)."""
+    import threading
+
+    holding = threading.Event()
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        engine.update_weights(iter(new_weights), version=version)
+
+    def run() -> None:
+        try:
+            gate.sync(load, version)
+        except BaseException as exc:  # noqa: BLE001  (reported by the test)
+            errors.append(exc)
+
+    def hook() -> None:
+        count_calls[0] += 1
+        if count_calls[0] == k:
+            thread = threading.Thread(target=run)
+            thread.start()
+            while not gate.engine.interrupt.is_set():
+                holding.wait(0.001)
+    return hook, errors
+
+
+def _assert_parts_are_the_engines(engine, completion, k: int, old_weights, new_weights,
+                                  atol: float) -> None:
+    """Tokens ``< k`` carry version 0 and the log-probs of the old weights, the rest
+    version 1 and those of the new weights (teacher forcing on the same engine)."""
+    assert completion.token_versions == [0] * k + [1] * (len(completion.token_ids) - k)
+    assert completion.model_version == 0  # the oldest token's version
+    sequence = [completion.tokens]
+    prompt = [len(completion.prompt_token_ids)]
+    (under_new,) = engine.compute_logprobs(sequence, prompt, temperature=1.0)
+    engine.update_weights(iter(old_weights), version=0)
+    (under_old,) = engine.compute_logprobs(sequence, prompt, temperature=1.0)
+    engine.update_weights(iter(new_weights), version=1)
+    torch.testing.assert_close(completion.logprobs[:k], under_old[:k], atol=atol, rtol=0)
+    torch.testing.assert_close(completion.logprobs[k:], under_new[k:], atol=atol, rtol=0)
+    # the versions matter: each part is far from the other weights' log-probs
+    assert (completion.logprobs[:k] - under_new[:k]).abs().max() > 10 * atol
+    assert (completion.logprobs[k:] - under_old[k:]).abs().max() > 10 * atol
+
+
+def test_hf_sync_mid_generation_resumes_with_the_new_weights(tiny_model_dir) -> None:
+    """The ``hf`` engine: a sync after K tokens interrupts the call, loads the new
+    weights, and the sample goes on from its K tokens; the joined experience has
+    per-token versions and each part's log-probs are the engine's under its weights."""
+    from rft.engines.call_batching import direct_call, experiences_from_completions
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.engines.partial_rollout import enable_partial_rollouts
+
+    torch.set_num_threads(1)
+    engine = HFEngine(str(tiny_model_dir), seed=7)
+    gate = enable_partial_rollouts(engine, sync_timeout=30)
+    old = [(n, p.detach().clone()) for n, p in engine.model.named_parameters()]
+    new = _perturbed(engine.model, seed=1)
+    calls = [0]
+    hook, errors = _sync_after(gate, engine, calls, K, new, version=1)
+    handle = engine.model.register_forward_hook(lambda *_: hook())
+    prompt = engine.tokenizer.encode("Question: Tom has 3 apples.", add_special_tokens=False)
+    try:
+        (group,) = direct_call(engine, "generate", [prompt], SamplingArgs(
+            max_tokens=16, temperature=1.0, ignore_eos=True, seed=3), 1)
+    finally:
+        handle.remove()
+    assert not errors and engine.model_version == 1
+    (completion,) = group
+    assert len(completion.token_ids) == 16 and completion.finish_reason == "length"
+    assert not completion.interrupted
+    assert gate.metrics() == {"rollout/partial/interrupted": 1.0,
+                              "rollout/partial/resumed_tokens": 16.0 - K}
+    _assert_parts_are_the_engines(engine, completion, K, old, new, atol=1e-5)
+    (exp,) = experiences_from_completions([completion])
+    assert exp.token_versions.tolist() == [0] * K + [1] * (16 - K)
+
+
+def test_sync_without_calls_in_flight_just_loads(tiny_model_dir) -> None:
+    from rft.engines.hf_engine import HFEngine
+    from rft.engines.partial_rollout import enable_partial_rollouts
+
+    engine = HFEngine(str(tiny_model_dir), seed=7)
+    gate = enable_partial_rollouts(engine, sync_timeout=5)
+    loaded: list[int] = []
+    gate.sync(lambda: loaded.append(1), 1)
+    assert loaded == [1] and not engine.interrupt.is_set()

@@ -143,6 +143,14 @@ class Completion:
     """Weights version that sampled it."""
     stop_reason: int | str | None = None
     """The stop token id or stop string that ended it; ``None`` for EOS or length."""
+    interrupted: bool = False
+    """Generation was stopped before a stop token, a stop string or the budget because a
+    weight sync asked for it (:attr:`InferenceEngine.interrupt`); ``finish_reason`` is then
+    ``"length"`` and :class:`~rft.engines.partial_rollout.PartialRolloutEngine` resumes it
+    with the new weights."""
+    token_versions: list[int] | None = None
+    """Weights version of each of ``token_ids`` when they differ (a resumed partial
+    rollout); ``None``: every token is ``model_version``'s."""
 
     @property
     def tokens(self) -> list[int]:
@@ -201,6 +209,12 @@ class InferenceEngine(ABC):
     :data:`rft.config.host_checks.ENGINE_OPTIONS`); validation warns about one set for an
     engine that does not read it."""
 
+    interruptible: ClassVar[bool] = False
+    """The engine's :meth:`generate` watches :attr:`interrupt`: once it is set, in-flight
+    rows stop at the next decode step and come back with ``Completion.interrupted`` (a
+    partial rollout, resumed after the weight sync; docs/async-partial.md). An engine
+    without it finishes its calls before a sync loads weights."""
+
     keeps_processed_logprobs: ClassVar[bool] = False
     """At ``T ≠ 1`` with top-p < 1, top-k > 0 or a repetition penalty the engine's
     ``Completion.logprobs`` are those of its processed distribution, not the contract's,
@@ -226,6 +240,14 @@ class InferenceEngine(ABC):
         self.enable_thinking = enable_thinking
         self.seed = seed
         self._model_version = 0
+        self.interrupt = threading.Event()
+        """Set by a weight sync of partial rollouts: an :attr:`interruptible` engine stops
+        its in-flight rows at the next decode step."""
+        self.partial_rollouts = False
+        """Its calls may be interrupted (set by
+        :class:`~rft.engines.partial_rollout.PartialRolloutEngine`): an engine that must run
+        its calls differently to be interruptible (``vllm``: one request per sample,
+        stepped here) does so only then."""
         self._seeds = itertools.count(seed)
         self._seed_lock = threading.Lock()
         self._chat_cache: dict[tuple[str, bool], list[int]] = {}
