@@ -273,3 +273,88 @@ def test_vllm_sync_mid_generation_aborts_and_resumes(tmp_path_factory) -> None:
             _assert_parts_are_the_engines(engine, completion, K, old, new, atol=1e-4)
     finally:
         engine.close()
+
+
+# ---- mode both: the coordinator with partial rollouts (without Ray) -----------------------
+
+
+def _partial_actors(fail_sync_at: int | None = None):
+    from test_both_coordinator import FakeExplorer, FakeTrainer, InProcessActors
+
+    class PartialExplorer(FakeExplorer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.events: list[str] = []
+
+        def explore_step(self, step, weights, version):
+            self.events.append(f"explore {step}" + (f" on {version}" if version else ""))
+            return super().explore_step(step, weights, version)
+
+        def sync_partial(self, weights, version: int) -> float:
+            if version == fail_sync_at:
+                raise RftError(f"synchronizer: weight sync to version {version} timed out "
+                               "after 1 s: 1 engine call(s) of HFEngine did not stop "
+                               "(synchronizer.sync_timeout)")
+            assert weights == "weights"
+            self.events.append(f"sync {version}")
+            return 0.0
+
+    class CountingTrainer(FakeTrainer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.trained: list[int] = []
+
+        def train_step(self, step: int) -> dict[str, float]:
+            self.trained.append(step)
+            return super().train_step(step)
+
+    trainer = CountingTrainer()
+    actors = InProcessActors(trainer)
+    actors.explorer = PartialExplorer()
+    return trainer, actors
+
+
+def test_both_partial_explores_without_waiting_and_syncs_beside(tmp_path, tiny_model_dir):
+    """``partial_rollout``: explore steps are handed no weights (they never wait for a
+    sync); each hand-out is loaded by ``sync_partial`` at once, and explore step ``s``
+    starts once train step ``s − 2 − sync_offset`` is done."""
+    from test_both_coordinator import both_stage
+    from rft.modes.both.coordinator import Coordinator
+
+    trainer, actors = _partial_actors()
+    stage = both_stage(tmp_path, tiny_model_dir, synchronizer__partial_rollout=True)
+    result = Coordinator(stage, actors).run()
+    assert result.steps == 4
+    assert actors.explorer.events == ["explore 1", "explore 2", "sync 1", "explore 3",
+                                      "sync 2", "explore 4"]  # no sync after the last step
+    assert [step for step, _, _ in trainer.saves] == [1, 2, 3, 4]
+
+
+def test_a_partial_sync_that_times_out_is_one_line_and_keeps_what_was_trained(
+        tmp_path, tiny_model_dir):
+    """The explorer's sync of version 2 times out: the run stops with its one line and the
+    trainer's last completed step is checkpointed (step 3: the trainer went on beside the
+    sync, as on Ray), each step trained once."""
+    from test_both_coordinator import both_stage
+    from rft.modes.both.coordinator import Coordinator
+
+    trainer, actors = _partial_actors(fail_sync_at=2)
+    stage = both_stage(tmp_path, tiny_model_dir, synchronizer__partial_rollout=True,
+                       trainer__save_interval=0)
+    with pytest.raises(RftError, match=r"^synchronizer: weight sync to version 2 timed out"):
+        Coordinator(stage, actors).run()
+    assert [step for step, _, _ in trainer.saves] == [3]
+    assert trainer.trained == [1, 2, 3]
+
+
+def test_partial_rollout_needs_mode_both_and_one_engine(tmp_path, tiny_model_dir) -> None:
+    from test_split_modes import write_config
+    from fixtures_models import arithmetic_tasks
+    from rft.config import load_config
+
+    tasks = arithmetic_tasks(tmp_path, 4)
+    config = write_config(tmp_path, tiny_model_dir, tasks, "explore",
+                          synchronizer__partial_rollout=True)
+    with pytest.raises(RftError, match=r"synchronizer\.partial_rollout: works in mode 'both' "
+                                       r"only, not 'explore'"):
+        load_config(config)
