@@ -5,6 +5,7 @@ trainer's checks and batch (``rollout_version``) and a policy loss's inputs."""
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 import torch
@@ -358,3 +359,107 @@ def test_partial_rollout_needs_mode_both_and_one_engine(tmp_path, tiny_model_dir
     with pytest.raises(RftError, match=r"synchronizer\.partial_rollout: works in mode 'both' "
                                        r"only, not 'explore'"):
         load_config(config)
+
+
+# ---- faults (item 4) ----------------------------------------------------------------------
+
+
+def test_a_sync_that_times_out_loads_nothing_and_the_call_goes_on(tiny_model_dir) -> None:
+    """A call the sync cannot interrupt (``hf`` with a repetition penalty: transformers'
+    ``generate``) outlives ``sync_timeout``: the sync fails with one line, the weights are
+    not loaded, and the call ends normally on the old version."""
+    import threading
+
+    from rft.engines.call_batching import direct_call
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.engines.partial_rollout import enable_partial_rollouts
+
+    torch.set_num_threads(1)
+    engine = HFEngine(str(tiny_model_dir), seed=7)
+    gate = enable_partial_rollouts(engine, sync_timeout=0.2)
+    loaded: list[int] = []
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def sync() -> None:
+        started.wait()
+        try:
+            gate.sync(lambda: loaded.append(1), 1)
+        except RftError as exc:
+            errors.append(exc)
+
+    def slow_forward(*_: object) -> None:  # keep the call in flight past the timeout
+        started.set()
+        threading.Event().wait(0.02)
+
+    thread = threading.Thread(target=sync)
+    thread.start()
+    handle = engine.model.register_forward_hook(slow_forward)
+    try:
+        (group,) = direct_call(engine, "generate", [[5, 6, 7]], SamplingArgs(
+            max_tokens=40, ignore_eos=True, seed=3, repetition_penalty=1.1), 1)
+    finally:
+        handle.remove()
+        thread.join()
+    assert len(errors) == 1 and not loaded and engine.model_version == 0
+    assert re.fullmatch(r"synchronizer: weight sync to version 1 timed out after 0\.2 s: 1 "
+                        r"engine call\(s\) of HFEngine did not stop \(synchronizer\.sync_timeout\)",
+                        str(errors[0]))
+    (completion,) = group
+    assert len(completion.token_ids) == 40 and completion.token_versions is None
+    assert not engine.interrupt.is_set()  # the gate is open again
+
+
+def test_an_engine_that_dies_mid_abort_fails_its_call_and_the_sync_goes_through(
+        tiny_model_dir) -> None:
+    """The engine fails while a sync interrupts it: the call in flight raises (its task
+    fails and is retried by the runner, nothing half-made is kept), the sync still loads
+    the weights, and a later call runs on the new version. A load that fails is one line
+    naming the version, and the gate reopens."""
+    from rft.engines.call_batching import direct_call
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.engines.partial_rollout import enable_partial_rollouts
+
+    torch.set_num_threads(1)
+    engine = HFEngine(str(tiny_model_dir), seed=7)
+    gate = enable_partial_rollouts(engine, sync_timeout=30)
+    new = _perturbed(engine.model, seed=1)
+    calls = [0]
+    hook, errors = _sync_after(gate, engine, calls, 3, new, version=1)
+
+    def dying(*_: object) -> None:
+        hook()
+        if engine.interrupt.is_set():
+            raise RuntimeError("engine died")
+
+    handle = engine.model.register_forward_hook(dying)
+    try:
+        with pytest.raises(RuntimeError, match="engine died"):
+            direct_call(engine, "generate", [[5, 6, 7]], SamplingArgs(
+                max_tokens=16, ignore_eos=True, seed=3), 1)
+    finally:
+        handle.remove()
+    for _ in range(1000):  # the sync thread loads once the call is gone
+        if engine.model_version == 1:
+            break
+        threading_wait(0.01)
+    assert not errors and engine.model_version == 1
+    (group,) = direct_call(engine, "generate", [[5, 6, 7]], SamplingArgs(
+        max_tokens=4, ignore_eos=True, seed=3), 1)
+    assert group[0].model_version == 1 and group[0].token_versions is None
+
+    def broken_load() -> None:
+        raise RuntimeError("worker process exited\nwith more lines")
+
+    with pytest.raises(RftError, match=r"^synchronizer: loading weights version 2 into HFEngine "
+                                       r"failed: RuntimeError: worker process exited$"):
+        gate.sync(broken_load, 2)
+    assert not engine.interrupt.is_set() and engine.model_version == 1
+
+
+def threading_wait(seconds: float) -> None:
+    import threading
+
+    threading.Event().wait(seconds)

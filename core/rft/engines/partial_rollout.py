@@ -161,7 +161,9 @@ class PartialRollouts:
         """Interrupt the calls in flight, run ``load`` (which loads weights ``version``)
         once none is left, then let the calls go on; returns the seconds the calls were
         held. One line (:class:`RftError`) when the calls do not stop within
-        ``sync_timeout``: nothing is loaded and the calls go on with the old weights."""
+        ``sync_timeout`` (nothing is loaded and the calls go on with the old weights) or
+        when ``load`` fails (the gate is reopened either way: no call waits on a dead
+        sync)."""
         with self._sync_lock:  # one sync at a time
             started = time.monotonic()
             with self._cond:
@@ -177,6 +179,13 @@ class PartialRollouts:
                         f"{type(self.engine).__name__} did not stop (synchronizer.sync_timeout)")
             try:
                 load()
+            except RftError:
+                raise
+            except Exception as exc:  # an engine that died while loading
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise RftError(f"synchronizer: loading weights version {version} into "
+                               f"{type(self.engine).__name__} failed: "
+                               f"{type(exc).__name__}: {first}") from exc
             finally:
                 with self._cond:
                     self._reopen()
