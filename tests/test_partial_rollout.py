@@ -50,6 +50,21 @@ def test_token_versions_survive_the_buffer(kind: str, tmp_path) -> None:
     assert got[1].token_versions is None
 
 
+def test_token_versions_survive_a_checkpointed_queue(tmp_path) -> None:
+    """Resume: a queue buffer's state (``buffer.pt`` of a checkpoint, saved with
+    ``torch.save``) keeps the unread experiences' versions."""
+    store = open_storage("queue", "buf", None)
+    store.write([partial([0, 1, 1, 2]), partial([2, 2, 3, 3], task=1)])
+    store.read(1, timeout=1)
+    torch.save(store.state_dict(), tmp_path / "buffer.pt")
+    store.close()
+    restored = open_storage("queue", "buf", None)
+    restored.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=False))
+    (left,) = restored.read(1, timeout=1)
+    restored.close()
+    assert left.token_versions.tolist() == [2, 2, 3, 3] and left.oldest_version == 2
+
+
 def test_codec_and_pickle_round_trip() -> None:
     exp = partial([4, 5, 5, 6], model_version=6)
     back = experience_from_dict(experience_to_dict(exp))
