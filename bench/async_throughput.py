@@ -146,7 +146,13 @@ def main() -> None:
             rewards = [r["rollout/reward/mean"] for r in explorer if "rollout/reward/mean" in r]
             interrupted = max((r.get("rollout/partial/interrupted", 0.0) for r in explorer),
                               default=0.0)
+            syncs = sum(r.get("sync/partial_syncs", 0.0) for r in explorer)
+            explore_s = [r["timing_s/explore"] for r in explorer if "timing_s/explore" in r]
+            train_s = [r["timing_s/step"] for r in trainer if "timing_s/step" in r]
             results[name] = {"step_s": step_s, "samples_s": rows_per_step / step_s,
+                             "syncs": syncs,
+                             "explore_s": sum(explore_s[1:]) / max(len(explore_s) - 1, 1),
+                             "train_s": sum(train_s[1:]) / max(len(train_s) - 1, 1),
                              "reward": sum(rewards) / max(len(rewards), 1),
                              "wall_s": time.monotonic() - started,
                              "interrupted": interrupted,
@@ -159,11 +165,13 @@ def main() -> None:
           f"{os.cpu_count()} cores")
     base = results.get("sync")
     print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>8} "
-          f"{'interrupted':>12} {'run s':>7}")
+          f"{'explore s':>9} {'train s':>8} {'mid-step syncs':>14} {'interrupted':>12} "
+          f"{'run s':>7}")
     for name, r in results.items():
         ratio = f"{r['samples_s'] / base['samples_s']:.2f}" if base else "-"
         print(f"{name:<14} {r['step_s']:8.3f} {r['samples_s']:10.2f} {ratio:>7} "
-              f"{r['reward']:8.3f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
+              f"{r['reward']:8.3f} {r['explore_s']:9.3f} {r['train_s']:8.3f} "
+              f"{r['syncs']:14.0f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
     if "async_partial" in results and "one_step_off" in results:
         print(f"async_partial / one_step_off: "
               f"{results['async_partial']['samples_s'] / results['one_step_off']['samples_s']:.2f}")
