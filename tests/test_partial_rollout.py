@@ -193,8 +193,9 @@ def _assert_parts_are_the_engines(engine, completion, k: int, old_weights, new_w
 
 def test_hf_sync_mid_generation_resumes_with_the_new_weights(tiny_model_dir) -> None:
     """The ``hf`` engine: a sync after K tokens interrupts the call, loads the new
-    weights, and the sample goes on from its K tokens; the joined experience has
-    per-token versions and each part's log-probs are the engine's under its weights."""
+    weights, and the sample goes on from its K tokens (which do not count toward
+    ``max_prompt_tokens``); the joined experience has per-token versions and each part's
+    log-probs are the engine's under its weights."""
     from rft.engines.call_batching import direct_call, experiences_from_completions
     from rft.engines.engine import SamplingArgs
     from rft.engines.hf_engine import HFEngine
@@ -209,6 +210,7 @@ def test_hf_sync_mid_generation_resumes_with_the_new_weights(tiny_model_dir) -> 
     hook, errors = _sync_after(gate, engine, calls, K, new, version=1)
     handle = engine.model.register_forward_hook(lambda *_: hook())
     prompt = engine.tokenizer.encode("Question: Tom has 3 apples.", add_special_tokens=False)
+    engine.max_prompt_tokens = len(prompt)  # the resumed prompt (+K tokens) is not cut to it
     try:
         (group,) = direct_call(engine, "generate", [prompt], SamplingArgs(
             max_tokens=16, temperature=1.0, ignore_eos=True, seed=3), 1)

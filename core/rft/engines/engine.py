@@ -96,6 +96,10 @@ class SamplingArgs:
     """Return per-token log-probabilities (``Completion.logprobs``)."""
     skip_special_tokens: bool = True
     """Drop special tokens (e.g. ``<|im_end|>``) from ``Completion.text``."""
+    resumed_tokens: int = 0
+    """Partial rollouts: the last ``resumed_tokens`` tokens of each prompt are a response
+    being resumed after a weight sync (:mod:`rft.engines.partial_rollout`); they do not
+    count toward ``max_prompt_tokens`` (only ``max_model_len`` bounds them)."""
 
     def check(self) -> None:
         """Raise a one-line :class:`RftError` for an impossible setting."""
@@ -394,10 +398,12 @@ class InferenceEngine(ABC):
         with self._seed_lock:
             self._seeds = itertools.count(int(seed))
 
-    def prompt_limit(self) -> int | None:
-        """Most prompt tokens allowed: ``max_prompt_tokens``, bounded by
-        ``max_model_len − 1`` (room for one new token)."""
-        limits = [self.max_prompt_tokens] if self.max_prompt_tokens is not None else []
+    def prompt_limit(self, resumed_tokens: int = 0) -> int | None:
+        """Most prompt tokens allowed: ``max_prompt_tokens`` (plus ``resumed_tokens``, a
+        resumed response's part of the prompt), bounded by ``max_model_len − 1`` (room for
+        one new token)."""
+        limits = ([self.max_prompt_tokens + resumed_tokens]
+                  if self.max_prompt_tokens is not None else [])
         model_len = self.effective_max_model_len()
         if model_len is not None:
             limits.append(model_len - 1)
@@ -413,7 +419,6 @@ class InferenceEngine(ABC):
                         sampling: SamplingArgs) -> list[PreparedPrompt]:
         """Apply the prompt limit (left truncation or refusal) and compute each prompt's
         new-token budget."""
-        limit = self.prompt_limit()
         model_len = self.effective_max_model_len()
         requested = (sampling.max_tokens if sampling.max_tokens is not None
                      else self.max_response_tokens)
@@ -423,6 +428,7 @@ class InferenceEngine(ABC):
             if not ids:
                 raise RftError(f"prompt {index} is empty: an engine needs at least one token")
             truncated = False
+            limit = self.prompt_limit(sampling.resumed_tokens)
             if limit is not None and len(ids) > limit:
                 if not self.enable_prompt_truncation:
                     raise RftError(

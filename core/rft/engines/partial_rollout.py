@@ -103,22 +103,23 @@ class PartialRollouts:
     def _resume(self, cut: list[Completion], sampling: SamplingArgs) -> list[Completion]:
         """Continue interrupted completions (one engine call per distinct remaining
         budget) and join each to its continuation."""
-        by_budget: dict[tuple[int | None, int], list[int]] = {}
+        by_budget: dict[tuple[int | None, int, int], list[int]] = {}
         for index, completion in enumerate(cut):
             rest = self._rest(completion, sampling)
-            by_budget.setdefault((rest.max_tokens, rest.min_tokens), []).append(index)
+            key = (rest.max_tokens, rest.min_tokens, rest.resumed_tokens)
+            by_budget.setdefault(key, []).append(index)
         joined: list[Completion | None] = [None] * len(cut)
-        for (max_tokens, min_tokens), indices in by_budget.items():
-            rest = dataclasses.replace(sampling, max_tokens=max_tokens, min_tokens=min_tokens)
+        for (max_tokens, min_tokens, resumed), indices in by_budget.items():
+            rest = dataclasses.replace(sampling, max_tokens=max_tokens, min_tokens=min_tokens,
+                                       resumed_tokens=resumed)
             prompts = [cut[i].prompt_token_ids + cut[i].token_ids for i in indices]
             with self._engine_call():
                 continued = self.engine.generate(prompts, rest, 1)
             for i, prompt, (after,) in zip(indices, prompts, continued, strict=True):
-                if after.prompt_token_ids != prompt:
+                if after.prompt_token_ids != prompt:  # cannot be: the budget was left room
                     raise RftError(
-                        f"partial rollouts: the resumed prompt of {len(prompt)} tokens was "
-                        "truncated by the engine's prompt limit; raise model.max_prompt_tokens "
-                        "to model.max_model_len − 1 (or turn synchronizer.partial_rollout off)")
+                        f"partial rollouts: the engine truncated a resumed prompt of "
+                        f"{len(prompt)} tokens to {len(after.prompt_token_ids)}")
                 joined[i] = self._join(cut[i], after, sampling)
         with self._cond:
             self.resumed_tokens += sum(len(c.token_ids) for c in joined if c is not None) \
@@ -127,11 +128,12 @@ class PartialRollouts:
 
     def _rest(self, completion: Completion, sampling: SamplingArgs) -> SamplingArgs:
         """The sampling arguments of a continuation: the token budget (and minimum) less
-        the ``k`` tokens already produced."""
+        the ``k`` tokens already produced, which do not count toward the prompt limit."""
         (original,) = self.engine.prepare_prompts([completion.prompt_token_ids], sampling)
         done = len(completion.token_ids)
         return dataclasses.replace(sampling, max_tokens=max(1, original.max_new_tokens - done),
-                                   min_tokens=max(0, sampling.min_tokens - done))
+                                   min_tokens=max(0, sampling.min_tokens - done),
+                                   resumed_tokens=done)
 
     def _join(self, before: Completion, after: Completion, sampling: SamplingArgs) -> Completion:
         """One completion of an interrupted part and its continuation (see the module

@@ -301,13 +301,16 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
         results = []
         for index, prompt in enumerate(prepared):
-            rows = [(number, output)
-                    for number, request in enumerate(outputs[index * copies:(index + 1) * copies],
-                                                     start=index * copies)
-                    for output in sorted(request.outputs, key=lambda o: o.index)]
-            results.append([self._completion(prompt, output, sampling, extra_stop_ids,
-                                             interrupted=number in interrupted)
-                            for number, output in rows])
+            group: list[Completion] = []
+            for number, request in enumerate(outputs[index * copies:(index + 1) * copies],
+                                             start=index * copies):
+                if request is None:  # aborted before it was scheduled: resumed whole
+                    group.append(_unstarted(prompt, sampling, self.model_version))
+                    continue
+                group += [self._completion(prompt, output, sampling, extra_stop_ids,
+                                           interrupted=number in interrupted)
+                          for output in sorted(request.outputs, key=lambda o: o.index)]
+            results.append(group)
         if sampling.logprobs and not _processed_logprobs_exact(sampling):
             if (self.rescore_full_vocabulary or _unit_temperature(sampling.logprob_temperature)
                     or not _reshapes_distribution(sampling)):
@@ -351,11 +354,12 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         )
 
     def _generate_interruptible(self, requests: list[TokensPrompt], params: list[Any]
-                                ) -> tuple[list[Any], set[int]]:
+                                ) -> tuple[list[Any | None], set[int]]:
         """``LLM.generate`` as a loop of engine steps that stops when :attr:`interrupt` is
         set: the unfinished requests are aborted and come back with the tokens (and
-        log-probs) they had; returns the outputs in request order and the numbers of the
-        interrupted requests. Called under ``self._lock``."""
+        log-probs) they had; returns the outputs in request order (``None`` for a request
+        aborted before it was scheduled) and the numbers of the interrupted requests.
+        Called under ``self._lock``."""
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.llm.llm_engine
@@ -376,11 +380,8 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
                         for output in engine.step():
                             if output.request_id in number and output.outputs:
                                 latest.setdefault(output.request_id, output)
-                missing = [r for r in unfinished if r not in latest]
-                if missing:
-                    raise RftError(f"vllm engine: {len(missing)} request(s) were aborted by a "
-                                   "weight sync before their first token")
-                return [latest[r] for r in ids], {number[r] for r in unfinished}
+                # a request still queued has no output: it comes back empty, resumed whole
+                return [latest.get(r) for r in ids], {number[r] for r in unfinished}
         return [latest[r] for r in ids], set()
 
     def _completion(self, prompt: PreparedPrompt, output: Any, sampling: SamplingArgs,
@@ -483,6 +484,15 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             if callable(shutdown):
                 shutdown()
             del llm
+
+
+def _unstarted(prompt: PreparedPrompt, sampling: SamplingArgs, version: int) -> Completion:
+    """A request a weight sync aborted before it was scheduled: no token yet, to be
+    resumed whole with the new weights."""
+    return Completion(prompt_token_ids=list(prompt.token_ids), token_ids=[],
+                      logprobs=torch.zeros(0) if sampling.logprobs else None, text="",
+                      finish_reason="length", prompt_truncated=prompt.truncated,
+                      model_version=version, interrupted=True)
 
 
 __all__ = ["CPU_KV_CACHE_BYTES", "INSTALL_HINT", "VLLM_LORA_RANKS", "VLLMEngine",
