@@ -139,9 +139,10 @@ def main() -> None:
         for name in args.runs.split(","):
             started = time.monotonic()
             run(load_config(config(directory, model, tasks, name, args, **RUNS[name])))
-            trainer = monitor(directory, name, "trainer")
-            explorer = monitor(directory, name, "explorer")
-            times = [r["time"] for r in trainer]
+            trainer_lines = monitor(directory, name, "trainer")
+            times = [r["time"] for r in trainer_lines]
+            trainer = [r["metrics"] for r in trainer_lines]
+            explorer = [r["metrics"] for r in monitor(directory, name, "explorer")]
             step_s = (times[-1] - times[0]) / (len(times) - 1)
             rewards = [r["rollout/reward/mean"] for r in explorer if "rollout/reward/mean" in r]
             interrupted = max((r.get("rollout/partial/interrupted", 0.0) for r in explorer),
