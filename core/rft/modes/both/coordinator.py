@@ -91,8 +91,9 @@ class Coordinator:
     def _schedule_explorer(self) -> None:
         p = self.progress
         step = p.explored + 1
-        busy = (self.pending.busy("explorer", "explore") or self.pending.busy("explorer", "evaluate")
-                if self.partial else self.pending.busy("explorer"))  # partial: syncs run beside
+        pending = self.pending
+        busy = (pending.busy("explorer", "explore") or pending.busy("explorer", "evaluate")
+                if self.partial else pending.busy("explorer"))  # partial: syncs run beside
         if busy or step > self.steps:
             return
         if self.partial and p.explorer_version >= p.resumed:
