@@ -348,6 +348,27 @@ def test_both_partial_explores_without_waiting_and_syncs_beside(tmp_path, tiny_m
     assert [step for step, _, _ in trainer.saves] == [1, 2, 3, 4]
 
 
+def test_a_resumed_partial_run_syncs_to_the_checkpoint_then_goes_on(tmp_path, tiny_model_dir):
+    """Resumed from checkpoint 2 with ``partial_rollout``: the explorer's first step loads
+    the checkpoint's weights before it (as without partial rollouts), the steps after the
+    checkpoint are trained once each, and the later checkpoints hold the new steps."""
+    from test_both_coordinator import both_stage
+    from rft.distributed.workers import ResumePoint
+    from rft.modes.both.coordinator import Coordinator
+    from rft.modes.run_state import RunState
+
+    trainer, actors = _partial_actors()
+    trainer.resume_point = ResumePoint(2, str(tmp_path / "global_step_2"), RunState(
+        step=2, model_version=2, selectors=[{"i": 2}], engine_seed=102,
+        explorer_rng={"r": 2}, experiences_written=4, experiences_read=4), None, [])
+    stage = both_stage(tmp_path, tiny_model_dir, synchronizer__partial_rollout=True,
+                       continue_from_checkpoint=True)
+    Coordinator(stage, actors).run()
+    assert actors.explorer.events == ["explore 3 on 2", "explore 4"]
+    assert trainer.trained == [3, 4]
+    assert [step for step, _, _ in trainer.saves] == [3, 4]
+
+
 def test_a_partial_sync_that_times_out_is_one_line_and_keeps_what_was_trained(
         tmp_path, tiny_model_dir):
     """The explorer's sync of version 2 times out: the run stops with its one line and the
