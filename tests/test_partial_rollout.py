@@ -429,7 +429,7 @@ def test_a_sync_that_times_out_loads_nothing_and_the_call_goes_on(tiny_model_dir
 
     def slow_forward(*_: object) -> None:  # keep the call in flight past the timeout
         started.set()
-        threading.Event().wait(0.02)
+        threading.Event().wait(0.05)
 
     thread = threading.Thread(target=sync)
     thread.start()
