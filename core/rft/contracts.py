@@ -284,6 +284,11 @@ class PolicyLossInputs:
     """The training step being taken, counted from 1 (the trainer's ``global_steps + 1``;
     Trinity-RFT's ``step``), for losses whose weights follow a schedule (CHORD's ``μ``);
     ``None`` outside a trainer."""
+    rollout_version: Tensor | None = None
+    """``(B, T)`` int64 weights version that produced each response token
+    (``Experience.token_versions``, else the row's ``model_version``; ``-1`` on padding):
+    a partial rollout's tokens before a weight sync carry the old version, those after it
+    the new one. A loss correcting stale tokens reads it; ``None`` outside a trainer."""
 
     def require(self, field: str, who: str) -> Any:
         """The optional input ``field``, or a one-line :class:`MissingInputError` naming

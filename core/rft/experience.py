@@ -87,6 +87,12 @@ class Experience:
     """(R,) log-probabilities of the response tokens under a teacher model (on-policy
     distillation: the workflow scores each response with an auxiliary model); the trainer
     passes them to the advantage fn and the policy loss as ``teacher_log_prob``."""
+    token_versions: torch.Tensor | None = None
+    """(R,) int64 weights version that produced each response token; ``None``: every token
+    is ``model_version``'s. Set by a partial rollout (a weight sync landed while the
+    response was being generated: the tokens before it carry the old version, those after
+    the new one; docs/async-partial.md) and by a multi-turn merge whose turns were sampled
+    by different versions. The trainer sees it as ``rollout_version``."""
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 1:
@@ -121,6 +127,21 @@ class Experience:
     @property
     def response_tokens(self) -> torch.Tensor:
         return self.tokens[self.prompt_length:]
+
+    def response_versions(self) -> torch.Tensor:
+        """(R,) int64 version of each response token: ``token_versions``, or
+        ``model_version`` everywhere when it is ``None``."""
+        if self.token_versions is not None:
+            return self.token_versions.to(torch.long)
+        return torch.full((self.response_length,), self.model_version, dtype=torch.long)
+
+    @property
+    def oldest_version(self) -> int:
+        """The oldest weights version that produced a response token (``model_version``
+        when there are no per-token versions or no response tokens)."""
+        if self.token_versions is None or not self.token_versions.numel():
+            return self.model_version
+        return int(self.token_versions.min())
 
 
 _TENSOR_FIELDS = tuple(f.name for f in fields(Experience) if "torch.Tensor" in str(f.type))
@@ -162,6 +183,11 @@ class Batch:
     group_ids: list[str]
     """Per row, the task group (rollouts of one task in one step)."""
     experiences: list[Experience]
+    rollout_version: torch.Tensor | None = None
+    """(B, R) int64 weights version that produced each response token
+    (:meth:`Experience.response_versions`: ``token_versions``, else the row's
+    ``model_version``); ``-1`` on padding columns. A trainer's staleness and off-policy
+    corrections read it (``current_version − rollout_version`` is a token's lag)."""
 
 
 def _row_spans(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
@@ -267,4 +293,25 @@ def pad_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
                                          response_width, torch.float32),
         group_ids=[e.eid.group for e in experiences],
         experiences=list(experiences),
+        rollout_version=_rollout_versions(experiences, response_lengths, response_width),
     )
+
+
+def _rollout_versions(experiences: Sequence[Experience], response_lengths: torch.Tensor,
+                      width: int) -> torch.Tensor:
+    """``(B, R)`` int64 per-token weights versions, ``-1`` on padding: the rows' scalar
+    ``model_version`` broadcast over their responses, then the rows with ``token_versions``
+    written over them (one masked write each way)."""
+    batch_size = len(experiences)
+    versions = torch.tensor([e.model_version for e in experiences], dtype=torch.long)  # (B,)
+    spans = _row_spans(torch.zeros(batch_size, dtype=torch.long), response_lengths, width)
+    out = torch.where(spans, versions[:, None], torch.full((batch_size, width), -1,
+                                                           dtype=torch.long))  # (B, R)
+    rows = [i for i, e in enumerate(experiences) if e.token_versions is not None]
+    if rows:
+        given = [v for e in experiences if (v := e.token_versions) is not None]
+        index = torch.tensor(rows, dtype=torch.long)  # (b,)
+        given_spans = _row_spans(torch.zeros(len(given), dtype=torch.long), _numels(given),
+                                 width)  # (b, R)
+        out[index] = _fill_rows(given, given_spans, out[index].clone())
+    return out

@@ -10,7 +10,9 @@ import torch
 from rft.experience import EID, Experience
 
 _TENSOR_FIELDS = ("token_level_reward", "logprobs", "action_mask", "advantages", "returns",
-                  "teacher_logprobs")
+                  "teacher_logprobs", "token_versions")
+_DTYPES = {"action_mask": torch.bool, "token_versions": torch.long}
+"""Tensor fields that are not float32."""
 
 
 def experience_to_dict(exp: Experience) -> dict[str, Any]:
@@ -38,8 +40,7 @@ def experience_from_dict(data: dict[str, Any]) -> Experience:
     for name in _TENSOR_FIELDS:
         value = data.get(name)
         if value is not None:
-            dtype = torch.bool if name == "action_mask" else torch.float32
-            tensors[name] = torch.tensor(value, dtype=dtype)
+            tensors[name] = torch.tensor(value, dtype=_DTYPES.get(name, torch.float32))
     return Experience(
         tokens=torch.tensor(data["tokens"], dtype=torch.long),
         prompt_length=int(data["prompt_length"]),

@@ -79,6 +79,8 @@ def check_synchronizer(c: RftConfig, found: Findings) -> None:
                       f"must be > 0 seconds, got {s.sync_timeout}")
     if c.mode == "serve":
         check_serve(c, found)
+    if s.partial_rollout:
+        _check_partial_rollout(c, found)
     if c.mode == "colocate" and s.sync_offset != 0:
         found.problem("synchronizer.sync_offset", "mode 'colocate' alternates explore and "
                       f"train: must be 0, got {s.sync_offset}")
@@ -96,6 +98,20 @@ def check_serve(c: RftConfig, found: Findings) -> None:
     if e.service_status_check_interval <= 0:
         found.problem("explorer.service_status_check_interval",
                       f"must be > 0 seconds, got {e.service_status_check_interval}")
+
+
+def _check_partial_rollout(c: RftConfig, found: Findings) -> None:
+    """``synchronizer.partial_rollout``: mode ``both``, one rollout engine in the explorer's
+    process, a synchronizer that hands weights out (not one the explorer asks for)."""
+    key = "synchronizer.partial_rollout"
+    if c.mode != "both":
+        found.problem(key, f"works in mode 'both' only, not {c.mode!r}")
+    if c.explorer.rollout_model.engine_num > 1:
+        found.problem(key, "needs explorer.rollout_model.engine_num: 1 (the engine in the "
+                      f"explorer's process), got {c.explorer.rollout_model.engine_num}")
+    if c.synchronizer.sync_style in ("explorer_driven", "dynamic_by_explorer"):
+        found.problem(key, "needs a synchronizer.sync_style where the trainer hands out "
+                      f"weights (fixed or trainer_driven), got {c.synchronizer.sync_style!r}")
 
 
 def check_split_modes(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) -> None:

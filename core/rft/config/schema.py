@@ -1059,6 +1059,15 @@ class SynchronizerConfig:
     """Seconds to wait for one sync before failing."""
     wait_for_checkpoint: bool = field(default=False, metadata=consumed(EXPLORE))
     """``checkpoint``: block until a newer checkpoint exists instead of reusing the last."""
+    partial_rollout: bool = field(default=False, metadata=consumed(
+        BOTH, BOTH_ACTORS, WORKERS, CHECK, note="mode both; veRL's async_training.partial_rollout"))
+    """Mode ``both``: the explorer generates continuously. Explore steps start without
+    waiting for weights (step ``s`` once train step ``s − 2 − sync_offset`` is done: the
+    explorer generates while the trainer trains the step before), and the
+    weights the trainer hands out are loaded at once, mid-step: the engine's in-flight
+    requests are interrupted, the weights loaded, and each request resumed from the tokens
+    it had, every token recording the version that produced it
+    (``Experience.token_versions``; docs/async-partial.md)."""
 
 
 @dataclass(frozen=True)

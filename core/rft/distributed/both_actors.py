@@ -49,8 +49,11 @@ class RayBothActors:
     def start_explorer(self) -> None:
         # explorer.env_vars travel in the plan, set by the actor itself (rft.distributed.
         # actor_env): Ray's runtime_env would write their values to a world-readable log
+        extra: dict[str, Any] = {}
+        if self.config.synchronizer.partial_rollout:  # syncs land beside explore steps
+            extra["concurrency_groups"] = {BROADCAST_GROUP: 1}
         self._start("explorer", self.config.explorer.name, ExplorerService, self.plan,
-                    self.actors["buffer"], num_gpus=actor_gpus(self.config).explorer)
+                    self.actors["buffer"], num_gpus=actor_gpus(self.config).explorer, **extra)
 
     def start_trainer(self, steps: int, *, broadcasting: bool) -> None:
         extra: dict[str, Any] = {}

@@ -57,6 +57,7 @@ from rft.distributed.weight_broadcast import (
 from rft.errors import RftError
 from rft.engines.engine import InferenceEngine, load_weights
 from rft.engines.engine_factory import build_engine, default_sampling
+from rft.engines.partial_rollout import PartialRollouts, enable_partial_rollouts
 from rft.rollout.explorer import Explorer
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.modes.builders import (
@@ -112,6 +113,13 @@ class ExplorerService:
         else:
             self.engine = build_engine(config, engine_cls)
         self.storage = RemoteStorage(plan.experience_buffer.name, buffer)
+        # synchronizer.partial_rollout: syncs (sync_partial, a thread of their own) interrupt
+        # the engine's calls in flight, which resume with the new weights
+        self.partial: PartialRollouts | None = (
+            enable_partial_rollouts(self.engine, sync_timeout=config.synchronizer.sync_timeout)
+            if config.synchronizer.partial_rollout else None)
+        self._sync_metrics: dict[str, float] = {}
+        """Metrics of the partial syncs since the last explore step (its metrics get them)."""
         # auxiliary models: actors with GPUs of their own (this actor's are the engine's)
         self.explorer = Explorer(plan, ModelWrapper(self.engine, default_sampling(config)),
                                  self.storage, auxiliary_pools(config, own_actors=True))
@@ -151,6 +159,24 @@ class ExplorerService:
                      else iter(weights), version)
         return time.monotonic() - started
 
+    def sync_partial(self, weights: Weights, version: int) -> float:
+        """``synchronizer.partial_rollout``: load ``version`` now, beside a running explore
+        step (this actor's sync thread): the engine's calls in flight are interrupted and
+        resume with the new weights (:mod:`rft.engines.partial_rollout`); returns the
+        seconds the calls were held. One line when the calls do not stop within
+        ``synchronizer.sync_timeout`` (nothing loaded) or the engine fails to load."""
+        assert self.partial is not None, "sync_partial needs synchronizer.partial_rollout"
+        held = self.partial.sync(lambda: self._timed_sync(weights, version), version)
+        self._sync_metrics["timing_s/partial_sync_hold"] = (
+            self._sync_metrics.get("timing_s/partial_sync_hold", 0.0) + held)
+        self._sync_metrics["sync/partial_syncs"] = (
+            self._sync_metrics.get("sync/partial_syncs", 0.0) + 1)
+        return held
+
+    def _timed_sync(self, weights: Weights, version: int) -> None:
+        self._sync_metrics["timing_s/update_weights"] = (
+            self._sync_metrics.get("timing_s/update_weights", 0.0) + self.sync(weights, version))
+
     def explore_step(self, step: int, weights: Weights | None = None,
                      version: int | None = None) -> tuple[dict[str, float], RunState]:
         """Optionally sync first, then one explore step; its metrics and the explorer's state
@@ -166,6 +192,11 @@ class ExplorerService:
                                                        for _, t in weights))
         with self.storage.idempotent_writes(explore_step_key(self.job_dir, step)):
             metrics.update(self.explorer.explore_step(step))
+        if self.partial is not None:  # the syncs that landed during the step
+            metrics.update(self.partial.metrics())
+            for key, value in self._sync_metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + value
+            self._sync_metrics = {}
         return metrics, RunState(step=step,
                                  selectors=[s.state_dict() for s in self.explorer.selectors],
                                  engine_seed=self.engine.seed_state(), explorer_rng=rng_state(),

@@ -26,6 +26,7 @@ import torch
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
+from rft.engines.partial_rollout import run_call
 from rft.engines.reply_parsing import AssistantReply
 
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingArgs)}
@@ -69,6 +70,7 @@ def experience_from_completion(completion: Completion) -> Experience:
         logprobs=completion.logprobs,
         action_mask=mask,
         model_version=completion.model_version,
+        token_versions=_versions(completion),
         response_text=completion.text,
         info={"finish_reason": completion.finish_reason,
               "prompt_truncated": completion.prompt_truncated},
@@ -98,10 +100,18 @@ def experiences_from_completions(completions: Sequence[Completion]) -> list[Expe
                 masks[start: start + length] = False
             start += length
     return [Experience(tokens=t, prompt_length=len(c.prompt_token_ids), logprobs=c.logprobs,
-                       action_mask=m, model_version=c.model_version, response_text=c.text,
+                       action_mask=m, model_version=c.model_version,
+                       token_versions=_versions(c), response_text=c.text,
                        info={"finish_reason": c.finish_reason,
                              "prompt_truncated": c.prompt_truncated})
             for c, t, m in zip(completions, tokens, masks.split(responses), strict=True)]
+
+
+def _versions(completion: Completion) -> torch.Tensor | None:
+    """``(R,)`` int64 per-token versions of a resumed partial rollout, else ``None``."""
+    if completion.token_versions is None:
+        return None
+    return torch.tensor(completion.token_versions, dtype=torch.long)
 
 
 @dataclass
@@ -130,7 +140,12 @@ class _Call:
 
 def direct_call(engine: InferenceEngine, kind: str, items: list[Any], sampling: SamplingArgs,
                 n: int) -> list[list[Completion]]:
-    """``engine.chat`` (``kind == "chat"``) or ``engine.generate``: one call, not merged."""
+    """``engine.chat`` (``kind == "chat"``) or ``engine.generate``: one call, not merged;
+    through the engine's partial-rollout gate when it has one
+    (:mod:`rft.engines.partial_rollout`: a weight sync may interrupt it, and it is resumed)."""
+    gated = run_call(engine, kind, items, sampling, n)
+    if gated is not None:
+        return gated
     method = engine.chat if kind == "chat" else engine.generate
     return method(items, sampling, n)
 

@@ -58,6 +58,9 @@ class DecodeSettings:
     stop_check: Callable[[torch.Tensor], torch.Tensor] | None = None
     """Stop strings: new tokens so far ``(B, t)`` → ``(B,)`` bool, the rows whose text now
     holds a stop string (they finish like rows that drew a stop token)."""
+    interrupt: Callable[[], bool] | None = None
+    """Checked before each decode step after the first: ``True`` stops the loop there
+    (a weight sync of partial rollouts; :attr:`DecodeResult.interrupted`)."""
 
 
 def covers(sampling: SamplingArgs) -> bool:
@@ -71,6 +74,8 @@ class DecodeResult:
     """``(B, N)`` new tokens, the pad id after a row's stop token; ``N ≤ max_new_tokens``."""
     logits: list[torch.Tensor]
     """``N`` raw (unfiltered) float32 logits ``(B, V)``, one per step."""
+    interrupted: bool = False
+    """The loop stopped on :attr:`DecodeSettings.interrupt` with rows unfinished."""
 
 
 def filter_scores(scores: torch.Tensor, step: int, settings: DecodeSettings) -> torch.Tensor:
@@ -231,7 +236,11 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (R,)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []
+    interrupted = False
     for step in range(settings.max_new_tokens):
+        if step and settings.interrupt is not None and settings.interrupt():
+            interrupted = True
+            break
         if step:
             step_logits = forward.step(tokens[-1][:, None], positions)  # (B, V)
         raw = step_logits.to(copy=True, dtype=torch.float32)  # (B, V)
@@ -251,4 +260,4 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         if can_stop and int(unfinished.max()) == 0:
             break
         positions = positions[:, -1:] + 1  # (B, 1)
-    return DecodeResult(torch.stack(tokens, dim=1), logits)
+    return DecodeResult(torch.stack(tokens, dim=1), logits, interrupted=interrupted)

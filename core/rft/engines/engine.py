@@ -96,6 +96,10 @@ class SamplingArgs:
     """Return per-token log-probabilities (``Completion.logprobs``)."""
     skip_special_tokens: bool = True
     """Drop special tokens (e.g. ``<|im_end|>``) from ``Completion.text``."""
+    resumed_tokens: int = 0
+    """Partial rollouts: the last ``resumed_tokens`` tokens of each prompt are a response
+    being resumed after a weight sync (:mod:`rft.engines.partial_rollout`); they do not
+    count toward ``max_prompt_tokens`` (only ``max_model_len`` bounds them)."""
 
     def check(self) -> None:
         """Raise a one-line :class:`RftError` for an impossible setting."""
@@ -143,6 +147,14 @@ class Completion:
     """Weights version that sampled it."""
     stop_reason: int | str | None = None
     """The stop token id or stop string that ended it; ``None`` for EOS or length."""
+    interrupted: bool = False
+    """Generation was stopped before a stop token, a stop string or the budget because a
+    weight sync asked for it (:attr:`InferenceEngine.interrupt`); ``finish_reason`` is then
+    ``"length"`` and :class:`~rft.engines.partial_rollout.PartialRolloutEngine` resumes it
+    with the new weights."""
+    token_versions: list[int] | None = None
+    """Weights version of each of ``token_ids`` when they differ (a resumed partial
+    rollout); ``None``: every token is ``model_version``'s."""
 
     @property
     def tokens(self) -> list[int]:
@@ -201,6 +213,12 @@ class InferenceEngine(ABC):
     :data:`rft.config.host_checks.ENGINE_OPTIONS`); validation warns about one set for an
     engine that does not read it."""
 
+    interruptible: ClassVar[bool] = False
+    """The engine's :meth:`generate` watches :attr:`interrupt`: once it is set, in-flight
+    rows stop at the next decode step and come back with ``Completion.interrupted`` (a
+    partial rollout, resumed after the weight sync; docs/async-partial.md). An engine
+    without it finishes its calls before a sync loads weights."""
+
     keeps_processed_logprobs: ClassVar[bool] = False
     """At ``T ≠ 1`` with top-p < 1, top-k > 0 or a repetition penalty the engine's
     ``Completion.logprobs`` are those of its processed distribution, not the contract's,
@@ -226,6 +244,14 @@ class InferenceEngine(ABC):
         self.enable_thinking = enable_thinking
         self.seed = seed
         self._model_version = 0
+        self.interrupt = threading.Event()
+        """Set by a weight sync of partial rollouts: an :attr:`interruptible` engine stops
+        its in-flight rows at the next decode step."""
+        self.partial_rollouts = False
+        """Its calls may be interrupted (set by
+        :class:`~rft.engines.partial_rollout.PartialRolloutEngine`): an engine that must run
+        its calls differently to be interruptible (``vllm``: one request per sample,
+        stepped here) does so only then."""
         self._seeds = itertools.count(seed)
         self._seed_lock = threading.Lock()
         self._chat_cache: dict[tuple[str, bool], list[int]] = {}
@@ -372,10 +398,12 @@ class InferenceEngine(ABC):
         with self._seed_lock:
             self._seeds = itertools.count(int(seed))
 
-    def prompt_limit(self) -> int | None:
-        """Most prompt tokens allowed: ``max_prompt_tokens``, bounded by
-        ``max_model_len − 1`` (room for one new token)."""
-        limits = [self.max_prompt_tokens] if self.max_prompt_tokens is not None else []
+    def prompt_limit(self, resumed_tokens: int = 0) -> int | None:
+        """Most prompt tokens allowed: ``max_prompt_tokens`` (plus ``resumed_tokens``, a
+        resumed response's part of the prompt), bounded by ``max_model_len − 1`` (room for
+        one new token)."""
+        limits = ([self.max_prompt_tokens + resumed_tokens]
+                  if self.max_prompt_tokens is not None else [])
         model_len = self.effective_max_model_len()
         if model_len is not None:
             limits.append(model_len - 1)
@@ -391,7 +419,6 @@ class InferenceEngine(ABC):
                         sampling: SamplingArgs) -> list[PreparedPrompt]:
         """Apply the prompt limit (left truncation or refusal) and compute each prompt's
         new-token budget."""
-        limit = self.prompt_limit()
         model_len = self.effective_max_model_len()
         requested = (sampling.max_tokens if sampling.max_tokens is not None
                      else self.max_response_tokens)
@@ -401,6 +428,7 @@ class InferenceEngine(ABC):
             if not ids:
                 raise RftError(f"prompt {index} is empty: an engine needs at least one token")
             truncated = False
+            limit = self.prompt_limit(sampling.resumed_tokens)
             if limit is not None and len(ids) > limit:
                 if not self.enable_prompt_truncation:
                     raise RftError(

@@ -217,6 +217,7 @@ class HFEngine(InferenceEngine):
 
     def _generate_chunk(self, prompts: list[PreparedPrompt], sampling: SamplingArgs,
                         n: int) -> list[list[Completion]]:
+        interrupted: bool
         max_new = max(p.max_new_tokens for p in prompts)
         stop_ids = self.stop_token_ids(sampling)
         step_logits: Sequence[torch.Tensor]  # N × (B·n, V)
@@ -234,10 +235,12 @@ class HFEngine(InferenceEngine):
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0),
                 top_p=sampling.top_p, stop_token_ids=stop_ids,
                 pad_token_id=self.pad_token_id,
-                stop_check=self._stop_string_check(sampling) if sampling.stop else None)
+                stop_check=self._stop_string_check(sampling) if sampling.stop else None,
+                interrupt=self.interrupt.is_set)
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
                                                 rows=source)
             new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
+            interrupted = decoded.interrupted
         else:
             # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
             # like repeating each prompt n times); greedy rows are repeated explicitly.
@@ -249,6 +252,7 @@ class HFEngine(InferenceEngine):
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                       generation_config=config, **extra)
             new_tokens, step_logits = out.sequences[:, input_ids.shape[1]:], out.logits
+            interrupted = False  # transformers' generate is not interruptible
         logprobs = None
         if sampling.logprobs:
             logprobs = self._sampled_logprobs(step_logits, new_tokens,
@@ -264,6 +268,11 @@ class HFEngine(InferenceEngine):
                     logprobs[row] if logprobs is not None else None,
                     sampling, set(stop_ids), extra_stop_ids))
             results.append(samples)
+        if interrupted:  # rows cut short by a weight sync: neither stopped nor at the budget
+            for prompt, samples in zip(prompts, results, strict=True):
+                for completion in samples:
+                    completion.interrupted = (completion.finish_reason == "length" and
+                                              len(completion.token_ids) < prompt.max_new_tokens)
         return results
 
     @staticmethod

@@ -118,6 +118,7 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
 
     required_modules = ("vllm",)
     install_hint = INSTALL_HINT
+    interruptible = True
     engine_options = frozenset({"enforce_eager", "enable_prefix_caching",
                                 "enable_chunked_prefill", "gpu_memory_utilization"})
 
@@ -219,6 +220,8 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         """The dtype of the engine's weights (synced tensors are cast to it)."""
         self._packed = self.llm.collective_rpc(_packed_modules_mapping)[0]
         self._lock = threading.RLock()
+        self._request_numbers = itertools.count()
+        """Ids of the requests of interruptible calls (:meth:`_generate_interruptible`)."""
 
     @classmethod
     def from_config(cls, config: Any) -> VLLMEngine:
@@ -277,23 +280,37 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         prepared, seed = self.start_call(prompt_token_ids, sampling, n)
         if not prepared:
             return []
-        # vLLM refuses n > 1 with greedy decoding: then each prompt is sent n times.
-        copies = n if sampling.temperature == 0 else 1
+        # vLLM refuses n > 1 with greedy decoding: then each prompt is sent n times; a
+        # call a weight sync may interrupt sends each sample alone (seeds seed + j), so
+        # that every row's tokens so far can be read when its request is aborted
+        split = sampling.temperature == 0 or self.partial_rollouts
+        copies = n if split else 1
         params = [self._sampling_params(sampling, n // copies, p.max_new_tokens,
-                                        _prompt_seed(seed, index, n))
-                  for index, p in enumerate(prepared) for _ in range(copies)]
+                                        _prompt_seed(seed, index, n)
+                                        + (j if sampling.temperature > 0 else 0))
+                  for index, p in enumerate(prepared) for j in range(copies)]
         requests: list[TokensPrompt] = [{"prompt_token_ids": p.token_ids}
                                         for p in prepared for _ in range(copies)]
+        interrupted: set[int] = set()
         with self._lock:
-            outputs = self.llm.generate(requests, params, use_tqdm=False,
-                                        lora_request=self._lora)
+            if self.partial_rollouts:
+                outputs, interrupted = self._generate_interruptible(requests, params)
+            else:
+                outputs = self.llm.generate(requests, params, use_tqdm=False,
+                                            lora_request=self._lora)
         extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
         results = []
         for index, prompt in enumerate(prepared):
-            rows = [output for request in outputs[index * copies:(index + 1) * copies]
-                    for output in sorted(request.outputs, key=lambda o: o.index)]
-            results.append([self._completion(prompt, output, sampling, extra_stop_ids)
-                            for output in rows])
+            group: list[Completion] = []
+            for number, request in enumerate(outputs[index * copies:(index + 1) * copies],
+                                             start=index * copies):
+                if request is None:  # aborted before it was scheduled: resumed whole
+                    group.append(_unstarted(prompt, sampling, self.model_version))
+                    continue
+                group += [self._completion(prompt, output, sampling, extra_stop_ids,
+                                           interrupted=number in interrupted)
+                          for output in sorted(request.outputs, key=lambda o: o.index)]
+            results.append(group)
         if sampling.logprobs and not _processed_logprobs_exact(sampling):
             if (self.rescore_full_vocabulary or _unit_temperature(sampling.logprob_temperature)
                     or not _reshapes_distribution(sampling)):
@@ -336,8 +353,39 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             include_stop_str_in_output=False,
         )
 
+    def _generate_interruptible(self, requests: list[TokensPrompt], params: list[Any]
+                                ) -> tuple[list[Any | None], set[int]]:
+        """``LLM.generate`` as a loop of engine steps that stops when :attr:`interrupt` is
+        set: the unfinished requests are aborted and come back with the tokens (and
+        log-probs) they had; returns the outputs in request order (``None`` for a request
+        aborted before it was scheduled) and the numbers of the interrupted requests.
+        Called under ``self._lock``."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        ids = [f"partial-{next(self._request_numbers)}" for _ in requests]
+        for request_id, request, param in zip(ids, requests, params, strict=True):
+            param.output_kind = RequestOutputKind.CUMULATIVE  # each step: every token so far
+            engine.add_request(request_id, request, param, lora_request=self._lora)
+        number = {request_id: i for i, request_id in enumerate(ids)}
+        latest: dict[str, Any] = {}
+        while engine.has_unfinished_requests():
+            for output in engine.step():
+                latest[output.request_id] = output  # cumulative: every token so far
+            if self.interrupt.is_set():
+                unfinished = [r for r in ids if r not in latest or not latest[r].finished]
+                if unfinished:
+                    engine.abort_request(unfinished)
+                    while engine.has_unfinished_requests():  # drain the abort
+                        for output in engine.step():
+                            if output.request_id in number and output.outputs:
+                                latest.setdefault(output.request_id, output)
+                # a request still queued has no output: it comes back empty, resumed whole
+                return [latest.get(r) for r in ids], {number[r] for r in unfinished}
+        return [latest[r] for r in ids], set()
+
     def _completion(self, prompt: PreparedPrompt, output: Any, sampling: SamplingArgs,
-                    extra_stop_ids: set[int]) -> Completion:
+                    extra_stop_ids: set[int], *, interrupted: bool = False) -> Completion:
         token_ids = [int(t) for t in output.token_ids]
         logprobs = None
         if sampling.logprobs:
@@ -361,6 +409,7 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             prompt_truncated=prompt.truncated,
             model_version=self.model_version,
             stop_reason=stop_reason,
+            interrupted=interrupted,
         )
 
     def _rescore(self, completions: list[Completion], temperature: float) -> None:
@@ -435,6 +484,15 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             if callable(shutdown):
                 shutdown()
             del llm
+
+
+def _unstarted(prompt: PreparedPrompt, sampling: SamplingArgs, version: int) -> Completion:
+    """A request a weight sync aborted before it was scheduled: no token yet, to be
+    resumed whole with the new weights."""
+    return Completion(prompt_token_ids=list(prompt.token_ids), token_ids=[],
+                      logprobs=torch.zeros(0) if sampling.logprobs else None, text="",
+                      finish_reason="length", prompt_truncated=prompt.truncated,
+                      model_version=version, interrupted=True)
 
 
 __all__ = ["CPU_KV_CACHE_BYTES", "INSTALL_HINT", "VLLM_LORA_RANKS", "VLLMEngine",

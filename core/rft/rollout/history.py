@@ -276,11 +276,21 @@ def _join(chain: list[Experience]) -> Experience:
         if has_logprobs and e.logprobs is not None:  # (all have them)
             logprobs[lo:hi] = e.logprobs
     turns = len(chain)
+    versions = None
+    if len({e.model_version for e in chain}) > 1 or any(e.token_versions is not None
+                                                         for e in chain):
+        versions = torch.empty(length, dtype=torch.long)  # (R,)
+        end = 0
+        for e in chain:  # observation tokens take the version of the turn they precede
+            lo, hi = e.prompt_length - start, e.tokens.numel() - start
+            versions[end:lo] = e.model_version
+            versions[lo:hi] = e.response_versions()
+            end = hi
     return Experience(
         tokens=last.tokens.clone(), prompt_length=start,
         logprobs=logprobs if has_logprobs else None, action_mask=mask,
         model_version=min(e.model_version for e in chain),
-        response_text=last.response_text,
+        token_versions=versions, response_text=last.response_text,
         info={**last.info, "turns": turns,
               "finish_reason": last.info.get("finish_reason")},
         metrics={"multi_turn/turns": float(turns)},

@@ -223,6 +223,9 @@ class LossInputs:
     """Log-probs under a teacher model (``Experience.teacher_logprobs``)."""
     global_step: int | None = None
     """The training step being taken, from 1 (``PolicyLossInputs.global_step``)."""
+    rollout_version: torch.Tensor | None = None
+    """(B, T) int64 weights version that produced each response token
+    (``Batch.rollout_version``)."""
 
 
 @dataclass
@@ -258,7 +261,8 @@ def policy_loss_term(fns: LossPlan, inputs: LossInputs, agg: AggContext
             PolicyLossInputs(log_prob, old_log_prob, advantages, inputs.response_mask, agg,
                              inputs.ref_log_prob, inputs.is_expert_mask,
                              teacher_log_prob=inputs.teacher_log_prob,
-                             global_step=inputs.global_step),
+                             global_step=inputs.global_step,
+                             rollout_version=inputs.rollout_version),
             args_of(selected))
     except MissingInputError as exc:
         raise MissingInputError(f"{selected.key}: {selected.name!r}", exc.field) from exc

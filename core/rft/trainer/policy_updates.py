@@ -96,6 +96,7 @@ class PolicyUpdates(RowPlanning):
                         ref_log_prob=on.get("ref_log_prob"),
                         is_expert_mask=on.get("is_expert"),
                         teacher_log_prob=on.get("teacher_log_prob"),
+                        rollout_version=on.get("rollout_version"),
                         global_step=self.global_steps + 1), agg)
                     if real:
                         out.loss.backward()

