@@ -118,6 +118,7 @@ def build_simple(plan: SimpleGame, seed: int, path: Path) -> Any:
     import textworld
     import textworld.generator
     from textworld import GameMaker
+    from textworld.generator.game import Event, Quest
 
     options = textworld.GameOptions()
     options.seeds = seed
@@ -135,8 +136,19 @@ def build_simple(plan: SimpleGame, seed: int, path: Path) -> Any:
     for name, container in plan.inside:
         entities[name] = maker.new(type="o", name=name)
         entities[container].add(entities[name])
-    maker.set_quest_from_commands(plan.commands())
+    # the quest as its winning condition (not set_quest_from_commands, which compiles and
+    # plays a second game to record the actions: twice the time)
+    target = entities[plan.target]
+    if plan.quest == "open":
+        goal = maker.new_fact("open", target)
+    elif plan.quest == "put" and plan.container is not None:
+        goal = maker.new_fact("in", target, entities[plan.container])
+    else:
+        goal = maker.new_fact("in", target, maker.inventory)
+    event = Event(conditions=[goal])
+    maker.quests = [Quest(win_events=[event], desc=plan.objective(), commands=plan.commands())]
     game = maker.build()
+    game.metadata["walkthrough"] = plan.commands()
     game.objective = plan.objective()
     options.path = str(path)
     options.force_recompile = True
