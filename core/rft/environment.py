@@ -22,12 +22,14 @@ Lifecycle: one instance serves many episodes when :attr:`Environment.reusable` i
 (``reset`` starts each one); :meth:`Environment.close` is called once when the instance is
 no longer needed and must be idempotent. Environments that need a process of their own (a
 JVM, a server) start it in ``__init__`` or ``reset`` and stop it in ``close``; the explorer
-runs each instance under the time-outs of its workflow and reports a dead one in one line.
+runs each instance under the time-outs of its workflow and reports a dead one in one line;
+with :attr:`Environment.out_of_process` rft runs the instance in a child process of its own.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -39,7 +41,13 @@ if TYPE_CHECKING:
 
 class EnvironmentFailure(RftError):
     """An environment failed (its process died, a call timed out, it broke its contract);
-    the message names the environment in one line."""
+    the message names the environment in one line.
+
+    Retryable: the workflow runner tries the task again up to ``explorer.max_retry_times``
+    (a dead JVM or a stuck server may well work on a fresh instance), then counts it
+    failed and the run goes on."""
+
+    retryable = True
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,12 @@ class Environment(ABC):
     """One instance may play many episodes (``reset`` between them); ``False``: a new
     instance per episode."""
 
+    out_of_process: ClassVar[bool] = False
+    """Run each instance in a child process of its own
+    (:class:`rft.environments.process_host.ProcessEnvironment`): for environments that may
+    crash or hang the interpreter (native code, a JVM bridge). Its ``Args``, the task and
+    what ``reset`` / ``step`` return must pickle."""
+
     default_action_parser: ClassVar[str] = "raw"
     """Name of the registered action parser that turns a model reply into an action when
     the workflow names none."""
@@ -99,4 +113,9 @@ class Environment(ABC):
         """Release what the environment holds (processes, files); idempotent."""
 
 
-__all__ = ["Environment", "EnvironmentFailure", "StepResult"]
+ActionParser = Callable[[str], str | None]
+"""An action parser (``register_action_parsers``): the model's reply → the action passed to
+:meth:`Environment.step`, or ``None`` when the reply holds no valid action."""
+
+
+__all__ = ["ActionParser", "Environment", "EnvironmentFailure", "StepResult"]

@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # what the other hooks' dicts hold (rft.plugin_kinds names th
     from rft.buffer.selector import TaskSelector
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
-    from rft.environment import Environment
+    from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
@@ -323,6 +323,25 @@ def register_environments() -> dict[str, type[Environment]]:
         @hookimpl
         def register_environments():
             return {"textworld": TextWorldEnvironment}
+    """
+
+
+@hookspec
+def register_action_parsers() -> dict[str, ActionParser]:
+    """Register action parsers: what turns a model's reply into the action an environment
+    steps with, selected by ``environment_workflow``'s ``workflow_args.action_parser``
+    (default: the environment's ``default_action_parser``).
+
+    :return: ``{name: callable}``; the callable takes the reply's text and returns the
+        action (a string), or ``None`` when the reply holds no valid action (the
+        environment is then not stepped and the agent is told so). Built in: ``raw``,
+        ``last_code_block``, ``action_tag``, ``last_line``.
+
+    Example::
+
+        @hookimpl
+        def register_action_parsers():
+            return {"json_action": lambda reply: json.loads(reply).get("action")}
     """
 
 

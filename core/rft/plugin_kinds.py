@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rft.contracts import AdvantageFn, EntropyLossFn, KLFn, PolicyLossFn
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
-    from rft.environment import Environment
+    from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
@@ -70,6 +70,8 @@ ENGINE: PluginKind[type[InferenceEngine]] = PluginKind(
     "engine", "register_engines", "engine")
 ENVIRONMENT: PluginKind[type[Environment]] = PluginKind(
     "environment", "register_environments", "environment")
+ACTION_PARSER: PluginKind[ActionParser] = PluginKind(
+    "action_parser", "register_action_parsers", "action parser")
 TOOL_CALL_PARSER: PluginKind[Callable[[str], tuple[str, list[FunctionCall]]]] = PluginKind(
     "tool_call_parser", "register_tool_call_parsers", "tool-call parser")
 REASONING_PARSER: PluginKind[Callable[[str], tuple[str | None, str]]] = PluginKind(
@@ -81,5 +83,5 @@ COMMAND: PluginKind[Command] = PluginKind("command", "register_commands", "comma
 ALL_KINDS: tuple[PluginKind[Any], ...] = (
     ALGORITHM, ADVANTAGE_FN, POLICY_LOSS_FN, KL_FN, ENTROPY_LOSS_FN, SAMPLE_STRATEGY,
     PRIORITY_FN, WORKFLOW, REWARD_FN, TASK_SELECTOR, EXPERIENCE_OPERATOR, ENGINE, ENVIRONMENT,
-    TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR, COMMAND)
+    ACTION_PARSER, TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR, COMMAND)
 """Every kind, in the order ``rft plugins`` lists them."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rft.errors import RftError
 
 if TYPE_CHECKING:
+    from rft.environment import ActionParser, Environment
     from rft.experience import Experience
     from rft.rollout.model_wrapper import ModelWrapper
 
@@ -74,6 +75,14 @@ class Task:
     """Instance of the reward function's ``Args`` dataclass (``reward_fn_args``)."""
     is_eval: bool = False
     """Evaluation tasks are scored but never trained on."""
+    environment: type[Environment] | None = None
+    """The environment class the taskset names (``environment``), played by a workflow
+    with :attr:`Workflow.plays_environments`; ``None``: none."""
+    environment_args: Any = None
+    """Instance of the environment's ``Args`` dataclass (``environment_args``)."""
+    action_parser: ActionParser | None = None
+    """The action parser validation resolved for the environment (``workflow_args.action_parser``,
+    else the environment's ``default_action_parser``); ``None``: the workflow looks it up."""
     greedy_baseline: bool = False
     """The algorithm needs a greedy baseline (``AlgorithmPreset.reward_baseline``): the
     workflow also answers once greedily, scores that answer ``b`` and sets
@@ -131,6 +140,10 @@ class Workflow(ABC):
     (``default_reward_fn_type`` unset): config validation selects it and says so in one
     line (Trinity-RFT's ``math_workflow`` falls back to its math reward this way).
     ``None``: the taskset's reward function, when the workflow needs one, must be set."""
+
+    plays_environments: bool = False
+    """The workflow plays the task's :attr:`Task.environment` (a taskset may set
+    ``environment`` only with such a workflow, and such a workflow needs one)."""
 
     def __init__(self, task: Task, model: ModelWrapper,
                  auxiliary_models: list[ModelWrapper] | None = None) -> None:

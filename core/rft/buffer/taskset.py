@@ -421,6 +421,10 @@ class TaskPlugins:
     """Workflows a row may name in ``format.workflow_key`` (the plan's)."""
     row_rewards: Mapping[str, Selected[Any]] = field(default_factory=dict)
     """Reward functions a row may name in ``format.reward_fn_key`` (the plan's)."""
+    environment: Selected[Any] | None = None
+    """The taskset's environment (class and built args; the plan's)."""
+    action_parser: Selected[Any] | None = None
+    """The environment's action parser (the plan's)."""
 
 
 def row_place(cfg: TasksetConfig, index: int) -> str:
@@ -493,6 +497,11 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
                 sampling={k: v for k, v in vars(cfg.rollout_args).items() if v is not None},
                 workflow_args=plugins.workflow_args, reward_fn=plugins.reward_fn,
                 reward_args=plugins.reward_args, is_eval=is_eval)
+    if plugins.environment is not None:
+        task.environment = plugins.environment.implementation
+        task.environment_args = plugins.environment.args
+        task.action_parser = (plugins.action_parser.implementation
+                              if plugins.action_parser is not None else None)
     workflow = _row_plugin(cfg, row, index, fmt.workflow_key, "workflow_key",
                            plugins.row_workflows, "workflow")
     if workflow is not None:
@@ -505,13 +514,14 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
         messages = row[fmt.messages_key]
         task.messages = json.loads(messages) if isinstance(messages, str) else list(messages)
     else:
-        if fmt.prompt_key not in row:
+        if fmt.prompt_key in row:
+            task.prompt = str(row[fmt.prompt_key])
+        elif task.environment is None:  # with one, reset gives the first observation
             also = (f" or {fmt.messages_key!r} (format.messages_key)"
                     if fmt.prompt_type == "messages" else "")
             raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)} has no key "
                                f"{fmt.prompt_key!r} "
                                f"(format.prompt_key){also}; keys: {', '.join(row)}")
-        task.prompt = str(row[fmt.prompt_key])
         if fmt.system_prompt_key and row.get(fmt.system_prompt_key):
             task.system_prompt = str(row[fmt.system_prompt_key])
         else:
@@ -526,7 +536,7 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
                                ) from exc
     if fmt.response_key in row:
         task.truth = row[fmt.response_key]
-    elif task.reward_fn is not None:
+    elif task.reward_fn is not None and task.environment is None:  # else: the env rewards
         raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)} has no key "
                            f"{fmt.response_key!r} "
                            f"(format.response_key) for the reward; keys: {', '.join(row)}")

@@ -19,6 +19,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "rft.builtin.operators",
     "rft.builtin.engines",
     "rft.builtin.reply_parsers",
+    "rft.builtin.action_parsers",
     "rft.builtin.trainers",
     "rft.builtin.selectors",
 )

@@ -13,7 +13,8 @@ from rft.config.load import unset_env_variable
 from rft.config.plan import Selected, TasksetPlan
 from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
 from rft.plugins import KINDS
-from rft.plugin_kinds import PRIORITY_FN, REWARD_FN, TASK_SELECTOR, WORKFLOW
+from rft.plugin_kinds import (ACTION_PARSER, ENVIRONMENT, PRIORITY_FN, REWARD_FN, TASK_SELECTOR,
+                              WORKFLOW)
 
 
 @dataclass(frozen=True)
@@ -140,10 +141,44 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool,
     chosen_selector = found.select(TASK_SELECTOR, f"{key}.task_selector.selector_type",
                                    selector.selector_type, selector.kwargs,
                                    f"{key}.task_selector.kwargs")
+    environment, parser = check_environment(key, taskset, workflow, found)
     if workflow is None or chosen_selector is None:
         return None
     return TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector,
+                       environment=environment, action_parser=parser,
                        **row_plugins(key, taskset, found))
+
+
+def check_environment(key: str, taskset: TasksetConfig, workflow: Selected[Any] | None,
+                      found: Findings) -> tuple[Selected[Any] | None, Selected[Any] | None]:
+    """``environment`` / ``environment_args`` of a taskset: the environment class and its
+    built args, and the action parser (the workflow's ``action_parser`` arg, else the
+    environment's ``default_action_parser``); one line each for an unknown name, bad args,
+    an environment with a workflow that plays none, or such a workflow without one."""
+    plays = workflow is not None and bool(getattr(workflow.implementation,
+                                                  "plays_environments", False))
+    if taskset.environment is None:
+        if taskset.environment_args:
+            found.problem(f"{key}.environment_args", "set without an environment "
+                          f"({key}.environment)")
+        if plays:
+            assert workflow is not None
+            found.problem(f"{key}.environment", f"workflow {workflow.name!r} plays an "
+                          "environment: name a registered one here")
+        return None, None
+    if workflow is not None and not plays:
+        found.problem(f"{key}.environment", f"workflow {workflow.name!r} does not play "
+                      "environments; use environment_workflow (default_workflow_type)")
+    environment = found.select(ENVIRONMENT, f"{key}.environment", taskset.environment,
+                               taskset.environment_args, f"{key}.environment_args")
+    if environment is None:
+        return None, None
+    named = getattr(workflow.args, "action_parser", None) if workflow is not None else None
+    parser_key = (f"{key}.workflow_args.action_parser" if named
+                  else f"{key}.environment ({taskset.environment!r}'s default_action_parser)")
+    parser_name = named or getattr(environment.implementation, "default_action_parser", "raw")
+    parser = found.select(ACTION_PARSER, parser_key, str(parser_name))
+    return environment, parser
 
 
 def row_plugins(key: str, taskset: TasksetConfig, found: Findings) -> dict[str, Any]:
@@ -179,4 +214,4 @@ def row_plugins(key: str, taskset: TasksetConfig, found: Findings) -> dict[str, 
     return resolved_by_field
 
 
-__all__ = ["BufferChoice", "check_buffer", "check_taskset", "row_plugins"]
+__all__ = ["BufferChoice", "check_buffer", "check_environment", "check_taskset", "row_plugins"]

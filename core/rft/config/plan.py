@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the kinds' contracts (runtime modules above the config laye
     from rft.buffer.selector import TaskSelector
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
+    from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
@@ -169,6 +170,11 @@ class TasksetPlan:
     """``default_reward_fn_type`` (``None``: the workflow scores itself)."""
     selector: Selected[type[TaskSelector]]
     """``task_selector.selector_type``."""
+    environment: Selected[type[Environment]] | None = None
+    """``environment`` (its args from ``environment_args``); ``None``: none."""
+    action_parser: Selected[ActionParser] | None = None
+    """With an environment: the action parser (``workflow_args.action_parser``, else the
+    environment's ``default_action_parser``)."""
     row_workflows: Mapping[str, Selected[type[Workflow]]] = field(default_factory=dict)
     """With ``format.workflow_key``: every registered workflow by name, for rows that name
     their own (args from ``workflow_args`` where they fit, else the defaults)."""

@@ -556,6 +556,13 @@ class TasksetConfig:
     reward_fn_args: dict[str, Any] = field(
         default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
     """Extra arguments handed to the reward function."""
+    environment: str | None = field(
+        default=None, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
+    """Text environment (plugin, ``register_environments``) the taskset's workflow plays
+    each task in (``environment_workflow``; docs/agents.md); ``None``: none."""
+    environment_args: dict[str, Any] = field(
+        default_factory=dict, metadata=consumed(CHECK_BUFFER, note=RESOLVED))
+    """Arguments of the environment, filled into its ``Args`` dataclass."""
     task_selector: TaskSelectorConfig = field(
         default_factory=TaskSelectorConfig, metadata=structural())
     """Order in which tasks are drawn."""

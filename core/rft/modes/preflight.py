@@ -141,7 +141,9 @@ def data_problems(plan: RunPlan) -> list[str]:
                               reward.implementation if reward else None,
                               reward.args if reward else None,
                               row_workflows=taskset.row_workflows,
-                              row_rewards=taskset.row_rewards)
+                              row_rewards=taskset.row_rewards,
+                              environment=taskset.environment,
+                              action_parser=taskset.action_parser)
         try:
             for index, row in enumerate(preview_rows(taskset.config)):
                 row_to_task(taskset.config, row, index, plugins, is_eval=taskset.is_eval)

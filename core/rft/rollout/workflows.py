@@ -36,7 +36,8 @@ def open_taskset(plan: TasksetPlan) -> Taskset:
     plugins = TaskPlugins(workflow.implementation, workflow.args,
                           reward.implementation if reward else None,
                           reward.args if reward else None,
-                          row_workflows=plan.row_workflows, row_rewards=plan.row_rewards)
+                          row_workflows=plan.row_workflows, row_rewards=plan.row_rewards,
+                          environment=plan.environment, action_parser=plan.action_parser)
     tasks = load_tasks(plan.config, plugins, is_eval=plan.is_eval)
     return Taskset(plan.config, plan.key, tasks, workflow.implementation)
 

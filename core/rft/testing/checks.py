@@ -18,14 +18,17 @@ Tolerances depend on the dtype: a comparison of ``a`` and ``b`` allows
 This module is the kit's entry point; each check lives in a module of its own:
 :mod:`~rft.testing.check_policy_loss`, :mod:`~rft.testing.check_advantage`,
 :mod:`~rft.testing.check_kl_entropy`, :mod:`~rft.testing.check_rewards` (rewards and
-workflows) and :mod:`~rft.testing.check_verl`, built from :mod:`~rft.testing.check_base`.
+workflows), :mod:`~rft.testing.check_environment` (environments) and
+:mod:`~rft.testing.check_verl`, built from :mod:`~rft.testing.check_base`.
 """
 
 from rft.testing.check_advantage import INVARIANCE_TOL, check_advantage
+from rft.testing.check_environment import check_environment
 from rft.testing.check_kl_entropy import check_entropy, check_kl
 from rft.testing.check_policy_loss import check_policy_loss
 from rft.testing.check_rewards import check_reward, check_workflow
 from rft.testing.check_verl import assert_equals_verl
 
 __all__ = ["INVARIANCE_TOL", "assert_equals_verl", "check_advantage", "check_entropy",
-           "check_kl", "check_policy_loss", "check_reward", "check_workflow"]
+           "check_environment", "check_kl", "check_policy_loss", "check_reward",
+           "check_workflow"]

@@ -30,6 +30,9 @@ Multi-turn:
   client; the workflow runs the calls and sends the results back until the model answers
   (needs ``enable_auto_tool_choice`` and a ``tool_call_parser`` too).
 - ``step_wise_math_workflow`` — answer / score / retry, one experience per answer.
+- ``environment_workflow`` — plays the taskset's ``environment`` (any registered
+  :class:`rft.environment.Environment`) with the policy; one experience per episode or per
+  step (:mod:`~rft_plugin_workflows.environment`, docs/agents.md).
 - :class:`~rft_plugin_workflows.multi_turn.MultiTurnWorkflow` — base class for
   environment loops; builds one experience per episode with an action mask that covers
   only the model's tokens.
@@ -43,6 +46,7 @@ from typing import Any
 
 from rft import hookimpl
 from rft_plugin_workflows.agent import AgentArgs, AgentOpenAIWorkflow, JudgeArgs, LLMJudgeWorkflow
+from rft_plugin_workflows.environment import EnvironmentArgs, EnvironmentWorkflow
 from rft_plugin_workflows.judges import (
     MathRMWorkflow,
     MathRULERWorkflow,
@@ -72,7 +76,8 @@ from rft_plugin_workflows.toolcall import ToolCallArgs, ToolCallWorkflow
 from rft_plugin_workflows.tools import ToolAgentArgs, ToolAgentWorkflow
 
 
-__all__ = ["AgentArgs", "AgentOpenAIWorkflow", "JudgeArgs", "LLMJudgeWorkflow",
+__all__ = ["AgentArgs", "AgentOpenAIWorkflow", "EnvironmentArgs", "EnvironmentWorkflow",
+           "JudgeArgs", "LLMJudgeWorkflow",
            "MathBoxedArgs", "MathBoxedWorkflow", "MathRMWorkflow", "MathRULERWorkflow",
            "MathTrainableRULERWorkflow", "MathWorkflow", "MultiTurnArgs", "MultiTurnWorkflow",
            "RewardModelArgs", "RubricJudgeArgs", "RubricJudgeWorkflow", "RulerArgs",
@@ -100,6 +105,7 @@ WORKFLOWS: dict[str, type] = {
     "agent_openai_workflow": AgentOpenAIWorkflow,
     "tool_agent_workflow": ToolAgentWorkflow,
     "step_wise_math_workflow": StepWiseMathWorkflow,
+    "environment_workflow": EnvironmentWorkflow,
 }
 """Every name this distribution registers. Trinity-RFT's ``async_*`` names are the same
 workflows: rft runs every workflow in its own thread, so there is no separate async form."""

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.workflow import Workflow
+
+if TYPE_CHECKING:
+    from rft.rollout.model_wrapper import ModelWrapper
 
 
 @dataclass
@@ -70,53 +74,96 @@ class MultiTurnWorkflow(Workflow):
         """One episode as one experience."""
         self.reset()
         max_turns = self.turn_limit()
-        messages = self.initial_messages()
-        tokens = self.model.tokenizer.encode(self.model.render(messages),
-                                             add_special_tokens=False)
-        prompt_length = len(tokens)
-        mask: list[bool] = []
-        logprobs: list[float] = []
+        transcript = Transcript(self.model, self.initial_messages())
         total_reward = 0.0
-        version = self.model.model_version
         for turn in range(max_turns):
-            (reply,) = self.model.generate_from_ids(tokens, n=1, **self.task.sampling)
-            reply_ids = reply.response_tokens.tolist()
-            reply_logprobs = (reply.logprobs.tolist() if reply.logprobs is not None
-                              else [0.0] * len(reply_ids))
-            text = self.model.decode(reply_ids)
-            tokens += reply_ids
-            mask += [True] * len(reply_ids)
-            logprobs += reply_logprobs
-            version = reply.model_version
+            text = transcript.generate(self.task.sampling)
             answer, reward = self.step(text, turn)
             total_reward += reward
             if answer is None or turn == max_turns - 1:
                 break
-            env_ids = self._environment_tokens(messages, reply_ids, text, answer)
-            messages = messages + [{"role": "assistant", "content": text},
-                                   {"role": "user", "content": answer}]
-            tokens += env_ids
-            mask += [False] * len(env_ids)
-            logprobs += [0.0] * len(env_ids)
-        experience = Experience(tokens=torch.tensor(tokens, dtype=torch.long),
-                                prompt_length=prompt_length, reward=total_reward,
-                                logprobs=torch.tensor(logprobs, dtype=torch.float32),
-                                action_mask=torch.tensor(mask, dtype=torch.bool),
-                                model_version=version)
+            transcript.add_user(answer)
+        experience = transcript.experience(total_reward)
         experience.metrics["multi_turn/turns"] = float(turn + 1)
         experience.metrics.update(self.episode_metrics())
         return experience
 
-    def _environment_tokens(self, messages: list[dict], reply_ids: list[int], text: str,
-                            answer: str) -> list[int]:
-        """Token ids the chat template puts between the model's reply and the next
-        generation: the rest of the assistant turn, the user message, the generation prompt."""
-        before = self.model.render(messages) + self.model.decode(reply_ids,
-                                                                 skip_special_tokens=False)
-        after = self.model.render(messages + [{"role": "assistant", "content": text},
-                                              {"role": "user", "content": answer}])
-        if not after.startswith(before):
-            raise RftError("multi-turn workflow: the chat template does not extend the "
-                           "conversation as generated (reply text does not round-trip); "
-                           "use a template that renders assistant turns verbatim")
-        return self.model.tokenizer.encode(after[len(before):], add_special_tokens=False)
+
+class Transcript:
+    """The exact tokens of one conversation that becomes one experience (module
+    docstring): the first prompt through the chat template, each model reply as generated
+    (action mask 1, its sampling log-probs), each user message as the chat template
+    renders it after that reply (action mask 0, log-prob 0).
+
+    :param model: the rollout model.
+    :param messages: the conversation the episode starts from.
+    """
+
+    def __init__(self, model: ModelWrapper, messages: list[dict[str, Any]]) -> None:
+        self.model = model
+        self.messages = list(messages)
+        self.tokens: list[int] = model.tokenizer.encode(model.render(self.messages),
+                                                        add_special_tokens=False)
+        self.prompt_length = len(self.tokens)
+        self.mask: list[bool] = []
+        self.logprobs: list[float] = []
+        self.version = model.model_version
+        self._reply: tuple[list[int], str] | None = None
+
+    @property
+    def response_length(self) -> int:
+        """Tokens after the prompt (replies and user messages)."""
+        return len(self.tokens) - self.prompt_length
+
+    def generate(self, sampling: dict[str, Any]) -> str:
+        """Sample the model's next reply from the exact tokens so far; append it; return
+        its text."""
+        (reply,) = self.model.generate_from_ids(self.tokens, n=1, **sampling)
+        reply_ids = reply.response_tokens.tolist()
+        reply_logprobs = (reply.logprobs.tolist() if reply.logprobs is not None
+                          else [0.0] * len(reply_ids))
+        text = self.model.decode(reply_ids)
+        self.tokens += reply_ids
+        self.mask += [True] * len(reply_ids)
+        self.logprobs += reply_logprobs
+        self.version = reply.model_version
+        self._reply = (reply_ids, text)
+        return text
+
+    def add_user(self, answer: str) -> None:
+        """Append the user message ``answer`` after the last reply (masked out)."""
+        assert self._reply is not None, "add_user follows generate"
+        reply_ids, text = self._reply
+        env_ids = environment_tokens(self.model, self.messages, reply_ids, text, answer)
+        self.messages = self.messages + [{"role": "assistant", "content": text},
+                                         {"role": "user", "content": answer}]
+        self.tokens += env_ids
+        self.mask += [False] * len(env_ids)
+        self.logprobs += [0.0] * len(env_ids)
+        self._reply = None
+
+    def experience(self, reward: float) -> Experience:
+        """The conversation as one experience with ``reward``."""
+        return Experience(tokens=torch.tensor(self.tokens, dtype=torch.long),
+                          prompt_length=self.prompt_length, reward=reward,
+                          logprobs=torch.tensor(self.logprobs, dtype=torch.float32),
+                          action_mask=torch.tensor(self.mask, dtype=torch.bool),
+                          model_version=self.version)
+
+
+def environment_tokens(model: ModelWrapper, messages: list[dict[str, Any]],
+                       reply_ids: list[int], text: str, answer: str) -> list[int]:
+    """Token ids the chat template puts between the model's reply and the next generation:
+    the rest of the assistant turn, the user message, the generation prompt."""
+    before = model.render(messages) + model.decode(reply_ids, skip_special_tokens=False)
+    after = model.render(messages + [{"role": "assistant", "content": text},
+                                     {"role": "user", "content": answer}])
+    if not after.startswith(before):
+        raise RftError("multi-turn workflow: the chat template does not extend the "
+                       "conversation as generated (reply text does not round-trip); "
+                       "use a template that renders assistant turns verbatim")
+    ids: list[int] = model.tokenizer.encode(after[len(before):], add_special_tokens=False)
+    return ids
+
+
+__all__ = ["MultiTurnArgs", "MultiTurnWorkflow", "Transcript", "environment_tokens"]

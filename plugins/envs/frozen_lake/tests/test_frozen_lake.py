@@ -1,5 +1,5 @@
-"""``frozen_lake_workflow``: the game by hand, the workflow through rft's testing kit, and
-a tiny run selecting it by name."""
+"""``frozen_lake_workflow`` and environment ``frozen_lake``: the game by hand, the workflow
+and the environment through rft's testing kit, and a tiny run selecting it by name."""
 
 from __future__ import annotations
 
@@ -11,17 +11,20 @@ from hypothesis import strategies as st
 
 from rft.config.validate import build_args
 from rft.plugins import PluginRegistry
-from rft.testing.checks import check_workflow
+from rft.testing.checks import check_environment, check_workflow
 from rft.testing.strategies import workflow_tasks
 from rft.workflow import Task
 from rft_plugin_frozen_lake import (
     FrozenLakeArgs,
+    FrozenLakeEnvArgs,
+    FrozenLakeEnvironment,
     FrozenLakeGame,
     FrozenLakeWorkflow,
     generate_map,
     parse_action,
 )
 from rft_plugin_frozen_lake.game import shortest_path
+from rft_plugin_workflows.environment import EnvironmentArgs, EnvironmentWorkflow
 
 
 def test_registered_by_this_distribution():
@@ -159,3 +162,47 @@ def test_frozen_lake_trains_by_name(rft_run):
                        "model.max_prompt_tokens": 1024})
     assert [s["rollout/experiences"] for s in outcome.metrics] == [4.0, 4.0]
     assert all(s["rollout/failed_tasks"] == 0.0 for s in outcome.metrics)
+
+
+def test_the_environment_is_registered_by_this_distribution():
+    registration = PluginRegistry.create().registration("environment", "frozen_lake")
+    assert registration.distribution == "rft-plugin-frozen-lake"
+    assert registration.implementation is FrozenLakeEnvironment
+
+
+def test_the_environment_by_hand():
+    env = FrozenLakeEnvironment(FrozenLakeEnvArgs(max_steps=3, desc=["SF", "HG"]))
+    observation, info = env.reset(make_task())
+    assert observation.startswith("Current observation (0):\nP\t_\nO\tG\n")
+    assert observation.endswith("At most 3 steps remain.") and info == {"desc": ["SF", "HG"]}
+    result = env.step("jump")
+    assert "'jump' is not a move" in result.observation and not result.terminated
+    result = env.step("right")
+    assert "Current observation (2):\n_\tP\nO\tG" in result.observation
+    result = env.step("2")
+    assert (result.reward, result.terminated, result.info) == (1.0, True, {"won": True})
+    env.reset(make_task())
+    result = env.step("Down")
+    assert (result.reward, result.terminated, result.info) == (0.0, True, {"won": False})
+    assert "fell into a hole" in result.observation
+
+
+def test_the_environment_truncates_after_max_steps_and_keeps_the_contract():
+    env = FrozenLakeEnvironment(FrozenLakeEnvArgs(max_steps=2, desc=["SF", "HG"]))
+    env.reset(make_task())
+    assert not env.step("Up").truncated and env.step("Up").truncated
+    check_environment(FrozenLakeEnvironment, [{"size": 3, "seed": 5}, {"size": 4, "seed": 2}],
+                      FrozenLakeEnvArgs(max_steps=3), actions=["Down", "Right", "Up", "Left"])
+
+
+def test_environment_workflow_plays_frozen_lake(rft_model):
+    task = make_task(environment=FrozenLakeEnvironment,
+                     environment_args=FrozenLakeEnvArgs(max_steps=2, desc=["SF", "HG"]),
+                     workflow_args=EnvironmentArgs(max_steps=2), repeat_times=2)
+    experiences = EnvironmentWorkflow(task, rft_model).run()
+    assert len(experiences) == 2
+    for exp in experiences:  # a random model never writes a move
+        assert exp.reward == 0.0 and exp.metrics["env/steps"] == 2.0
+        assert exp.metrics["env/invalid_actions"] == 2.0
+        masked = rft_model.tokenizer.decode(exp.response_tokens[~exp.action_mask].tolist())
+        assert "Put the action in a ``` ``` block." in masked
