@@ -11,6 +11,7 @@ import pytest
 
 from rft.environment import EnvironmentFailure
 from rft.plugins import PluginRegistry
+from rft.testing.checks import check_environment
 from rft.workflow import Task
 from rft_plugin_textworld import (
     TextWorldArgs,
@@ -180,3 +181,13 @@ def test_sft_rows_replay_the_walkthrough_in_the_workflow_prompt(games, tmp_path)
     finally:
         env.close()
     assert chats[3:] == chats[:3]
+
+
+def test_passes_the_environment_kit(games):
+    out, rows = games
+    args = TextWorldArgs(game_dir=str(out), max_episode_steps=3)
+    trajectories = check_environment(TextWorldEnvironment, rows, args=args, seed=0)
+    assert len(trajectories) == len(rows)
+    walked = check_environment(TextWorldEnvironment, rows[:1], args=args,
+                               actions=rows[0]["walkthrough"])
+    assert walked[0][1][-1][1:3] == (1.0, True)  # the walkthrough's last step wins
