@@ -65,6 +65,18 @@ def make_inputs(out: Path, *, count: int, heldout: int, seed: int,
     return seconds
 
 
+def path_overrides(out: Path) -> list[str]:
+    """``rft run`` overrides pointing the config's inputs at ``out`` (the config names
+    ``runs/agent_textworld``)."""
+    games = out / "games"
+    return [f"model.model_path={out / 'model'}",
+            f"buffer.explorer_input.eval_tasksets.0.path={games / 'heldout.jsonl'}",
+            f"buffer.explorer_input.eval_tasksets.0.environment_args.game_dir={games}",
+            f"stages.0.buffer.trainer_input.experience_buffer.path={out / 'sft.jsonl'}",
+            f"stages.1.buffer.explorer_input.taskset.path={games / 'train.jsonl'}",
+            f"stages.1.buffer.explorer_input.taskset.environment_args.game_dir={games}"]
+
+
 def success_key(metrics: dict[str, Any]) -> str | None:
     """The held-out success-rate metric of a stage's evaluation."""
     for suffix in ("/env/success", "/success", "/reward/mean", "/accuracy"):
@@ -94,20 +106,20 @@ def table(summary: dict[str, Any]) -> tuple[list[tuple[str, float | None]], str]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/agent_textworld",
-                        help="folder of the games, SFT rows and model (the config reads "
-                             "runs/agent_textworld: pass model/path overrides with another)")
+                        help="folder of the games, SFT rows, model and results.md")
     parser.add_argument("--config", default=str(CONFIG))
     parser.add_argument("--games", type=int, default=80, help="games in all")
     parser.add_argument("--heldout", type=int, default=32, help="held-out games of --games")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for rft run")
     args = parser.parse_args(argv)
     out = Path(args.out)
     start = time.perf_counter()
     seconds = make_inputs(out, count=args.games, heldout=args.heldout, seed=args.seed,
                           hidden_size=args.hidden_size)
-    rft = [sys.executable, "-m", "rft.cli", "run", args.config, *args.overrides]
+    overrides = [*path_overrides(out), *args.overrides]
+    rft = [sys.executable, "-m", "rft.cli", "run", args.config, *overrides]
     run_start = time.perf_counter()
     code = subprocess.call(rft, env={**os.environ, "OMP_NUM_THREADS": "1"})
     seconds["rft_run"] = time.perf_counter() - run_start
@@ -115,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         return code
     from rft.config.load import load_plain
 
-    plain = load_plain(args.config, args.overrides)
-    job = Path(plain.get("checkpoint_root_dir", "./checkpoints"), plain["project"],
-               plain.get("group") or "", plain["name"])
-    summary = json.loads((job / "summary.json").read_text())
+    plain = load_plain(args.config, overrides)
+    project = Path(plain.get("checkpoint_root_dir", "./checkpoints"), plain["project"],
+                   plain.get("group") or "")
+    # the job folder is <name> or <name>_<timestamp> (continue_from_checkpoint: false)
+    summaries = sorted(project.glob(f"{plain['name']}*/summary.json"),
+                       key=lambda p: p.stat().st_mtime)
+    summary = json.loads(summaries[-1].read_text())
     _, markdown = table(summary)
     seconds["total"] = time.perf_counter() - start
     timing = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())

@@ -8,12 +8,16 @@ TextWorld's feedback cleaned of the ASCII banner and prompt
 commands. ``step`` plays one command: the reward is the game's score gained by it (the
 quest's points; 1 when a one-quest game is won), ``terminated`` when the game is won or
 lost, ``truncated`` after ``max_episode_steps`` commands. ``info`` carries ``won``,
-``lost``, ``score``, ``max_score`` and ``admissible_actions``.
+``lost``, ``score``, ``max_score`` and ``admissible_actions``. Interpreter commands that
+would end or rewind the game (:data:`META_COMMANDS`: ``quit``, ``restart``, ``save``, ...)
+are answered without reaching it. Calls into TextWorld hold one lock per process
+(:data:`ENGINE_LOCK`): its parsers are not thread-safe.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,6 +27,17 @@ from rft_plugin_textworld.text import clean_feedback
 
 if TYPE_CHECKING:
     from rft.workflow import Task
+
+ENGINE_LOCK = threading.Lock()
+"""Held around every call into TextWorld: its game loading and state tracking share
+parsers (tatsu) that break when two threads use them at once (``environment_workflow``
+runs environment calls in threads under ``env_timeout``); the calls take milliseconds."""
+
+META_COMMANDS = frozenset({"quit", "q", "restart", "save", "restore", "undo", "script",
+                           "unscript", "transcript", "noscript"})
+"""Interpreter commands that would end, rewind or write files instead of playing; answered
+with :data:`NOT_AVAILABLE` without reaching the game."""
+NOT_AVAILABLE = "That command is not available in this game."
 
 SYSTEM_PROMPT = ("You are playing a text adventure game. Read the goal and the room, then "
                  "reply with one command only, such as: take apple, open box, "
@@ -80,6 +95,7 @@ class TextWorldEnvironment(Environment):
         super().__init__(args if args is not None else TextWorldArgs())
         self.args: TextWorldArgs
         self._env: Any = None
+        self._state: Any = None
         self._path: str | None = None
         self._steps = 0
         self._score = 0
@@ -96,7 +112,7 @@ class TextWorldEnvironment(Environment):
         self.close()
         infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
                                    max_score=True, objective=True)
-        with warnings.catch_warnings():
+        with ENGINE_LOCK, warnings.catch_warnings():
             # jericho's "not fully supported" note: TextWorld's own wrapper keeps the score
             warnings.filterwarnings("ignore", message=".*is not fully supported")
             self._env = textworld.start(path, request_infos=infos)
@@ -117,7 +133,9 @@ class TextWorldEnvironment(Environment):
         """Start the game of ``task.raw["game_file"]`` from its beginning (the games are
         deterministic: ``seed`` changes nothing)."""
         self._start(game_path(task.raw, self.args.game_dir))
-        state = self._env.reset()
+        with ENGINE_LOCK:
+            state = self._env.reset()
+        self._state = state
         self._steps, self._score, self._done = 0, int(state.get("score") or 0), False
         obs, info = self._observe(state.feedback, state)
         return obs, info
@@ -127,7 +145,16 @@ class TextWorldEnvironment(Environment):
         if self._env is None or self._done:
             raise EnvironmentFailure("textworld: step() without a running episode (call "
                                      "reset() first; the last episode has ended)")
-        state, score, done = self._env.step(action)
+        words = action.strip().lower().split()
+        if words and words[0] in META_COMMANDS:
+            self._steps += 1
+            _, info = self._observe("", self._state)
+            truncated = self._steps >= self.args.max_episode_steps
+            self._done = truncated
+            return StepResult(NOT_AVAILABLE, truncated=truncated, info=info)
+        with ENGINE_LOCK:
+            state, score, done = self._env.step(action)
+        self._state = state
         self._steps += 1
         reward = float(int(score or 0) - self._score)
         self._score = int(score or 0)
@@ -142,7 +169,8 @@ class TextWorldEnvironment(Environment):
         """Stop the game's engine process; idempotent."""
         env, self._env, self._path, self._done = self._env, None, None, True
         if env is not None:
-            env.close()
+            with ENGINE_LOCK:
+                env.close()
 
 
 __all__ = ["SYSTEM_PROMPT", "TextWorldArgs", "TextWorldEnvironment", "game_path"]

@@ -5,6 +5,7 @@ missing files), and SFT rows from walkthroughs."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,41 @@ def test_passes_the_environment_kit(games):
     walked = check_environment(TextWorldEnvironment, rows[:1], args=args,
                                actions=rows[0]["walkthrough"])
     assert walked[0][1][-1][1:3] == (1.0, True)  # the walkthrough's last step wins
+
+
+def test_episodes_in_many_threads_at_once(games):
+    """environment_workflow runs environment calls in threads: TextWorld's shared parsers
+    broke under that ('RulePreconditionNode' object is not iterable, pop from empty list)."""
+    out, rows = games
+
+    def play(i: int) -> bool:
+        row = rows[i % len(rows)]
+        env = TextWorldEnvironment(TextWorldArgs(game_dir=str(out)))
+        try:
+            env.reset(task(row, i))
+            result = None
+            for command in row["walkthrough"]:
+                result = env.step(command)
+            return bool(result and result.info["won"])
+        finally:
+            env.close()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(pool.map(play, range(16)))
+
+
+@pytest.mark.parametrize("command", ["quit", "restart", "save", "Q", "undo"])
+def test_interpreter_commands_do_not_reach_the_game(games, command):
+    out, rows = games
+    env = TextWorldEnvironment(TextWorldArgs(game_dir=str(out), max_episode_steps=5))
+    try:
+        _, info = env.reset(task(rows[0]))
+        result = env.step(command)
+        assert result.observation == "That command is not available in this game."
+        assert (result.reward, result.terminated, result.truncated) == (0.0, False, False)
+        assert result.info == info
+        for walk in rows[0]["walkthrough"]:
+            result = env.step(walk)
+        assert result.info["won"]
+    finally:
+        env.close()
