@@ -10,13 +10,15 @@ quest's points; 1 when a one-quest game is won), ``terminated`` when the game is
 lost, ``truncated`` after ``max_episode_steps`` commands. ``info`` carries ``won``,
 ``lost``, ``score``, ``max_score`` and ``admissible_actions``. Interpreter commands that
 would end or rewind the game (:data:`META_COMMANDS`: ``quit``, ``restart``, ``save``, ...)
-are answered without reaching it. Calls into TextWorld hold one lock per process
-(:data:`ENGINE_LOCK`): its parsers are not thread-safe.
+are answered without reaching it; a command is cut to plain ASCII words
+(:func:`clean_command`: the interpreter crashes or hangs on some other bytes). Calls into
+TextWorld hold one lock per process (:data:`ENGINE_LOCK`): its parsers are not thread-safe.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 from dataclasses import dataclass
@@ -38,6 +40,18 @@ META_COMMANDS = frozenset({"quit", "q", "restart", "save", "restore", "undo", "s
 """Interpreter commands that would end, rewind or write files instead of playing; answered
 with :data:`NOT_AVAILABLE` without reaching the game."""
 NOT_AVAILABLE = "That command is not available in this game."
+MAX_COMMAND_CHARS = 120
+"""Longest command passed to the interpreter (longer ones are cut)."""
+_NOT_COMMAND_TEXT = re.compile(r"[^A-Za-z0-9 ,.'!?-]+")
+
+
+def clean_command(action: str) -> str:
+    """``action`` as the interpreter may read it: ASCII letters, digits, spaces and
+    ``,.'!?-`` only (anything else becomes a space: frotz crashes the process on some
+    control and non-ASCII bytes, and dumb-frotz reads ``\\`` as its own command prefix and
+    then waits forever), runs of spaces made one, at most :data:`MAX_COMMAND_CHARS`."""
+    return " ".join(_NOT_COMMAND_TEXT.sub(" ", action).split())[:MAX_COMMAND_CHARS]
+
 
 SYSTEM_PROMPT = ("You are playing a text adventure game. Read the goal and the room, then "
                  "reply with one command only, such as: take apple, open box, "
@@ -145,7 +159,8 @@ class TextWorldEnvironment(Environment):
         if self._env is None or self._done:
             raise EnvironmentFailure("textworld: step() without a running episode (call "
                                      "reset() first; the last episode has ended)")
-        words = action.strip().lower().split()
+        action = clean_command(action)
+        words = action.lower().split()
         if words and words[0] in META_COMMANDS:
             self._steps += 1
             _, info = self._observe("", self._state)
@@ -173,4 +188,5 @@ class TextWorldEnvironment(Environment):
                 env.close()
 
 
-__all__ = ["SYSTEM_PROMPT", "TextWorldArgs", "TextWorldEnvironment", "game_path"]
+__all__ = ["ENGINE_LOCK", "META_COMMANDS", "SYSTEM_PROMPT", "TextWorldArgs",
+           "TextWorldEnvironment", "clean_command", "game_path"]

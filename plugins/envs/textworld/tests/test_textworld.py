@@ -20,6 +20,7 @@ from rft_plugin_textworld import (
     clean_feedback,
     write_sft_rows,
 )
+from rft_plugin_textworld.environment import MAX_COMMAND_CHARS, clean_command
 from rft_plugin_textworld.make_games import QUESTS, make_games
 
 QUEST_KINDS = ("take", "open", "take_from", "put")
@@ -230,3 +231,22 @@ def test_interpreter_commands_do_not_reach_the_game(games, command):
         assert result.info["won"]
     finally:
         env.close()
+
+
+def test_any_reply_is_a_safe_command(games):
+    """A model writes any bytes: frotz killed the process (SIGSEGV) on the first reply
+    (a tiny model's, during GRPO) and dumb-frotz hung on the last (its ``\\`` commands)."""
+    out, rows = games
+    env = TextWorldEnvironment(TextWorldArgs(game_dir=str(out), max_episode_steps=50))
+    try:
+        env.reset(task(rows[0]))
+        for reply in ["bocontent\ufffd\ufffd\x14\ufffd la\ufffd", "se\x1b:\x00\x7f", "é" * 500,
+                      "take\tapple\r\n", "x" * 1000,
+                      "\\nThe =-\\ coin adventure"]:
+            result = env.step(reply)
+            assert isinstance(result.observation, str) and not result.terminated
+    finally:
+        env.close()
+    assert clean_command("  take\t\x14apple\ufffd ") == "take apple"
+    assert clean_command("\\help me") == "help me"
+    assert len(clean_command("x " * 500)) == MAX_COMMAND_CHARS
