@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from verl.trainer.ppo import rollout_corr_helper as verl_rc
 
+from rft.config import rollout_correction_spec as parsing
 from rft.testing.algorithms import SETTINGS, Batch, batches, close
 from rft.trainer import rollout_correction as rc
 
@@ -58,7 +59,7 @@ def test_is_weights_equal_verl(batch: Batch, level: str, threshold: object, norm
         rollout_is_batch_normalize=normalize)
     level_ = "token" if level == "token" else "sequence"
     ours, our_metrics = rc.is_weights(log_ratio, batch.mask, level_,
-                                      rc.parse_is_threshold(threshold), normalize)
+                                      parsing.parse_is_threshold(threshold), normalize)
     close(ours, theirs)
     assert not ours.requires_grad
     assert_metrics_equal(our_metrics, their_metrics)
@@ -73,7 +74,7 @@ def test_rejection_mask_equal_verl(batch: Batch, spec: tuple[str, object], drift
     theirs, their_metrics = verl_rc.compute_rollout_rejection_mask(
         log_ratio, batch.mask, rollout_rs=options, rollout_rs_threshold=threshold)
     ours, our_metrics = rc.rejection_mask(log_ratio, batch.mask,
-                                          rc.parse_rejection(options, threshold))
+                                          parsing.parse_rejection(options, threshold))
     assert ours.dtype == batch.mask.dtype
     close(ours, theirs)
     assert_metrics_equal(our_metrics, their_metrics)
@@ -90,12 +91,17 @@ def test_correct_equals_verl(batch: Batch, level: str | None, threshold: object,
     off-policy diagnostics) equals ``compute_rollout_correction_and_rejection_mask``."""
     old, rollout = drifted_pair(batch, drift)
     rs_options, rs_threshold = rs if rs is not None else (None, None)
-    proto, their_mask, their_metrics = verl_rc.compute_rollout_correction_and_rejection_mask(
-        old, rollout, batch.mask, rollout_is=level, rollout_is_threshold=threshold,
-        rollout_is_batch_normalize=normalize, rollout_rs=rs_options,
-        rollout_rs_threshold=rs_threshold)
-    spec = rc.parse_correction(level, threshold, normalize, rs_options, rs_threshold)
+    spec = parsing.parse_correction(level, threshold, normalize, rs_options, rs_threshold)
     ours = rc.correct(old, rollout, batch.mask, spec)
+    try:
+        proto, their_mask, their_metrics = verl_rc.compute_rollout_correction_and_rejection_mask(
+            old, rollout, batch.mask, rollout_is=level, rollout_is_threshold=threshold,
+            rollout_is_batch_normalize=normalize, rollout_rs=rs_options,
+            rollout_rs_threshold=rs_threshold)
+    except ZeroDivisionError:  # veRL's effective sample size when IcePop zeroes every weight
+        assert ours.weights is not None and not bool(ours.weights.any())
+        assert ours.metrics["rollout_corr/rollout_is_eff_sample_size"] == 0.0
+        return
     close(ours.response_mask, their_mask)
     if proto is None:
         assert ours.weights is None
@@ -121,9 +127,9 @@ def test_is_threshold_parsing_equals_verl(spec: object) -> None:
         upper, lower = verl_rc._parse_rollout_is_threshold(spec)
     except (TypeError, ValueError):
         with pytest.raises(ValueError):
-            rc.parse_is_threshold(spec)
+            parsing.parse_is_threshold(spec)
         return
-    assert rc.parse_is_threshold(spec) == rc.IsBounds(upper, lower)
+    assert parsing.parse_is_threshold(spec) == parsing.IsBounds(upper, lower)
 
 
 @pytest.mark.parametrize("options,spec", [
@@ -139,12 +145,27 @@ def test_rs_threshold_parsing_equals_verl(options: str, spec: object) -> None:
                                                rollout_rs=options, rollout_rs_threshold=spec)
     except (TypeError, ValueError):
         with pytest.raises(ValueError):
-            rc.parse_rejection(options, spec)
+            parsing.parse_rejection(options, spec)
         return
-    parsed = rc.parse_rejection(options, spec)
+    parsed = parsing.parse_rejection(options, spec)
     names = list(dict.fromkeys(o.strip() for o in options.split(",") if o.strip()))
     their = verl_rc._parse_rollout_rs_thresholds(names, spec)
     assert [o.name for o in parsed] == names
     for option in parsed:
         assert option.upper == their[option.name]["upper"]
         assert option.lower == their[option.name]["lower"]
+
+
+def test_every_weight_zeroed_is_no_effective_sample_where_verl_divides_by_zero() -> None:
+    """IcePop bounds that zero the only token: veRL's effective sample size divides by
+    zero; rft's is 0 and the step goes on."""
+    old = torch.tensor([[0.0]], dtype=torch.float64)
+    rollout = torch.tensor([[-2.0]], dtype=torch.float64)  # ratio e² ≈ 7.4, outside [0.8, 1.25]
+    mask = torch.ones(1, 1, dtype=torch.float64)
+    with pytest.raises(ZeroDivisionError):
+        verl_rc.compute_rollout_correction_and_rejection_mask(
+            old, rollout, mask, rollout_is="token", rollout_is_threshold="0.8_1.25")
+    ours = rc.correct(old, rollout, mask,
+                      parsing.parse_correction("token", "0.8_1.25", False, None, None))
+    assert ours.weights is not None and not bool(ours.weights.any())
+    assert ours.metrics["rollout_corr/rollout_is_eff_sample_size"] == 0.0

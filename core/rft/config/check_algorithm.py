@@ -10,7 +10,7 @@ from rft.config.findings import Findings
 from rft.config.plan import LossPlan, Selected
 from rft.config.schema import RftConfig
 from rft.contracts import needs_values
-from rft.trainer.rollout_correction import parse_is_threshold, parse_rejection
+from rft.config.rollout_correction_spec import parse_is_threshold, parse_rejection
 from rft.plugin_kinds import ADVANTAGE_FN, ALGORITHM, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN, SAMPLE_STRATEGY
 
 
