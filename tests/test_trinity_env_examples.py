@@ -87,17 +87,15 @@ def test_environment_examples_validate(environ, registry, example, kind, workflo
 
 
 @pytest.mark.parametrize("example", ["alfworldv2", "alfworld_general_multi_step"])
-def test_step_wise_examples_name_add_strategy_then_validate_as_the_line_says(
+def test_step_wise_examples_validate_with_add_strategy_as_their_operator(
         environ, registry, example):
     """``add_strategy: step_wise_grpo`` (Trinity-RFT's older explorer-side advantages) is
-    refused in one line that names the fix; with the fix the example validates."""
+    read as that operator at the end of the experience pipeline: the examples validate
+    as written."""
     environ("alfworld")
-    with pytest.raises(ConfigError) as caught:
-        load_config(EXAMPLES / f"{example}.yaml", MACHINE, registry=registry)
-    assert [p.split(":")[0] for p in caught.value.problems] == ["algorithm.add_strategy"]
-    assert "use algorithm_type: multi_step_grpo" in caught.value.problems[0]
-    fixed = MACHINE + ("algorithm.algorithm_type=multi_step_grpo", "algorithm.add_strategy=null")
-    config = load_config(EXAMPLES / f"{example}.yaml", fixed, registry=registry).stages[0].config
+    config = load_config(EXAMPLES / f"{example}.yaml", MACHINE, registry=registry).stages[0].config
+    assert [op.name for op in config.data_processor.experience_pipeline.operators] == [
+        "step_wise_grpo"]
     taskset = config.buffer.explorer_input.taskset
     assert taskset.default_workflow_type == "alfworld_workflow_v2"
     assert taskset.environment == "alfworld"

@@ -216,17 +216,23 @@ def test_data_path_from_an_unset_environment_variable_warns_then_stops_a_run(
          "${oc.env:RFT_TEST_TASKSET})")]
 
 
-def test_add_strategy_is_refused_in_one_line(tmp_path, tiny_model_dir, registry):
+def test_add_strategy_is_read_as_its_experience_operator(tmp_path, tiny_model_dir, registry):
+    """Trinity-RFT's older ``add_strategy`` (explorer-side advantages) becomes that operator
+    at the end of the experience pipeline; an unknown name is one line naming the key."""
     path = write_config(tmp_path, tiny_model_dir, "")
-    path.write_text(path.read_text().replace("  repeat_times: 2\n",
-                                             "  repeat_times: 2\n  add_strategy: step_wise_grpo\n"))
+    text = path.read_text()
+    path.write_text(text.replace("  repeat_times: 2\n",
+                                 "  repeat_times: 2\n  add_strategy: step_wise_grpo\n"))
+    config = load_config(path, registry=registry).stages[0].config
+    assert [op.name for op in config.data_processor.experience_pipeline.operators] == [
+        "step_wise_grpo"]
+    path.write_text(text.replace("  repeat_times: 2\n",
+                                 "  repeat_times: 2\n  add_strategy: step_wize_grpo\n"))
     with pytest.raises(ConfigError) as caught:
         load_config(path, registry=registry)
-    assert caught.value.problems == [
-        ("algorithm.add_strategy: Trinity-RFT's older way to compute advantages in the explorer, "
-         "not supported by rft (running without it would train on other advantages): for "
-         "step-wise GRPO use algorithm_type: multi_step_grpo, or name the operator in "
-         "data_processor.experience_pipeline.operators")]
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith("algorithm.add_strategy: ")
+    assert "step_wize_grpo" in caught.value.problems[0]
 
 
 def test_tinker_base_model_is_read_and_tinker_refused_by_enable(tmp_path, tiny_model_dir,

@@ -11,7 +11,15 @@ from rft.config.plan import LossPlan, Selected
 from rft.config.schema import RftConfig
 from rft.contracts import needs_values
 from rft.config.rollout_correction_spec import parse_is_threshold, parse_rejection
-from rft.plugin_kinds import ADVANTAGE_FN, ALGORITHM, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN, SAMPLE_STRATEGY
+from rft.plugin_kinds import (
+    ADVANTAGE_FN,
+    ALGORITHM,
+    ENTROPY_LOSS_FN,
+    EXPERIENCE_OPERATOR,
+    KL_FN,
+    POLICY_LOSS_FN,
+    SAMPLE_STRATEGY,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,8 @@ def check_algorithm(c: RftConfig, found: Findings) -> AlgorithmChoice | None:
     chosen = found.select(ALGORITHM, "algorithm.algorithm_type", a.algorithm_type)
     check_optimizer(c, found)  # whether or not the preset resolves
     check_rollout_correction(c, found)
+    if a.add_strategy is not None:  # derivation appended it to the experience pipeline
+        found.select(EXPERIENCE_OPERATOR, "algorithm.add_strategy", a.add_strategy)
     if chosen is None:
         return None
     preset = chosen.implementation

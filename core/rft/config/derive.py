@@ -135,10 +135,14 @@ def derive_algorithm(a: AlgorithmConfig, registry: PluginRegistry,
 
 
 def derive_explorer_operator(c: RftConfig, registry: PluginRegistry) -> RftConfig:
-    """The preset's :attr:`~rft.algorithm.AlgorithmPreset.explorer_operator` appended to
+    """The preset's :attr:`~rft.algorithm.AlgorithmPreset.explorer_operator`, or the
+    operator ``algorithm.add_strategy`` names (Trinity-RFT's older form), appended to
     ``data_processor.experience_pipeline.operators`` when none of its name is listed."""
     preset = lookup(registry, "algorithm", c.algorithm.algorithm_type)
     name = preset.explorer_operator if isinstance(preset, AlgorithmPreset) else None
+    strategy = c.algorithm.add_strategy  # Trinity-RFT's older spelling of the same
+    if strategy is not None:  # an unknown one stays out: the check names add_strategy
+        name = strategy if registry.has("experience_operator", strategy) else None
     pipeline = c.data_processor.experience_pipeline
     if name is None or pipeline is None or any(op.name == name for op in pipeline.operators):
         return c

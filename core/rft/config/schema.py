@@ -206,14 +206,14 @@ class AlgorithmConfig:
     sample_strategy_args: dict[str, Any] = field(
         default_factory=dict, metadata=consumed(CHECK_ALGORITHM, note=RESOLVED))
     """Arguments of the sample strategy; empty means the strategy's own defaults."""
-    add_strategy: str | None = field(default=None, metadata=unsupported(
-        "Trinity-RFT's older way to compute advantages in the explorer, not supported by rft "
-        "(running without it would train on other advantages): for step-wise GRPO use "
-        "algorithm_type: multi_step_grpo, or name the operator in "
-        "data_processor.experience_pipeline.operators", severity="error"))
+    add_strategy: str | None = field(default=None, metadata=consumed(
+        DERIVE, CHECK_ALGORITHM,
+        note="the named experience operator appended to "
+             "data_processor.experience_pipeline.operators"))
     """Trinity-RFT's older field that computed advantages in the explorer as experiences were
-    written; refused in one line (step-wise GRPO: ``algorithm_type: multi_step_grpo``, or
-    an operator in ``data_processor.experience_pipeline``)."""
+    written (``step_wise_grpo``): read as that experience operator appended to
+    ``data_processor.experience_pipeline.operators`` (unless listed there already); the
+    trainer then trains on the advantages it sets. An unknown name is one line."""
     advantage_fn: str | None = field(default=None, metadata=consumed(CHECK_ALGORITHM,
                                                                      note=RESOLVED))
     """Advantage estimator (plugin), e.g. ``ppo`` (GAE), ``grpo``, ``rloo``,
