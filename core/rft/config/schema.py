@@ -548,10 +548,11 @@ class RolloutArgsConfig:
     max_tokens: int | None = field(
         default=None, metadata=consumed(ENGINE, note="the task's sampling overrides"))
     """Maximum generated tokens; ``None``: ``model.max_response_tokens``."""
-    n: int | None = field(default=None, metadata=unsupported(
-        "do not set: the samples per task are the taskset's repeat_times (workflows pass n "
-        "themselves)", severity="error", when=lambda value: value is not None))
-    """Samples per task. Do not set: derived from the taskset's ``repeat_times``."""
+    n: int | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="read as unset (Trinity-RFT overwrites it with the taskset's "
+                            "repeat count); another value: a warning"))
+    """Samples per task, as Trinity-RFT writes it; ignored there and here: the samples per
+    task are the taskset's ``repeat_times`` (a different value gets a warning)."""
 
 
 @dataclass(frozen=True)

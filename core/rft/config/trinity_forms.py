@@ -18,8 +18,8 @@ them, turned into rft's field so that the rest of validation sees one spelling:
 - ``algorithm.sample_strategy: warmup`` (Trinity-RFT's default, which reads an SFT
   warm-up dataset first when one is configured; rft has none) → ``default``;
 - ``algorithm.policy_loss_fn_args.loss_agg_mode`` → ``algorithm.loss_agg_mode``;
-- a training taskset's ``rollout_args.n`` equal to its ``repeat_times`` → unset (what
-  rft does anyway; another value is refused by validation);
+- a taskset's ``rollout_args.n`` → unset (Trinity-RFT overwrites it with the taskset's
+  repeat count), with a warning when it differs from that count;
 - ``explorer.runner_num``: deprecated in Trinity-RFT, which ignores it; so does rft, with
   a warning naming ``runner_per_model``;
 - ``explorer.listen_address`` / ``explorer.proxy_port`` (Trinity-RFT's serve-mode
@@ -127,7 +127,7 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
     c = _mix_loss_args(c, found)
     c = _sft_warmup_dataset(c, found)
     c = _storage_algorithm_types(c, found)
-    c = _samples_per_task(c)
+    c = _samples_per_task(c, found)
     c = _token_len(c, found)
     c = _priority_queue(c, found)
     c, from_file = _trainer_config_file(c, found)
@@ -312,19 +312,31 @@ def _storage_algorithm_types(c: RftConfig, found: Findings) -> RftConfig:
     return _with_trainer_input(c, ti)
 
 
-def _samples_per_task(c: RftConfig) -> RftConfig:
-    """A training taskset's ``rollout_args.n`` equal to its repeat count says what rft does
-    anyway (Trinity-RFT sets ``n`` from ``repeat_times``): read as unset. Any other value
-    is left for validation to refuse."""
-    def read(taskset: TasksetConfig) -> TasksetConfig:
-        repeat = taskset.repeat_times or c.algorithm.repeat_times
-        if taskset.rollout_args.n is None or taskset.rollout_args.n != repeat:
+def _samples_per_task(c: RftConfig, found: Findings) -> RftConfig:
+    """A taskset's ``rollout_args.n``: Trinity-RFT overwrites it with the taskset's repeat
+    count (``algorithm.repeat_times`` for the training taskset, the eval taskset's own
+    ``repeat_times``), so rft reads it as unset; a value other than that count gets a
+    warning naming the key (it has no effect, there as here)."""
+    ei = c.buffer.explorer_input
+
+    def read(taskset: TasksetConfig, key: str, default_repeat: int | None) -> TasksetConfig:
+        n = taskset.rollout_args.n
+        if n is None:
             return taskset
+        repeat = taskset.repeat_times or default_repeat
+        if n != repeat:
+            found.warnings.append(
+                f"{key}.rollout_args.n: ignored ({n}): the samples per task are the "
+                f"taskset's repeat_times ({repeat}); Trinity-RFT overwrites n with it too")
         return replace(taskset, rollout_args=replace(taskset.rollout_args, n=None))
 
-    ei = c.buffer.explorer_input
-    ei = replace(ei, taskset=None if ei.taskset is None else read(ei.taskset),
-                 tasksets=[read(t) for t in ei.tasksets])
+    key = "buffer.explorer_input"
+    ei = replace(ei, taskset=None if ei.taskset is None else read(
+                     ei.taskset, f"{key}.taskset", c.algorithm.repeat_times),
+                 tasksets=[read(t, f"{key}.tasksets[{i}]", c.algorithm.repeat_times)
+                           for i, t in enumerate(ei.tasksets)],
+                 eval_tasksets=[read(t, f"{key}.eval_tasksets[{i}]", 1)
+                                for i, t in enumerate(ei.eval_tasksets)])
     return replace(c, buffer=replace(c.buffer, explorer_input=ei))
 
 
