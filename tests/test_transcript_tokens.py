@@ -75,3 +75,39 @@ def test_trained_tokens_carry_the_log_probs_the_trainer_computes(rft_tiny_model)
         -1, exp.response_tokens[:, None])[:, 0]  # (R,)
     gap = ((scored - exp.logprobs).abs() * exp.action_mask).max()
     assert exp.action_mask.any() and float(gap) < 1e-4
+
+
+def test_episode_rows_train_only_replies_with_the_groups_signed_advantage(rft_model):
+    """An episode's observations are out of the trainer's response mask and get no
+    advantage; a won episode's replies get a positive GRPO advantage, a lost one's a
+    negative one, grouped by task (``eid``)."""
+    from fixtures_environments import Guess, GuessArgs
+    from rft.contracts import AdvantageInputs
+    from rft.experience import EID, pad_batch
+    from rft.workflow import Task
+    from rft_plugin_grpo.advantages import GRPOArgs, grpo_advantages
+    from rft_plugin_workflows.environment import EnvironmentArgs, EnvironmentWorkflow
+
+    def episode(guess: str, task: int, run: int):
+        row = Task(raw={"secret": 3}, index=task, taskset="t", repeat_times=1,
+                   sampling={"max_tokens": 4}, environment=Guess, environment_args=GuessArgs(),
+                   workflow_args=EnvironmentArgs(max_steps=2),
+                   action_parser=lambda reply: guess)
+        (exp,) = EnvironmentWorkflow(row, rft_model).run()
+        exp.eid = EID(batch=1, task=task, run=run)
+        return exp
+
+    rows = [episode("5", 0, 0), episode("3", 0, 1), episode("5", 1, 0), episode("5", 1, 1)]
+    batch = pad_batch(rows, pad_token_id=0)
+    advantages, _ = grpo_advantages(AdvantageInputs(
+        token_level_rewards=batch.token_level_rewards, response_mask=batch.response_mask,
+        index=batch.group_ids), GRPOArgs())  # (B, R)
+    for row, exp in enumerate(rows):
+        width = exp.response_length
+        assert torch.equal(batch.response_mask[row, :width].bool(), exp.action_mask)
+        assert not bool(advantages[row, :width][~exp.action_mask].any())  # observations: 0
+    lost = advantages[0, :rows[0].response_length][rows[0].action_mask]
+    won = advantages[1, :rows[1].response_length][rows[1].action_mask]
+    assert bool((lost < 0).all()) and bool((won > 0).all())
+    assert not bool(advantages[2:].any())  # task 1: both lost alike, no signal
+    assert rows[0].metrics["env/steps"] == 2.0 and rows[1].metrics["env/steps"] == 1.0
