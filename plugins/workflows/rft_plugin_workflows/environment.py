@@ -25,7 +25,11 @@ Forms (``experience_form``):
 Rewards (``reward``): ``terminal`` — the last step's reward (plus invalid-action
 penalties); ``sum`` — the sum of every step's (shaped) reward. Metrics per episode:
 ``env/steps``, ``env/success`` (``info["won"]`` of the last step when the environment
-says, else the terminal reward > 0), ``env/invalid_actions``.
+says, else the terminal reward > 0), ``env/invalid_actions``, and in the episode form
+``env/truncated_context_turns`` (replies the engine sampled from a context left-truncated
+to ``max_prompt_tokens``: not trained on, see
+:class:`~rft_plugin_workflows.multi_turn.Transcript`; raise ``model.max_prompt_tokens``
+to the longest conversation).
 
 Lifecycle: a ``reusable`` environment serves all episodes of the task, else each episode
 gets a new instance; each instance is closed, also when the episode fails. Every
@@ -232,6 +236,7 @@ class EnvironmentWorkflow(Workflow):
         metrics = {"env/steps": float(len(own)), "env/success": record.success(),
                    "env/invalid_actions": float(sum(record.invalid))}
         if transcript is not None:
+            metrics["env/truncated_context_turns"] = float(transcript.truncated_turns)
             experience = transcript.experience(episode_return)
             experience.metrics.update(metrics)
             return [experience]

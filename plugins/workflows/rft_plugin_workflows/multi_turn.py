@@ -93,7 +93,9 @@ class Transcript:
     """The exact tokens of one conversation that becomes one experience (module
     docstring): the first prompt through the chat template, each model reply as generated
     (action mask 1, its sampling log-probs), each user message as the chat template
-    renders it after that reply (action mask 0, log-prob 0).
+    renders it after that reply (action mask 0, log-prob 0). A reply sampled from a
+    left-truncated context keeps the engine's action mask (0; counted in
+    :attr:`truncated_turns`).
 
     :param model: the rollout model.
     :param messages: the conversation the episode starts from.
@@ -108,6 +110,8 @@ class Transcript:
         self.mask: list[bool] = []
         self.logprobs: list[float] = []
         self.version = model.model_version
+        self.truncated_turns = 0
+        """Replies the engine sampled from a left-truncated context (not trained on)."""
         self._reply: tuple[list[int], str] | None = None
 
     @property
@@ -123,8 +127,12 @@ class Transcript:
         reply_logprobs = (reply.logprobs.tolist() if reply.logprobs is not None
                           else [0.0] * len(reply_ids))
         text = self.model.decode(reply_ids)
+        # the engine's mask: 0 where it sampled from a left-truncated context
+        mask = (reply.action_mask.tolist() if reply.action_mask is not None
+                else [True] * len(reply_ids))
+        self.truncated_turns += int(bool(reply.info.get("prompt_truncated", False)))
         self.tokens += reply_ids
-        self.mask += [True] * len(reply_ids)
+        self.mask += mask
         self.logprobs += reply_logprobs
         self.version = reply.model_version
         self._reply = (reply_ids, text)
@@ -135,7 +143,8 @@ class Transcript:
         assert self._reply is not None, "add_user follows generate"
         reply_ids, text = self._reply
         env_ids = environment_tokens(self.model, self.messages, reply_ids, text, answer)
-        self.messages = self.messages + [{"role": "assistant", "content": text},
+        content, _ = reply_content(self.model, reply_ids)
+        self.messages = self.messages + [{"role": "assistant", "content": content},
                                          {"role": "user", "content": answer}]
         self.tokens += env_ids
         self.mask += [False] * len(env_ids)
@@ -151,19 +160,44 @@ class Transcript:
                           model_version=self.version)
 
 
+def reply_content(model: ModelWrapper, reply_ids: list[int]) -> tuple[str, str]:
+    """``(content, stop)``: the reply decoded with special tokens kept, split before the
+    special tokens it ends with (its stop token; ``""`` for a reply cut at the token
+    limit)."""
+    special = set(model.tokenizer.all_special_ids)
+    end = len(reply_ids)
+    while end > 0 and reply_ids[end - 1] in special:
+        end -= 1
+    return (model.decode(reply_ids[:end], skip_special_tokens=False),
+            model.decode(reply_ids[end:], skip_special_tokens=False))
+
+
 def environment_tokens(model: ModelWrapper, messages: list[dict[str, Any]],
                        reply_ids: list[int], text: str, answer: str) -> list[int]:
     """Token ids the chat template puts between the model's reply and the next generation:
-    the rest of the assistant turn, the user message, the generation prompt."""
-    before = model.render(messages) + model.decode(reply_ids, skip_special_tokens=False)
-    after = model.render(messages + [{"role": "assistant", "content": text},
+    the rest of the assistant turn, the user message, the generation prompt.
+
+    The reply's content is its tokens decoded with special tokens kept, less the special
+    tokens it ends with (its stop token: ``<|im_end|>``, or another EOS such as
+    ``<|endoftext|>`` that the template never writes); the template renders that content
+    verbatim, and what it writes after it follows the reply's tokens as generated, less
+    the stop token when the template writes the same one (``text``, the reply without
+    special tokens, is what the workflow read; the template sees the exact content).
+    """
+    content, stop = reply_content(model, reply_ids)
+    before = model.render(messages) + content
+    after = model.render(messages + [{"role": "assistant", "content": content},
                                      {"role": "user", "content": answer}])
     if not after.startswith(before):
         raise RftError("multi-turn workflow: the chat template does not extend the "
                        "conversation as generated (reply text does not round-trip); "
                        "use a template that renders assistant turns verbatim")
-    ids: list[int] = model.tokenizer.encode(after[len(before):], add_special_tokens=False)
+    rest = after[len(before):]
+    if stop and rest.startswith(stop):  # the template's own end of turn: generated already
+        rest = rest[len(stop):]
+    ids: list[int] = model.tokenizer.encode(rest, add_special_tokens=False)
     return ids
 
 
-__all__ = ["MultiTurnArgs", "MultiTurnWorkflow", "Transcript", "environment_tokens"]
+__all__ = ["MultiTurnArgs", "MultiTurnWorkflow", "Transcript", "environment_tokens",
+           "reply_content"]

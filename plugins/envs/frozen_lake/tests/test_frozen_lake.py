@@ -110,7 +110,21 @@ def test_each_task_row_draws_its_own_map(rft_model):
     assert a != b
 
 
-def test_an_episode_is_one_experience_with_the_games_turns_masked(rft_model):
+@pytest.fixture(scope="module")
+def long_model(rft_tiny_model):
+    """The kit's ``rft_model`` with a context that holds a whole episode (the game's first
+    prompt alone is ~415 tokens; a reply sampled from a left-truncated prompt is not
+    trained on)."""
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.hf_engine import HFEngine
+    from rft.rollout.model_wrapper import ModelWrapper
+
+    engine = HFEngine(str(rft_tiny_model), max_model_len=1024, max_response_tokens=8, seed=0)
+    return ModelWrapper(engine, SamplingArgs(temperature=1.0, max_tokens=8))
+
+
+def test_an_episode_is_one_experience_with_the_games_turns_masked(long_model):
+    rft_model = long_model
     task = make_task(repeat_times=2, workflow_args=FrozenLakeArgs(max_steps=2, desc=["SF", "HG"]))
     experiences = FrozenLakeWorkflow(task, rft_model).run()
     assert len(experiences) == 2
