@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     seconds = make_inputs(out, count=args.games, heldout=args.heldout, seed=args.seed,
                           hidden_size=args.hidden_size)
-    overrides = [*path_overrides(out), *args.overrides]
+    # each call makes its model afresh: a new run, not the last one resumed (the config
+    # alone resumes by default, as every example does)
+    overrides = [*path_overrides(out), "continue_from_checkpoint=false", *args.overrides]
     rft = [sys.executable, "-m", "rft.cli", "run", args.config, *overrides]
     run_start = time.perf_counter()
     code = subprocess.call(rft, env={**os.environ, "OMP_NUM_THREADS": "1"})
