@@ -238,6 +238,10 @@ def _apply_user_tree(result: VerlConfig, defaults: Any, user: dict[str, Any]) ->
             result.problems.append(f"{where}: {owned}")
             continue
         reason = keys.rft_section(path)
+        if reason is not None and path == keys.HYBRID_ENGINE and value is True:
+            result.warnings.append(f"{where}: has no effect: {reason} (an actor that is also "
+                                   "the rollout, as Trinity-RFT's configs say it)")
+            continue
         if reason is not None:
             result.problems.append(f"{where}: does not reach veRL: {reason}")
             continue
@@ -366,9 +370,10 @@ def _apply_cpu(result: VerlConfig) -> None:
         if f"{section}.override_config.attn_implementation" not in user:
             _set(result, f"{section}.override_config.attn_implementation", "eager")
         if result.get(f"{section}.use_remove_padding") and f"{section}.use_remove_padding" in user:
-            result.problems.append(f"{KEY}.{section}.use_remove_padding: packed sequences need "
-                                   "FlashAttention's varlen kernels, which have no CPU build; "
-                                   "on this machine without CUDA leave it unset (false)")
+            result.warnings.append(f"{KEY}.{section}.use_remove_padding: ignored on this "
+                                   "machine without CUDA (packed sequences need "
+                                   "FlashAttention's varlen kernels, which have no CPU build): "
+                                   "sequences run padded, the same loss, slower")
         _set(result, f"{section}.use_remove_padding", False)
 
 

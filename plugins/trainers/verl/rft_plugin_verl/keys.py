@@ -138,6 +138,10 @@ RFT_SECTIONS: dict[str, str] = {
 }
 """Prefixes of veRL key paths that rft does not pass to veRL, and why."""
 
+HYBRID_ENGINE = "actor_rollout_ref.hybrid_engine"
+"""veRL's actor-is-the-rollout switch: ``true`` (what rft does: its explorer is the
+rollout) is a warning that it has no effect; ``false`` is refused like the section."""
+
 ALIASES: dict[str, str] = {
     "critic.model.fsdp_config.": "critic.fsdp.",
 }
