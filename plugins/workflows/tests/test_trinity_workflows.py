@@ -71,8 +71,8 @@ def test_every_name_is_registered_by_this_distribution():
     assert WORKFLOWS["async_math_ruler_workflow"] is MathRULERWorkflow
 
 
-@pytest.mark.parametrize("name", ["agentscope_v1_react_search_workflow", "alfworld_workflow",
-                                  "sciworld_workflow", "webshop_workflow"])
+@pytest.mark.parametrize("name", ["agentscope_v1_react_search_workflow", "webshop_workflow",
+                                  "email_search_workflow"])
 def test_names_rft_does_not_provide_are_unknown(name):
     assert not PluginRegistry.create().has("workflow", name)
 
