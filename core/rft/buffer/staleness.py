@@ -28,18 +28,10 @@ from rft.buffer.sampling import SampleStrategy
 from rft.experience import Experience
 
 
-def oldest_version(exp: Experience) -> int:
-    """The model version of ``exp``'s oldest token: ``min(token_versions)`` where the
-    explorer recorded per-token versions (``(R,)``), else ``model_version``."""
-    versions = getattr(exp, "token_versions", None)
-    if versions is not None and len(versions) > 0:
-        return int(min(int(v) for v in versions))
-    return int(exp.model_version)
-
-
 def age_of(exp: Experience, version: int) -> int:
-    """``version − oldest_version(exp)`` (0 for an experience newer than ``version``)."""
-    return max(0, version - oldest_version(exp))
+    """``version − exp.oldest_version`` (the version of its oldest token; 0 for an
+    experience newer than ``version``)."""
+    return max(0, version - exp.oldest_version)
 
 
 @dataclass
