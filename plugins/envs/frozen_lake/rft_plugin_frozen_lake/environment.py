@@ -17,7 +17,7 @@ from typing import Any
 
 from rft.environment import Environment, StepResult
 from rft.workflow import Task
-from rft_plugin_frozen_lake.game import ACTIONS, GYM_ACTION, FrozenLakeGame, generate_map
+from rft_plugin_frozen_lake.game import FrozenLakeGame, generate_map, parse_move
 from rft_plugin_frozen_lake.workflow import SYSTEM_PROMPT
 
 
@@ -37,16 +37,6 @@ class FrozenLakeEnvArgs:
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
-
-
-def parse_move(action: str) -> int | None:
-    """A direction name (any case) or its number 1 … 4 → the move; else ``None``."""
-    text = action.strip().lower()
-    if text in ACTIONS:
-        return ACTIONS[text]
-    if text.isdigit() and int(text) in GYM_ACTION:
-        return int(text)
-    return None
 
 
 class FrozenLakeEnvironment(Environment):

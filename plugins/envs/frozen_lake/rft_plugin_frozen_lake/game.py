@@ -25,9 +25,12 @@ def parse_action(reply: str) -> int | None:
     """The action in the reply's last ```` ``` ```` block: a direction name (any case) or
     its number 1 … 4; ``None`` when there is no valid one."""
     blocks = _BLOCK.findall(reply)
-    if not blocks:
-        return None
-    text = blocks[-1].strip().lower()
+    return parse_move(blocks[-1]) if blocks else None
+
+
+def parse_move(action: str) -> int | None:
+    """A direction name (any case) or its number 1 … 4 → the move; else ``None``."""
+    text = action.strip().lower()
     if text in ACTIONS:
         return ACTIONS[text]
     if text.isdigit() and int(text) in GYM_ACTION:
