@@ -42,7 +42,6 @@ counts it failed.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -50,11 +49,12 @@ from typing import Any, Literal
 from rft.environment import ActionParser, Environment, StepResult
 from rft.environments import open_environment
 from rft.errors import RftError
-from rft.experience import EID, Experience
+from rft.experience import Experience
 from rft.plugin_kinds import ACTION_PARSER
 from rft.plugins import PluginRegistry
 from rft.workflow import Workflow
 from rft_plugin_workflows.multi_turn import Transcript
+from rft_plugin_workflows.step_wise import label_steps, new_episode_id
 
 INVALID_ACTION = ("That reply holds no valid action, so nothing happened. {hint}"
                   "\n\n{observation}")
@@ -246,15 +246,12 @@ class EnvironmentWorkflow(Workflow):
                    metrics: dict[str, float], index: int) -> list[Experience]:
         """The step form's annotations (module docstring): every step gets the episode's
         return ``Σ r_t`` as reward, its own ``r_t`` as ``info["step_reward"]``."""
-        episode_id = f"{uuid.uuid4().hex[:12]}-{index}"
+        label_steps(steps, new_episode_id(index))
         episode_return = float(sum(own))
         for step, exp in enumerate(steps):
             exp.reward = episode_return
-            exp.eid = EID(step=step, suffix=f"step{step}")
-            exp.info["episode"] = episode_id
             exp.info["env_state_hash"] = states[step]
             exp.info["step_reward"] = own[step]
-            exp.metrics["step_wise/steps"] = float(len(steps))
             exp.metrics.update(metrics)
         return steps
 

@@ -52,6 +52,21 @@ class StepWiseArgs:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
 
 
+def new_episode_id(index: int) -> str:
+    """An episode id unique across workflow runs: ``<random hex>-<index>``."""
+    return f"{uuid.uuid4().hex[:12]}-{index}"
+
+
+def label_steps(steps: list[Experience], episode_id: str) -> None:
+    """Mark ``steps`` (in order) as the steps of one episode, as multi-step algorithms
+    read them: ``eid.step`` / suffix ``step<k>``, ``info["episode"]``, and the metric
+    ``step_wise/steps`` (the episode's length)."""
+    for step, exp in enumerate(steps):
+        exp.eid = EID(step=step, suffix=f"step{step}")
+        exp.info["episode"] = episode_id
+        exp.metrics["step_wise/steps"] = float(len(steps))
+
+
 class StepWiseWorkflow(Workflow):
     """Base class: ``repeat_times`` episodes, one experience per step (module docstring)."""
 
@@ -87,7 +102,6 @@ class StepWiseWorkflow(Workflow):
 
     def episode(self, episode: int) -> list[Experience]:
         """One episode: its steps' experiences, in order."""
-        episode_id = f"{uuid.uuid4().hex[:12]}-{episode}"
         self.reset()
         messages = self.initial_messages()
         steps: list[Experience] = []
@@ -97,19 +111,17 @@ class StepWiseWorkflow(Workflow):
             reply = self.response_text(exp)
             observation, reward = self.step(reply, step)
             exp.reward = float(reward)
-            exp.eid = EID(step=step, suffix=f"step{step}")
-            exp.info["episode"] = episode_id
             steps.append(exp)
             if observation is None:
                 break
             messages = messages + [{"role": "assistant", "content": reply},
                                    {"role": "user", "content": observation}]
         self.current = None
-        final = steps[-1].reward
-        for exp in steps:
-            if self.options.propagate_final_reward:
+        label_steps(steps, new_episode_id(episode))
+        if self.options.propagate_final_reward:
+            final = steps[-1].reward
+            for exp in steps:
                 exp.reward = final
-            exp.metrics["step_wise/steps"] = float(len(steps))
         return steps
 
 
@@ -144,4 +156,5 @@ class StepWiseMathWorkflow(StepWiseWorkflow):
         return self.options.feedback.format(reward=reward), reward
 
 
-__all__ = ["StepWiseArgs", "StepWiseMathArgs", "StepWiseMathWorkflow", "StepWiseWorkflow"]
+__all__ = ["StepWiseArgs", "StepWiseMathArgs", "StepWiseMathWorkflow", "StepWiseWorkflow",
+           "label_steps", "new_episode_id"]
