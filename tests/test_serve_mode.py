@@ -273,8 +273,10 @@ def test_serve_config_checks(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError) as caught:
         load_config(write_config(tmp_path, tiny_model_dir, explorer__serve_max_pending=0,
                                  synchronizer__sync_method="nccl",
-                                 explorer__rollout_model__engine_num=2))
+                                 explorer__rollout_model__engine_num=2,
+                                 synchronizer__streaming_batches=True))
     text = str(caught.value)
+    assert "synchronizer.streaming_batches: mode 'serve' commits whole episodes" in text
     assert "explorer.rollout_model.engine_num: mode 'serve' serves one engine" in text
     with pytest.raises(ConfigError) as caught:
         load_config(write_config(tmp_path, tiny_model_dir, algorithm__algorithm_type="sft",
