@@ -1,0 +1,11 @@
+"""The pages the studio serves, in navigation order."""
+
+from __future__ import annotations
+
+from rft_plugin_studio.page import StudioContext, StudioPage
+
+
+def studio_pages(context: StudioContext) -> list[StudioPage]:
+    """Every page of the studio for ``context``, in navigation order."""
+    pages: list[StudioPage] = []
+    return pages
