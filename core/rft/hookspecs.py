@@ -532,3 +532,30 @@ def register_commands() -> dict[str, Command]:
             return {"convert-verl": Command(help="convert a veRL launch into an rft config",
                                             add_arguments=add_arguments, run=run)}
     """
+
+
+# --------------------------------------------------------------------------------------
+# End of a run
+# --------------------------------------------------------------------------------------
+
+from rft.run_artifacts import RunArtifact  # noqa: E402  (a light module; the return type)
+
+
+@hookspec
+def register_run_artifacts() -> dict[str, RunArtifact]:
+    """Register files written into each stage's job dir when ``rft run`` ends.
+
+    :return: ``{name: RunArtifact}``; the launcher calls ``artifact.write(job_dir)`` for
+        every stage once all stages ran, and the end-of-run summary names each file
+        written (``[<stage>] <name>: <path>`` on the console, ``artifacts`` in
+        ``summary.json``). ``write`` returns the path, or ``None`` when it has nothing to
+        write; an :class:`rft.errors.RftError` it raises is reported as one warning line
+        and the run still succeeds. Nothing registered: nothing written, the summary
+        unchanged.
+
+    Example::
+
+        @hookimpl
+        def register_run_artifacts():
+            return {"curves": RunArtifact(write=lambda job_dir: draw_curves(job_dir))}
+    """

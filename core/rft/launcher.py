@@ -33,7 +33,9 @@ from rft.modes.preflight import check_data_sources, check_model_sources
 from rft.modes.runtime import Distributed
 from rft.modes.serve import run_serve_mode
 from rft.modes.stage import StageResult
+from rft.plugin_kinds import RUN_ARTIFACT
 from rft.plugins import PluginRegistry
+from rft.run_artifacts import write_artifacts
 from rft.modes.train import run_train_mode
 
 ModeRunner = Callable[[Stage, Distributed], StageResult]
@@ -95,8 +97,21 @@ def _run_stages(loaded: LoadedConfig) -> int:
         results.append(result)
         previous_model = result.final_model_path
         write_summary(loaded, results)
-    print_summary(results)
+    artifacts = end_of_run_artifacts(loaded)
+    if any(artifacts):
+        write_summary(loaded, results, artifacts)
+    print_summary(results, artifacts)
     return 0
+
+
+def end_of_run_artifacts(loaded: LoadedConfig) -> list[dict[str, str]]:
+    """Each stage's files from the plugins' ``register_run_artifacts`` (``{name: path}``
+    per stage, in stage order; :mod:`rft.run_artifacts`)."""
+    registry = loaded.registry or PluginRegistry.create(kinds=[RUN_ARTIFACT])
+    registered = {name: registry.get(RUN_ARTIFACT, name) for name in registry.names(RUN_ARTIFACT)}
+    if not registered:
+        return [{} for _ in loaded.stages]
+    return [write_artifacts(registered, stage.plan.job_dir) for stage in loaded.stages]
 
 
 def announce_token_budget(stage: Stage) -> None:
@@ -175,19 +190,30 @@ def summary_path(loaded: LoadedConfig) -> str:
     return os.path.join(c.checkpoint_root_dir, c.project, c.group, c.name, "summary.json")
 
 
-def write_summary(loaded: LoadedConfig, results: list[StageResult]) -> None:
+def write_summary(loaded: LoadedConfig, results: list[StageResult],
+                  artifacts: list[dict[str, str]] | None = None) -> None:
+    """``summary.json``: each stage's result (with ``artifacts``: each stage's end-of-run
+    files, ``{name: path}``)."""
     path = summary_path(loaded)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    stages = [asdict(r) for r in results]
+    for stage, files in zip(stages, artifacts or [], strict=False):
+        stage["artifacts"] = files
     data: dict[str, Any] = {"project": loaded.config.project, "name": loaded.config.name,
-                            "stages": [asdict(r) for r in results]}
+                            "stages": stages}
     partial = f"{path}.{os.getpid()}.tmp"  # explore and train runs may share the job dir
     with open(partial, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
     os.replace(partial, path)
 
 
-def print_summary(results: list[StageResult]) -> None:
-    """A table: one row per stage and eval metric, before → after."""
+def print_summary(results: list[StageResult],
+                  artifacts: list[dict[str, str]] | None = None) -> None:
+    """A table: one row per stage and eval metric, before → after; then one line per
+    end-of-run file (``[<stage>] <name>: <path>``)."""
+    for result, files in zip(results, artifacts or [], strict=False):
+        for name, path in files.items():
+            print(f"[{result.name or '-'}] {name}: {path}", file=sys.stdout, flush=True)
     rows = [("stage", "metric", "before", "after")]
     for result in results:
         for key in sorted(set(result.eval_before) | set(result.eval_after)):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rft.engines.reply_parsing import FunctionCall
     from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
+    from rft.run_artifacts import RunArtifact
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
 
@@ -79,9 +80,12 @@ REASONING_PARSER: PluginKind[Callable[[str], tuple[str | None, str]]] = PluginKi
 TRAINER: PluginKind[type[Trainer]] = PluginKind("trainer", "register_trainers", "trainer")
 MONITOR: PluginKind[type[Monitor]] = PluginKind("monitor", "register_monitors", "monitor")
 COMMAND: PluginKind[Command] = PluginKind("command", "register_commands", "command")
+RUN_ARTIFACT: PluginKind[RunArtifact] = PluginKind(
+    "run_artifact", "register_run_artifacts", "end-of-run artefact")
 
 ALL_KINDS: tuple[PluginKind[Any], ...] = (
     ALGORITHM, ADVANTAGE_FN, POLICY_LOSS_FN, KL_FN, ENTROPY_LOSS_FN, SAMPLE_STRATEGY,
     PRIORITY_FN, WORKFLOW, REWARD_FN, TASK_SELECTOR, EXPERIENCE_OPERATOR, ENGINE, ENVIRONMENT,
-    ACTION_PARSER, TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR, COMMAND)
+    ACTION_PARSER, TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR, COMMAND,
+    RUN_ARTIFACT)
 """Every kind, in the order ``rft plugins`` lists them."""

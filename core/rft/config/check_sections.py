@@ -179,7 +179,25 @@ def check_monitor(c: RftConfig, found: Findings) -> Selected[Any] | None:
     monitor = found.select(MONITOR, "monitor.monitor_type", c.monitor.monitor_type,
                            c.monitor.monitor_args)
     check_ray_timeline(c, found)
+    check_rollout_record(c, found)
     return monitor
+
+
+def check_rollout_record(c: RftConfig, found: Findings) -> None:
+    """``monitor.rollout_record_every`` ≥ 1 and ``rollout_record_max_mb`` > 0; a warning
+    when the record is on in a mode that explores without writing it (only ``colocate``
+    writes it; ``train`` and ``bench`` have no explore step)."""
+    m = c.monitor
+    if m.rollout_record_every < 1:
+        found.problem("monitor.rollout_record_every",
+                      f"must be 1 or more (record every k-th explore step), got "
+                      f"{m.rollout_record_every}")
+    if not m.rollout_record_max_mb > 0:
+        found.problem("monitor.rollout_record_max_mb",
+                      f"must be above 0 (MiB), got {m.rollout_record_max_mb}")
+    if m.rollout_record and c.mode in ("both", "explore", "serve"):
+        found.warnings.append(f"monitor.rollout_record: mode {c.mode!r} keeps no rollout "
+                              "record yet (mode colocate does); nothing is recorded")
 
 
 def check_data_processor(c: RftConfig, found: Findings) -> tuple[Selected[Any], ...]:

@@ -1204,6 +1204,19 @@ class MonitorConfig:
         TIMELINE, RAY_TIMELINE, note="<monitor dir>/timeline.json when the run leaves Ray; a "
                                      "warning in runs without Ray"))
     """Export Ray's ``timeline.json`` to ``<checkpoint_job_dir>/monitor``."""
+    rollout_record: bool = field(default=False, metadata=consumed(
+        COLOCATE, CHECK, note="<monitor dir>/rollouts/step_<N>.jsonl: every sample of every "
+                              "rollout_record_every-th explore step (mode colocate; a warning "
+                              "in modes both, explore, serve)"))
+    """Keep the rollout record: every sample of every ``rollout_record_every``-th explore
+    step, whole (prompt and response with special tokens, per-token log-probs, reward,
+    advantage, task id, the agent's transcript), in ``<job dir>/monitor/rollouts/``
+    (:mod:`rft.monitor.rollout_record`; read by ``rft studio``'s rollouts page)."""
+    rollout_record_every: int = field(default=1, metadata=consumed(COLOCATE, CHECK))
+    """Record explore steps ``k, 2k, 3k, …`` (``k`` ≥ 1)."""
+    rollout_record_max_mb: float = field(default=256.0, metadata=consumed(COLOCATE, CHECK))
+    """Bound of the rollout record in MiB: past it the oldest recorded steps are removed
+    (one warning); the newest step is always kept."""
 
 
 # ---------------------------------------------------------------------------------------

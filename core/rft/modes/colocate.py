@@ -61,6 +61,7 @@ from rft.modes.run_state import RunState, check_resumable
 from rft.modes.runtime import Distributed, RolloutEngines
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
+from rft.monitor.rollout_record import open_recorder
 from rft.synchronizer import MemorySynchronizer
 from rft.trainer.base import Trainer
 
@@ -140,6 +141,11 @@ class ColocateStage:
         self.saved_eval_after: dict[str, float] | None = None
         self.previewer = (Previewer(lambda: self.engine.tokenizer)
                           if config.trainer.enable_preview else None)
+        monitor = config.monitor
+        self.recorder = open_recorder(
+            monitor.rollout_record and self.explores, plan.job_dir,
+            monitor.rollout_record_every, monitor.rollout_record_max_mb,
+            lambda ids: self.engine.tokenizer.decode(ids))
 
     def resume(self) -> Resumed:
         """Restore everything a step depends on from the newest readable checkpoint: the
@@ -197,6 +203,8 @@ class ColocateStage:
         if self.previewer is not None:
             self.lifecycle.log_table("trainer", ROLLOUT_EXAMPLES,
                                      self.previewer.rows(experiences, step), step)
+        if self.recorder is not None and self.explorer is not None:
+            self.recorder.record(step, self.explorer.last_step, self.trainer.last_advantages)
 
     def evaluate(self) -> dict[str, float]:
         assert self.explorer is not None

@@ -119,6 +119,8 @@ class Explorer:
             self.operators.append((chosen.name, chosen.implementation(chosen.args)))
         self.pipeline_input = pipeline_input_storage(plan)
         self.failed_tasks: list[str] = []
+        self.last_step: list[Experience] = []
+        """The experiences the last :meth:`explore_step` wrote (after the operators)."""
         self.algorithm_type = config.algorithm.algorithm_type
         self.greedy_baseline = plan.preset.reward_baseline == "greedy"
         rm = e.rollout_model
@@ -240,6 +242,7 @@ class Explorer:
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
         metrics.update(pipeline_metrics)
         self.storage.write(experiences)
+        self.last_step = experiences
         metrics["timing_s/explore"] = time.monotonic() - started
         metrics["rollout/abandoned_threads"] = float(self.runner.abandoned_alive())
         metrics["explorer/model_version"] = float(self.model.model_version)

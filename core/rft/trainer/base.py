@@ -15,7 +15,8 @@ and the step count) and then driven by the run::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import torch
@@ -33,6 +34,10 @@ class Trainer(ABC):
     """What the trainer was built from."""
     global_steps: int
     """Training steps done so far (0 before the first ``train_step``)."""
+    last_advantages: Mapping[str, float] = MappingProxyType({})
+    """The sequence advantage ``Σ_t A_t m_t / Σ_t m_t`` of each experience of the last
+    :meth:`train_step`, by ``eid.uid`` (what the rollout record shows,
+    :mod:`rft.monitor.rollout_record`); empty where the backend does not report them."""
     supports_lora: ClassVar[bool] = False
     """The backend trains ``model.lora_configs`` adapters (validation refuses them
     otherwise); it then implements :meth:`adapter_weights`."""

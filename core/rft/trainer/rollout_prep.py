@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -38,6 +39,7 @@ class RolloutPreparation(RowPlanning):
     _actor_dropout: bool
     _checked_first_step: bool
     correction: CorrectionSpec
+    last_advantages: Mapping[str, float]
 
     def _first_step_check(self, metrics: dict[str, float]) -> None:
         """Once, at the first step with engine log-probs: the gap in one line (rank 0): on
@@ -201,6 +203,7 @@ class RolloutPreparation(RowPlanning):
                 self.plan, batch, rewards, mask, values, entropy, old_log_prob=policy_log_prob,
                 expected_entropy_signal=expected_signal)
         tensors["advantages"], tensors["returns"] = advantages, returns
+        self.last_advantages = sequence_advantages(batch, advantages, kept)
         if kept is not batch.response_mask:  # correction / advantage fn dropped tokens
             tensors["response_mask"] = kept
         metrics.update(data_metrics(
@@ -211,3 +214,14 @@ class RolloutPreparation(RowPlanning):
             max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
             max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
             values=values))
+
+
+def sequence_advantages(batch: Batch, advantages: torch.Tensor, mask: torch.Tensor
+                        ) -> dict[str, float]:
+    """Each row's ``Σ_t A_t m_t / Σ_t m_t`` by ``eid.uid`` (``advantages`` / ``mask``
+    ``(B, R)``; rows without a kept token are left out)."""
+    kept = mask.to(advantages.dtype)  # (B, R)
+    totals = kept.sum(-1)  # (B,)
+    means = (advantages * kept).sum(-1) / totals.clamp(min=1)  # (B,)
+    return {exp.eid.uid: float(means[row]) for row, exp in enumerate(batch.experiences)
+            if float(totals[row]) > 0}
