@@ -9,6 +9,7 @@ before and after it, and the console shows the same as a table.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -37,6 +38,8 @@ from rft.plugin_kinds import RUN_ARTIFACT
 from rft.plugins import PluginRegistry
 from rft.run_artifacts import write_artifacts
 from rft.modes.train import run_train_mode
+
+log = logging.getLogger("rft.launcher")
 
 ModeRunner = Callable[[Stage, Distributed], StageResult]
 """A mode's entry point: the stage and the cluster runtime its actors run on."""
@@ -70,6 +73,12 @@ def run(loaded: LoadedConfig) -> int:
             f"runs {', '.join(sorted(MODE_RUNNERS))}")
     try:
         return _run_stages(loaded)
+    except Exception as exc:  # the log's last record says the run failed (rft studio reads it)
+        log.error("run failed: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise
+    except KeyboardInterrupt:
+        log.warning("run interrupted")
+        raise
     finally:
         reset_logging()  # the log file is closed; a later run in this process starts anew
 
