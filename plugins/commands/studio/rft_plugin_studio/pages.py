@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from rft_plugin_studio.config_page import config_page
 from rft_plugin_studio.page import StudioContext, StudioPage
 
 
 def studio_pages(context: StudioContext) -> list[StudioPage]:
     """Every page of the studio for ``context``, in navigation order."""
-    pages: list[StudioPage] = []
+    pages: list[StudioPage] = [config_page(context)]
     return pages
