@@ -25,7 +25,7 @@ from rft.config.derive import Derived
 from rft.config.token_budget import budget_line
 from rft.distributed.ray_runtime import RAY
 from rft.errors import ConfigError, RftError
-from rft.logs import configure_logging, reset_logging
+from rft.logs import configure_logging, file_note, reset_logging
 from rft.modes.bench import run_bench
 from rft.modes.both import run_both
 from rft.modes.colocate import run_colocate_mode
@@ -38,8 +38,6 @@ from rft.plugin_kinds import RUN_ARTIFACT
 from rft.plugins import PluginRegistry
 from rft.run_artifacts import write_artifacts
 from rft.modes.train import run_train_mode
-
-log = logging.getLogger("rft.launcher")
 
 ModeRunner = Callable[[Stage, Distributed], StageResult]
 """A mode's entry point: the stage and the cluster runtime its actors run on."""
@@ -74,10 +72,11 @@ def run(loaded: LoadedConfig) -> int:
     try:
         return _run_stages(loaded)
     except Exception as exc:  # the log's last record says the run failed (rft studio reads it)
-        log.error("run failed: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        file_note("rft.launcher", logging.ERROR, f"run failed: {first}")
         raise
     except KeyboardInterrupt:
-        log.warning("run interrupted")
+        file_note("rft.launcher", logging.WARNING, "run interrupted")
         raise
     finally:
         reset_logging()  # the log file is closed; a later run in this process starts anew

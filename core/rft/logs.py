@@ -76,6 +76,17 @@ def configure_logging(config: LogConfig, job_dir: str, role: str) -> str:
     return path
 
 
+def file_note(name: str, level: int, message: str) -> None:
+    """``message`` to the log file of :func:`configure_logging` only (not stderr, where
+    the ``rft: <problem>`` line of an error says it already); nothing when no log file is
+    open (the error came before the run configured one)."""
+    logger = logging.getLogger(name)
+    record = logger.makeRecord(name, level, "(rft)", 0, message, None, None)
+    for handler in logging.getLogger("rft").handlers:
+        if getattr(handler, _HANDLER_MARK, False) and isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 def reset_logging() -> None:
     """Remove what :func:`configure_logging` added (closes the log file)."""
     logger = logging.getLogger("rft")
@@ -85,4 +96,4 @@ def reset_logging() -> None:
     logger.setLevel(logging.NOTSET)
 
 
-__all__ = ["configure_logging", "log_path", "node_address", "reset_logging"]
+__all__ = ["configure_logging", "file_note", "log_path", "node_address", "reset_logging"]

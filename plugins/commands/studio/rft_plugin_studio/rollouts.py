@@ -19,8 +19,8 @@ from starlette.routing import Route
 from rft.errors import RftError
 from rft_plugin_studio.page import StudioContext, StudioPage
 from rft_plugin_studio.rendering import render
-from rft_plugin_studio.rollouts_view import (Filters, response_tokens, split_messages,
-                                             task_key, transcript_messages)
+from rft_plugin_studio.rollouts_view import (Filters, message_parts, response_tokens,
+                                             split_messages, task_key, transcript_messages)
 from rft_plugin_studio.run_files import RunFiles, discover_runs, read_record, record_steps
 
 
@@ -76,7 +76,7 @@ def rollouts_page(context: StudioContext) -> StudioPage:
         for row in kept:
             groups.setdefault(task_key(row), []).append({
                 "row": row, "prompt": split_messages(str(row.get("prompt") or "")),
-                "reply": split_messages(str(row.get("response") or "")),
+                "reply": message_parts("assistant", str(row.get("response") or "")),
                 "transcript": transcript_messages(row.get("transcript")),
                 "tokens": response_tokens(row, colour)})
         return render(request, "rollouts.html", "Rollouts", runs=[r.run_id for r in runs],

@@ -50,17 +50,20 @@ def _is_call_json(text: str) -> bool:
 
 
 def message_parts(role: str, content: str) -> list[Part]:
-    """``content`` split into text, ``<tool_call>`` blocks (or a whole JSON call) and
-    ``<tool_response>`` blocks; a ``tool`` message is one tool result."""
+    """``content`` split into text and tool parts: a ``tool`` message is one tool result;
+    an ``assistant`` message's ``<tool_call>`` blocks (or the whole message, when it is a
+    JSON call) are tool calls; a ``user`` message's ``<tool_response>`` blocks are tool
+    results (templates that send results as user turns). A system prompt that shows the
+    format stays text."""
     if role in ("tool", "observation", "function", "ipython"):
         return [Part("tool_result", content.strip())]
     if role == "assistant" and _is_call_json(content.strip()):
         return [Part("tool_call", content.strip())]
+    pattern, kind = {"assistant": (_TOOL_CALL, "tool_call"),
+                     "user": (_TOOL_RESPONSE, "tool_result")}.get(role, (None, "text"))
     parts: list[Part] = []
     position = 0
-    blocks = sorted([(m, "tool_call") for m in _TOOL_CALL.finditer(content)]
-                    + [(m, "tool_result") for m in _TOOL_RESPONSE.finditer(content)],
-                    key=lambda b: b[0].start())
+    blocks = [(m, kind) for m in pattern.finditer(content)] if pattern is not None else []
     for match, kind in blocks:
         if match.start() > position and content[position:match.start()].strip():
             parts.append(Part("text", content[position:match.start()].strip()))

@@ -4,13 +4,18 @@ which serves an app on 127.0.0.1 for one test."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
 
 from rft_plugin_studio.testing import headless_chromium, missing_browser, serve_in_thread
+
+sys.path.insert(0, str(Path(__file__).parent))
+from recorded_runs import recorded_runs  # noqa: E402,F401  (session fixture: two real runs)
 
 
 @pytest.fixture(scope="session")
