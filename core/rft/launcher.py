@@ -105,21 +105,19 @@ def _run_stages(loaded: LoadedConfig) -> int:
         results.append(result)
         previous_model = result.final_model_path
         write_summary(loaded, results)
-    artifacts = end_of_run_artifacts(loaded)
+    artifacts = end_of_run_artifacts(loaded.registry or PluginRegistry.create(kinds=[RUN_ARTIFACT]),
+                                     [stage.plan.job_dir for stage in loaded.stages])
     if any(artifacts):
         write_summary(loaded, results, artifacts)
     print_summary(results, artifacts)
     return 0
 
 
-def end_of_run_artifacts(loaded: LoadedConfig) -> list[dict[str, str]]:
-    """Each stage's files from the plugins' ``register_run_artifacts`` (``{name: path}``
-    per stage, in stage order; :mod:`rft.run_artifacts`)."""
-    registry = loaded.registry or PluginRegistry.create(kinds=[RUN_ARTIFACT])
+def end_of_run_artifacts(registry: PluginRegistry, job_dirs: list[str]) -> list[dict[str, str]]:
+    """Each job dir's files from the plugins' ``register_run_artifacts`` in ``registry``
+    (``{name: path}`` per job dir, in order; :mod:`rft.run_artifacts`)."""
     registered = {name: registry.get(RUN_ARTIFACT, name) for name in registry.names(RUN_ARTIFACT)}
-    if not registered:
-        return [{} for _ in loaded.stages]
-    return [write_artifacts(registered, stage.plan.job_dir) for stage in loaded.stages]
+    return [write_artifacts(registered, job_dir) for job_dir in job_dirs]
 
 
 def announce_token_budget(stage: Stage) -> None:
@@ -218,10 +216,11 @@ def write_summary(loaded: LoadedConfig, results: list[StageResult],
 def print_summary(results: list[StageResult],
                   artifacts: list[dict[str, str]] | None = None) -> None:
     """A table: one row per stage and eval metric, before → after; then one line per
-    end-of-run file (``[<stage>] <name>: <path>``)."""
+    end-of-run file (``[<stage>] <name>: <path>``; no ``[<stage>]`` in a one-stage run)."""
     for result, files in zip(results, artifacts or [], strict=False):
         for name, path in files.items():
-            print(f"[{result.name or '-'}] {name}: {path}", file=sys.stdout, flush=True)
+            stage = f"[{result.name}] " if result.name else ""
+            print(f"{stage}{name}: {path}", file=sys.stdout, flush=True)
     rows = [("stage", "metric", "before", "after")]
     for result in results:
         for key in sorted(set(result.eval_before) | set(result.eval_after)):

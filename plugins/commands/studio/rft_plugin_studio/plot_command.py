@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rft_plugin_studio.run_files import Curve, RunFiles, read_curves, resolve_run
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CURVES_FILE = "curves.png"
 """The end-of-run artefact, under ``<job dir>/monitor/``."""
@@ -33,13 +37,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the image to write (.png, .svg or .pdf; default curves.png)")
 
 
+def draw(run_dir: Path, metrics: list[str] | None = None) -> Figure:
+    """The figure of the run in ``run_dir``: one panel per ``metrics`` pattern, or the
+    default panels. :raises RftError: not a run, an unknown metric, nothing logged."""
+    from rft_plugin_studio.plot import curves_figure, select_panels
+
+    panels = select_panels(run_curves(resolve_run(run_dir), run_dir.name), metrics)
+    return curves_figure(panels)
+
+
 def run(args: argparse.Namespace) -> int:
     """Write the plot; print its path; exit status 0."""
-    from rft_plugin_studio.plot import curves_figure, select_panels, write_figure
+    from rft_plugin_studio.plot import write_figure
 
-    found = resolve_run(args.run)
-    panels = select_panels(run_curves(found, args.run.name), args.metric)
-    path = write_figure(curves_figure(panels), args.output)
+    path = write_figure(draw(args.run, args.metric), args.output)
     print(f"rft plot: {path}")
     return 0
 
