@@ -81,7 +81,7 @@ def file_note(name: str, level: int, message: str) -> None:
     the ``rft: <problem>`` line of an error says it already); nothing when no log file is
     open (the error came before the run configured one)."""
     logger = logging.getLogger(name)
-    record = logger.makeRecord(name, level, "(rft)", 0, message, None, None)
+    record = logger.makeRecord(name, level, "(rft)", 0, message, (), None)
     for handler in logging.getLogger("rft").handlers:
         if getattr(handler, _HANDLER_MARK, False) and isinstance(handler, logging.FileHandler):
             handler.handle(record)
