@@ -127,4 +127,5 @@
     link.click();
     status.textContent = "exported: config.yaml (valid)";
   }));
+  enqueue(check);  // the empty config's findings (what must be set) from the start
 })();
