@@ -82,7 +82,7 @@
     if (done.error) { show([done.error], []); return; }
     yamlBox.value = done.yaml;
     if (restructure) await rebuild();
-    await check();
+    if (pending === 1) await check();  // the last queued edit checks for all before it
   }
 
   formBody.addEventListener("change", (event) => {
