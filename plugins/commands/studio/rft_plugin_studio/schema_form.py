@@ -71,7 +71,7 @@ def yaml_text(value: Any) -> str:
     """``value`` as one line of YAML (a string as itself)."""
     if isinstance(value, str):
         return value
-    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, sort_keys=False)
+    text = str(yaml.safe_dump(value, default_flow_style=True, width=1 << 20, sort_keys=False))
     return text.removesuffix("\n").removesuffix("\n...").strip()
 
 
@@ -253,7 +253,7 @@ def _types(cls: type) -> dict[str, Any]:
     """The resolved field types of ``cls`` (a plugin's ``Args`` may postpone its
     annotations); ``{}`` where they do not resolve (each field's own ``type`` is used)."""
     try:
-        return field_types(cls)
+        return dict(field_types(cls))
     except (NameError, TypeError):
         return {}
 
