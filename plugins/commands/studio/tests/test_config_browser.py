@@ -58,11 +58,14 @@ def _type(browser: Any, key: str, text: str) -> None:
         from selenium.webdriver.support.ui import Select
 
         Select(field).select_by_value(text)
+        _settle(browser)
     else:
-        field.clear()
+        rebuilds = bool(field.get_attribute("data-restructure"))
+        # select-all then type: one change event (clear() would send one of its own)
+        field.send_keys(Keys.CONTROL, "a")
         field.send_keys(text, Keys.TAB)
-    if field.get_attribute("data-restructure"):
-        _settle(browser)  # the form is rebuilt: wait before the next field
+        if rebuilds:
+            _settle(browser)  # the form is rebuilt: wait before the next field
 
 
 def _fill(browser: Any, values: Any, key: str) -> None:
@@ -116,3 +119,16 @@ def test_an_invalid_value_shows_rft_validates_line_beside_its_field(
                if line.startswith("rft: buffer.batch_size:")]
     assert printed and ["rft: " + line for line in shown] == printed
     screenshot(studio_browser, tmp_path / "config-invalid.png")
+
+
+def test_an_uploaded_file_fills_the_form(config_url: str, studio_browser: Any,
+                                         tmp_path: Path) -> None:
+    studio_browser.get(config_url + "/config?mode=beginner")
+    _settle(studio_browser)
+    studio_browser.find_element("id", "import-file").send_keys(str(QUICKSTART))
+    _settle(studio_browser)
+    value = studio_browser.find_element("css selector", '[data-key="stages[1].algorithm'
+                                        '.algorithm_type"]').get_attribute("value")
+    assert value == "grpo"
+    assert studio_browser.find_element("id", "status").text.startswith("valid")
+    screenshot(studio_browser, tmp_path / "config-imported.png")
