@@ -163,6 +163,9 @@ def test_document_edits_by_dotted_key() -> None:
     assert "stages" not in document
     with pytest.raises(RftError, match=r"^stages\[3\]\.mode: no list item \[3\]"):
         set_value(document, "stages[3].mode", "train")
+    with pytest.raises(RftError, match=r"^model\.model_path: ") as caught:
+        parse_value("model.model_path", "[unclosed")
+    assert "\n" not in str(caught.value)
 
 
 def test_a_broken_import_is_one_line_with_its_position() -> None:
