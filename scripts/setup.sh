@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create the repo-local .venv and install torch and vLLM (the tested set of this platform:
 # scripts/install_plan.py), rft, every plugin distribution under plugins/, and (with
-# --test) the test tools (pytest, pinned mypy) and the veRL reference used by the equivalence tests.
+# --test) the test tools (pytest, pinned mypy, selenium with Debian's chromium for the studio's
+# browser tests) and the veRL reference used by the equivalence tests.
 # --dry-run prints the pip commands instead (nothing installed, no stamp).
 # Idempotent: a second run only installs what changed, and returns at once when the
 # project files are unchanged since the last run (delete .venv/.rft-setup-* to force one).
@@ -43,6 +44,22 @@ if ! command -v java >/dev/null 2>&1; then
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq default-jre-headless
   else
     echo "setup.sh: no java on PATH and no apt-get: install Java 17+ for rft-plugin-sciworld" >&2
+  fi
+fi
+
+# With --test: Debian's chromium and chromium-driver for the studio's browser tests
+# (rft-plugin-studio drives /usr/bin/chromium through /usr/bin/chromedriver with selenium;
+# no browser download), installed with apt-get only where either is missing.
+if [ "$WITH_TEST" = 1 ] && ! { command -v chromium >/dev/null 2>&1 \
+                               && command -v chromedriver >/dev/null 2>&1; }; then
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "apt-get install -y chromium chromium-driver"
+  elif command -v apt-get >/dev/null 2>&1; then
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium chromium-driver
+  else
+    echo "setup.sh: no chromium / chromedriver on PATH and no apt-get: install Chromium" \
+         "and its driver for the studio's browser tests" >&2
   fi
 fi
 
@@ -93,7 +110,8 @@ while IFS= read -r project; do
   plugin_dirs+=(-e "$(dirname "$project")")
 done < <(find plugins -name pyproject.toml -not -path '*/tests/*' | sort)
 if [ "$WITH_TEST" = 1 ]; then
-  pip install -e ".[test,tensorboard,wandb,mlflow,lora]" "${plugin_dirs[@]}"
+  # studio: rft studio's web stack; test: selenium for its browser tests
+  pip install -e ".[test,tensorboard,wandb,mlflow,lora,studio]" "${plugin_dirs[@]}"
   # veRL: the equivalence tests' reference and trainer_type verl's backend (no-deps pins)
   pip install --no-deps -r requirements/verl-trainer.txt
 else

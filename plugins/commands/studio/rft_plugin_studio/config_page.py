@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -35,7 +36,8 @@ from rft_plugin_studio.schema_form_values import (
     add_item, dump_document, parse_document, parse_value, remove_item, set_value,
     unset_value)
 
-STATIC = __file__.rsplit("/", 1)[0] + "/static"
+STATIC = Path(__file__).parent / "static"
+"""The page's script and style sheet, served under ``/static/config/``."""
 
 
 def config_page(context: StudioContext, registry: PluginRegistry | None = None) -> StudioPage:

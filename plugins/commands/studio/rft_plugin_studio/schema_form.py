@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import inspect
 import re
+import sys
 import textwrap
 import typing
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from typing import Any, Literal
 import yaml
 
 from rft.config import schema
-from rft.config.convert import join_key
+from rft.config.convert import field_types, join_key
 from rft.config.field_support import Unsupported, entry_of
 from rft.config.support import field_default, field_kind, support_label, support_note
 from rft.plugins import PluginRegistry, args_type_of
@@ -70,8 +71,38 @@ def yaml_text(value: Any) -> str:
     """``value`` as one line of YAML (a string as itself)."""
     if isinstance(value, str):
         return value
-    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, sort_keys=False)
+    text = str(yaml.safe_dump(value, default_flow_style=True, width=1 << 20, sort_keys=False))
     return text.removesuffix("\n").removesuffix("\n...").strip()
+
+
+@functools.cache
+def _module_tree(module: str) -> ast.Module | None:
+    """The parsed source of ``module`` (once per module)."""
+    try:
+        return ast.parse(inspect.getsource(sys.modules[module]))
+    except (KeyError, OSError, TypeError, SyntaxError):
+        return None
+
+
+def _class_def(klass: type) -> ast.ClassDef | None:
+    """The ``class`` statement of ``klass`` found by its qualified name in its module."""
+    tree = _module_tree(klass.__module__)
+    scope: list[ast.stmt] = tree.body if tree is not None else []
+    found: ast.ClassDef | None = None
+    for name in klass.__qualname__.split("."):
+        found = next((node for node in scope
+                      if isinstance(node, ast.ClassDef) and node.name == name), None)
+        if found is None:
+            break
+        scope = found.body
+    if found is None:  # a class defined in a function: its own source
+        try:
+            parsed = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            return None
+        first = parsed.body[0] if parsed.body else None
+        found = first if isinstance(first, ast.ClassDef) else None
+    return found
 
 
 @functools.cache
@@ -80,13 +111,8 @@ def field_docs(cls: type) -> Mapping[str, str]:
     below each annotated field); empty where the source is unavailable."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        definition = _class_def(klass) if dataclasses.is_dataclass(klass) else None
+        body = definition.body if definition is not None else []
         for node, after in zip(body, body[1:]):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                     and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
@@ -146,9 +172,11 @@ def _is_section(tp: Any) -> bool:
 class FormBuilder:
     """Builds the form of a config's values with the plugin names of ``registry``."""
 
-    def __init__(self, registry: PluginRegistry, root: type = schema.RftConfig) -> None:
+    def __init__(self, registry: PluginRegistry, root: type | None = None) -> None:
+        """:param root: the config's dataclass (default: the schema's ``RftConfig`` as it
+            is when the builder is made)."""
         self.registry = registry
-        self.root = root
+        self.root = schema.RftConfig if root is None else root
         self.overlays = stage_overlays()
 
     def build(self, values: Mapping[str, Any], mode: Mode = "expert") -> tuple[FormNode, ...]:
@@ -161,11 +189,12 @@ class FormBuilder:
                  with_support: bool = True) -> tuple[FormNode, ...]:
         values = values if isinstance(values, Mapping) else {}
         docs = field_docs(cls)
-        return tuple(self._field(cls, f, values, prefix, docs.get(f.name, ""), depth,
-                                 with_support)
+        types = _types(cls)
+        return tuple(self._field(cls, f, types.get(f.name, f.type), values, prefix,
+                                 docs.get(f.name, ""), depth, with_support)
                      for f in dataclasses.fields(cls))
 
-    def _field(self, cls: type, f: dataclasses.Field[Any], values: Mapping[str, Any],
+    def _field(self, cls: type, f: dataclasses.Field[Any], tp: Any, values: Mapping[str, Any],
                prefix: str, doc: str, depth: int, with_support: bool) -> FormNode:
         key = join_key(prefix, f.name)
         entry = entry_of(f) if with_support else None
@@ -177,7 +206,7 @@ class FormBuilder:
             support=support_label(entry) if entry is not None else "",
             note=support_note(entry) if entry is not None else "",
             unsupported=isinstance(entry, Unsupported))
-        kind, inner = field_kind(f.type)
+        kind, inner = field_kind(tp)
         if kind == "one" and _is_section(inner) and depth < 8:
             return FormNode(kind="section", is_set=present,
                             children=self._section(inner, value, key, depth + 1,
@@ -208,7 +237,7 @@ class FormBuilder:
         if named is not None:
             return FormNode(kind="choice", plugin_kind=named.kind.name,
                             choices=tuple(self.registry.names(named.kind)), **leaf)
-        leaf_kind, choices = _leaf_kind(f.type)
+        leaf_kind, choices = _leaf_kind(tp)
         return FormNode(kind=leaf_kind, choices=choices, **leaf)
 
     def _args_type(self, kind: Any, chosen: Any, default: Any) -> type | None:
@@ -218,6 +247,15 @@ class FormBuilder:
             return None
         args_type = args_type_of(self.registry.get(kind, name))
         return args_type if _is_section(args_type) else None
+
+
+def _types(cls: type) -> dict[str, Any]:
+    """The resolved field types of ``cls`` (a plugin's ``Args`` may postpone its
+    annotations); ``{}`` where they do not resolve (each field's own ``type`` is used)."""
+    try:
+        return dict(field_types(cls))
+    except (NameError, TypeError):
+        return {}
 
 
 def _field_default(cls: type, name: str) -> Any:

@@ -62,7 +62,7 @@ def dump_document(document: dict[str, Any]) -> str:
     """The document as YAML text (keys in the user's order)."""
     if not document:
         return ""
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    return str(yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100))
 
 
 def parse_value(key: str, text: str) -> Any:

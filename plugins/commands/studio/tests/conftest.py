@@ -25,7 +25,15 @@ def studio_browser() -> Iterator[object]:
     why = missing_browser()
     if why is not None:
         pytest.fail(why, pytrace=False)
-    driver = headless_chromium()
+    from selenium.webdriver.common.selenium_manager import SeleniumManager
+
+    def no_download(*args: object) -> dict[str, str]:
+        raise AssertionError("selenium-manager ran: the browser tests must use "
+                             "/usr/bin/chromedriver and download nothing")
+
+    with pytest.MonkeyPatch.context() as patch:  # the kit must never reach selenium-manager
+        patch.setattr(SeleniumManager, "binary_paths", no_download)
+        driver = headless_chromium()
     driver.set_page_load_timeout(30)
     try:
         yield driver

@@ -72,8 +72,16 @@
   async function rebuild() {
     const built = await post("/config/api/form", {yaml: yamlBox.value, mode});
     if (built.problems && built.problems.length) { show(built.problems, []); return false; }
+    // keep what is being typed into a field while the form is rebuilt
+    const active = document.activeElement;
+    const typing = active && active.dataset && active.dataset.key
+      ? {key: active.dataset.key, value: active.value} : null;
     formBody.innerHTML = built.html;
     yamlBox.value = built.yaml;
+    if (typing) {
+      const again = formBody.querySelector(`[data-key="${CSS.escape(typing.key)}"]`);
+      if (again) { again.value = typing.value; again.focus(); }
+    }
     return true;
   }
 
@@ -82,7 +90,7 @@
     if (done.error) { show([done.error], []); return; }
     yamlBox.value = done.yaml;
     if (restructure) await rebuild();
-    await check();
+    if (pending === 1) await check();  // the last queued edit checks for all before it
   }
 
   formBody.addEventListener("change", (event) => {
@@ -127,4 +135,5 @@
     link.click();
     status.textContent = "exported: config.yaml (valid)";
   }));
+  enqueue(check);  // the empty config's findings (what must be set) from the start
 })();
