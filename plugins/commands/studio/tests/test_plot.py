@@ -25,6 +25,7 @@ REWARD = "rollout/reward/mean"
 RFT = [str(Path(sys.executable).with_name("rft"))]
 
 
+@pytest.mark.slow
 def test_rft_plot_writes_the_rising_reward_curve(recorded_runs: RecordedRuns,
                                                  tmp_path: Path) -> None:
     out = tmp_path / "curves.png"
