@@ -1,13 +1,14 @@
 """Write the README's screenshots of the studio's runs and rollouts pages (docs/images/).
 
-    .venv/bin/python scripts/studio_runs_screenshots.py CHECKPOINT_ROOT [OUT_DIR]
+    .venv/bin/python scripts/studio_runs_screenshots.py CHECKPOINT_ROOT RUNS ROLLOUT_RUN
 
-CHECKPOINT_ROOT holds the runs to show: the README's come from the studio tests' two real
-runs (plugins/commands/studio/tests/recorded_runs.py: ``quickstart_like/vowels``, GRPO on
-the tiny model with the rollout record on, and ``tools/toolcall``, a Tool-N1 episode).
-Serves the studio on 127.0.0.1, opens ``/runs`` with both runs overlaid and ``/rollouts``
-on the tool-call episode in headless Debian chromium, and saves palette PNGs (each under
-150 KB).
+CHECKPOINT_ROOT holds the runs to show; RUNS: the run ids to overlay, comma-separated;
+ROLLOUT_RUN: the run whose rollout record is shown. The README's: the quickstart
+(``make quickstart``, ``quickstart/quickstart``) beside the studio tests' two real runs
+(plugins/commands/studio/tests/recorded_runs.py: ``quickstart_like/vowels`` and
+``tools/toolcall``, a Tool-N1 episode), i.e. ``quickstart/quickstart,quickstart_like/vowels
+tools/toolcall``. Serves the studio on 127.0.0.1, opens ``/runs`` and ``/rollouts`` in
+headless Debian chromium, and saves palette PNGs (each under 150 KB) in docs/images/.
 """
 
 from __future__ import annotations
@@ -30,18 +31,18 @@ def _small(raw: Path, out: Path) -> None:
     print(f"{out}: {out.stat().st_size // 1024} KB")
 
 
-def main(root: Path, out_dir: Path) -> None:
+def main(root: Path, runs: list[str], rollout_run: str, out_dir: Path) -> None:
     driver = headless_chromium(1280, 900)
     try:
         with serve_in_thread(build_app(StudioContext(root))) as url:
-            driver.get(url + "/runs?run=quickstart_like/vowels&run=tools/toolcall")
+            driver.get(url + "/runs?" + "&".join(f"run={run}" for run in runs))
             for _ in range(200):
                 if driver.find_elements("css selector", "#curves svg"):
                     break
                 time.sleep(0.05)
             _small(screenshot(driver, out_dir / "studio-runs.raw.png"),
                    out_dir / "studio-runs.png")
-            driver.get(url + "/rollouts?run=tools/toolcall")
+            driver.get(url + f"/rollouts?run={rollout_run}")
             _small(screenshot(driver, out_dir / "studio-rollouts.raw.png"),
                    out_dir / "studio-rollouts.png")
     finally:
@@ -49,4 +50,4 @@ def main(root: Path, out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else Path("docs/images"))
+    main(Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[3], Path("docs/images"))

@@ -217,10 +217,6 @@ def print_summary(results: list[StageResult],
                   artifacts: list[dict[str, str]] | None = None) -> None:
     """A table: one row per stage and eval metric, before → after; then one line per
     end-of-run file (``[<stage>] <name>: <path>``; no ``[<stage>]`` in a one-stage run)."""
-    for result, files in zip(results, artifacts or [], strict=False):
-        for name, path in files.items():
-            stage = f"[{result.name}] " if result.name else ""
-            print(f"{stage}{name}: {path}", file=sys.stdout, flush=True)
     rows = [("stage", "metric", "before", "after")]
     for result in results:
         for key in sorted(set(result.eval_before) | set(result.eval_after)):
@@ -228,14 +224,17 @@ def print_summary(results: list[StageResult],
                 continue
             before, after = result.eval_before.get(key), result.eval_after.get(key)
             rows.append((result.name or "-", key, _fmt(before), _fmt(after)))
-    if len(rows) == 1:
-        return
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     out = sys.stdout
-    for n, row in enumerate(rows):
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)), file=out)
-        if n == 0:
-            print("  ".join("-" * w for w in widths), file=out)
+    if len(rows) > 1:
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for n, row in enumerate(rows):
+            print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)), file=out)
+            if n == 0:
+                print("  ".join("-" * w for w in widths), file=out)
+    for result, files in zip(results, artifacts or [], strict=False):
+        stage = f"[{result.name}] " if result.name else ""
+        for name, path in files.items():
+            print(f"{stage}{name}: {path}", file=out, flush=True)
 
 
 def _fmt(value: float | None) -> str:

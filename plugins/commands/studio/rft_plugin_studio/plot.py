@@ -94,14 +94,19 @@ def curves_figure(panels: list[tuple[str, list[Series]]], *, width: float = 11.0
     figure.subplots_adjust(left=0.6 / width, right=1 - 0.2 / width, top=1 - 0.3 / height,
                            bottom=0.45 / height, hspace=0.55, wspace=0.18)
     labels = sorted({s.label for _, series in panels for s in series})
+    colours = {label: f"C{index % 10}" for index, label in enumerate(labels)}
     for index, (title, series) in enumerate(panels):
         axes = figure.add_subplot(rows, columns, index + 1)
+        seen: dict[str, int] = {}
         for item in series:
             steps = [p[0] for p in item.points]
             values = [p[1] for p in item.points]
             name = item.metric if len(labels) == 1 else f"{item.label} {item.metric}"
+            nth = seen[item.label] = seen.get(item.label, -1) + 1
+            # a run (stage) keeps its colour in every panel; its metrics differ by dashes
             (line,) = axes.plot(steps, values, marker="." if len(steps) < 30 else None,
-                                linewidth=1.4, label=name)
+                                linewidth=1.4, label=name, color=colours[item.label],
+                                linestyle=("-", "--", ":", "-.")[nth % 4])
             line.set_gid(f"curve:{item.label}:{item.metric}")
         axes.set_title(title, fontsize=10)
         axes.set_xlabel("step", fontsize=8)
