@@ -155,6 +155,8 @@ class ColocateStage:
         loaded = resume_checkpoint(self.plan, extra=("buffer",))
         # a durable buffer (sql) hands out again what was read after the checkpoint
         self.storage.recover_leases(loaded.step if loaded is not None else 0)
+        if self.recorder is not None:  # the record forgets the steps that are redone
+            self.recorder.rewind(loaded.step if loaded is not None else 0)
         if loaded is None:
             return Resumed()
         state = resumed_state(loaded)

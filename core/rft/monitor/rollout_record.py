@@ -26,8 +26,9 @@ Where: ``<job dir>/monitor/rollouts/step_<N>.jsonl``, one JSON line per sample::
   keeps one.
 
 Bound: after each recorded step, the oldest step files are removed while the folder is
-over ``monitor.rollout_record_max_mb`` (the newest step is always kept); a step redone
-after a resume replaces its file.
+over ``monitor.rollout_record_max_mb`` (the newest step is always kept). A resumed run
+first removes the files of the steps after its checkpoint (:meth:`RolloutRecorder.rewind`),
+then records them again as it redoes them.
 """
 
 from __future__ import annotations
@@ -166,6 +167,16 @@ class RolloutRecorder:
                            f"{exc.strerror or exc}") from exc
         self._keep_bound(path)
         return path
+
+    def rewind(self, step: int) -> None:
+        """Remove the files of steps after ``step`` (a resumed run redoes them; ``0``: a
+        run starting afresh in a job dir that holds an old record)."""
+        if not os.path.isdir(self.folder):
+            return
+        for name in os.listdir(self.folder):
+            recorded = step_of_file(name)
+            if recorded is not None and recorded > step:
+                os.remove(os.path.join(self.folder, name))
 
     def _keep_bound(self, newest: str) -> None:
         """Remove the oldest step files while the folder is over the bound."""

@@ -92,6 +92,17 @@ def test_only_every_kth_step_is_wanted(tmp_path: Path) -> None:
     assert not os.listdir(tmp_path)
 
 
+def test_a_resumed_run_forgets_the_steps_it_redoes(tmp_path: Path) -> None:
+    recorder = RolloutRecorder(str(tmp_path / "r"), every=2, max_mb=1.0, decode=str)
+    recorder.rewind(0)  # no record yet: nothing to do
+    for step in range(1, 9):
+        recorder.record(step, [_experience(0, 2)])
+    recorder.rewind(4)  # resumed from global_step_4
+    assert sorted(os.listdir(tmp_path / "r")) == [step_file_name(2), step_file_name(4)]
+    recorder.rewind(0)  # started afresh in the same job dir
+    assert os.listdir(tmp_path / "r") == []
+
+
 def test_record_fields_are_checked_in_one_line_each(rft_tiny_model: Path,
                                                     tmp_path: Path) -> None:
     base = tiny_run_config(rft_tiny_model, write_taskset(tmp_path / "t.jsonl"), tmp_path)

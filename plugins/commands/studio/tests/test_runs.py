@@ -70,7 +70,8 @@ def test_status_running_stopped_and_multi_stage(recorded_runs: RecordedRuns,
 
 
 def test_a_failed_run_reads_as_failed(recorded_runs: RecordedRuns, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The launcher notes a run that stopped on an error in its log file (stderr keeps its
     one ``rft:`` line); the studio reads that note."""
     from rft import launcher
@@ -86,8 +87,10 @@ def test_a_failed_run_reads_as_failed(recorded_runs: RecordedRuns, tmp_path: Pat
         raise RftError("buffer.batch_size: something went wrong")
 
     monkeypatch.setitem(launcher.MODE_RUNNERS, "colocate", broken)
+    capsys.readouterr()
     with pytest.raises(RftError):
         launcher.run(loaded)
+    assert capsys.readouterr().err == ""  # the CLI's one `rft:` line stays the only one
     run = find_run(tmp_path, "quickstart_like/broken")
     assert run_status(run) == "failed"
     log = (tmp_path / "quickstart_like" / "broken" / "log" / "launcher.log").read_text()
