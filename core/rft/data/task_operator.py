@@ -1,0 +1,107 @@
+"""The task-operator contract: one step of ``data_processor.task_pipeline``.
+
+A task operator is a plugin (``register_task_operators``) named in
+``data_processor.task_pipeline.operators[i].name`` and built from its ``Args`` dataclass
+(``operators[i].args``), like experience operators. The pipeline hands it the taskset's
+rows, in order, and keeps what it returns::
+
+    rows = operator.process(rows)
+
+A row is a plain JSON-able ``dict`` (one line of the jsonl taskset). An operator may drop
+rows (a filter), change them (a mapper) or attach per-row statistics under
+:data:`STATS_KEY` (``row["__rft_stats__"]["difficulty"] = 0.7``) that priority-based
+selection (``priority_weights`` / ``top_k``) reads; :data:`STATS_KEY` is removed before the
+taskset is written.
+
+Caching: the pipeline stores each operator's output under a content hash of its input
+rows and :meth:`TaskOperator.fingerprint` (the operator's name, its ``Args`` and its
+:attr:`TaskOperator.version`), so a rerun with the same inputs and settings does not call
+the operator again. Bump ``version`` when the operator's behaviour changes.
+
+Parallelism: an operator whose :attr:`TaskOperator.row_wise` is true decides each row on
+its own, so the pipeline may split the rows over ``num_process`` worker processes
+(spawned; the operator is pickled into each) and concatenate the results in order. An
+operator that compares rows (deduplication) sets ``row_wise = False`` and always sees all
+rows in one call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+TaskRow = dict[str, Any]
+"""One task as read from the taskset file (a JSON object)."""
+
+STATS_KEY = "__rft_stats__"
+"""Row key of the per-row statistics operators attach (``{stat name: float}``)."""
+
+PRIORITY_STATS = ("difficulty", "diversity", "usage_frequency", "quality")
+"""The statistics ``priority_weights`` may weigh (see :mod:`rft.data.priority`)."""
+
+
+@dataclass(frozen=True)
+class TaskOperatorContext:
+    """What the pipeline tells an operator about the run before it processes rows."""
+
+    job_dir: str
+    """The run's ``checkpoint_job_dir`` (an operator may keep files under it)."""
+    auxiliary_models: dict[str, Any] = field(default_factory=dict)
+    """``explorer.auxiliary_models`` by ``name`` (their config dataclasses), for operators
+    that score with a model the run already configures."""
+    seed: int = 42
+    """The run's seed (for operators that sample)."""
+
+
+class TaskOperator(ABC):
+    """Base class of task operators.
+
+    :param args: instance of the operator's ``Args`` dataclass (its ``args`` mapping);
+        ``None`` builds the defaults.
+    """
+
+    Args: ClassVar[type | None] = None
+    version: ClassVar[str] = "1"
+    """Part of the cache key: bump it when the operator's output for the same rows and
+    args changes."""
+    row_wise: ClassVar[bool] = True
+    """Each row is decided on its own, so rows may be split over worker processes."""
+
+    def __init__(self, args: Any = None) -> None:
+        self.args = args if args is not None or self.Args is None else self.Args()
+        self.context: TaskOperatorContext | None = None
+
+    def bind(self, context: TaskOperatorContext) -> None:
+        """Called once by the pipeline before :meth:`process` (in the parent process; the
+        bound operator is what worker processes receive)."""
+        self.context = context
+
+    @abstractmethod
+    def process(self, rows: list[TaskRow]) -> list[TaskRow]:
+        """The rows kept (changed or not), in order; may attach :data:`STATS_KEY` stats."""
+
+    def fingerprint(self, name: str) -> str:
+        """Hex digest of ``name``, the operator's class, ``version`` and args: the operator's
+        part of the cache key."""
+        args = dataclasses.asdict(self.args) if dataclasses.is_dataclass(self.args) \
+            and not isinstance(self.args, type) else self.args
+        blob = json.dumps([name, type(self).__qualname__, self.version, args],
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def row_stats(row: TaskRow) -> dict[str, float]:
+    """The row's statistics dict (created empty when missing)."""
+    stats = row.get(STATS_KEY)
+    if not isinstance(stats, dict):
+        stats = {}
+        row[STATS_KEY] = stats
+    return stats
+
+
+__all__ = ["PRIORITY_STATS", "STATS_KEY", "TaskOperator", "TaskOperatorContext", "TaskRow",
+           "row_stats"]
