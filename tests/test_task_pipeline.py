@@ -200,6 +200,27 @@ def test_an_unknown_scorer_is_one_line_naming_the_arg(tmp_path):
         operator.process([{"text": "x"}])
 
 
+def test_a_scorer_that_is_not_here_is_a_warning_at_validation(tmp_path, tiny_model_dir):
+    from rft.testing.runs import tiny_run_config
+    import yaml
+
+    from rft.config import load_config
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", ROWS)
+    config = tiny_run_config(tiny_model_dir, tasks, tmp_path)
+    operator = {"name": "llm_difficulty_score_filter",
+                "args": {"api_or_hf_model": "qwen2.5-7b-instruct", "min_score": 0.0}}
+    config["data_processor"] = {"task_pipeline": {"operators": [operator]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    key = "data_processor.task_pipeline.operators[0].args.api_or_hf_model"
+    assert [w for w in load_config(path).warnings
+            if w.startswith(f"{key}: 'qwen2.5-7b-instruct' is neither an auxiliary model")]
+    operator["args"]["api_or_hf_model"] = str(tiny_model_dir)
+    path.write_text(yaml.safe_dump(config))
+    assert not [w for w in load_config(path).warnings if w.startswith(key)]
+
+
 def test_config_unset_inputs_default_to_the_taskset_and_its_path_becomes_the_output(
         tmp_path, tiny_model_dir):
     from rft.testing.runs import tiny_run_config

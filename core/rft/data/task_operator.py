@@ -94,6 +94,13 @@ class TaskOperator(ABC):
         self.args = args if args is not None or self.Args is None else self.Args()
         self.context: TaskOperatorContext | None = None
 
+    @classmethod
+    def config_warnings(cls, args: Any, auxiliary_models: frozenset[str]) -> list[str]:
+        """Messages (``"args.<field>: ..."``) about ``args`` that validation shows as
+        warnings under the operator's key, e.g. a model that may not be reachable where the
+        run starts; ``auxiliary_models``: the names of ``explorer.auxiliary_models``."""
+        return []
+
     def bind(self, context: TaskOperatorContext) -> None:
         """Called once by the pipeline before :meth:`process` (in the parent process; the
         bound operator is what worker processes receive)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from rft.data.task_operator import TaskOperator, TaskRow, row_stats
 from rft.engines.engine import InferenceEngine
-from rft_plugin_data_ops.scorer import ask, build_scorer
+from rft_plugin_data_ops.scorer import ask, build_scorer, spec_kind
 
 SYSTEM_PROMPT = (
     "You rate how difficult a task is for a student. Reply with one digit from 1 to 5: "
@@ -80,6 +80,17 @@ class LLMDifficultyScoreFilter(TaskOperator):
     def __init__(self, args: Any = None) -> None:
         super().__init__(args)
         self._engine: InferenceEngine | None = None
+
+    @classmethod
+    def config_warnings(cls, args: Any, auxiliary_models: frozenset[str]) -> list[str]:
+        """A model that is none of the three kinds :mod:`.scorer` runs (checked again, as an
+        error, when the pipeline starts: the folder may exist only where the run runs)."""
+        if spec_kind(args.api_or_hf_model, auxiliary_models) is not None:
+            return []
+        return [f"args.api_or_hf_model: {args.api_or_hf_model!r} is neither an auxiliary model "
+                f"(explorer.auxiliary_models names: {', '.join(sorted(auxiliary_models)) or 'none'})"
+                ", an http(s) URL, nor a local model folder here; the pipeline stops at start "
+                "unless it is one where the run starts"]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

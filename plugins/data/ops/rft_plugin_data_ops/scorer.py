@@ -25,21 +25,31 @@ CALLS = {"chat": 0}
 sends none)."""
 
 
+def spec_kind(spec: str, auxiliary_models: frozenset[str] | set[str]) -> str | None:
+    """``"auxiliary"``, ``"url"`` or ``"folder"``: what ``spec`` names (see the module
+    docstring); ``None``: none of them here."""
+    if spec in auxiliary_models:
+        return "auxiliary"
+    if spec.startswith(("http://", "https://")):
+        return "url"
+    return "folder" if os.path.isdir(os.path.expanduser(spec)) else None
+
+
 def build_scorer(spec: str, model_name: str | None, context: TaskOperatorContext | None,
                  key: str) -> InferenceEngine:
     """The engine ``spec`` names (see the module docstring)."""
-    if context is not None and spec in context.auxiliary_models:
+    kind = spec_kind(spec, set(context.auxiliary_models) if context else set())
+    if kind == "auxiliary" and context is not None:
         return context.auxiliary_models[spec].build()
-    if spec.startswith(("http://", "https://")):
+    if kind == "url":
         from rft.engines.external_engine import ExternalEngine
 
         return ExternalEngine(spec, model_name=model_name)
-    path = os.path.expanduser(spec)
-    if os.path.isdir(path):
+    if kind == "folder":
         from rft.engines.hf_engine import HFEngine
 
-        return HFEngine(path, max_prompt_tokens=1024, max_response_tokens=64,
-                        enable_prompt_truncation=True)
+        return HFEngine(os.path.expanduser(spec), max_prompt_tokens=1024,
+                        max_response_tokens=64, enable_prompt_truncation=True)
     known = ", ".join(sorted(context.auxiliary_models)) if context else ""
     raise RftError(f"{key}: {spec!r} is neither an auxiliary model of the run "
                    f"(explorer.auxiliary_models names: {known or 'none'}), an http(s) URL of "
