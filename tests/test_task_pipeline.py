@@ -117,7 +117,6 @@ def test_parquet_inputs_and_folders_are_read(tmp_path):
     assert [r["id"] for r in read_jsonl(report.output_path)] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.slow  # two spawned interpreters import rft (and torch): ~15 s on this machine
 def test_rows_split_over_two_spawned_processes_keep_their_order():
     rows = [{"question": f"question number {i} " + "x" * (i % 7), "id": i} for i in range(11)]
     operator = TextLengthFilter(TextLengthArgs(min_len=22))
@@ -276,3 +275,51 @@ def test_config_bad_values_are_one_line_each(tmp_path, tiny_model_dir):
 
 def test_operator_config_default_is_empty():
     assert TaskPipelineConfig().operators == [] and OperatorConfig().args == {}
+
+
+def test_a_run_whose_pipeline_drops_every_task_stops_before_training(tmp_path, tiny_model_dir):
+    """Through the launcher: one :class:`EmptyTasksetError` line naming the operator, no
+    training step, no taskset written; a missing input is one line before anything runs."""
+    from rft.testing.runs import tiny_run_config
+    import yaml
+
+    from rft.config import load_config
+    from rft.launcher import run
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", ROWS)
+    config = tiny_run_config(tiny_model_dir, tasks, tmp_path)
+    config["data_processor"] = {"task_pipeline": {"num_process": 1, "operators": [
+        {"name": "text_length_filter", "args": {"min_len": 10_000}}]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path)
+    job = Path(loaded.stages[0].config.checkpoint_job_dir)
+    with pytest.raises(EmptyTasksetError, match=r"^data_processor.task_pipeline.operators\[0\]: "
+                                                r"operator 'text_length_filter' dropped every"):
+        run(loaded)
+    assert not (job / "task_pipeline" / "tasks.jsonl").exists()
+    assert not (job / "monitor" / "trainer.jsonl").exists()
+    config["data_processor"]["task_pipeline"]["inputs"] = [str(tmp_path / "missing.jsonl")]
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(RftError, match=r"^data_processor.task_pipeline.inputs\[0\]: path "
+                                       r"'.*missing.jsonl' does not exist$"):
+        run(load_config(path))
+
+
+def test_an_output_taskset_config_is_written_and_read_as_the_explorer_taskset(tmp_path):
+    from rft.config.schema import RftConfig, TasksetConfig
+    from rft.config.task_pipeline import derive_task_pipeline
+
+    raw = RftConfig(checkpoint_job_dir=str(tmp_path / "job"))
+    pipeline = TaskPipelineConfig(inputs=["a.jsonl"], output=TasksetConfig(
+        name="prioritized", path=str(tmp_path / "out")))
+    c = derive_task_pipeline(replace_pipeline(raw, pipeline))
+    taskset = c.buffer.explorer_input.taskset
+    assert (taskset.name, taskset.path) == ("prioritized", str(tmp_path / "out" / "tasks.jsonl"))
+    assert derive_task_pipeline(raw) == raw  # no pipeline: unchanged
+
+
+def replace_pipeline(c, pipeline):
+    from dataclasses import replace
+
+    return replace(c, data_processor=replace(c.data_processor, task_pipeline=pipeline))
