@@ -22,6 +22,7 @@ from rft_plugin_data_ops.dedup import ExactDeduplicator, NearArgs, NearDeduplica
 from rft_plugin_data_ops.difficulty import DifficultyArgs, LLMDifficultyScoreFilter, difficulty
 from rft_plugin_data_ops.language import LanguageArgs, LanguageIdScoreFilter
 from rft_plugin_data_ops.length import TextLengthArgs, TextLengthFilter
+from test_external_engine import trained_model  # noqa: F401  (module fixture: a tiny model that answers i+1=)
 
 ROWS = [
     {"question": "How many apples are there if you have two apples and buy three more?",
@@ -323,3 +324,43 @@ def replace_pipeline(c, pipeline):
     from dataclasses import replace
 
     return replace(c, data_processor=replace(c.data_processor, task_pipeline=pipeline))
+
+
+@pytest.mark.slow  # trains the tiny model (~15 s) and starts a server process (~15 s)
+def test_the_three_kinds_of_scorer_give_the_same_difficulties(tmp_path, tiny_model_dir,
+                                                               trained_model):
+    """A tiny model trained to answer ``i+1=`` (``test_external_engine``'s fixture: its
+    replies are digits, right or wrong) as a local folder (``hf`` engine), as the run's
+    auxiliary model ``judge`` (its engine built as the explorer builds it) and behind rft's
+    own OpenAI-compatible endpoint on 127.0.0.1 (the ``external`` engine) rates the same
+    tasks the same (greedy, float32), and not all alike."""
+    from rft.testing.runs import tiny_run_config
+    import yaml
+    from test_external_engine import ServerProcess
+
+    from rft.config import load_config
+    from rft.data.stage_tasks import operator_context
+
+    config = tiny_run_config(tiny_model_dir, write_jsonl(tmp_path / "t.jsonl", ROWS), tmp_path)
+    config["explorer"]["auxiliary_models"] = [{"name": "judge", "model_path": str(trained_model),
+                                               "engine_type": "hf", "dtype": "float32"}]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    plan = load_config(path).stages[0].plan
+
+    def difficulties(spec: str, bound: TaskOperatorContext) -> list[float]:
+        operator = LLMDifficultyScoreFilter(DifficultyArgs(  # the prompt as it was trained
+            api_or_hf_model=spec, min_score=-1.0, input_keys=["question"], field_names=[""],
+            system_prompt="", max_tokens=4))
+        operator.bind(bound)
+        return [r[STATS_KEY]["difficulty"] for r in operator.process(
+            [{"question": f"{i}+1="} for i in range(6)])]
+
+    local = difficulties(str(trained_model), context(tmp_path))
+    assert len(set(local)) > 2, local  # digits 1–5 read from its answers
+    assert difficulties("judge", operator_context(plan)) == local
+    server = ServerProcess(trained_model)
+    try:
+        assert difficulties(server.url, context(tmp_path)) == local
+    finally:
+        server.kill()

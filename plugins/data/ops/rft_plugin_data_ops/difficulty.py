@@ -39,11 +39,12 @@ class DifficultyArgs:
     input_keys: list[str] = field(default_factory=lambda: ["text"])
     """Row fields shown to the model."""
     field_names: list[str] = field(default_factory=lambda: ["Text"])
-    """How each of ``input_keys`` is labelled in the prompt (same length)."""
+    """How each of ``input_keys`` is labelled in the prompt (same length; ``""``: the value
+    alone)."""
     model_name: str | None = None
     """Model name sent to a URL's server; ``None``: the one it lists."""
     system_prompt: str | None = None
-    """Replaces the default rating instructions."""
+    """Replaces the default rating instructions (``""``: no system message)."""
     max_tokens: int = 32
     """Longest reply."""
     batch_size: int = 8
@@ -106,12 +107,14 @@ class LLMDifficultyScoreFilter(TaskOperator):
         return self._engine
 
     def conversation(self, row: TaskRow) -> list[dict[str, Any]]:
-        """The system prompt and the task's labelled fields."""
-        task = "\n".join(f"{name}: {row.get(key, '')}"
+        """The system prompt (none when ``system_prompt`` is ``""``) and the task's fields,
+        each labelled ``<field name>: `` (unlabelled when its field name is ``""``)."""
+        task = "\n".join(f"{name}: {row.get(key, '')}" if name else str(row.get(key, ""))
                          for key, name in zip(self.args.input_keys, self.args.field_names,
                                               strict=True))
-        return [{"role": "system", "content": self.args.system_prompt or SYSTEM_PROMPT},
-                {"role": "user", "content": task}]
+        prompt = SYSTEM_PROMPT if self.args.system_prompt is None else self.args.system_prompt
+        system = [{"role": "system", "content": prompt}] if prompt else []
+        return [*system, {"role": "user", "content": task}]
 
     def process(self, rows: list[TaskRow]) -> list[TaskRow]:
         kept: list[TaskRow] = []
