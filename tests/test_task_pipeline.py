@@ -364,3 +364,25 @@ def test_the_three_kinds_of_scorer_give_the_same_difficulties(tmp_path, tiny_mod
         assert difficulties(server.url, context(tmp_path)) == local
     finally:
         server.kill()
+
+
+def test_the_cache_key_follows_the_model_an_auxiliary_name_resolves_to(tmp_path):
+    """``api_or_hf_model: judge`` with the auxiliary model ``judge`` moved to another
+    model folder is another cache entry (the name alone would serve stale ratings)."""
+    from dataclasses import replace
+
+    from rft.config.schema import RftConfig
+    from rft.data.task_operator import ModelSource
+    from rft.engines.hf_engine import HFEngine
+
+    def fingerprint(model_path: str) -> str:
+        c = RftConfig()
+        c = replace(c, explorer=replace(c.explorer, rollout_model=replace(
+            c.explorer.rollout_model, model_path=model_path)))
+        operator = LLMDifficultyScoreFilter(DifficultyArgs(api_or_hf_model="judge"))
+        operator.bind(TaskOperatorContext(str(tmp_path), {"judge": ModelSource(
+            "explorer.auxiliary_models[0]", HFEngine, c)}))
+        return operator.fingerprint("llm_difficulty_score_filter")
+
+    assert fingerprint("/models/a") == fingerprint("/models/a")
+    assert fingerprint("/models/a") != fingerprint("/models/b")

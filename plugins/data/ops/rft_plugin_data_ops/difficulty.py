@@ -14,6 +14,7 @@ what ``priority_weights.difficulty`` weighs.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,16 @@ class LLMDifficultyScoreFilter(TaskOperator):
                 f"(explorer.auxiliary_models names: {', '.join(sorted(auxiliary_models)) or 'none'})"
                 ", an http(s) URL, nor a local model folder here; the pipeline stops at start "
                 "unless it is one where the run starts"]
+
+    def cache_identity(self) -> str:
+        """An auxiliary model's engine and model path (its name alone would let a changed
+        model hit the old cache); a folder's absolute path."""
+        spec = self.args.api_or_hf_model
+        if self.context is not None and spec in self.context.auxiliary_models:
+            model = self.context.auxiliary_models[spec].config.explorer.rollout_model
+            return f"auxiliary:{model.engine_type}:{model.model_path}"
+        return os.path.abspath(os.path.expanduser(spec)) if os.path.isdir(
+            os.path.expanduser(spec)) else spec
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
