@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # what the other hooks' dicts hold (rft.plugin_kinds names th
     from rft.buffer.replay import PriorityFn
     from rft.buffer.sampling import SampleStrategy
     from rft.buffer.selector import TaskSelector
+    from rft.data.task_operator import TaskOperator
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
     from rft.environment import ActionParser, Environment
@@ -390,6 +391,31 @@ def register_experience_operators() -> dict[str, type[ExperienceOperator]]:
         @hookimpl
         def register_experience_operators():
             return {"reward_filter": RewardFilter}
+    """
+
+
+@hookspec
+def register_task_operators() -> dict[str, type[TaskOperator]]:
+    """Register task operators, selected by
+    ``data_processor.task_pipeline.operators[i].name``.
+
+    :return: ``{name: class}``; the class (a :class:`rft.data.task_operator.TaskOperator`)
+        filters, changes or scores the taskset's rows before exploring
+        (``process(rows) -> rows``). Its ``Args`` dataclass is filled from the operator's
+        ``args``; its ``version`` is part of the pipeline's cache key; ``row_wise = False``
+        keeps all rows in one call (no split over ``num_process`` workers).
+
+    Example::
+
+        class LengthFilter(TaskOperator):
+            Args = LengthArgs
+
+            def process(self, rows):
+                return [r for r in rows if len(r[self.args.key]) <= self.args.max_len]
+
+        @hookimpl
+        def register_task_operators():
+            return {"length_filter": LengthFilter}
     """
 
 

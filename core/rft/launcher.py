@@ -23,6 +23,7 @@ from rft.config import LoadedConfig, Stage
 from rft.config.check import check
 from rft.config.derive import Derived
 from rft.config.token_budget import budget_line
+from rft.data.stage_tasks import prepare_tasks
 from rft.distributed.ray_runtime import RAY
 from rft.errors import ConfigError, RftError
 from rft.logs import configure_logging, file_note, reset_logging
@@ -100,6 +101,7 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
         announce_token_budget(stage)
+        prepare_tasks(stage.plan)  # data_processor.task_pipeline: the taskset it writes
         with explorer_environment(stage):
             result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
         results.append(result)

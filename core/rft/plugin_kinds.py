@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rft.buffer.selector import TaskSelector
     from rft.commands import Command
     from rft.contracts import AdvantageFn, EntropyLossFn, KLFn, PolicyLossFn
+    from rft.data.task_operator import TaskOperator
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
     from rft.environment import ActionParser, Environment
@@ -67,6 +68,8 @@ TASK_SELECTOR: PluginKind[type[TaskSelector]] = PluginKind(
     "task_selector", "register_task_selectors", "task selector")
 EXPERIENCE_OPERATOR: PluginKind[type[ExperienceOperator]] = PluginKind(
     "experience_operator", "register_experience_operators", "experience operator")
+TASK_OPERATOR: PluginKind[type[TaskOperator]] = PluginKind(
+    "task_operator", "register_task_operators", "task operator")
 ENGINE: PluginKind[type[InferenceEngine]] = PluginKind(
     "engine", "register_engines", "engine")
 ENVIRONMENT: PluginKind[type[Environment]] = PluginKind(
@@ -85,7 +88,7 @@ RUN_ARTIFACT: PluginKind[RunArtifact] = PluginKind(
 
 ALL_KINDS: tuple[PluginKind[Any], ...] = (
     ALGORITHM, ADVANTAGE_FN, POLICY_LOSS_FN, KL_FN, ENTROPY_LOSS_FN, SAMPLE_STRATEGY,
-    PRIORITY_FN, WORKFLOW, REWARD_FN, TASK_SELECTOR, EXPERIENCE_OPERATOR, ENGINE, ENVIRONMENT,
-    ACTION_PARSER, TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR, COMMAND,
-    RUN_ARTIFACT)
+    PRIORITY_FN, WORKFLOW, REWARD_FN, TASK_SELECTOR, EXPERIENCE_OPERATOR, TASK_OPERATOR,
+    ENGINE, ENVIRONMENT, ACTION_PARSER, TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR,
+    COMMAND, RUN_ARTIFACT)
 """Every kind, in the order ``rft plugins`` lists them."""
