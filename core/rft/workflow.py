@@ -87,6 +87,12 @@ class Task:
     """The algorithm needs a greedy baseline (``AlgorithmPreset.reward_baseline``): the
     workflow also answers once greedily, scores that answer ``b`` and sets
     ``info["reward_baseline"] = b`` on every experience it returns."""
+    images: tuple[Any, ...] = ()
+    """The row's images (``format.image_key``) as RGB ``PIL.Image.Image`` objects, loaded
+    and checked by the taskset (:mod:`rft.multimodal.media`); a multimodal workflow renders
+    them through the model's processor (:mod:`rft.multimodal.processor`)."""
+    videos: tuple[Any, ...] = ()
+    """The row's videos (``format.video_key``), each a list of RGB frames."""
 
     def chat_messages(self) -> list[dict[str, Any]]:
         """Messages for a chat call: the task's messages, or system + user prompt."""

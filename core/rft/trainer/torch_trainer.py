@@ -343,7 +343,9 @@ class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
             tensors["teacher_log_prob"] = batch.teacher_log_prob  # (B, R)
         if batch.rollout_version is not None:  # per-token weights versions (partial rollouts)
             tensors["rollout_version"] = batch.rollout_version  # (B, R)
-        return TensorBatch(batch.prompt_width, tensors)
+        multi_modal = batch.multi_modal_inputs
+        return TensorBatch(batch.prompt_width, tensors,
+                           tuple(multi_modal) if any(m is not None for m in multi_modal) else ())
 
 
 def _enable_gradient_checkpointing(model: nn.Module, key: str) -> None:
