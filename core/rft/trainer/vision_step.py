@@ -10,10 +10,12 @@ patched Qwen2-VL forward; here a hook does it without touching the model's code:
 
 - a forward pre-hook on the model notes whether the call carries ``pixel_values`` /
   ``pixel_values_videos``;
-- a forward hook on the language model (which runs inside the model's forward, so FSDP's
-  root parameters are gathered) runs the vision tower on a dummy image of one merged
-  patch group (``(m², C·T·P²)`` zeros, grid ``(1, m, m)``) when the call carried none, and
-  adds ``0 × Σ output`` to the hidden states.
+- a forward pre-hook on the language model (inside the model's forward, so FSDP's root
+  parameters are gathered; before the decoder layers, where the model's own forward runs
+  the tower, so the vision blocks' collectives come in the same order on every rank) runs
+  the vision tower on a dummy image of one merged patch group (``(m², C·T·P²)`` zeros,
+  grid ``(1, m, m)``) when the call carried none, and a forward hook adds
+  ``0 × Σ output`` to the language model's hidden states.
 
 The result is unchanged (``+ 0``) and every vision parameter gets a gradient, zero where no
 image was seen. The hook is installed in one process too: the optimizer then sees the same
@@ -82,27 +84,39 @@ class VisionInEveryStep:
         """Whether the model's current call carries pixel values."""
         self.dummy_runs = 0
         """How many forwards ran the tower on the dummy image (tests, metrics)."""
+        self._zero: torch.Tensor | None = None
+        """``0 × Σ`` of the dummy's output, between the language model's two hooks."""
         self._handles = [
             model.register_forward_pre_hook(self._note_pixels, with_kwargs=True),
-            language.register_forward_hook(self._add_vision),
+            language.register_forward_pre_hook(self._run_dummy),
+            language.register_forward_hook(self._add_zero),
         ]
 
     def _note_pixels(self, module: nn.Module, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> None:
         self.saw_pixels = any(kwargs.get(key) is not None for key in _PIXEL_KEYS)
 
-    def _add_vision(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+    def _run_dummy(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        """Before the language model (where the model's own forward runs the tower, so the
+        ranks' collectives come in the same order): the tower on the dummy image."""
+        self._zero = None
         if self.saw_pixels:
-            return output
-        hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
-        pixels, grid = dummy_image(getattr(self.visual, "config", None))
+            return
         parameter = next(self.visual.parameters())
-        zero = 0.0 * _tensor_sum(self.visual(pixels.to(hidden.device, parameter.dtype),
-                                             grid_thw=grid.to(hidden.device)))
+        pixels, grid = dummy_image(getattr(self.visual, "config", None))
+        self._zero = 0.0 * _tensor_sum(self.visual(pixels.to(parameter.device, parameter.dtype),
+                                                   grid_thw=grid.to(parameter.device)))
         self.dummy_runs += 1
+
+    def _add_zero(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        """After the language model: its hidden states + the dummy's ``0 × Σ``."""
+        zero, self._zero = self._zero, None
+        if zero is None:
+            return output
         if isinstance(output, tuple):
-            return (hidden + zero.to(hidden.dtype),) + tuple(output[1:])
-        output.last_hidden_state = hidden + zero.to(hidden.dtype)
+            return (output[0] + zero.to(output[0].dtype),) + tuple(output[1:])
+        output.last_hidden_state = output.last_hidden_state + zero.to(
+            output.last_hidden_state.dtype)
         return output
 
     def remove(self) -> None:
