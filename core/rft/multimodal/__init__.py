@@ -9,6 +9,6 @@
 docs/multimodal.md describes the whole path.
 """
 
-from rft.multimodal.inputs import MultiModalInputs, forward_inputs, join_inputs
+from rft.multimodal.inputs import MultiModalInputs, VisionPrompt, forward_inputs, join_inputs
 
-__all__ = ["MultiModalInputs", "forward_inputs", "join_inputs"]
+__all__ = ["MultiModalInputs", "VisionPrompt", "forward_inputs", "join_inputs"]

@@ -123,3 +123,18 @@ def forward_inputs(config: Any, input_ids: torch.Tensor, inputs: MultiModalInput
         if token_id is not None:
             types = types.masked_fill(input_ids == int(token_id), value)
     return {**inputs.model_kwargs(device), "mm_token_type_ids": types}
+
+
+@dataclass(frozen=True)
+class VisionPrompt:
+    """One prompt with images, as an engine takes it (:meth:`InferenceEngine.generate_mm`).
+
+    ``token_ids`` are the processor's ids, every image placeholder already expanded into
+    its image tokens; ``inputs`` the processor's tensors for them. ``images`` are the
+    decoded images themselves, for an engine that runs its own processor (vLLM's
+    ``multi_modal_data``); the ``hf`` engine reads ``inputs``.
+    """
+
+    token_ids: tuple[int, ...]
+    inputs: MultiModalInputs | None
+    images: tuple[Any, ...] = ()
