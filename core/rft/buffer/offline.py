@@ -14,7 +14,7 @@ from typing import Any, Literal
 from rft.buffer.errors import TasksetError
 from rft.buffer.preference_data import preference_example, row_to_preference_pair
 from rft.buffer.sft_data import row_to_sft_experience, sft_example
-from rft.buffer.taskset import read_rows
+from rft.buffer.taskset import media_folder, read_rows
 from rft.config.schema import ExperienceBufferConfig, TasksetConfig
 from rft.experience import Experience
 
@@ -67,7 +67,8 @@ def dataset_experiences(cfg: ExperienceBufferConfig, tokenizer: Any, fmt: RowFor
     if fmt == "dpo":
         return [e for index, row in enumerate(rows)
                 for e in row_to_preference_pair(row, index, cfg.format, tokenizer, where)]
-    return [row_to_sft_experience(row, index, cfg.format, tokenizer, where)
+    folder = media_folder(rows_config(cfg))  # relative image paths (format.image_key)
+    return [row_to_sft_experience(row, index, cfg.format, tokenizer, where, folder)
             for index, row in enumerate(rows)]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft_plugin_workflows.single_turn import SimpleWorkflow
+from rft_plugin_workflows.single_turn import MathBoxedArgs, SimpleWorkflow
 
 MM_MATH_SYSTEM_PROMPT = (
     "You are a helpful assistant that solves math problems about images. First think "
@@ -46,9 +46,16 @@ class VisionSampling(SimpleWorkflow):
 
 
 class SimpleMMWorkflow(VisionSampling):
-    """``simple_mm_workflow``: one chat turn with the task's images."""
+    """``simple_mm_workflow``: one chat turn with the task's images. Its args are
+    ``math_boxed_workflow``'s (Trinity-RFT's ``mix_vlm`` sets ``with_think``): a reward
+    declaring ``with_think`` / ``format_score_coef`` (``math_boxed_reward``) gets them."""
 
+    Args = MathBoxedArgs
     default_system_prompt = MM_MATH_SYSTEM_PROMPT
+
+    def reward_inputs(self, experience: Experience) -> dict[str, Any]:
+        return {**super().reward_inputs(experience), "with_think": self.options.with_think,
+                "format_score_coef": self.options.format_score_coef}
 
 
 __all__ = ["MM_MATH_SYSTEM_PROMPT", "SimpleMMWorkflow", "VisionSampling"]
