@@ -18,8 +18,6 @@ The processor (for the merge size and the vision token ids) is the model's, load
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from rft.experience import Batch
 
@@ -56,12 +54,3 @@ class VisionRows:
         return [{} if inputs is None else inputs.model_kwargs()
                 for inputs in batch.multi_modal_inputs]
 
-
-def has_vision(batch: Batch) -> bool:
-    """Whether some row of ``batch`` carries vision inputs."""
-    return any(inputs is not None for inputs in batch.multi_modal_inputs)
-
-
-def is_vision_model(hf_config: Any) -> bool:
-    """Whether the actor is a vision-language model (its config has a ``vision_config``)."""
-    return getattr(hf_config, "vision_config", None) is not None
