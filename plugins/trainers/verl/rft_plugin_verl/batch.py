@@ -78,10 +78,16 @@ def to_tensordict(batch: Batch, extra: dict[str, torch.Tensor] | None = None,
     }
     for name, value in (extra or {}).items():
         tensors[name] = value.float() if value.is_floating_point() else value
-    if vision is not None:
-        tensors["position_ids"] = vision.position_ids(batch)  # (B, 4, P + T)
+    positions = vision.position_ids(batch) if vision is not None else None  # (B, 4, P + T)
+    if positions is not None:
+        tensors["position_ids"] = positions
     data = left_right_2_no_padding(TensorDict(tensors, batch_size=[batch.input_ids.shape[0]]))
-    if vision is not None:
+    if vision is not None and positions is not None:
+        # ragged over the sequence (dim 2): veRL's jagged stack of the rows' (4, L_b)
+        # picks the "4" axis as ragged when all rows have the same length, and its
+        # micro-batching then fails in torch's unbind (pytorch#153238)
+        rows = [p[:, m.bool()] for p, m in zip(positions, batch.attention_mask)]  # (4, L_b)
+        data["position_ids"] = tu.nested_tensor_from_tensor_list(rows, ragged_idx=2)
         tu.assign_non_tensor_stack(data, "multi_modal_inputs", vision.multi_modal_inputs(batch))
     return data
 

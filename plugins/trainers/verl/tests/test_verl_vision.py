@@ -93,7 +93,7 @@ def plain(model: Path, tmp: Path) -> dict[str, Any]:
         "buffer": {"batch_size": 3, "total_steps": 1, "trainer_input": {"experience_buffer": {
             "name": "exp", "storage_type": "sql", "path": str(tmp / "exp.db")}}},
         "synchronizer": {"sync_method": "checkpoint"},
-        "trainer": {"trainer_type": "verl", "use_dynamic_bsz": False,
+        "trainer": {"trainer_type": "verl", "use_dynamic_bsz": True,
                     "trainer_config": {"torch": {"device": "cpu"},
                                        "actor_rollout_ref": {"actor": {
                                            "ppo_micro_batch_size_per_gpu": 2}}}},
@@ -116,6 +116,27 @@ def test_verl_positions_lay_image_tokens_on_their_grid(vision_model: Path) -> No
     text = batch.attention_mask[3].bool()  # the text-only row: 1-D positions on every axis
     for k in (1, 2, 3):
         assert torch.equal(positions[3, k][text], positions[3, 0][text])
+
+
+def test_rows_of_one_length_keep_their_positions_ragged_over_the_sequence(
+        vision_model: Path) -> None:
+    """All rows of the same length (one question, one image size, as a real step has):
+    the ``(4, L)`` positions stay ragged over the sequence, so veRL's micro-batching splits
+    them by row (before: ``split_with_sizes expects split_sizes to sum exactly to L``)."""
+    from rft_plugin_verl.batch import to_tensordict
+    from verl.utils import tensordict_utils as tu
+
+    rows = [e for e in image_rollouts(vision_model) if e.multi_modal_inputs is not None]
+    same = [Experience(tokens=rows[0].tokens.clone(), prompt_length=rows[0].prompt_length,
+                       multi_modal_inputs=rows[0].multi_modal_inputs,
+                       eid=EID(batch=0, task=i, run=0)) for i in range(4)]
+    data = to_tensordict(pad_batch(same, pad_token_id=0), None, VisionRows(str(vision_model)))
+    positions = data["position_ids"]
+    length = len(same[0].tokens)
+    assert positions._ragged_idx == 2 and positions.values().shape == (4, 4 * length)
+    chunks = tu.chunk_tensordict(data, 2)
+    assert [c["position_ids"].values().shape for c in chunks] == [(4, 2 * length)] * 2
+    assert len(tu.index_select_tensor_dict(data, [3, 1])) == 2
 
 
 @pytest.mark.slow
