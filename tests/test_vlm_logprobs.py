@@ -96,3 +96,29 @@ def test_a_text_engine_refuses_images(tiny_model_dir) -> None:
     assert not engine.accepts_images()
     with pytest.raises(RftError, match="takes no images"):
         engine.render_mm([{"role": "user", "content": "hi"}], [solid_image((0, 0, 0))])
+
+
+def test_lora_on_the_language_model_only_keeps_the_forward(sampled, tiny_vision_dir) -> None:
+    """``exclude_modules: .*visual.*`` leaves the vision tower without adapters; the peft
+    model's forward with images equals the base model's at initialisation (B = 0)."""
+    from peft import get_peft_model
+
+    from rft.config.lora import peft_config, target_modules_problem
+    from rft.config.schema import LoRAConfig
+
+    _, _, experiences = sampled
+    lora = LoRAConfig(lora_rank=4, lora_alpha=8, exclude_modules=".*visual.*")
+    assert target_modules_problem(str(tiny_vision_dir), lora, False) is None
+    model = get_peft_model(load_causal_lm(str(tiny_vision_dir)), peft_config(lora, None)).eval()
+    adapted = [n for n, _ in model.named_modules() if n.endswith("lora_A")]
+    assert adapted and not [n for n in adapted if "visual" in n]
+    assert any("language_model" in n and "q_proj" in n for n in adapted)
+    batch = pad_batch(experiences[:2], pad_token_id=0)
+    tensors = TensorBatch(batch.prompt_width, {
+        "input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids}, tuple(batch.multi_modal_inputs))
+    with torch.no_grad():
+        logps, _ = response_logprobs(model, tensors, device=torch.device("cpu"))
+    for i, experience in enumerate(experiences[:2]):
+        torch.testing.assert_close(logps[i, :experience.response_length],
+                                   experience.logprobs, atol=1e-5, rtol=0)

@@ -158,6 +158,11 @@ class Workflow(ABC):
     """The workflow plays the task's :attr:`Task.environment` (a taskset may set
     ``environment`` only with such a workflow, and such a workflow needs one)."""
 
+    takes_images: bool = False
+    """The workflow sends the task's :attr:`Task.images` to the model (a taskset may set
+    ``format.image_key`` / ``video_key`` only with such a workflow: another would train on
+    the text alone)."""
+
     default_environment: str | None = None
     """The registered environment such a workflow plays when its taskset names none
     (config derivation fills the taskset's ``environment`` with it: Trinity-RFT's

@@ -18,19 +18,11 @@ folders, SQLite and their errors behave the same as for tasksets):
   rendered into the prompt by the chat template.
 - ``format.chat_template``: the template the rows are rendered with; unset: the model's
   (:mod:`rft.chat_template`).
-- ``format.image_key`` (``plaintext`` / ``messages`` rows, not concatenated): the row's
-  images (paths relative to the data file's folder, ``file://`` URLs, bytes; read and
-  checked by :mod:`rft.multimodal.media`) go before the text of the first user turn; the
-  prompt is rendered and its image placeholders expanded by the model's processor
-  (:func:`rft.multimodal.processor.render_prompt`, as the workflows' prompts are) and the
-  experience carries the row's vision tensors (``Experience.multi_modal_inputs``). A bad
-  image is one line naming the row and the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,46 +124,12 @@ def sft_example(row: dict[str, Any], index: int, fmt: FormatConfig, where: str) 
     return SFTExample(prompt, str(row[fmt.response_key]), tools)
 
 
-def row_images(row: dict[str, Any], index: int, fmt: FormatConfig, where: str,
-               media_folder: str | None) -> tuple[Any, ...]:
-    """The RGB images of a row (``format.image_key``; none when unset).
-
-    :raises TasksetError: the key is missing, or an image is missing, corrupt or too large
-        (one line naming the row and the key)."""
-    from rft.multimodal.media import MediaError, load_images
-
-    if not fmt.image_key:
-        return ()
-    if fmt.image_key not in row:
-        raise missing_key(where, index, fmt.image_key, "image_key", row)
-    try:
-        return load_images(row[fmt.image_key], media_folder)
-    except MediaError as exc:
-        raise TasksetError(f"{where}: row {index + 1}: {fmt.image_key!r} (format.image_key): "
-                           f"{exc}") from exc
-
-
-@functools.lru_cache(maxsize=4)
-def _processor(model_path: str) -> Any:
-    from rft.multimodal.processor import load_processor
-
-    return load_processor(model_path)
-
-
 def row_to_sft_experience(row: dict[str, Any], index: int, fmt: FormatConfig, tokenizer: Any,
-                          where: str, media_folder: str | None = None) -> Experience:
-    """One SFT row as an experience (see the module docstring); ``media_folder``: where
-    relative image paths are read from."""
+                          where: str) -> Experience:
+    """One SFT row as an experience (see the module docstring)."""
     example = sft_example(row, index, fmt, where)
     template = dataset_chat_template(fmt)
     eid = EID(batch="sft", task=index, run=0)
-    images = row_images(row, index, fmt, where, media_folder)
-    if images:
-        if example.concatenated:
-            raise TasksetError(f"{where}: row {index + 1}: format.image_key with "
-                               "format.enable_concatenated_multi_turn is not supported")
-        return _image_row_experience(example, images, tokenizer, template, eid,
-                                     f"{where}: row {index + 1}")
     if example.concatenated:
         text, spans = assistant_spans(tokenizer, example.prompt, tools=example.tools,
                                       chat_template=template, where=f"{where}: row {index + 1}")
@@ -189,24 +147,6 @@ def row_to_sft_experience(row: dict[str, Any], index: int, fmt: FormatConfig, to
                              what="the reply")
     return Experience(tokens=torch.tensor(prompt_ids + response_ids, dtype=torch.long),
                       prompt_length=len(prompt_ids), reward=0.0, eid=eid)
-
-
-def _image_row_experience(example: SFTExample, images: tuple[Any, ...], tokenizer: Any,
-                          template: str | None, eid: EID, where: str) -> Experience:
-    """An SFT row with images: the prompt through the model's processor (the image
-    placeholders expanded into vision tokens, the vision tensors kept), the reply as for
-    a text row."""
-    from rft.multimodal.processor import render_prompt
-
-    processor = _processor(str(getattr(tokenizer, "name_or_path", "")))
-    if template is not None:
-        processor.chat_template = template
-    prompt_ids, vision = render_prompt(processor, example.prompt, images)
-    response_ids = reply_ids(tokenizer, example.prompt, example.reply, tools=example.tools,
-                             chat_template=template, where=where, what="the reply")
-    return Experience(tokens=torch.tensor(prompt_ids + response_ids, dtype=torch.long),
-                      prompt_length=len(prompt_ids), reward=0.0, eid=eid,
-                      multi_modal_inputs=vision)
 
 
 class DatasetStorage(ExperienceStorage):

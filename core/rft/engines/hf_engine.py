@@ -36,7 +36,7 @@ import torch
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
 from rft.multimodal.inputs import (MultiModalInputs, VisionPrompt, forward_inputs,
-                                   join_inputs)
+                                   join_inputs, vision_token_ids)
 from rft.engines import decode_loop, gqa_attention
 from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
                                 SamplingArgs)
@@ -209,8 +209,11 @@ class HFEngine(InferenceEngine):
         as ``num_return_sequences``, the model expanding its own vision inputs), with the
         processor's ``pixel_values`` / ``image_grid_thw`` and ``mm_token_type_ids``
         (:func:`rft.multimodal.forward_inputs`); log-probs of the sampled tokens from the
-        raw step logits as for text. A prompt over the limit is refused, never truncated
-        (truncation would cut image tokens)."""
+        raw step logits as for text. The vision placeholder tokens are never sampled
+        (``suppress_tokens``: they stand for image features in a prompt, and a response
+        holding one could not be scored); the log-probs are still those of the raw logits,
+        the contract the trainer reproduces. A prompt over the limit is refused, never
+        truncated (truncation would cut image tokens)."""
         if not self.accepts_images():
             return super().generate_mm(prompts, sampling, n)
         prepared, seed = self.start_call([list(p.token_ids) for p in prompts], sampling, n)
@@ -236,6 +239,7 @@ class HFEngine(InferenceEngine):
         config = self._generation_config(sampling, n, prompt.max_new_tokens)
         if greedy:  # one greedy row stands for the n equal ones
             config.num_return_sequences = 1
+        config.suppress_tokens = vision_token_ids(self.model.config) or None
         extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                   generation_config=config, **vision, **extra)

@@ -125,6 +125,17 @@ def forward_inputs(config: Any, input_ids: torch.Tensor, inputs: MultiModalInput
     return {**inputs.model_kwargs(device), "mm_token_type_ids": types}
 
 
+VISION_TOKEN_FIELDS = ("image_token_id", "video_token_id", "vision_start_token_id",
+                       "vision_end_token_id")
+"""Config fields of Qwen2-VL-style models naming their vision placeholder tokens."""
+
+
+def vision_token_ids(config: Any) -> list[int]:
+    """The vision placeholder token ids a model config names (none for a text model)."""
+    return [int(v) for name in VISION_TOKEN_FIELDS
+            if (v := getattr(config, name, None)) is not None]
+
+
 @dataclass(frozen=True)
 class VisionPrompt:
     """One prompt with images, as an engine takes it (:meth:`InferenceEngine.generate_mm`).

@@ -15,6 +15,7 @@ call on the engine and the trainer side, so both see the same ids.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,22 @@ def render_prompt(processor: Any, messages: Sequence[dict[str, Any]], images: Se
     outputs = processor(text=[text], images=list(images) or None, return_tensors="pt")
     ids = outputs["input_ids"][0]  # (L,)
     return [int(t) for t in ids.tolist()], MultiModalInputs.from_processor(outputs)
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json",
+                   "video_preprocessor_config.json", "chat_template.jinja",
+                   "chat_template.json")
+"""The processor's own files beside a checkpoint (the tokenizer's are saved with it)."""
+
+
+def copy_processor_files(source: str, target: str) -> list[str]:
+    """Copy the processor files of the model folder ``source`` into ``target`` (an
+    exported / checkpointed model); return the names copied (none for a text model or a
+    hub id)."""
+    copied = []
+    for name in PROCESSOR_FILES:
+        path = Path(source) / name
+        if path.is_file():
+            shutil.copyfile(path, Path(target) / name)
+            copied.append(name)
+    return copied

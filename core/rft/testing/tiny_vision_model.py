@@ -4,7 +4,8 @@
 checkpoint (``AutoProcessor`` — see :func:`rft.multimodal.processor.load_processor`
 without torchvision — and ``AutoModelForImageTextToText``):
 
-- the tokenizer of :func:`rft.testing.tiny_model.build_tiny_model` plus Qwen2-VL's vision
+- the tokenizer of :func:`rft.testing.tiny_model.build_tiny_model` (its corpus plus
+  :data:`VISION_WORDS`) plus Qwen2-VL's vision
   special tokens ``<|vision_start|>``, ``<|vision_end|>``, ``<|image_pad|>``,
   ``<|video_pad|>`` and a ChatML chat template whose ``{"type": "image"}`` content parts
   render as ``<|vision_start|><|image_pad|><|vision_end|>`` (the processor expands the pad
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from rft.testing.tiny_model import CHATML_TEMPLATE, build_tiny_model
+from rft.testing.tiny_model import CHATML_TEMPLATE, build_tiny_model, default_corpus
 
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"
@@ -50,6 +51,19 @@ MM_CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 """ChatML with image / video content parts (Qwen2-VL's placeholder layout)."""
+
+VISION_WORDS = ("red green blue yellow black white orange purple colour color shape "
+                "square circle disc triangle largest smallest biggest image picture left "
+                "right top bottom Which What How many Answer with one word")
+"""Words of visual questions added to the tokenizer's corpus (each becomes one token, so a
+toy answer like ``red`` or ``yellow`` is a single token)."""
+
+
+def vision_corpus() -> list[str]:
+    """:func:`~rft.testing.tiny_model.default_corpus` plus :data:`VISION_WORDS`, each word
+    alone and in a sentence, 64 times: frequent enough to be merged into whole tokens."""
+    words = VISION_WORDS.split()
+    return default_corpus() + [w for w in words for _ in range(64)] + [" ".join(words)] * 64
 
 
 def build_tiny_vision_model(
@@ -92,7 +106,7 @@ def build_tiny_vision_model(
     out = Path(out_dir)
     build_tiny_model(out, vocab_size=vocab_size, hidden_size=hidden_size,
                      num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                     seed=seed)  # the tokenizer (the text weights are replaced below)
+                     seed=seed, corpus=vision_corpus())  # the tokenizer (weights: below)
     tokenizer = AutoTokenizer.from_pretrained(str(out))
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>",
                                                                 *VISION_TOKENS]})

@@ -31,6 +31,8 @@ class VisionSampling(SimpleWorkflow):
     """:meth:`sample` through :meth:`~rft.rollout.model_wrapper.ModelWrapper.chat_mm` when
     the task has images (mixed into a single-turn workflow)."""
 
+    takes_images = True
+
     def sample(self, n: int, **overrides: Any) -> list[Experience]:
         if self.task.videos:
             raise RftError(f"{type(self).__name__}: task {self.task.index} of "
