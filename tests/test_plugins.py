@@ -279,7 +279,7 @@ def test_throwaway_distribution_is_selected_by_name_and_missed_when_uninstalled(
     assert uninstalled.returncode == 2
     assert uninstalled.stderr.splitlines() == [
         "rft: buffer.explorer_input.taskset.default_workflow_type: unknown workflow "
-        "'simple_workflow_v2'; did you mean 'simple_workflow'?",
+        "'simple_workflow_v2'; did you mean 'simple_workflow' or 'simple_mm_workflow'?",
         "rft: buffer.explorer_input.taskset.default_reward_fn_type: unknown reward function "
         "'accuracy_reward_v2'; did you mean 'accuracy_reward'?",
     ]

@@ -4,6 +4,7 @@
     rft validate CONFIG [key=value ...]     print the resolved config, or every problem
     rft run CONFIG [key=value ...]          validate, then run through the launcher
     rft tiny-model DIR                      build a tiny random Qwen2 model offline
+    rft tiny-model --vision DIR             … a tiny Qwen2-VL model and its processor
     rft NAME ...                            a command contributed by a plugin
                                             (``register_commands``, e.g. ``convert-verl``)
 
@@ -103,6 +104,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_tiny_model(args: argparse.Namespace) -> int:
     from rft.testing.tiny_model import build_tiny_model
 
+    if args.vision:
+        from rft.testing.tiny_vision_model import build_tiny_vision_model
+
+        print(build_tiny_vision_model(args.directory, vocab_size=args.vocab_size,
+                                      hidden_size=args.hidden_size, num_layers=args.layers,
+                                      num_heads=args.num_heads,
+                                      num_kv_heads=args.num_kv_heads, seed=args.seed))
+        return 0
     path = build_tiny_model(args.directory, vocab_size=args.vocab_size,
                             hidden_size=args.hidden_size, num_layers=args.layers,
                             num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
@@ -148,6 +157,9 @@ def build_parser(registry: PluginRegistry | None = None) -> argparse.ArgumentPar
                       "or more: hidden size / heads)")
     tiny.add_argument("--num-kv-heads", type=int, default=2)
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--vision", action="store_true",
+                      help="a tiny vision-language model (Qwen2-VL: 2-block vision tower, "
+                      "4-px patches) with its processor, docs/multimodal.md")
     tiny.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     tiny.set_defaults(handler=cmd_tiny_model)
 

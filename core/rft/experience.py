@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from rft.multimodal.inputs import MultiModalInputs
 from rft.tensor_wire import from_wire, to_wire
 
 
@@ -93,6 +94,11 @@ class Experience:
     response was being generated: the tokens before it carry the old version, those after
     the new one; docs/async-partial.md) and by a multi-turn merge whose turns were sampled
     by different versions. The trainer sees it as ``rollout_version``."""
+    multi_modal_inputs: MultiModalInputs | None = None
+    """The processor's vision tensors of this sequence (``pixel_values`` ``(N, D)``,
+    ``image_grid_thw`` ``(n, 3)``, …; :class:`rft.multimodal.MultiModalInputs`), whose
+    image tokens sit in ``tokens``; ``None``: a text-only sequence. Not padded like tokens:
+    a batch joins its rows' inputs in row order (:func:`rft.multimodal.join_inputs`)."""
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 1:
@@ -188,6 +194,11 @@ class Batch:
     (:meth:`Experience.response_versions`: ``token_versions``, else the row's
     ``model_version``); ``-1`` on padding columns. A trainer's staleness and off-policy
     corrections read it (``current_version − rollout_version`` is a token's lag)."""
+
+    @property
+    def multi_modal_inputs(self) -> list[MultiModalInputs | None]:
+        """Per row, the experience's vision inputs (``None`` for text rows)."""
+        return [e.multi_modal_inputs for e in self.experiences]
 
 
 def _row_spans(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:

@@ -87,6 +87,12 @@ class Task:
     """The algorithm needs a greedy baseline (``AlgorithmPreset.reward_baseline``): the
     workflow also answers once greedily, scores that answer ``b`` and sets
     ``info["reward_baseline"] = b`` on every experience it returns."""
+    images: tuple[Any, ...] = ()
+    """The row's images (``format.image_key``) as RGB ``PIL.Image.Image`` objects, loaded
+    and checked by the taskset (:mod:`rft.multimodal.media`); a multimodal workflow renders
+    them through the model's processor (:mod:`rft.multimodal.processor`)."""
+    videos: tuple[Any, ...] = ()
+    """The row's videos (``format.video_key``), each a list of RGB frames."""
 
     def chat_messages(self) -> list[dict[str, Any]]:
         """Messages for a chat call: the task's messages, or system + user prompt."""
@@ -151,6 +157,11 @@ class Workflow(ABC):
     plays_environments: bool = False
     """The workflow plays the task's :attr:`Task.environment` (a taskset may set
     ``environment`` only with such a workflow, and such a workflow needs one)."""
+
+    takes_images: bool = False
+    """The workflow sends the task's :attr:`Task.images` to the model (a taskset may set
+    ``format.image_key`` / ``video_key`` only with such a workflow: another would train on
+    the text alone)."""
 
     default_environment: str | None = None
     """The registered environment such a workflow plays when its taskset names none

@@ -67,7 +67,26 @@ def dataset_experiences(cfg: ExperienceBufferConfig, tokenizer: Any, fmt: RowFor
     if fmt == "dpo":
         return [e for index, row in enumerate(rows)
                 for e in row_to_preference_pair(row, index, cfg.format, tokenizer, where)]
+    if cfg.format.image_key:  # images: the prompt through the model's processor
+        return _image_sft_experiences(rows, cfg, tokenizer, where)
     return [row_to_sft_experience(row, index, cfg.format, tokenizer, where)
+            for index, row in enumerate(rows)]
+
+
+def _image_sft_experiences(rows: list[dict[str, Any]], cfg: ExperienceBufferConfig,
+                           tokenizer: Any, where: str) -> list[Experience]:
+    """SFT rows with images (:mod:`rft.multimodal.sft_rows`), rendered by the processor
+    saved with the model ``tokenizer`` comes from (the processor's chat template, which
+    places the image parts; the tokenizer's where it has none)."""
+    from rft.buffer.taskset import media_folder
+    from rft.multimodal.processor import load_processor
+    from rft.multimodal.sft_rows import image_sft_experience
+
+    processor = load_processor(str(getattr(tokenizer, "name_or_path", "")))
+    if not getattr(processor, "chat_template", None):
+        processor.chat_template = getattr(tokenizer, "chat_template", None)
+    folder = media_folder(rows_config(cfg))
+    return [image_sft_experience(row, index, cfg.format, processor, folder, where)
             for index, row in enumerate(rows)]
 
 

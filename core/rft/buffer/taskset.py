@@ -535,6 +535,8 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
             where = f"{_where(cfg)}: "
             raise TasksetError(str(exc).replace(where, where + row_place(cfg, index) + ": ", 1)
                                ) from exc
+    if fmt.image_key or fmt.video_key:
+        task.images, task.videos = _row_media(cfg, row, index)
     if fmt.response_key in row:
         task.truth = row[fmt.response_key]
     elif task.reward_fn is not None and task.environment is None:  # else: the env rewards
@@ -542,6 +544,38 @@ def row_to_task(cfg: TasksetConfig, row: dict[str, Any], index: int, plugins: Ta
                            f"{fmt.response_key!r} "
                            f"(format.response_key) for the reward; keys: {', '.join(row)}")
     return task
+
+
+def media_folder(cfg: TasksetConfig) -> str | None:
+    """The folder relative image / video paths of a row are read from: the data file's
+    folder (the folder itself for a folder of files); ``None`` for a hub dataset."""
+    path = os.path.expanduser(cfg.path or "")
+    if os.path.isdir(path):
+        return path
+    return os.path.dirname(os.path.abspath(path)) if os.path.exists(path) else None
+
+
+def _row_media(cfg: TasksetConfig, row: dict[str, Any], index: int
+               ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``(images, videos)`` of a row (``format.image_key`` / ``format.video_key``, read by
+    :mod:`rft.multimodal.media`); one :class:`TasksetError` line naming the row and the key."""
+    from rft.multimodal.media import MediaError, load_images, load_videos
+
+    fmt, folder = cfg.format, media_folder(cfg)
+    loaded: dict[str, tuple[Any, ...]] = {"image_key": (), "video_key": ()}
+    for name, column, load in (("image_key", fmt.image_key, load_images),
+                               ("video_key", fmt.video_key, load_videos)):
+        if not column:
+            continue
+        if column not in row:
+            raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)} has no key {column!r} "
+                               f"(format.{name}); keys: {', '.join(row)}")
+        try:
+            loaded[name] = load(row[column], folder)
+        except MediaError as exc:
+            raise TasksetError(f"{_where(cfg)}: {row_place(cfg, index)}: {column!r} "
+                               f"(format.{name}): {exc}") from exc
+    return loaded["image_key"], loaded["video_key"]
 
 
 def load_tasks(cfg: TasksetConfig, plugins: TaskPlugins, *, is_eval: bool) -> list[Task]:

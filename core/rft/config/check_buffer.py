@@ -148,11 +148,25 @@ def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool,
                                    selector.selector_type, selector.kwargs,
                                    f"{key}.task_selector.kwargs")
     environment, parser = check_environment(key, taskset, workflow, found)
+    check_images(key, taskset, workflow, found)
     if workflow is None or chosen_selector is None:
         return None
     return TasksetPlan(key, taskset, is_eval, workflow, reward, chosen_selector,
                        environment=environment, action_parser=parser,
                        **row_plugins(key, taskset, found))
+
+
+def check_images(key: str, taskset: TasksetConfig, workflow: Selected[Any] | None,
+                 found: Findings) -> None:
+    """``format.image_key`` / ``video_key`` only with a workflow that sends images
+    (:attr:`rft.workflow.Workflow.takes_images`): one line naming the key otherwise."""
+    if workflow is None or getattr(workflow.implementation, "takes_images", False):
+        return
+    for name in ("image_key", "video_key"):
+        if getattr(taskset.format, name):
+            found.problem(f"{key}.format.{name}", f"workflow {workflow.name!r} does not send "
+                          "images to the model (it would train on the text alone); use "
+                          "simple_mm_workflow (default_workflow_type)")
 
 
 def check_environment(key: str, taskset: TasksetConfig, workflow: Selected[Any] | None,

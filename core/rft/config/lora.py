@@ -148,13 +148,16 @@ def target_modules_problem(model_path: str, lora: LoRAConfig, trust_remote_code:
         return None
     import torch
     from peft import get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from rft.multimodal.models import auto_model_class
 
     try:
         config = AutoConfig.from_pretrained(os.path.expanduser(model_path),
                                             trust_remote_code=trust_remote_code)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+            model = auto_model_class(config).from_config(config,
+                                                         trust_remote_code=trust_remote_code)
     except Exception:  # noqa: BLE001 (not loadable here: the trainer reports it)
         return None
     try:

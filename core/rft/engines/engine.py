@@ -56,6 +56,7 @@ import torch
 
 from rft.adapter import AdapterWeights
 from rft.errors import RftError
+from rft.multimodal.inputs import MultiModalInputs, VisionPrompt
 
 CHAT_CACHE_SIZE = 4096
 """Rendered conversations an engine remembers (:meth:`InferenceEngine.apply_chat_template`)."""
@@ -298,6 +299,46 @@ class InferenceEngine(ABC):
         """Copy ``(name, tensor)`` pairs (Hugging Face parameter names) into the model and
         set :attr:`model_version` to ``version``. Missing names keep their values;
         unknown names or shapes raise :class:`RftError`."""
+
+    # ---- images (vision-language models; docs/multimodal.md) ----------------------------
+
+    def accepts_images(self) -> bool:
+        """Whether the engine serves a vision-language model and implements
+        :meth:`generate_mm` and :meth:`compute_logprobs_mm` (prompts with images)."""
+        return False
+
+    @property
+    def processor(self) -> Any:
+        """The served model's processor (:func:`rft.multimodal.processor.load_processor`);
+        engines that take images set it."""
+        raise RftError(f"{type(self).__name__} takes no images (no processor); use an engine "
+                       f"that does (hf) with a vision-language model")
+
+    def render_mm(self, messages: Sequence[dict[str, Any]], images: Sequence[Any], *,
+                  add_generation_prompt: bool = True) -> VisionPrompt:
+        """One conversation with ``images`` (RGB PIL images, in placeholder order) as a
+        :class:`~rft.multimodal.VisionPrompt`: the processor's chat template and expansion
+        (:func:`rft.multimodal.processor.render_prompt`)."""
+        from rft.multimodal.processor import render_prompt
+
+        ids, inputs = render_prompt(self.processor, messages, images,
+                                    add_generation_prompt=add_generation_prompt)
+        return VisionPrompt(tuple(ids), inputs, tuple(images))
+
+    def generate_mm(self, prompts: Sequence[VisionPrompt], sampling: SamplingArgs,
+                    n: int = 1) -> list[list[Completion]]:
+        """:meth:`generate` for prompts with images (:attr:`accepts_images` engines)."""
+        raise RftError(f"{type(self).__name__} takes no images; use the hf engine with a "
+                       f"vision-language model (docs/multimodal.md)")
+
+    def compute_logprobs_mm(self, token_ids: Sequence[Sequence[int]],
+                            prompt_lengths: Sequence[int],
+                            inputs: Sequence[MultiModalInputs | None], *,
+                            temperature: float = 1.0) -> list[torch.Tensor]:
+        """:meth:`compute_logprobs` of sequences with their vision inputs (``inputs[i]``
+        for sequence ``i``, ``None`` for a text one)."""
+        raise RftError(f"{type(self).__name__} takes no images; use the hf engine with a "
+                       f"vision-language model (docs/multimodal.md)")
 
     def update_adapter(self, adapter: AdapterWeights, version: int) -> None:
         """Serve the base model with ``adapter`` (a LoRA adapter: its spec and tensors, see

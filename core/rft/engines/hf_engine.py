@@ -35,6 +35,8 @@ import torch
 
 from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
+from rft.multimodal.inputs import (MultiModalInputs, VisionPrompt, forward_inputs,
+                                   join_inputs, vision_token_ids)
 from rft.engines import decode_loop, gqa_attention
 from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
                                 SamplingArgs)
@@ -105,7 +107,10 @@ class HFEngine(InferenceEngine):
         rope_theta: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
+
+        from rft.multimodal.models import auto_model_class, is_vision_config
+        from rft.multimodal.processor import load_processor
 
         super().__init__(**engine_kwargs)
         self.model_path = str(model_path)
@@ -119,15 +124,18 @@ class HFEngine(InferenceEngine):
                                        "trust_remote_code": trust_remote_code}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
+        config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
         if rope_scaling or rope_theta is not None:  # model.rope_scaling / rope_theta
-            config = AutoConfig.from_pretrained(self.model_path,
-                                                trust_remote_code=trust_remote_code)
             load_kwargs["config"] = config
             apply_rope(config, rope_scaling, rope_theta)
+        self._processor: Any = None
+        """The processor of a vision-language model (``None`` for a text model)."""
+        if is_vision_config(config):
+            self._processor = load_processor(self.model_path)
         # the class is chosen at run time (the checkpoint's architecture), and transformers'
         # decorated methods (to, generate) do not type-check on the auto class
-        self.model: Any = cast(Any, AutoModelForCausalLM.from_pretrained(self.model_path,
-                                                                       **load_kwargs))
+        self.model: Any = cast(Any, auto_model_class(config).from_pretrained(self.model_path,
+                                                                             **load_kwargs))
         self.model.to(self.device).eval()
         gqa_attention.use_gqa_attention(self.model)  # CPU sdpa without copied kv heads
         self.eos_token_ids = self._collect_eos_ids()
@@ -150,14 +158,25 @@ class HFEngine(InferenceEngine):
     def tokenizer(self) -> Any:
         return self._tokenizer
 
+    @property
+    def processor(self) -> Any:
+        if self._processor is None:
+            return super().processor  # raises: a text model
+        return self._processor
+
+    def accepts_images(self) -> bool:
+        return self._processor is not None
+
     def default_max_model_len(self) -> int | None:
-        return getattr(self.model.config, "max_position_embeddings", None)
+        config = getattr(self.model.config, "text_config", None) or self.model.config
+        return getattr(config, "max_position_embeddings", None)
 
     def _collect_eos_ids(self) -> list[int]:
         """EOS ids of the generation config, the model config and the tokenizer."""
         ids: list[int] = []
+        config = getattr(self.model.config, "text_config", None) or self.model.config
         for source in (getattr(self.model.generation_config, "eos_token_id", None),
-                       self.model.config.eos_token_id, self._tokenizer.eos_token_id):
+                       getattr(config, "eos_token_id", None), self._tokenizer.eos_token_id):
             values = source if isinstance(source, (list, tuple)) else [source]
             ids.extend(int(v) for v in values if v is not None and int(v) not in ids)
         return ids
@@ -183,6 +202,55 @@ class HFEngine(InferenceEngine):
             for start in range(0, len(prepared), chunk):
                 results.extend(self._generate_chunk(prepared[start:start + chunk], sampling, n))
         return results
+
+    def generate_mm(self, prompts: Sequence[VisionPrompt], sampling: SamplingArgs,
+                    n: int = 1) -> list[list[Completion]]:
+        """Prompts with images: one ``model.generate`` call per prompt (its ``n`` samples
+        as ``num_return_sequences``, the model expanding its own vision inputs), with the
+        processor's ``pixel_values`` / ``image_grid_thw`` and ``mm_token_type_ids``
+        (:func:`rft.multimodal.forward_inputs`); log-probs of the sampled tokens from the
+        raw step logits as for text. The vision placeholder tokens are never sampled
+        (``suppress_tokens``: they stand for image features in a prompt, and a response
+        holding one could not be scored); the log-probs are still those of the raw logits,
+        the contract the trainer reproduces. A prompt over the limit is refused, never
+        truncated (truncation would cut image tokens)."""
+        if not self.accepts_images():
+            return super().generate_mm(prompts, sampling, n)
+        prepared, seed = self.start_call([list(p.token_ids) for p in prompts], sampling, n)
+        for index, prompt in enumerate(prepared):
+            if prompt.truncated:
+                raise RftError(f"hf engine: prompt {index} with images has "
+                               f"{len(prompts[index].token_ids)} tokens, over the prompt "
+                               f"limit (model.max_prompt_tokens); it is not truncated")
+        results: list[list[Completion]] = []
+        with self._lock, torch.random.fork_rng(devices=self._rng_devices()), torch.no_grad():
+            torch.manual_seed(seed)
+            for prompt, vision in zip(prepared, prompts, strict=True):
+                results.append(self._generate_vision(prompt, vision.inputs, sampling, n))
+        return results
+
+    def _generate_vision(self, prompt: PreparedPrompt, inputs: MultiModalInputs | None,
+                         sampling: SamplingArgs, n: int) -> list[Completion]:
+        greedy = sampling.temperature == 0
+        input_ids = torch.tensor([prompt.token_ids], dtype=torch.long,
+                                 device=self.device)  # (1, P)
+        attention_mask = torch.ones_like(input_ids)  # (1, P)
+        vision = forward_inputs(self.model.config, input_ids, inputs, self.device)
+        config = self._generation_config(sampling, n, prompt.max_new_tokens)
+        if greedy:  # one greedy row stands for the n equal ones
+            config.num_return_sequences = 1
+        config.suppress_tokens = vision_token_ids(self.model.config) or None
+        extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                  generation_config=config, **vision, **extra)
+        new_tokens = out.sequences[:, input_ids.shape[1]:]  # (n or 1, N)
+        logprobs = (self._sampled_logprobs(out.logits, new_tokens, sampling.logprob_temperature)
+                    if sampling.logprobs else None)  # (n or 1, N)
+        stop_ids = self.stop_token_ids(sampling)
+        extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
+        return [self._completion(prompt, new_tokens[0 if greedy else j].tolist(),
+                                 None if logprobs is None else logprobs[0 if greedy else j],
+                                 sampling, set(stop_ids), extra_stop_ids) for j in range(n)]
 
     def _rng_devices(self) -> list[Any]:
         return [self.device] if self.device.type == "cuda" else []
@@ -379,7 +447,8 @@ class HFEngine(InferenceEngine):
         return out
 
     def _score_chunk(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int],
-                     temperature: float) -> list[torch.Tensor]:
+                     temperature: float, vision: MultiModalInputs | None = None
+                     ) -> list[torch.Tensor]:
         """Right-pad (positions stay ``0 … L−1`` as in generation), one forward pass."""
         width = max(len(s) for s in sequences)
         input_ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
@@ -388,11 +457,35 @@ class HFEngine(InferenceEngine):
             input_ids[i, :len(seq)] = torch.tensor(list(seq), dtype=torch.long)
             attention_mask[i, :len(seq)] = 1
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, V)
+        extra = forward_inputs(self.model.config, input_ids, vision, self.device)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                            **extra).logits  # (B, L, V)
         log_probs = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, L-1, V)
         per_token_logps = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, L-1)
         return [per_token_logps[i, p - 1:len(seq) - 1].cpu().clone()
                 for i, (seq, p) in enumerate(zip(sequences, prompt_lengths))]
+
+    def compute_logprobs_mm(self, token_ids: Sequence[Sequence[int]],
+                            prompt_lengths: Sequence[int],
+                            inputs: Sequence[MultiModalInputs | None], *,
+                            temperature: float = 1.0) -> list[torch.Tensor]:
+        """:meth:`compute_logprobs` with each sequence's vision inputs (one forward per
+        chunk, the chunk's inputs joined in row order)."""
+        if not self.accepts_images():
+            return super().compute_logprobs_mm(token_ids, prompt_lengths, inputs,
+                                               temperature=temperature)
+        self.check_scoring_args(token_ids, prompt_lengths, temperature)
+        if len(inputs) != len(token_ids):
+            raise RftError(f"compute_logprobs_mm: {len(token_ids)} sequences but "
+                           f"{len(inputs)} vision inputs")
+        chunk = self.max_batch_size or max(len(token_ids), 1)
+        out: list[torch.Tensor] = []
+        with self._lock, torch.no_grad():
+            for start in range(0, len(token_ids), chunk):
+                out.extend(self._score_chunk(token_ids[start:start + chunk],
+                                             prompt_lengths[start:start + chunk], temperature,
+                                             join_inputs(inputs[start:start + chunk])))
+        return out
 
     # ---- weights -----------------------------------------------------------------------
 

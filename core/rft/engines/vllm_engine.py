@@ -70,6 +70,7 @@ from rft.engines.vllm_logprobs import (
     processed_logprobs_warning,
 )
 from rft.engines.vllm_logs import configure_vllm_logging
+from rft.engines.vllm_multimodal import check_vllm_architecture
 from rft.engines.vllm_settings import (
     _DTYPE_NAMES,
     CPU_KV_CACHE_BYTES,
@@ -208,6 +209,7 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             self._tokenizer.chat_template = self.chat_template
         self.hf_config = AutoConfig.from_pretrained(self.model_path,
                                                     trust_remote_code=trust_remote_code)
+        check_vllm_architecture(self.hf_config, self.model_path)  # vision models: one line
         rope = apply_rope(self.hf_config, rope_scaling, rope_theta)
         if rope:  # model.rope_scaling / rope_theta: the trainer loads the same (rft.rope)
             kwargs["hf_overrides"] = {**kwargs.get("hf_overrides", {}), **rope}

@@ -216,13 +216,17 @@ def resumed_state(loaded: LoadedCheckpoint) -> RunState:
 
 
 def save_hf_model(config: RftConfig, trainer: Trainer, path: str) -> None:
-    """The Hugging Face model folder *with its tokenizer* (the next stage loads both)."""
+    """The Hugging Face model folder *with its tokenizer* (the next stage loads both) and,
+    for a vision-language model, its processor files."""
     from transformers import AutoTokenizer
+
+    from rft.multimodal.processor import copy_processor_files
 
     trainer.save_pretrained(path)
     AutoTokenizer.from_pretrained(config.model.model_path,
                                   trust_remote_code=config.model.trust_remote_code
                                   ).save_pretrained(path)
+    copy_processor_files(config.model.model_path, path)
 
 
 __all__ = ["build_trainer", "monitor_dir", "offline_storage",

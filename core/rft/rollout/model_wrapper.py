@@ -225,6 +225,23 @@ class ModelWrapper:
         ``tools`` (``None``: the task's :attr:`task_tools`; ``[]``: none)."""
         return self.chat_batch([messages], n, tools=tools, **sampling)[0]
 
+    def chat_mm(self, messages: Sequence[dict[str, Any]], images: Sequence[Any], n: int = 1,
+                **sampling: Any) -> list[Experience]:
+        """``n`` experiences for one conversation with images (a vision-language model):
+        rendered and expanded by the model's processor
+        (:meth:`~rft.engines.engine.InferenceEngine.render_mm`; the images go before the
+        first user turn's text unless a turn has ``{"type": "image"}`` parts), sampled by
+        :meth:`~rft.engines.engine.InferenceEngine.generate_mm`; each experience carries
+        the prompt's vision inputs (``multi_modal_inputs``) for the trainer."""
+        prompt = self.engine.render_mm(messages, images)
+        results = self.engine.generate_mm([prompt], sampling_args(self.defaults, sampling), n)
+        experiences = experiences_from_completions([c for group in results for c in group])
+        for experience in experiences:
+            experience.multi_modal_inputs = prompt.inputs
+        if self.enable_history:
+            self.history.record(experiences)
+        return experiences
+
     def chat_batch(self, conversations: Sequence[Sequence[dict[str, Any]]], n: int = 1, *,
                    tools: Sequence[dict[str, Any]] | None = None,
                    **sampling: Any) -> list[list[Experience]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rft.errors import RftError
+from rft.multimodal.inputs import MultiModalInputs, join_inputs
 
 SEQUENCE_KEYS = frozenset({"input_ids", "attention_mask", "position_ids"})
 """Tensors laid out over prompt + response columns."""
@@ -31,6 +32,14 @@ class TensorBatch:
     prompt_width: int
     """``P``: responses start at this column of the sequence tensors."""
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    multi_modal: tuple[MultiModalInputs | None, ...] = ()
+    """Per row, its vision inputs (``Experience.multi_modal_inputs``; ``None`` for a text
+    row); empty for a text-only batch. :meth:`select` keeps them with their rows, and the
+    forward joins them in row order (:func:`rft.multimodal.join_inputs`)."""
+
+    def vision_inputs(self) -> MultiModalInputs | None:
+        """The rows' vision inputs joined in row order; ``None`` for a text-only batch."""
+        return join_inputs(self.multi_modal)
 
     def __len__(self) -> int:
         return int(self.tensors["input_ids"].shape[0])
@@ -74,7 +83,9 @@ class TensorBatch:
                 trimmed[key] = value
             else:
                 trimmed[key] = value[:, :response_width]
-        return TensorBatch(new_prompt_width, trimmed)
+        multi_modal = (tuple(self.multi_modal[int(i)] for i in index) if self.multi_modal
+                       else ())
+        return TensorBatch(new_prompt_width, trimmed, multi_modal)
 
 
 def unit_rows(num_rows: int, unit: int) -> list[list[int]]:

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rft.errors import RftError
+from rft.multimodal.inputs import forward_inputs
+from rft.multimodal.models import auto_model_class
 from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
                      logprobs_from_logits)
 from rft.rope import apply_rope
@@ -40,14 +42,17 @@ def load_causal_lm(path: str, *, trust_remote_code: bool = False,
                    key: str = "model.model_path", rope_scaling: dict[str, Any] | None = None,
                    rope_theta: float | None = None) -> nn.Module:
     """``AutoModelForCausalLM.from_pretrained(path)`` in float32 (master weights), with
-    the ``model.rope_scaling`` / ``model.rope_theta`` overrides (:mod:`rft.rope`)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    the ``model.rope_scaling`` / ``model.rope_theta`` overrides (:mod:`rft.rope`); a
+    vision-language checkpoint through ``AutoModelForImageTextToText``
+    (:func:`rft.multimodal.models.auto_model_class`)."""
+    from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         apply_rope(config, rope_scaling, rope_theta)
-        return AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32,
-                                                    trust_remote_code=trust_remote_code)
+        model: nn.Module = auto_model_class(config).from_pretrained(
+            path, config=config, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        return model
     except (OSError, ValueError) as exc:
         raise RftError(f"{key}: cannot load a causal LM from {path!r}: "
                        f"{str(exc).splitlines()[0]}") from exc
@@ -95,8 +100,19 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None) -> Any:
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _model_inputs(batch: TensorBatch, device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+def _model_inputs(batch: TensorBatch, device: torch.device, model: nn.Module
+                  ) -> dict[str, torch.Tensor]:
+    """The forward's inputs: ids, mask and positions; for a batch with images its rows'
+    vision inputs joined in row order (:meth:`TensorBatch.vision_inputs`) and
+    ``mm_token_type_ids`` instead of the positions — the model computes its own 3-D rope
+    positions from them and the mask (Qwen2-VL's ``get_rope_index``), as in generation."""
+    inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+    vision = batch.vision_inputs()
+    if vision is None:
+        return inputs
+    del inputs["position_ids"]
+    return {**inputs, **forward_inputs(getattr(model, "config", None), inputs["input_ids"],
+                                       vision, device)}
 
 
 def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.device,
@@ -139,7 +155,7 @@ def response_logits(model: nn.Module, batch: TensorBatch, *, device: torch.devic
     in float32, and those tokens ``(B, R)`` (the labels); ``shared_prompts`` as in
     :func:`response_logprobs`."""
     width = batch.response_width
-    inputs = _model_inputs(batch, device)
+    inputs = _model_inputs(batch, device, model)
     layout = None
     if shared_prompts and uses_shared_prompts(model, batch, dtype):
         layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
@@ -189,6 +205,9 @@ def uses_shared_prompts(model: nn.Module, batch: TensorBatch,
     not, the reason is logged once."""
     if batch.response_width == 0 or len(batch) == 0:
         return False
+    if batch.vision_inputs() is not None:
+        log_fallback("rows with images (3-D rope positions and vision inputs are not packed)")
+        return False
     reason = fallback_reason(model, batch["input_ids"], batch["attention_mask"],
                              batch["position_ids"], batch.prompt_width)
     if reason is not None:
@@ -212,7 +231,7 @@ def response_values(critic: nn.Module, batch: TensorBatch, *, device: torch.devi
                     dtype: torch.dtype | None = None) -> torch.Tensor:
     """Critic values ``(B, R)`` of the states before each response token."""
     width = batch.response_width
-    inputs = _model_inputs(batch, device)
+    inputs = _model_inputs(batch, device, critic)
     with autocast_context(device, dtype):
         output = critic(**inputs, use_cache=False)
     scores = output.logits  # (B, P + R, 1)

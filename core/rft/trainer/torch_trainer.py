@@ -51,6 +51,7 @@ from rft.trainer import lora as lora_ops
 from rft.trainer.base import Trainer
 from rft.trainer.batching import TensorBatch
 from rft.trainer.fsdp import full_tensor, shard_model, unique_state_names
+from rft.trainer.vision_step import keep_vision_in_models
 from rft.trainer.input_checks import check_experiences
 from rft.trainer.metrics import timed
 from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model, save_pretrained,
@@ -129,6 +130,11 @@ class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
         self.ref: nn.Module | None = None
         if self.fns.needs_ref:  # an active KL term or a loss reading ref_log_prob
             self.ref = lora_ops.reference_model(self.actor)  # LoRA: adapter disabled
+        self.vision_hooks = keep_vision_in_models(
+            self.actor, None if self.ref is None or lora_ops.shares_actor_weights(self.ref)
+            else self.ref)
+        """Vision-language actors: every forward runs the vision tower (FSDP's collectives
+        over ranks, :mod:`rft.trainer.vision_step`); empty for a text model."""
         self.critic: nn.Module | None = None
         if self.preset.use_critic:
             path = plan.model.critic_model_path or plan.model.model_path
@@ -343,7 +349,9 @@ class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
             tensors["teacher_log_prob"] = batch.teacher_log_prob  # (B, R)
         if batch.rollout_version is not None:  # per-token weights versions (partial rollouts)
             tensors["rollout_version"] = batch.rollout_version  # (B, R)
-        return TensorBatch(batch.prompt_width, tensors)
+        multi_modal = batch.multi_modal_inputs
+        return TensorBatch(batch.prompt_width, tensors,
+                           tuple(multi_modal) if any(m is not None for m in multi_modal) else ())
 
 
 def _enable_gradient_checkpointing(model: nn.Module, key: str) -> None:

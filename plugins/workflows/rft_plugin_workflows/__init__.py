@@ -21,6 +21,12 @@ Judged by a model (:mod:`~rft_plugin_workflows.judges`; the judge is an auxiliar
 - ``rubric_judge_workflow`` — a judge rates each answer against the task's rubrics.
 - ``llm_judge_workflow`` — a judge's verdict probability against the reference answer.
 
+With images (:mod:`~rft_plugin_workflows.multimodal`; a vision-language model, the
+taskset's ``format.image_key``):
+
+- ``simple_mm_workflow`` (``async_simple_mm_workflow``) — one chat turn with the row's
+  images (by default asking for ``<think>`` and a ``\\boxed{}`` answer, as Trinity-RFT's).
+
 Multi-turn:
 
 - ``agent_openai_workflow`` — answer / feedback episodes through the OpenAI client only;
@@ -58,6 +64,7 @@ from rft_plugin_workflows.judges import (
     TrainableRulerArgs,
 )
 from rft_plugin_workflows.multi_turn import MultiTurnArgs, MultiTurnWorkflow
+from rft_plugin_workflows.multimodal import SimpleMMWorkflow
 from rft_plugin_workflows.single_turn import (
     MathBoxedArgs,
     MathBoxedWorkflow,
@@ -81,7 +88,8 @@ __all__ = ["AgentArgs", "AgentOpenAIWorkflow", "EnvironmentArgs", "EnvironmentWo
            "MathBoxedArgs", "MathBoxedWorkflow", "MathRMWorkflow", "MathRULERWorkflow",
            "MathTrainableRULERWorkflow", "MathWorkflow", "MultiTurnArgs", "MultiTurnWorkflow",
            "RewardModelArgs", "RubricJudgeArgs", "RubricJudgeWorkflow", "RulerArgs",
-           "SimpleArgs", "SimpleWorkflow", "StepWiseArgs", "StepWiseMathArgs",
+           "SimpleArgs", "SimpleMMWorkflow", "SimpleWorkflow", "StepWiseArgs",
+           "StepWiseMathArgs",
            "StepWiseMathWorkflow", "StepWiseWorkflow", "ToolAgentArgs", "ToolAgentWorkflow",
            "ToolCallArgs", "ToolCallWorkflow", "TrainableRulerArgs", "VerlGSM8KWorkflow",
            "WORKFLOWS"]
@@ -106,6 +114,8 @@ WORKFLOWS: dict[str, type] = {
     "tool_agent_workflow": ToolAgentWorkflow,
     "step_wise_math_workflow": StepWiseMathWorkflow,
     "environment_workflow": EnvironmentWorkflow,
+    "simple_mm_workflow": SimpleMMWorkflow,
+    "async_simple_mm_workflow": SimpleMMWorkflow,
 }
 """Every name this distribution registers. Trinity-RFT's ``async_*`` names are the same
 workflows: rft runs every workflow in its own thread, so there is no separate async form."""

@@ -9,6 +9,8 @@ veRL key               from                                        shape
 ``input_ids``          ``Batch.input_ids``                         (B, P + T)
 ``attention_mask``     ``Batch.attention_mask``                    (B, P + T)
 ``position_ids``       ``Batch.position_ids``                      (B, P + T)
+                       (vision models: over the 3-D rope index)    (B, 4, P + T)
+``multi_modal_inputs`` the rows' vision tensors (vision models)    B dicts
 ``prompts``            ``input_ids[:, :P]``                        (B, P)
 ``responses``          ``input_ids[:, P:]``                        (B, T)
 ``response_mask``      ``Batch.response_mask`` (the action mask)   (B, T)
@@ -29,6 +31,8 @@ from typing import Any
 import torch
 from rft.errors import RftError
 from rft.experience import Batch, Experience
+
+from rft_plugin_verl.vision import VisionRows
 
 PER_TOKEN = ("logprobs", "action_mask", "token_level_reward", "advantages", "returns")
 """``Experience`` fields with one value per response token."""
@@ -53,10 +57,14 @@ def check_experiences(experiences: list[Experience], vocab_size: int | None) -> 
                            f"{int(e.tokens.min())}..{int(e.tokens.max())}")
 
 
-def to_tensordict(batch: Batch, extra: dict[str, torch.Tensor] | None = None) -> Any:
+def to_tensordict(batch: Batch, extra: dict[str, torch.Tensor] | None = None,
+                  vision: VisionRows | None = None) -> Any:
     """``batch`` (and ``extra`` per-row tensors, ``(B, T)`` or ``(B,)``) as veRL's
-    no-padding ``TensorDict``."""
+    no-padding ``TensorDict``. ``vision``: the actor is a vision-language model — the
+    position ids become ``(B, 4, L)`` (text over the 3-D rope index) and each row's vision
+    tensors go in ``multi_modal_inputs`` (:mod:`rft_plugin_verl.vision`)."""
     from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
     width = batch.prompt_width
@@ -70,8 +78,18 @@ def to_tensordict(batch: Batch, extra: dict[str, torch.Tensor] | None = None) ->
     }
     for name, value in (extra or {}).items():
         tensors[name] = value.float() if value.is_floating_point() else value
-    data = TensorDict(tensors, batch_size=[batch.input_ids.shape[0]])
-    return left_right_2_no_padding(data)
+    positions = vision.position_ids(batch) if vision is not None else None  # (B, 4, P + T)
+    if positions is not None:
+        tensors["position_ids"] = positions
+    data = left_right_2_no_padding(TensorDict(tensors, batch_size=[batch.input_ids.shape[0]]))
+    if vision is not None and positions is not None:
+        # ragged over the sequence (dim 2): veRL's jagged stack of the rows' (4, L_b)
+        # picks the "4" axis as ragged when all rows have the same length, and its
+        # micro-batching then fails in torch's unbind (pytorch#153238)
+        rows = [p[:, m.bool()] for p, m in zip(positions, batch.attention_mask)]  # (4, L_b)
+        data["position_ids"] = tu.nested_tensor_from_tensor_list(rows, ragged_idx=2)
+        tu.assign_non_tensor_stack(data, "multi_modal_inputs", vision.multi_modal_inputs(batch))
+    return data
 
 
 def response_tensor(nested: torch.Tensor, data: Any) -> torch.Tensor:

@@ -81,6 +81,7 @@ from rft.config.plan import TrainerPlan
 from rft.config.schema import RftConfig
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
+from rft.multimodal.processor import is_multimodal_model
 from rft.trainer import lora as lora_ops
 from rft.trainer.base import Trainer
 from rft.trainer.fsdp import unique_state_names
@@ -102,6 +103,7 @@ from rft_plugin_verl.engine_state import (
     lora_state,
 )
 from rft_plugin_verl.losses import ActorLoss, CriticLoss
+from rft_plugin_verl.vision import VisionRows
 
 STATE_FORMAT = "rft-verl"
 """``state_dict()["format"]``: a state written by this trainer."""
@@ -166,6 +168,10 @@ class VerlTrainer(Trainer):
         self.loss_scale_factor = scale
         self.temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
         self.critic_warmup = int(settings.get("trainer.critic_warmup", 0) or 0)
+        self.vision = (VisionRows(str(plan.model.model_path))
+                       if is_multimodal_model(str(plan.model.model_path)) else None)
+        """A vision-language actor: each batch carries its rows' vision tensors and 3-D
+        positions (:mod:`rft_plugin_verl.vision`)."""
         self.lora = lora_ops.lora_of(plan.model)
         """``model.lora_configs[0]``: veRL's actor trains that adapter (its reference is the
         actor with the adapter disabled, syncs and checkpoints hold the adapter only)."""
@@ -450,7 +456,7 @@ class VerlTrainer(Trainer):
     def _data(self, batch: Batch, extra: dict[str, torch.Tensor], **meta: Any) -> Any:
         from verl.utils import tensordict_utils as tu
 
-        data = to_tensordict(batch, extra)
+        data = to_tensordict(batch, extra, self.vision)
         tu.assign_non_tensor(data, temperature=self.temperature, **meta)
         return data
 
