@@ -34,6 +34,7 @@ from rft.modes.runtime import Distributed
 from rft.modes.serve import run_serve_mode
 from rft.modes.stage import StageResult
 from rft.plugins import PluginRegistry
+from rft.services import run_services
 from rft.modes.train import run_train_mode
 
 ModeRunner = Callable[[Stage, Distributed], StageResult]
@@ -90,7 +91,8 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
         announce_token_budget(stage)
-        with explorer_environment(stage):
+        with run_services(stage.plan.services, stage.plan.job_dir), \
+                explorer_environment(stage):
             result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
         results.append(result)
         previous_model = result.final_model_path

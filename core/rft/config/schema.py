@@ -70,7 +70,7 @@ from rft.config.field_support import (
     CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
     ACTOR_ENV, AUXILIARY, BENCH, BOTH, BOTH_ACTORS, BOTH_CHECKPOINTS, BOTH_ENTRY,
     BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
-    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DATA_JUICER, ENDPOINT_SETTINGS, ENGINE,
+    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DJ_SERVICE, ENDPOINT_SETTINGS, ENGINE,
     ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
@@ -1213,22 +1213,29 @@ class MonitorConfig:
 
 @dataclass(frozen=True)
 class DataJuicerServiceConfig:
-    """Data-Juicer server (``service.data_juicer``)."""
+    """Data-Juicer server (``service.data_juicer``), run by ``rft-plugin-data-juicer``."""
 
-    server_url: str | None = field(default=None, metadata=unsupported(DATA_JUICER))
+    server_url: str | None = field(default=None, metadata=consumed(
+        DJ_SERVICE, CHECK, note="checked with GET /health when the stage starts; ignored "
+                                "(a warning) with auto_start"))
     """URL of a running Data-Juicer server; ``None``: none (or the auto-started one)."""
-    auto_start: bool = field(default=False, metadata=unsupported(DATA_JUICER))
+    auto_start: bool = field(default=False, metadata=consumed(
+        DJ_SERVICE, CHECK, note="a server process owned by the run on 127.0.0.1, stopped "
+                                "when the stage ends, restarted once if it dies"))
     """Start a local Data-Juicer server automatically."""
-    port: int | None = field(default=None, metadata=unsupported(DATA_JUICER))
+    port: int | None = field(default=None, metadata=consumed(
+        DJ_SERVICE, note="with auto_start; unset: a free port"))
     """Port of the auto-started server; ``None``: a free port."""
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """External services (``service``)."""
+    """External services (``service``); each section set runs the run service registered
+    under its name (``register_services``)."""
 
-    data_juicer: DataJuicerServiceConfig | None = field(default=None, metadata=unsupported(
-        DATA_JUICER, example=DataJuicerServiceConfig(auto_start=True)))
+    data_juicer: DataJuicerServiceConfig | None = field(default=None, metadata=consumed(
+        CHECK, note="the run service data_juicer (rft-plugin-data-juicer) starts around "
+                    "each stage"))
     """Data-Juicer service; ``None``: not used."""
 
 
@@ -1317,7 +1324,8 @@ class DataProcessorConfig:
     task_pipeline: TaskPipelineConfig | None = field(default=None, metadata=unsupported(
         TASK_PIPELINE, example=TaskPipelineConfig(num_process=2)))
     """Task preprocessing; ``None``: tasks are used as read."""
-    data_processor_url: str | None = field(default=None, metadata=unsupported(DATA_JUICER))
+    data_processor_url: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="read as service.data_juicer.server_url"))
     """Trinity-RFT's older form: the URL of its Data-Juicer data processor service."""
     experience_pipeline: ExperiencePipelineConfig | None = field(
         default_factory=ExperiencePipelineConfig, metadata=structural())

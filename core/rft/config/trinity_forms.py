@@ -35,6 +35,10 @@ them, turned into rft's field so that the rest of validation sees one spelling:
   accepted when they equal ``algorithm.loss_agg_mode`` (rft's one mode for every part),
   refused otherwise.
 
+- ``data_processor.data_processor_url`` (Trinity-RFT's older Data-Juicer service) →
+  ``service.data_juicer.server_url``, with a warning (a different ``server_url`` set too
+  is a problem);
+
 - ``checkpoint_root_dir: ''`` (Trinity-RFT's test template) → ``.``: Trinity-RFT joins
   a relative root onto the working directory, so the empty root is the working directory;
 - a ``queue`` experience buffer's ``path`` naming a directory (``./exp_buffer``) → the
@@ -53,8 +57,9 @@ from typing import Any, Literal, TypeVar
 
 from rft.config.buffer_paths import resolve_queue_backup
 from rft.config.findings import Findings
-from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
-                               TasksetConfig, TrainerInputConfig)
+from rft.config.schema import (DataJuicerServiceConfig, ExperienceBufferConfig,
+                               InferenceModelConfig, RftConfig, TasksetConfig,
+                               TrainerInputConfig)
 from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
 
@@ -130,11 +135,30 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
     c = _samples_per_task(c, found)
     c = _token_len(c, found)
     c = _priority_queue(c, found)
+    c = _data_processor_url(c, found)
     c, from_file = _trainer_config_file(c, found)
     return reconcile(c, found.warnings, found.problems, from_file=from_file)
 
 
 _Model = TypeVar("_Model", bound=InferenceModelConfig)
+
+
+def _data_processor_url(c: RftConfig, found: Findings) -> RftConfig:
+    """``data_processor.data_processor_url`` (Trinity-RFT's older form) →
+    ``service.data_juicer.server_url``, with a warning; a different ``server_url`` set
+    too is a problem."""
+    url = c.data_processor.data_processor_url
+    if url is None:
+        return c
+    key = "data_processor.data_processor_url"
+    dj = c.service.data_juicer or DataJuicerServiceConfig()
+    if dj.server_url is not None and dj.server_url != url:
+        found.problem(key, f"{url!r} differs from service.data_juicer.server_url "
+                           f"{dj.server_url!r}; set one of them")
+        return c
+    found.warnings.append(f"{key}: Trinity-RFT's older form, read as "
+                          f"service.data_juicer.server_url ({url!r})")
+    return replace(c, service=replace(c.service, data_juicer=replace(dj, server_url=url)))
 
 
 def _engine_name(model: _Model) -> _Model:

@@ -1,0 +1,48 @@
+"""The ``data_juicer`` task operator: a Data-Juicer recipe over the taskset's rows, run on
+the run's Data-Juicer server (``service.data_juicer``), in the task pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft.data.task_operator import STATS_KEY, TaskOperator, TaskRow, row_stats
+from rft_plugin_data_juicer.client import DataJuicerClient
+from rft_plugin_data_juicer.experience import DataJuicerArgs, numbers, ready_recipe
+from rft_plugin_data_juicer.recipe import Process
+
+TASK_KEY = "data_processor.task_pipeline.operators[data_juicer]"
+
+
+class DataJuicerTaskOperator(TaskOperator):
+    """Run a Data-Juicer recipe over the taskset's rows: its filters drop tasks, its
+    mappers change them, its numeric statistics go to the row's stats
+    (:data:`rft.data.task_operator.STATS_KEY`), where priority selection reads them."""
+
+    Args = DataJuicerArgs
+    row_wise = False  # deduplicators compare rows; the server runs one recipe at a time
+
+    def __init__(self, args: Any = None) -> None:
+        super().__init__(args)
+        self._ready: tuple[Process, DataJuicerClient] | None = None
+
+    def process(self, rows: list[TaskRow]) -> list[TaskRow]:
+        if self._ready is None:
+            self._ready = ready_recipe(self.args, TASK_KEY)
+        recipe, client = self._ready
+        plain = [{k: v for k, v in row.items() if k != STATS_KEY} for row in rows]
+        result = client.process(recipe, plain)
+        out: list[TaskRow] = []
+        for position, row, stats in zip(result.index, result.rows, result.stats, strict=True):
+            if STATS_KEY in rows[position]:
+                row[STATS_KEY] = dict(rows[position][STATS_KEY])
+            row_stats(row).update(numbers(stats))
+            out.append(row)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ready"] = None  # a worker builds its own client
+        return state
+
+
+__all__ = ["DataJuicerTaskOperator"]
