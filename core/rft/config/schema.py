@@ -70,7 +70,7 @@ from rft.config.field_support import (
     CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
     ACTOR_ENV, AUXILIARY, BENCH, BOTH, BOTH_ACTORS, BOTH_CHECKPOINTS, BOTH_ENTRY,
     BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
-    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DJ_SERVICE, ENDPOINT_SETTINGS, ENGINE,
+    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DJ_SERVICE, DJ_OPERATORS, ENDPOINT_SETTINGS, ENGINE,
     ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
@@ -1258,7 +1258,9 @@ class TaskPipelineConfig:
     """Data-Juicer operators applied in order."""
     num_process: int = field(default=4, metadata=unsupported(TASK_PIPELINE))
     """Worker processes."""
-    config_path: str | None = field(default=None, metadata=unsupported(TASK_PIPELINE))
+    config_path: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, DJ_OPERATORS, note="read as one data_juicer task operator running the "
+                                      "recipe (rft-plugin-data-juicer)"))
     """Data-Juicer config file; when set, ``operators`` and ``num_process`` are ignored."""
     inputs: list[str] = field(default_factory=list, metadata=unsupported(TASK_PIPELINE))
     """Local jsonl / parquet files to process."""
@@ -1321,8 +1323,10 @@ class ExperiencePipelineConfig:
 class DataProcessorConfig:
     """Task and experience pipelines (``data_processor``)."""
 
-    task_pipeline: TaskPipelineConfig | None = field(default=None, metadata=unsupported(
-        TASK_PIPELINE, example=TaskPipelineConfig(num_process=2)))
+    task_pipeline: TaskPipelineConfig | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="config_path read as a data_juicer task operator",
+        unsupported=Unsupported(TASK_PIPELINE, when=lambda v: v is not None,
+                                example=TaskPipelineConfig(num_process=2))))
     """Task preprocessing; ``None``: tasks are used as read."""
     data_processor_url: str | None = field(default=None, metadata=consumed(
         TRINITY_FORMS, note="read as service.data_juicer.server_url"))

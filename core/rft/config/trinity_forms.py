@@ -38,6 +38,8 @@ them, turned into rft's field so that the rest of validation sees one spelling:
 - ``data_processor.data_processor_url`` (Trinity-RFT's older Data-Juicer service) →
   ``service.data_juicer.server_url``, with a warning (a different ``server_url`` set too
   is a problem);
+- ``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe) → one
+  ``data_juicer`` task operator (``rft-plugin-data-juicer``) running it;
 
 - ``checkpoint_root_dir: ''`` (Trinity-RFT's test template) → ``.``: Trinity-RFT joins
   a relative root onto the working directory, so the empty root is the working directory;
@@ -58,7 +60,7 @@ from typing import Any, Literal, TypeVar
 from rft.config.buffer_paths import resolve_queue_backup
 from rft.config.findings import Findings
 from rft.config.schema import (DataJuicerServiceConfig, ExperienceBufferConfig,
-                               InferenceModelConfig, RftConfig, TasksetConfig,
+                               InferenceModelConfig, OperatorConfig, RftConfig, TasksetConfig,
                                TrainerInputConfig)
 from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
@@ -136,6 +138,7 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
     c = _token_len(c, found)
     c = _priority_queue(c, found)
     c = _data_processor_url(c, found)
+    c = _task_pipeline_recipe(c, found)
     c, from_file = _trainer_config_file(c, found)
     return reconcile(c, found.warnings, found.problems, from_file=from_file)
 
@@ -159,6 +162,22 @@ def _data_processor_url(c: RftConfig, found: Findings) -> RftConfig:
     found.warnings.append(f"{key}: Trinity-RFT's older form, read as "
                           f"service.data_juicer.server_url ({url!r})")
     return replace(c, service=replace(c.service, data_juicer=replace(dj, server_url=url)))
+
+
+def _task_pipeline_recipe(c: RftConfig, found: Findings) -> RftConfig:
+    """``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe for the whole
+    pipeline, Trinity-RFT's form) → one ``data_juicer`` task operator running it; as in
+    Trinity-RFT, ``operators`` set beside it are ignored (a warning)."""
+    pipeline = c.data_processor.task_pipeline
+    if pipeline is None or pipeline.config_path is None:
+        return c
+    if pipeline.operators:
+        found.warnings.append(
+            "data_processor.task_pipeline.operators: ignored: config_path "
+            f"({pipeline.config_path!r}) is the pipeline's Data-Juicer recipe")
+    operators = [OperatorConfig("data_juicer", {"config_path": pipeline.config_path})]
+    return replace(c, data_processor=replace(
+        c.data_processor, task_pipeline=replace(pipeline, operators=operators)))
 
 
 def _engine_name(model: _Model) -> _Model:
