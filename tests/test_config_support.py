@@ -172,7 +172,7 @@ def test_each_consumer_module_reads_the_field(key):
 SHARED_NAMES = {
     "name", "path", "seed", "rank", "enable", "ratio", "base_url", "port", "group", "n",
     "logprobs", "chat_template", "top_k", "operators", "output", "max_retry_times",
-    "reply_prefix", "engine_num", "format",
+    "reply_prefix", "engine_num", "format", "inputs",
 }
 """Unsupported fields whose names are also attributes of other objects (a taskset's
 ``name``, a sampling ``seed``, a regex match's ``group``, ...): the scan below cannot

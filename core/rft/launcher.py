@@ -22,6 +22,7 @@ from rft.config import LoadedConfig, Stage
 from rft.config.check import check
 from rft.config.derive import Derived
 from rft.config.token_budget import budget_line
+from rft.data.stage_tasks import prepare_tasks
 from rft.distributed.ray_runtime import RAY
 from rft.errors import ConfigError, RftError
 from rft.logs import configure_logging, reset_logging
@@ -91,9 +92,10 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
         announce_token_budget(stage)
-        with run_services(stage.plan.services, stage.plan.job_dir), \
-                explorer_environment(stage):
-            result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
+        with run_services(stage.plan.services, stage.plan.job_dir):  # service.*
+            prepare_tasks(stage.plan)  # data_processor.task_pipeline: the taskset it writes
+            with explorer_environment(stage):
+                result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
         results.append(result)
         previous_model = result.final_model_path
         write_summary(loaded, results)

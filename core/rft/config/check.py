@@ -14,6 +14,7 @@ reported in one pass. Each check that resolves plugins returns its typed result
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from rft.config.check_algorithm import AlgorithmChoice, check_algorithm
@@ -37,6 +38,7 @@ from rft.config.findings import Findings
 from rft.config.host_checks import check_host
 from rft.config.lora import check_lora
 from rft.config.plan import RunPlan, Selected
+from rft.config.task_pipeline import check_task_pipeline
 from rft.plugins import PluginRegistry
 from rft.plugin_kinds import MONITOR
 
@@ -56,7 +58,7 @@ CHECKS: tuple[Callable[..., Any], ...] = (
     check_global, check_algorithm, check_model, check_buffer, check_datasets, check_explorer,
     check_cluster, check_external_engines, check_synchronizer, check_trainer, check_memory,
     check_lora, check_rollout_logprobs, check_split_modes, check_monitor,
-    check_data_processor, check_host, check_services, check_support,
+    check_data_processor, check_task_pipeline, check_host, check_services, check_support,
 )
 """The checks in the order :func:`check` runs them (the order of the lines they print)."""
 
@@ -83,6 +85,7 @@ def check(derived: Derived, registry: PluginRegistry) -> Checked:
     check_split_modes(c, found, preset)
     monitor = check_monitor(c, found)
     operators = check_data_processor(c, found)
+    task_operators = check_task_pipeline(c, found)
     services = check_services(c, found)
     check_host(c, found, preset, models, buffer)
     check_support(c, found)
@@ -90,6 +93,7 @@ def check(derived: Derived, registry: PluginRegistry) -> Checked:
         return Checked(found.problems, found.warnings, None)
     plan = _plan(derived, registry, algorithm, trainer, monitor, operators, models, buffer,
                  services)
+    plan = replace(plan, task_operators=task_operators)
     return Checked(found.problems, found.warnings, plan)
 
 

@@ -12,6 +12,7 @@ from rft.config.findings import Findings, build_args, data_path_here, training_t
 from rft.config.load import unset_env_variable
 from rft.config.plan import Selected, TasksetPlan
 from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
+from rft.config.task_pipeline import pipeline_output
 from rft.plugins import KINDS
 from rft.plugin_kinds import (ACTION_PARSER, ENVIRONMENT, PRIORITY_FN, REWARD_FN, TASK_SELECTOR,
                               WORKFLOW)
@@ -62,7 +63,7 @@ def check_buffer(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) 
         seen[is_eval, taskset.name] = key
         if taskset.repeat_times is not None and taskset.repeat_times <= 0:
             found.problem(f"{key}.repeat_times", f"must be > 0, got {taskset.repeat_times}")
-        plan = check_taskset(key, taskset, is_eval, found)
+        plan = check_taskset(key, taskset, is_eval, found, produced=pipeline_output(c))
         if plan is not None:
             planned.append(plan)
     priority_fn = check_experience_buffer(c, found)
@@ -124,13 +125,15 @@ def check_retries(c: RftConfig, found: Findings) -> None:
 
 
 def check_taskset(key: str, taskset: TasksetConfig, is_eval: bool,
-                  found: Findings) -> TasksetPlan | None:
+                  found: Findings, produced: str | None = None) -> TasksetPlan | None:
     """One taskset: storage, path, workflow, reward and selector plugins; its plan when
-    the workflow and selector resolve."""
+    the workflow and selector resolve. ``produced``: the file the task pipeline writes
+    (not there yet: no missing-path warning)."""
     if taskset.storage_type in ("file", "sql"):
         if not taskset.path:
             found.problem(f"{key}.path", f"must be set for storage_type {taskset.storage_type!r}")
-        data_path_here(found, f"{key}.path", taskset.path)
+        if taskset.path != produced:
+            data_path_here(found, f"{key}.path", taskset.path)
     if taskset.default_workflow_type is None:
         found.problem(f"{key}.default_workflow_type",
                       "no workflow: set it here or buffer.explorer_input.default_workflow_type")

@@ -36,6 +36,7 @@ from rft.config.schema import (
     TasksetConfig,
     TrainerConfig,
 )
+from rft.config.task_pipeline import derive_task_pipeline
 from rft.config.token_budget import TokenBudget, derive_budget
 from rft.config.trinity_forms import derive_trinity_forms
 from rft.plugins import PluginRegistry
@@ -85,6 +86,7 @@ def derive(raw: RftConfig, registry: PluginRegistry) -> Derived:
     found = Findings(registry)
     c = derive_trinity_forms(raw, found)
     c = derive_global(c)
+    c = derive_task_pipeline(c)
     c = replace(c, algorithm=derive_algorithm(c.algorithm, registry, found))
     c = derive_explorer_operator(c, registry)
     c = derive_external_model(c, registry)

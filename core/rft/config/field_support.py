@@ -209,5 +209,9 @@ PROGRESS = "datasets' progress bars (sql: a tqdm bar) on stderr while loading"
 TINKER = "the Tinker training service is not supported by rft; it has no effect"
 DATA_JUICER = "the Data-Juicer service is not supported by rft; it has no effect"
 TASK_PIPELINE = "task pipelines are not implemented by rft; tasks are used as read"
+DJ_RECIPE = ("Data-Juicer recipes in the task pipeline are not implemented yet (#34, the "
+             "Data-Juicer part); it has no effect")
+TASK_PIPELINE_CONFIG = "rft.config.task_pipeline"
+TASK_PIPELINE_RUN = "rft.data.task_pipeline"
 TOP_LOGPROBS = ("top log-probabilities are not returned (rft returns the sampled token's "
                 "log-probability only, as with 0); it has no effect")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the kinds' contracts (runtime modules above the config laye
     from rft.buffer.replay import PriorityFn
     from rft.buffer.sampling import SampleStrategy
     from rft.buffer.selector import TaskSelector
+    from rft.data.task_operator import TaskOperator
     from rft.engines.engine import InferenceEngine
     from rft.engines.reply_parsing import FunctionCall
     from rft.environment import ActionParser, Environment
@@ -237,6 +238,9 @@ class RunPlan:
     token_budget: TokenBudget | None = None
     """``trainer.max_token_len_per_gpu`` as derivation filled it in (``None``: the user
     set it, or nothing to derive it from); see :mod:`rft.config.token_budget`."""
+    task_operators: tuple[Selected[type[TaskOperator]], ...] = ()
+    """``data_processor.task_pipeline.operators``, in order (:mod:`rft.data.task_pipeline`
+    runs them before the stage)."""
 
     @property
     def train_only(self) -> bool:

@@ -75,7 +75,8 @@ from rft.config.field_support import (
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
-    SERVE, SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE, TEMPLATE_ORDER, TIMELINE, TINKER,
+    SERVE, SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
+    TEMPLATE_ORDER, TIMELINE, TINKER, DJ_RECIPE,
     POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
@@ -1251,48 +1252,69 @@ class OperatorConfig:
 
 @dataclass(frozen=True)
 class TaskPipelineConfig:
-    """[Experimental] Raw data → taskset preprocessing (``data_processor.task_pipeline``)."""
+    """[Experimental] Raw data → taskset preprocessing (``data_processor.task_pipeline``):
+    run once before the stage; its output becomes ``buffer.explorer_input.taskset``
+    (docs/data-processing.md)."""
 
-    operators: list[OperatorConfig] = field(
-        default_factory=list, metadata=unsupported(TASK_PIPELINE))
-    """Data-Juicer operators applied in order."""
-    num_process: int = field(default=4, metadata=unsupported(TASK_PIPELINE))
-    """Worker processes."""
+    operators: list[OperatorConfig] = field(default_factory=list, metadata=consumed(
+        TASK_PIPELINE_CONFIG, note="task operators (register_task_operators), run in order; "
+                                   "each one's output cached by content hash"))
+    """Task operators applied in order (``llm_difficulty_score_filter``,
+    ``exact_deduplicator``, ``text_length_filter``, … from rft-plugin-data-ops)."""
+    num_process: int = field(default=4, metadata=consumed(
+        TASK_PIPELINE_RUN, note="row-wise operators split over N spawned processes, order kept"))
+    """Worker processes a row-wise operator's rows are split over (1: in the run's process)."""
     config_path: str | None = field(default=None, metadata=consumed(
         TRINITY_FORMS, DJ_OPERATORS, note="read as one data_juicer task operator running the "
                                       "recipe (rft-plugin-data-juicer)"))
     """Data-Juicer config file; when set, ``operators`` and ``num_process`` are ignored."""
-    inputs: list[str] = field(default_factory=list, metadata=unsupported(TASK_PIPELINE))
-    """Local jsonl / parquet files to process."""
-    output: TasksetConfig | None = field(default=None, metadata=unsupported(TASK_PIPELINE))
-    """Where processed tasks go; ``None``: ``buffer.explorer_input.taskset``."""
-    target_fields: list[str] = field(default_factory=list, metadata=unsupported(TASK_PIPELINE))
-    """Fields extracted from the inputs into the output taskset."""
-    priority_weights: dict[str, float] = field(
-        default_factory=dict, metadata=unsupported(TASK_PIPELINE))
+    inputs: list[str] = field(default_factory=list, metadata=consumed(
+        TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
+        note="unset: input_buffers' paths, else the taskset's own path"))
+    """Local jsonl / json / parquet files (or folders of them) to process, read in order."""
+    output: TasksetConfig | None = field(default=None, metadata=consumed(
+        TASK_PIPELINE_CONFIG, note="its path (a .jsonl file or a folder) is written and read "
+                                   "as buffer.explorer_input.taskset"))
+    """Where processed tasks go; ``None``: ``<checkpoint_job_dir>/task_pipeline/tasks.jsonl``,
+    which becomes ``buffer.explorer_input.taskset.path``."""
+    target_fields: list[str] = field(default_factory=list, metadata=consumed(
+        TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
+        note="the fields written; unset: format's keys, else every field"))
+    """Fields extracted from the processed rows into the output taskset; a row without
+    one is an error naming the field."""
+    priority_weights: dict[str, float] = field(default_factory=dict, metadata=consumed(
+        TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
+        note="priority = Σ weight × stat; the taskset is written highest priority first"))
     """Weights of the priority score (``difficulty``, ``diversity``, ``usage_frequency``,
-    ``quality``)."""
-    top_k: int = field(default=-1, metadata=unsupported(TASK_PIPELINE))
+    ``quality``; :mod:`rft.data.priority`)."""
+    top_k: int = field(default=-1, metadata=consumed(TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN))
     """Keep the ``top_k`` highest-priority tasks; ``-1``: all."""
     # Trinity-RFT's older task pipeline (a Data-Juicer service driven by an agent model)
-    input_buffers: list[dict[str, Any]] = field(
-        default_factory=list, metadata=unsupported(TASK_PIPELINE))
-    """Older form of ``inputs``: raw buffers to process."""
-    output_buffer: dict[str, Any] | None = field(default=None, metadata=unsupported(TASK_PIPELINE))
-    """Older form of ``output``."""
-    format: dict[str, Any] = field(default_factory=dict, metadata=unsupported(TASK_PIPELINE))
+    input_buffers: list[dict[str, Any]] = field(default_factory=list, metadata=consumed(
+        TASK_PIPELINE_CONFIG, note="their path keys, when inputs is unset"))
+    """Older form of ``inputs``: raw buffers to process (their ``path``)."""
+    output_buffer: dict[str, Any] | None = field(default=None, metadata=consumed(
+        TASK_PIPELINE_CONFIG, note="its path key, when output is unset"))
+    """Older form of ``output`` (its ``path``)."""
+    format: dict[str, Any] = field(default_factory=dict, metadata=consumed(
+        TASK_PIPELINE_CONFIG, note="prompt_key / response_key values: target_fields when unset"))
     """Older form: the prompt / response keys of the raw data."""
-    dj_process_desc: str | None = field(default=None, metadata=unsupported(TASK_PIPELINE))
+    dj_process_desc: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
     """Older form: what the agent model asks Data-Juicer to compute."""
-    agent_model_name: str | None = field(default=None, metadata=unsupported(TASK_PIPELINE))
+    agent_model_name: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
     """Older form: the agent model that writes the Data-Juicer recipe."""
     agent_model_config: dict[str, Any] = field(
-        default_factory=dict, metadata=unsupported(TASK_PIPELINE))
+        default_factory=dict, metadata=unsupported(DJ_RECIPE))
     """Older form: that agent model's settings."""
-    clean_strategy: str | None = field(default=None, metadata=unsupported(TASK_PIPELINE))
-    """Older form: ``iterative`` cleaning."""
-    dynamic: bool = field(default=False, metadata=unsupported(TASK_PIPELINE))
-    """Older form: process tasks while exploring."""
+    clean_strategy: str | None = field(default=None, metadata=unsupported(
+        "iterative cleaning is not implemented: the operators run once, in order; it has no "
+        "effect"))
+    """Older form: ``iterative`` cleaning (a warning: the operators run once)."""
+    dynamic: bool = field(default=False, metadata=unsupported(
+        "processing tasks while exploring is not implemented: the pipeline runs once before "
+        "the first step; it has no effect"))
+    """Older form: process tasks while exploring (a warning: the pipeline runs once before
+    the first step)."""
 
 
 @dataclass(frozen=True)
@@ -1323,10 +1345,8 @@ class ExperiencePipelineConfig:
 class DataProcessorConfig:
     """Task and experience pipelines (``data_processor``)."""
 
-    task_pipeline: TaskPipelineConfig | None = field(default=None, metadata=consumed(
-        TRINITY_FORMS, note="config_path read as a data_juicer task operator",
-        unsupported=Unsupported(TASK_PIPELINE, when=lambda v: v is not None,
-                                example=TaskPipelineConfig(num_process=2))))
+    task_pipeline: TaskPipelineConfig | None = field(default=None, metadata=structural(
+        "run by rft.data.stage_tasks before the stage"))
     """Task preprocessing; ``None``: tasks are used as read."""
     data_processor_url: str | None = field(default=None, metadata=consumed(
         TRINITY_FORMS, note="read as service.data_juicer.server_url"))

@@ -40,10 +40,6 @@ TaskRow = dict[str, Any]
 STATS_KEY = "__rft_stats__"
 """Row key of the per-row statistics operators attach (``{stat name: float}``)."""
 
-PRIORITY_STATS = ("difficulty", "diversity", "usage_frequency", "quality")
-"""The statistics ``priority_weights`` may weigh (see :mod:`rft.data.priority`)."""
-
-
 @dataclass(frozen=True)
 class TaskOperatorContext:
     """What the pipeline tells an operator about the run before it processes rows."""
@@ -103,5 +99,5 @@ def row_stats(row: TaskRow) -> dict[str, float]:
     return stats
 
 
-__all__ = ["PRIORITY_STATS", "STATS_KEY", "TaskOperator", "TaskOperatorContext", "TaskRow",
+__all__ = ["STATS_KEY", "TaskOperator", "TaskOperatorContext", "TaskRow",
            "row_stats"]

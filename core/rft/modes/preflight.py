@@ -26,6 +26,7 @@ from rft.config.load import unset_env_variable
 from rft.config.model_files import model_folder_problem
 from rft.config.plan import RunPlan
 from rft.config.schema import ExperienceBufferConfig
+from rft.config.task_pipeline import pipeline_output
 from rft.config.validate import local_looking
 from rft.errors import RftError
 from rft.hub import HUB_CONNECT_TIMEOUT_S, hub_unreachable, in_hub_cache
@@ -102,9 +103,14 @@ def _readable_here(path: str | None) -> bool:
 
 def data_paths(plan: RunPlan) -> Iterator[tuple[str, str]]:
     """``(dotted key, path)`` of every data file or folder the stage reads."""
+    produced = pipeline_output(plan.config)  # written by the task pipeline: its inputs instead
     for taskset in (*plan.tasksets, *plan.eval_tasksets):
-        if taskset.config.path:
+        if taskset.config.path and taskset.config.path != produced:
             yield taskset.key + ".path", taskset.config.path
+    pipeline = plan.config.data_processor.task_pipeline
+    if produced is not None and pipeline is not None:
+        for i, path in enumerate(pipeline.inputs):
+            yield f"data_processor.task_pipeline.inputs[{i}]", path
     for name, aux in plan.config.buffer.trainer_input.auxiliary_buffers.items():
         if aux.storage_type == "file" and aux.path:
             yield f"buffer.trainer_input.auxiliary_buffers.{name}.path", aux.path
