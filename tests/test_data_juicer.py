@@ -1,0 +1,210 @@
+"""rft-plugin-data-juicer: the Data-Juicer server (real library, real HTTP on 127.0.0.1),
+its managed process (restart once, nothing left behind), the data_juicer experience and
+task operators, and the one-line errors of bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from rft.config.convert import to_dataclass
+from rft.config.schema import DataJuicerServiceConfig
+from rft.data.task_operator import STATS_KEY
+from rft.errors import RftError
+from rft.experience import EID, Experience
+from rft.plugins import PluginRegistry
+from rft_plugin_data_juicer.client import DataJuicerClient
+from rft_plugin_data_juicer.process import URL_VARIABLE, ManagedServer, answers, free_port
+from rft_plugin_data_juicer.recipe import load_recipe
+from rft_plugin_data_juicer.service import DataJuicerService
+
+RECIPE = "process:\n  - text_length_filter:\n      min_len: 6\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    managed = ManagedServer(free_port(), str(tmp_path_factory.mktemp("dj") / "server.log"))
+    managed.start()
+    yield managed
+    managed.stop()
+
+
+@pytest.fixture
+def on_server(server: ManagedServer, monkeypatch: pytest.MonkeyPatch) -> ManagedServer:
+    """The run's Data-Juicer server is ``server`` (as ``service.data_juicer`` sets it)."""
+    monkeypatch.setenv(URL_VARIABLE, server.url)
+    return server
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry.create()
+
+
+def gone(pid: int) -> bool:
+    """No process ``pid`` (a zombie counts as running: it was not reaped)."""
+    try:
+        psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return True
+    return False
+
+
+def exp(task: int, text: str, reward: float = 1.0) -> Experience:
+    return Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1, reward=reward,
+                      eid=EID(batch=1, task=task, run=0), response_text=text)
+
+
+# ---- recipes: one line per bad input ---------------------------------------------------
+
+
+def test_a_recipe_that_does_not_parse_is_one_line_naming_the_file(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("process:\n  - text_length_filter: {min_len: 5\n")
+    with pytest.raises(RftError) as caught:
+        load_recipe(str(path), [], "ops[0]")
+    line = str(caught.value)
+    assert line.startswith(f"ops[0].config_path ({path}): the Data-Juicer recipe does not "
+                           "parse as YAML") and "\n" not in line
+
+
+def test_a_recipe_without_process_or_file_is_one_line(tmp_path: Path):
+    (tmp_path / "r.yaml").write_text("project_name: x\n")
+    with pytest.raises(RftError, match=r"^ops\[0\]\.config_path \(.*\): a Data-Juicer "
+                                       r"recipe needs a non-empty 'process' list"):
+        load_recipe(str(tmp_path / "r.yaml"), [], "ops[0]")
+    with pytest.raises(RftError, match=r"^ops\[0\]\.config_path: cannot read"):
+        load_recipe(str(tmp_path / "missing.yaml"), [], "ops[0]")
+    assert load_recipe(None, ["clean_email_mapper"], "k") == [{"clean_email_mapper": {}}]
+
+
+def test_an_operator_data_juicer_does_not_know_is_one_line(on_server: ManagedServer):
+    client = DataJuicerClient("data_processor.experience_pipeline.operators[0]")
+    with pytest.raises(RftError) as caught:
+        client.validate([{"text_length_filter": {}}, {"text_lenght_filter": {}}])
+    assert str(caught.value) == (
+        "data_processor.experience_pipeline.operators[0]: process[1]: unknown Data-Juicer "
+        "operator 'text_lenght_filter'; did you mean text_length_filter, text_action_filter, "
+        "in_context_influence_filter?")
+
+
+def test_a_server_that_does_not_answer_is_one_line(tmp_path: Path):
+    port = free_port()  # nothing listens there
+    service = DataJuicerService(DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{port}"), str(tmp_path))
+    with pytest.raises(RftError) as caught:
+        service.start()
+    assert str(caught.value) == (
+        f"service.data_juicer.server_url: no Data-Juicer server answers at "
+        f"http://127.0.0.1:{port} (GET /health); start one or set auto_start: true")
+    client = DataJuicerClient("ops[0]", f"http://127.0.0.1:{port}")
+    with pytest.raises(RftError, match=r"^service\.data_juicer: the Data-Juicer server at "
+                                       r"http://127\.0\.0\.1:\d+ does not answer \(ConnectError\); "
+                                       r"ops\[0\] cannot run$"):
+        client.process([{"text_length_filter": {}}], [{"text": "x"}])
+
+
+# ---- the operators ---------------------------------------------------------------------
+
+
+def test_experience_operator_stats_feed_reward_shaping(on_server, registry, tmp_path: Path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    problems: list[str] = []
+    cls = registry.get("experience_operator", "data_juicer")
+    operator = cls(to_dataclass(cls.Args, {"config_path": str(recipe)}, "k", problems))
+    shaping_cls = registry.get("experience_operator", "reward_shaping_mapper")
+    shaping = shaping_cls(to_dataclass(shaping_cls.Args, {"reward_shaping_configs": [
+        {"stats_key": "text_len", "op_type": "ADD", "weight": 0.1}]}, "k", problems))
+    assert problems == []
+    batch = [exp(0, "short"), exp(1, "long enough answer", 0.0), exp(2, "answer 42", 1.0)]
+    kept, metrics = operator.process(batch)
+    assert [e.eid.task for e in kept] == [1, 2]  # "short" (5 chars) is under min_len 6
+    assert [e.info["text_len"] for e in kept] == [18.0, 9.0]
+    assert metrics == {"kept": 2.0, "dropped": 1.0, "text_len/mean": 13.5}
+    shaped, _ = shaping.process(kept)
+    assert [e.reward for e in shaped] == pytest.approx([1.8, 1.9])
+
+
+def test_task_operator_filters_rows_and_keeps_stats(on_server, registry):
+    cls = registry.get("task_operator", "data_juicer")
+    problems: list[str] = []
+    operator = cls(to_dataclass(cls.Args, {"process": [
+        {"text_length_filter": {"min_len": 6, "text_key": "question"}}]}, "k", problems))
+    rows = [{"question": "2+2=?", "answer": "4"},
+            {"question": "What is 3 times 7?", "answer": "21", STATS_KEY: {"difficulty": 0.5}}]
+    out = operator.process(rows)
+    assert out == [{"question": "What is 3 times 7?", "answer": "21",
+                    STATS_KEY: {"difficulty": 0.5, "text_len": 18.0}}]
+
+
+# ---- the service process: restart once, nothing left behind ------------------------------
+
+
+@pytest.mark.slow
+def test_killed_mid_pipeline_the_server_restarts_once_then_one_line(tmp_path: Path,
+                                                                     monkeypatch):
+    managed = ManagedServer(free_port(), str(tmp_path / "server.log"))
+    monkeypatch.setenv(URL_VARIABLE, managed.start())
+    client = DataJuicerClient("ops[0]")
+    rows = [{"text": "hello there"}, {"text": "hi"}]
+    recipe = [{"text_length_filter": {"min_len": 6}}]
+    pids = [managed.pid]
+    try:
+        assert client.process(recipe, rows).index == [0]
+        os.killpg(managed.pid, signal.SIGKILL)  # the server dies between two steps
+        assert client.process(recipe, rows).index == [0]  # restarted once, on the same URL
+        assert managed.restarts == 1 and managed.pid != pids[0]
+        pids.append(managed.pid)
+        os.killpg(managed.pid, signal.SIGKILL)
+        with pytest.raises(RftError, match=r"^service\.data_juicer: the Data-Juicer server at "
+                                           r"http://127\.0\.0\.1:\d+ does not answer"):
+            client.process(recipe, rows)
+    finally:
+        managed.stop()
+    assert all(gone(pid) for pid in pids)
+
+
+def test_a_killed_run_leaves_no_server_behind(tmp_path: Path):
+    """The run's process is SIGKILLed (no clean-up): its server exits by itself."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys, time
+        from rft_plugin_data_juicer.service import DataJuicerService
+        from rft.config.schema import DataJuicerServiceConfig
+        service = DataJuicerService(DataJuicerServiceConfig(auto_start=True), {str(tmp_path)!r})
+        url = service.start()
+        print(service.server.pid, flush=True)
+        time.sleep(600)
+        """))
+    run = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(run.stdout.readline())
+        assert psutil.pid_exists(server_pid)
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not gone(server_pid):
+            time.sleep(0.1)
+        assert gone(server_pid)
+    finally:
+        run.kill()
+        run.wait()
+
+
+def test_auto_start_service_starts_and_stops_its_server(tmp_path: Path):
+    service = DataJuicerService(DataJuicerServiceConfig(auto_start=True), str(tmp_path))
+    url = service.start()[URL_VARIABLE]
+    assert answers(url)
+    pid = service.server.pid
+    service.close()
+    assert gone(pid) and not answers(url)
+    assert (tmp_path / "log" / "data_juicer_server.log").exists()
