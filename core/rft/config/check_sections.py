@@ -188,6 +188,14 @@ def check_data_processor(c: RftConfig, found: Findings) -> tuple[Selected[Any], 
     pipeline = c.data_processor.experience_pipeline
     if pipeline is None:
         return ()
+    for name, source in pipeline.inputs.items():
+        key = f"data_processor.experience_pipeline.inputs.{name}"
+        if source.storage_type == "queue":
+            found.problem(f"{key}.storage_type", "'queue' lives in one process and nothing "
+                          "else writes it; an input buffer is a file or sql buffer")
+        elif not source.path:
+            found.problem(f"{key}.path", f"required: the {source.storage_type} buffer whose "
+                          "experiences join each explore step's in the pipeline")
     operators: list[Selected[Any]] = []
     for i, operator in enumerate(pipeline.operators):
         key = f"data_processor.experience_pipeline.operators[{i}]"

@@ -1332,12 +1332,15 @@ class ExperiencePipelineConfig:
         EXPLORER, note="JSON lines (.db: SQLite); unset: <job "
                        "dir>/buffer/experience_pipeline_input.jsonl"))
     """Where to save them (jsonl or SQLite file); ``None``: under the checkpoint dir."""
-    inputs: dict[str, ExperienceBufferConfig] = field(default_factory=dict, metadata=unsupported(
-        "not implemented: the pipeline reads the explorer's experiences only; it has no effect"))
-    """Extra named input buffers (advanced)."""
-    output: ExperienceBufferConfig | None = field(default=None, metadata=unsupported(
-        "not implemented: the pipeline writes to buffer.trainer_input.experience_buffer; it has no "
-        "effect", example=ExperienceBufferConfig(name="out")))
+    inputs: dict[str, ExperienceBufferConfig] = field(default_factory=dict, metadata=consumed(
+        EXPLORER, CHECK, note="file / sql buffers; each explore step, what they hold joins the "
+                              "explorer's experiences before the operators (explorer modes, "
+                              "not serve)"))
+    """Extra named input buffers (advanced): their experiences go through the operators
+    too."""
+    output: ExperienceBufferConfig | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="read as buffer.trainer_input.experience_buffer (what the "
+                            "trainer reads)"))
     """Output buffer; ``None``: ``buffer.trainer_input.experience_buffer``."""
 
 

@@ -38,6 +38,8 @@ them, turned into rft's field so that the rest of validation sees one spelling:
 - ``data_processor.data_processor_url`` (Trinity-RFT's older Data-Juicer service) →
   ``service.data_juicer.server_url``, with a warning (a different ``server_url`` set too
   is a problem);
+- ``data_processor.experience_pipeline.output`` → ``buffer.trainer_input.experience_buffer``
+  (a different one set too is a problem);
 - ``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe) → one
   ``data_juicer`` task operator (``rft-plugin-data-juicer``) running it;
 
@@ -139,6 +141,7 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
     c = _priority_queue(c, found)
     c = _data_processor_url(c, found)
     c = _task_pipeline_recipe(c, found)
+    c = _pipeline_output(c, found)
     c, from_file = _trainer_config_file(c, found)
     return reconcile(c, found.warnings, found.problems, from_file=from_file)
 
@@ -162,6 +165,23 @@ def _data_processor_url(c: RftConfig, found: Findings) -> RftConfig:
     found.warnings.append(f"{key}: Trinity-RFT's older form, read as "
                           f"service.data_juicer.server_url ({url!r})")
     return replace(c, service=replace(c.service, data_juicer=replace(dj, server_url=url)))
+
+
+def _pipeline_output(c: RftConfig, found: Findings) -> RftConfig:
+    """``data_processor.experience_pipeline.output`` (where processed experiences go) →
+    ``buffer.trainer_input.experience_buffer`` (what the trainer reads), as in
+    Trinity-RFT; both set and different is a problem."""
+    pipeline = c.data_processor.experience_pipeline
+    if pipeline is None or pipeline.output is None:
+        return c
+    current = c.buffer.trainer_input.experience_buffer
+    if current is not None and current != pipeline.output:
+        found.problem("data_processor.experience_pipeline.output",
+                      "differs from buffer.trainer_input.experience_buffer, which the trainer "
+                      "reads; set one of them (the pipeline writes what the trainer reads)")
+        return c
+    return _with_trainer_input(c, replace(c.buffer.trainer_input,
+                                          experience_buffer=pipeline.output))
 
 
 def _task_pipeline_recipe(c: RftConfig, found: Findings) -> RftConfig:
