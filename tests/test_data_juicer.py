@@ -208,3 +208,40 @@ def test_auto_start_service_starts_and_stops_its_server(tmp_path: Path):
     service.close()
     assert gone(pid) and not answers(url)
     assert (tmp_path / "log" / "data_juicer_server.log").exists()
+
+
+def test_task_pipeline_config_path_runs_the_recipe_through_the_service(on_server, tmp_path,
+                                                                        tiny_model_dir):
+    """Trinity-RFT's ``task_pipeline.config_path``: one data_juicer task operator; the
+    processed taskset is what the explorer reads."""
+    import json
+
+    import yaml
+
+    from rft.config import load_config
+    from rft.data.stage_tasks import prepare_tasks
+    from rft.testing.runs import apply_overrides, tiny_run_config
+
+    tasks = tmp_path / "raw.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"question": "1+1=", "answer": "2"}, {"question": "What is 12 + 30?", "answer": "42"}]))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("process:\n  - text_length_filter:\n      min_len: 6\n"
+                      "      text_key: question\n")
+    config = apply_overrides(tiny_run_config(tiny_model_dir, tasks, tmp_path), {
+        "service": {"data_juicer": {"server_url": on_server.url}},
+        "data_processor": {"task_pipeline": {
+            "config_path": str(recipe), "inputs": [str(tasks)],
+            "operators": [{"name": "exact_deduplicator"}]}}})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path)
+    assert "data_processor.task_pipeline.operators: ignored: config_path " \
+           f"({str(recipe)!r}) is the pipeline's Data-Juicer recipe" in loaded.warnings
+    plan = loaded.stages[0].plan
+    assert [s.name for s in plan.task_operators] == ["data_juicer"]
+    report = prepare_tasks(plan)
+    assert report is not None and (report.rows_in, report.rows_out) == (2, 1)
+    out = plan.config.buffer.explorer_input.taskset.path
+    rows = [json.loads(line) for line in Path(out).read_text().splitlines()]
+    assert [r["question"] for r in rows] == ["What is 12 + 30?"]

@@ -35,7 +35,7 @@ from rft.modes.runtime import Distributed
 from rft.modes.serve import run_serve_mode
 from rft.modes.stage import StageResult
 from rft.plugins import PluginRegistry
-from rft.services import run_services
+from rft.services import run_services, with_service_env
 from rft.modes.train import run_train_mode
 
 ModeRunner = Callable[[Stage, Distributed], StageResult]
@@ -92,8 +92,9 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
         announce_token_budget(stage)
-        with run_services(stage.plan.services, stage.plan.job_dir):  # service.*
+        with run_services(stage.plan.services, stage.plan.job_dir) as variables:  # service.*
             prepare_tasks(stage.plan)  # data_processor.task_pipeline: the taskset it writes
+            stage = with_service_env(stage, variables)  # Ray explorer actors reach them too
             with explorer_environment(stage):
                 result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
         results.append(result)

@@ -12,7 +12,9 @@ before a stage's mode runs and stops it after, whatever way the stage ends::
 
 ``start`` returns the environment variables through which the run's own code (operators,
 workflows, worker processes spawned by this process) reaches the service; the launcher
-sets them in this process while the stage runs and restores the environment afterwards.
+sets them in this process while the stage runs and restores the environment afterwards,
+and adds them to the stage's ``explorer.env_vars`` (:func:`with_service_env`), which the
+explorer's Ray actors of mode ``both`` set in their own processes.
 A service that starts a process keeps it in a process group of its own and makes it exit
 when this process disappears (see :mod:`rft.environments.process_host` for the pattern).
 """
@@ -23,9 +25,11 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rft.config import Stage
     from rft.config.plan import Selected
 
 
@@ -52,20 +56,22 @@ class RunService(ABC):
 
 
 @contextmanager
-def run_services(selected: Sequence[Selected[type[RunService]]], job_dir: str) -> Iterator[None]:
+def run_services(selected: Sequence[Selected[type[RunService]]],
+                 job_dir: str) -> Iterator[dict[str, str]]:
     """Start every selected service in order, with the variables they return set in
-    ``os.environ``; on the way out (normal end or error) close them in reverse order and
-    restore the environment."""
+    ``os.environ``; yields those variables. On the way out (normal end or error) close them
+    in reverse order and restore the environment."""
     started: list[RunService] = []
     saved: dict[str, str | None] = {}
+    variables: dict[str, str] = {}
     try:
         for chosen in selected:
             service = chosen.implementation(chosen.args, job_dir)
             started.append(service)
             for key, value in service.start().items():
                 saved.setdefault(key, os.environ.get(key))
-                os.environ[key] = value
-        yield
+                os.environ[key] = variables[key] = value
+        yield variables
     finally:
         for service in reversed(started):
             service.close()
@@ -76,4 +82,15 @@ def run_services(selected: Sequence[Selected[type[RunService]]], job_dir: str) -
                 os.environ[key] = old
 
 
-__all__ = ["RunService", "run_services"]
+def with_service_env(stage: Stage, variables: dict[str, str]) -> Stage:
+    """``stage`` with ``variables`` added to its ``explorer.env_vars`` (the user's values
+    win), so that explorer processes started elsewhere (Ray actors) reach the services."""
+    if not variables:
+        return stage
+    config = stage.plan.config
+    env_vars = {**variables, **(config.explorer.env_vars or {})}
+    config = replace(config, explorer=replace(config.explorer, env_vars=env_vars))
+    return replace(stage, plan=replace(stage.plan, config=config))
+
+
+__all__ = ["RunService", "run_services", "with_service_env"]
