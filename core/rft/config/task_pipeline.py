@@ -98,6 +98,10 @@ def check_task_pipeline(c: RftConfig, found: Findings
                               f"{key}.args")
         if chosen is not None:
             operators.append(chosen)
+            names = frozenset(m.name for m in c.explorer.auxiliary_models if m.name)
+            warn = getattr(chosen.implementation, "config_warnings", None)
+            if warn is not None:
+                found.warnings.extend(f"{key}.{w}" for w in warn(chosen.args, names))
     if tp.num_process < 1:
         found.problem(f"{KEY}.num_process", f"must be >= 1, got {tp.num_process}")
     if tp.top_k == 0 or tp.top_k < -1:

@@ -39,8 +39,13 @@ def process_split(operator: TaskOperator, rows: list[TaskRow], num_process: int)
     if num_process <= 1 or not operator.row_wise or len(rows) < 2:
         return operator.process(rows)
     pieces = chunks(rows, num_process)
-    with multiprocessing.get_context("spawn").Pool(len(pieces)) as pool:
+    pool = multiprocessing.get_context("spawn").Pool(len(pieces))
+    try:
         outputs = pool.map(_process, [(operator, piece) for piece in pieces])
+        pool.close()  # the workers exit on their own; no process is left behind
+    finally:
+        pool.terminate()
+        pool.join()
     return [row for output in outputs for row in output]
 
 

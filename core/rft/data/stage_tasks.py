@@ -18,9 +18,10 @@ from dataclasses import asdict
 
 from rft.config.plan import RunPlan
 from rft.config.task_pipeline import pipeline_output
-from rft.data.task_operator import TaskOperatorContext
+from rft.data.task_operator import ModelSource, TaskOperatorContext
 from rft.data.task_pipeline import (PipelineOperator, PipelineReport, report_metrics,
                                     run_task_pipeline)
+from rft.rollout.auxiliary import engine_config
 
 log = logging.getLogger("rft.data.task_pipeline")
 
@@ -38,7 +39,10 @@ def prepare_tasks(plan: RunPlan) -> PipelineReport | None:
         return None
     operators = [PipelineOperator(s.key.removesuffix(".name"), s.name,
                                   s.implementation(s.args)) for s in plan.task_operators]
-    auxiliary = {m.name: m for m in plan.config.explorer.auxiliary_models if m.name}
+    auxiliary = {aux.name: ModelSource(m.key, m.engine.implementation,
+                                       engine_config(plan.config, aux))
+                 for m, aux in zip(plan.auxiliary_models, plan.config.explorer.auxiliary_models,
+                                   strict=True) if aux.name}
     taskset = plan.config.buffer.explorer_input.taskset
     seed = taskset.task_selector.seed if taskset is not None else 42
     context = TaskOperatorContext(plan.job_dir, auxiliary, seed)

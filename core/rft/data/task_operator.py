@@ -32,7 +32,11 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from rft.config.schema import RftConfig
+    from rft.engines.engine import InferenceEngine
 
 TaskRow = dict[str, Any]
 """One task as read from the taskset file (a JSON object)."""
@@ -41,14 +45,33 @@ STATS_KEY = "__rft_stats__"
 """Row key of the per-row statistics operators attach (``{stat name: float}``)."""
 
 @dataclass(frozen=True)
+class ModelSource:
+    """A model the run configures, for operators that score with it (an auxiliary model)."""
+
+    key: str
+    """Its dotted config key (``explorer.auxiliary_models[i]``)."""
+    engine_cls: type[InferenceEngine]
+    """Its engine class, as validation resolved ``engine_type``."""
+    config: RftConfig
+    """The run's config with this model as the rollout model (what engine builders read,
+    :func:`rft.rollout.auxiliary.engine_config`)."""
+
+    def build(self) -> InferenceEngine:
+        """A new engine serving the model (in the calling process)."""
+        from rft.engines.engine_factory import build_engine
+
+        return build_engine(self.config, self.engine_cls)
+
+
+@dataclass(frozen=True)
 class TaskOperatorContext:
     """What the pipeline tells an operator about the run before it processes rows."""
 
     job_dir: str
     """The run's ``checkpoint_job_dir`` (an operator may keep files under it)."""
-    auxiliary_models: dict[str, Any] = field(default_factory=dict)
-    """``explorer.auxiliary_models`` by ``name`` (their config dataclasses), for operators
-    that score with a model the run already configures."""
+    auxiliary_models: dict[str, ModelSource] = field(default_factory=dict)
+    """``explorer.auxiliary_models`` by ``name``, for operators that score with a model
+    the run already configures."""
     seed: int = 42
     """The run's seed (for operators that sample)."""
 
@@ -70,6 +93,13 @@ class TaskOperator(ABC):
     def __init__(self, args: Any = None) -> None:
         self.args = args if args is not None or self.Args is None else self.Args()
         self.context: TaskOperatorContext | None = None
+
+    @classmethod
+    def config_warnings(cls, args: Any, auxiliary_models: frozenset[str]) -> list[str]:
+        """Messages (``"args.<field>: ..."``) about ``args`` that validation shows as
+        warnings under the operator's key, e.g. a model that may not be reachable where the
+        run starts; ``auxiliary_models``: the names of ``explorer.auxiliary_models``."""
+        return []
 
     def bind(self, context: TaskOperatorContext) -> None:
         """Called once by the pipeline before :meth:`process` (in the parent process; the
@@ -99,5 +129,5 @@ def row_stats(row: TaskRow) -> dict[str, float]:
     return stats
 
 
-__all__ = ["STATS_KEY", "TaskOperator", "TaskOperatorContext", "TaskRow",
+__all__ = ["ModelSource", "STATS_KEY", "TaskOperator", "TaskOperatorContext", "TaskRow",
            "row_stats"]
