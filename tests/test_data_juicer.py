@@ -245,3 +245,40 @@ def test_task_pipeline_config_path_runs_the_recipe_through_the_service(on_server
     out = plan.config.buffer.explorer_input.taskset.path
     rows = [json.loads(line) for line in Path(out).read_text().splitlines()]
     assert [r["question"] for r in rows] == ["What is 12 + 30?"]
+
+
+# ---- the agent-written recipe (dj_process_desc) ------------------------------------------
+
+
+def test_an_agent_reply_is_read_as_a_recipe():
+    from rft_plugin_data_juicer.agent import reply_recipe
+
+    fenced = "Here it is:\n```yaml\nprocess:\n  - text_length_filter:\n      min_len: 3\n```\n"
+    assert reply_recipe(fenced, "w") == [{"text_length_filter": {"min_len": 3}}]
+    assert reply_recipe("process: [clean_email_mapper]", "w") == [{"clean_email_mapper": {}}]
+    with pytest.raises(RftError, match=r"^w: a Data-Juicer recipe is a mapping with a "
+                                       r"'process' list, got str$"):
+        reply_recipe("I cannot help with that.", "w")
+
+
+def test_an_agent_that_writes_no_recipe_is_one_line(on_server, registry, tiny_model_dir):
+    """The tiny random model as the agent (the hf engine on a local folder): its reply is
+    no recipe, and the task pipeline stops before any row is processed."""
+    cls = registry.get("task_operator", "data_juicer")
+    problems: list[str] = []
+    operator = cls(to_dataclass(cls.Args, {
+        "dj_process_desc": "Keep questions longer than 5 characters.",
+        "agent_model_name": str(tiny_model_dir), "agent_model_config": {"max_tokens": 12}},
+        "k", problems))
+    with pytest.raises(RftError) as caught:
+        operator.process([{"question": "What is 3 times 7?", "answer": "21"}])
+    line = str(caught.value)
+    assert line.startswith(f"data_processor.task_pipeline.operators[data_juicer]."
+                           f"agent_model_name ({tiny_model_dir}): the recipe it wrote")
+    assert "\n" not in line
+    nowhere = cls(to_dataclass(cls.Args, {"dj_process_desc": "x", "agent_model_name": "gpt-x"},
+                               "k", problems))
+    with pytest.raises(RftError, match=r"agent_model_name: 'gpt-x' is neither an auxiliary "
+                                       r"model of the run"):
+        nowhere.process([{"question": "q"}])
+    assert problems == []

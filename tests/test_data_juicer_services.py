@@ -112,3 +112,20 @@ def test_data_processor_url_is_read_as_server_url(tmp_path, tiny_model_dir):
     assert caught.value.problems == [
         f"data_processor.data_processor_url: {url!r} differs from "
         "service.data_juicer.server_url 'http://127.0.0.1:6006'; set one of them"]
+
+
+def test_dj_process_desc_is_one_data_juicer_task_operator(tmp_path, tiny_model_dir):
+    path = config_file(tmp_path, tiny_model_dir, {
+        "service": {"data_juicer": {"auto_start": True}},
+        "data_processor": {"task_pipeline": {
+            "inputs": [str(tmp_path / "tasks.jsonl")],
+            "dj_process_desc": "Keep questions longer than 5 characters.",
+            "agent_model_name": "http://127.0.0.1:8000/v1",
+            "agent_model_config": {"model_name": "qwen-max"}}}})
+    [stage] = load_config(path).stages
+    [operator] = stage.plan.task_operators
+    assert operator.name == "data_juicer"
+    assert (operator.args.dj_process_desc, operator.args.agent_model_name,
+            operator.args.agent_model_config) == (
+        "Keep questions longer than 5 characters.", "http://127.0.0.1:8000/v1",
+        {"model_name": "qwen-max"})

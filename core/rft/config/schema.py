@@ -70,13 +70,13 @@ from rft.config.field_support import (
     CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
     ACTOR_ENV, AUXILIARY, BENCH, BOTH, BOTH_ACTORS, BOTH_CHECKPOINTS, BOTH_ENTRY,
     BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
-    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DJ_SERVICE, DJ_OPERATORS, ENDPOINT_SETTINGS, ENGINE,
+    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DJ_AGENT, DJ_SERVICE, DJ_OPERATORS, ENDPOINT_SETTINGS, ENGINE,
     ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SERVE, SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
-    TEMPLATE_ORDER, TIMELINE, TINKER, DJ_RECIPE,
+    TEMPLATE_ORDER, TIMELINE, TINKER,
     POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
@@ -1299,12 +1299,16 @@ class TaskPipelineConfig:
     format: dict[str, Any] = field(default_factory=dict, metadata=consumed(
         TASK_PIPELINE_CONFIG, note="prompt_key / response_key values: target_fields when unset"))
     """Older form: the prompt / response keys of the raw data."""
-    dj_process_desc: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
+    dj_process_desc: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, DJ_AGENT, note="without config_path: agent_model_name writes the "
+                                      "recipe, checked by the server before use"))
     """Older form: what the agent model asks Data-Juicer to compute."""
-    agent_model_name: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
+    agent_model_name: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, DJ_AGENT, note="an auxiliary model's name, an OpenAI-compatible "
+                                          "URL, or a local model folder"))
     """Older form: the agent model that writes the Data-Juicer recipe."""
-    agent_model_config: dict[str, Any] = field(
-        default_factory=dict, metadata=unsupported(DJ_RECIPE))
+    agent_model_config: dict[str, Any] = field(default_factory=dict, metadata=consumed(
+        TRINITY_FORMS, DJ_AGENT, note="model_name (for a URL), max_tokens"))
     """Older form: that agent model's settings."""
     clean_strategy: str | None = field(default=None, metadata=unsupported(
         "iterative cleaning is not implemented: the operators run once, in order; it has no "

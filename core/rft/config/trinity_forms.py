@@ -40,8 +40,9 @@ them, turned into rft's field so that the rest of validation sees one spelling:
   is a problem);
 - ``data_processor.experience_pipeline.output`` → ``buffer.trainer_input.experience_buffer``
   (a different one set too is a problem);
-- ``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe) → one
-  ``data_juicer`` task operator (``rft-plugin-data-juicer``) running it;
+- ``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe), or
+  ``dj_process_desc`` + ``agent_model_name`` / ``agent_model_config`` (an LLM writes the
+  recipe) → one ``data_juicer`` task operator (``rft-plugin-data-juicer``) running it;
 
 - ``checkpoint_root_dir: ''`` (Trinity-RFT's test template) → ``.``: Trinity-RFT joins
   a relative root onto the working directory, so the empty root is the working directory;
@@ -186,16 +187,25 @@ def _pipeline_output(c: RftConfig, found: Findings) -> RftConfig:
 
 def _task_pipeline_recipe(c: RftConfig, found: Findings) -> RftConfig:
     """``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe for the whole
-    pipeline, Trinity-RFT's form) → one ``data_juicer`` task operator running it; as in
-    Trinity-RFT, ``operators`` set beside it are ignored (a warning)."""
+    pipeline, Trinity-RFT's form), or its older ``dj_process_desc`` with
+    ``agent_model_name`` / ``agent_model_config`` (an LLM writes the recipe) → one
+    ``data_juicer`` task operator; as in Trinity-RFT, ``operators`` set beside them are
+    ignored (a warning)."""
     pipeline = c.data_processor.task_pipeline
-    if pipeline is None or pipeline.config_path is None:
+    if pipeline is None or (pipeline.config_path is None and not pipeline.dj_process_desc):
         return c
+    if pipeline.config_path is not None:
+        args: dict[str, Any] = {"config_path": pipeline.config_path}
+        said = f"config_path ({pipeline.config_path!r})"
+    else:
+        args = {"dj_process_desc": pipeline.dj_process_desc,
+                "agent_model_name": pipeline.agent_model_name,
+                "agent_model_config": dict(pipeline.agent_model_config)}
+        said = "dj_process_desc"
     if pipeline.operators:
-        found.warnings.append(
-            "data_processor.task_pipeline.operators: ignored: config_path "
-            f"({pipeline.config_path!r}) is the pipeline's Data-Juicer recipe")
-    operators = [OperatorConfig("data_juicer", {"config_path": pipeline.config_path})]
+        found.warnings.append(f"data_processor.task_pipeline.operators: ignored: {said} is "
+                              "the pipeline's Data-Juicer recipe")
+    operators = [OperatorConfig("data_juicer", args)]
     return replace(c, data_processor=replace(
         c.data_processor, task_pipeline=replace(pipeline, operators=operators)))
 

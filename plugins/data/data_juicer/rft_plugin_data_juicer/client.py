@@ -52,11 +52,15 @@ class DataJuicerClient:
         self.key = key
         self.url = url or server_url(key)
 
-    def _post(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, route: str, payload: dict[str, Any] | None) -> dict[str, Any]:
+        """``POST route`` with ``payload`` (``None``: ``GET route``)."""
         for attempt in range(2):
             try:
-                response = httpx.post(f"{self.url}{route}", json=payload,
-                                      timeout=REQUEST_TIMEOUT_S)
+                if payload is None:
+                    response = httpx.get(f"{self.url}{route}", timeout=REQUEST_TIMEOUT_S)
+                else:
+                    response = httpx.post(f"{self.url}{route}", json=payload,
+                                          timeout=REQUEST_TIMEOUT_S)
                 break
             except httpx.TransportError as exc:
                 server = owned(self.url)
@@ -69,6 +73,11 @@ class DataJuicerClient:
         if response.status_code != 200:
             raise RftError(f"{self.key}: {body.get('error', response.text)}")
         return body
+
+    def ops(self) -> list[str]:
+        """Every operator name the server's Data-Juicer knows."""
+        names: list[str] = self._post("/ops", None)["ops"]
+        return names
 
     def validate(self, process: Process) -> list[str]:
         """The recipe's op names; one line naming the first unknown operator."""

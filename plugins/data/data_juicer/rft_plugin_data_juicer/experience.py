@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft.buffer.operators import ExperienceOperator
+from rft.errors import RftError
 from rft.experience import Experience
 from rft_plugin_data_juicer.client import DataJuicerClient
 from rft_plugin_data_juicer.recipe import Process, load_recipe
@@ -38,6 +39,14 @@ class DataJuicerArgs:
     process: list[Any] = field(default_factory=list)
     """The recipe's operators inline (``[{text_length_filter: {min_len: 5}}]``); wins over
     ``config_path``."""
+    dj_process_desc: str | None = None
+    """Task operator only, with neither recipe above: what the recipe should do, in words;
+    ``agent_model_name`` writes it (:mod:`rft_plugin_data_juicer.agent`)."""
+    agent_model_name: str | None = None
+    """The model that writes the recipe: an auxiliary model's name, an OpenAI-compatible
+    server's URL, or a local model folder."""
+    agent_model_config: dict[str, Any] = field(default_factory=dict)
+    """``model_name`` (for a URL), ``max_tokens`` of the reply (default 512)."""
 
 
 def numbers(stats: dict[str, Any]) -> dict[str, float]:
@@ -52,6 +61,10 @@ def numbers(stats: dict[str, Any]) -> dict[str, float]:
 
 
 def ready_recipe(args: DataJuicerArgs, key: str) -> tuple[Process, DataJuicerClient]:
+    """The operator's recipe, its operators checked by the server, and the client."""
+    if args.dj_process_desc and not (args.config_path or args.process):
+        raise RftError(f"{key}.dj_process_desc: an agent-written recipe is for the task "
+                       "pipeline; give the experience operator config_path or process")
     recipe = load_recipe(args.config_path, args.process, key)
     client = DataJuicerClient(key)
     client.validate(recipe)

@@ -4,6 +4,7 @@ Run as ``python -m rft_plugin_data_juicer.server --port N [--parent PID]``; it l
 127.0.0.1. Routes (JSON in and out):
 
 - ``GET /health`` → ``{"status": "ok", "data_juicer": version, "operators": count}``;
+- ``GET /ops`` → ``{"ops": [every operator name Data-Juicer registers]}``;
 - ``POST /validate`` ``{"process": [...]}`` → ``{"ops": [names]}``, or 400 with
   ``{"error": line}`` naming the first operator Data-Juicer does not know;
 - ``POST /process`` ``{"process": [...], "rows": [{...}, ...]}`` → ``{"rows": [...],
@@ -108,6 +109,10 @@ async def health(request: Request) -> JSONResponse:
                          "pid": os.getpid()})
 
 
+async def ops_route(request: Request) -> JSONResponse:
+    return JSONResponse({"ops": sorted(await run_in_threadpool(known_ops))})
+
+
 async def validate_route(request: Request) -> JSONResponse:
     try:
         process = await _body_process(request)
@@ -136,6 +141,7 @@ async def process_route(request: Request) -> JSONResponse:
 def create_app() -> Starlette:
     """The server's Starlette application."""
     return Starlette(routes=[Route("/health", health, methods=["GET"]),
+                             Route("/ops", ops_route, methods=["GET"]),
                              Route("/validate", validate_route, methods=["POST"]),
                              Route("/process", process_route, methods=["POST"])])
 

@@ -1,11 +1,15 @@
 """The ``data_juicer`` task operator: a Data-Juicer recipe over the taskset's rows, run on
-the run's Data-Juicer server (``service.data_juicer``), in the task pipeline."""
+the run's Data-Juicer server (``service.data_juicer``), in the task pipeline. The recipe is
+``config_path`` / ``process``, or, with ``dj_process_desc`` alone, the one the agent model
+writes (:mod:`rft_plugin_data_juicer.agent`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rft.data.task_operator import STATS_KEY, TaskOperator, TaskRow, row_stats
+from rft.errors import RftError
+from rft_plugin_data_juicer.agent import written_recipe
 from rft_plugin_data_juicer.client import DataJuicerClient
 from rft_plugin_data_juicer.experience import DataJuicerArgs, numbers, ready_recipe
 from rft_plugin_data_juicer.recipe import Process
@@ -27,7 +31,7 @@ class DataJuicerTaskOperator(TaskOperator):
 
     def process(self, rows: list[TaskRow]) -> list[TaskRow]:
         if self._ready is None:
-            self._ready = ready_recipe(self.args, TASK_KEY)
+            self._ready = self._recipe(rows)
         recipe, client = self._ready
         plain = [{k: v for k, v in row.items() if k != STATS_KEY} for row in rows]
         result = client.process(recipe, plain)
@@ -38,6 +42,20 @@ class DataJuicerTaskOperator(TaskOperator):
             row_stats(row).update(numbers(stats))
             out.append(row)
         return out
+
+    def _recipe(self, rows: list[TaskRow]) -> tuple[Process, DataJuicerClient]:
+        """The recipe given, or (``dj_process_desc`` alone) the one the agent writes."""
+        args = self.args
+        if args.config_path or args.process or not args.dj_process_desc:
+            return ready_recipe(args, TASK_KEY)
+        if not args.agent_model_name:
+            raise RftError(f"{TASK_KEY}.agent_model_name: required with dj_process_desc (the "
+                           "model that writes the Data-Juicer recipe)")
+        client = DataJuicerClient(TASK_KEY)
+        fields = sorted({k for row in rows for k in row if k != STATS_KEY})
+        recipe = written_recipe(args.dj_process_desc, args.agent_model_name,
+                                args.agent_model_config, fields, client, self.context, TASK_KEY)
+        return recipe, client
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
