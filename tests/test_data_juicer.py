@@ -245,6 +245,12 @@ def test_task_pipeline_config_path_runs_the_recipe_through_the_service(on_server
     out = plan.config.buffer.explorer_input.taskset.path
     rows = [json.loads(line) for line in Path(out).read_text().splitlines()]
     assert [r["question"] for r in rows] == ["What is 12 + 30?"]
+    # an edited recipe is run again, not answered from the cache
+    recipe.write_text("process:\n  - text_length_filter:\n      min_len: 1\n"
+                      "      text_key: question\n")
+    report = prepare_tasks(plan)
+    assert report is not None and report.rows_out == 2
+    assert not any(count.cached for count in report.counts)
 
 
 # ---- the agent-written recipe (dj_process_desc) ------------------------------------------

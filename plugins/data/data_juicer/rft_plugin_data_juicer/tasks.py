@@ -5,6 +5,8 @@ writes (:mod:`rft_plugin_data_juicer.agent`)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from typing import Any
 
 from rft.data.task_operator import STATS_KEY, TaskOperator, TaskRow, row_stats
@@ -42,6 +44,16 @@ class DataJuicerTaskOperator(TaskOperator):
             row_stats(row).update(numbers(stats))
             out.append(row)
         return out
+
+    def fingerprint(self, name: str) -> str:
+        """The base fingerprint (name, class, version, args) with the recipe file's content:
+        an edited recipe is not answered from the cache."""
+        base = super().fingerprint(name)
+        path = self.args.config_path
+        if not path or not os.path.isfile(path):
+            return base
+        with open(path, "rb") as handle:
+            return hashlib.sha256(base.encode() + handle.read()).hexdigest()
 
     def _recipe(self, rows: list[TaskRow]) -> tuple[Process, DataJuicerClient]:
         """The recipe given, or (``dj_process_desc`` alone) the one the agent writes."""
