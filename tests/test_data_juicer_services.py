@@ -129,3 +129,17 @@ def test_dj_process_desc_is_one_data_juicer_task_operator(tmp_path, tiny_model_d
             operator.args.agent_model_config) == (
         "Keep questions longer than 5 characters.", "http://127.0.0.1:8000/v1",
         {"model_name": "qwen-max"})
+
+
+def test_an_agent_model_that_names_nothing_here_is_warned(tmp_path, tiny_model_dir):
+    path = config_file(tmp_path, tiny_model_dir, {
+        "service": {"data_juicer": {"auto_start": True}},
+        "data_processor": {"task_pipeline": {
+            "inputs": [str(tmp_path / "tasks.jsonl")], "dj_process_desc": "Drop short ones.",
+            "agent_model_name": "qwen-max"}}})
+    warnings = load_config(path).warnings
+    assert "data_processor.task_pipeline.operators[0].args.agent_model_name: 'qwen-max' is " \
+           "neither an auxiliary model of the run, an http(s) URL nor a local model folder " \
+           "here: the pipeline stops when it runs unless it is one there" in warnings
+    assert any(w.startswith("data_processor.task_pipeline: Trinity-RFT's older agent form")
+               for w in warnings)

@@ -202,6 +202,10 @@ def _task_pipeline_recipe(c: RftConfig, found: Findings) -> RftConfig:
                 "agent_model_name": pipeline.agent_model_name,
                 "agent_model_config": dict(pipeline.agent_model_config)}
         said = "dj_process_desc"
+        found.warnings.append(
+            f"data_processor.task_pipeline: Trinity-RFT's older agent form, read as one "
+            f"data_juicer task operator: agent_model_name {pipeline.agent_model_name!r} "
+            "writes its Data-Juicer recipe from dj_process_desc when the pipeline runs")
     if pipeline.operators:
         found.warnings.append(f"data_processor.task_pipeline.operators: ignored: {said} is "
                               "the pipeline's Data-Juicer recipe")

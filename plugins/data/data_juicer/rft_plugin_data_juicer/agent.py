@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from typing import Any
 
 from rft.data.task_operator import TaskOperatorContext
@@ -42,17 +43,28 @@ def reply_recipe(reply: str, where: str) -> Process:
     return parse_recipe_text(match.group(1) if match else reply, where)
 
 
+def agent_kind(spec: str, auxiliary_models: Collection[str]) -> str | None:
+    """``"auxiliary"``, ``"url"`` or ``"folder"``: what ``spec`` names here; ``None``:
+    none of them."""
+    if spec in auxiliary_models:
+        return "auxiliary"
+    if spec.startswith(("http://", "https://")):
+        return "url"
+    return "folder" if os.path.isdir(os.path.expanduser(spec)) else None
+
+
 def build_agent(spec: str, config: dict[str, Any], context: TaskOperatorContext | None,
                 key: str) -> InferenceEngine:
     """The engine ``agent_model_name`` names (module docstring)."""
     auxiliary = context.auxiliary_models if context is not None else {}
-    if spec in auxiliary:
+    kind = agent_kind(spec, auxiliary)
+    if kind == "auxiliary":
         return auxiliary[spec].build()
-    if spec.startswith(("http://", "https://")):
+    if kind == "url":
         from rft.engines.external_engine import ExternalEngine
 
         return ExternalEngine(spec, model_name=config.get("model_name"))
-    if os.path.isdir(os.path.expanduser(spec)):
+    if kind == "folder":
         from rft.engines.hf_engine import HFEngine
 
         return HFEngine(os.path.expanduser(spec), max_prompt_tokens=4096,
@@ -88,4 +100,4 @@ def written_recipe(desc: str, spec: str, config: dict[str, Any], fields: list[st
     return recipe
 
 
-__all__ = ["build_agent", "reply_recipe", "written_recipe"]
+__all__ = ["agent_kind", "build_agent", "reply_recipe", "written_recipe"]

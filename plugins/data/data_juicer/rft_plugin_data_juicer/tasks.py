@@ -11,7 +11,7 @@ from typing import Any
 
 from rft.data.task_operator import STATS_KEY, TaskOperator, TaskRow, row_stats
 from rft.errors import RftError
-from rft_plugin_data_juicer.agent import written_recipe
+from rft_plugin_data_juicer.agent import agent_kind, written_recipe
 from rft_plugin_data_juicer.client import DataJuicerClient
 from rft_plugin_data_juicer.experience import DataJuicerArgs, numbers, ready_recipe
 from rft_plugin_data_juicer.recipe import Process
@@ -44,6 +44,17 @@ class DataJuicerTaskOperator(TaskOperator):
             row_stats(row).update(numbers(stats))
             out.append(row)
         return out
+
+    @classmethod
+    def config_warnings(cls, args: Any, auxiliary_models: frozenset[str]) -> list[str]:
+        """An ``agent_model_name`` that names no model here (it may where the run starts)."""
+        spec = args.agent_model_name if args.dj_process_desc and not (
+            args.config_path or args.process) else None
+        if spec is None or agent_kind(spec, auxiliary_models) is not None:
+            return []
+        return [f"args.agent_model_name: {spec!r} is neither an auxiliary model of the run, "
+                "an http(s) URL nor a local model folder here: the pipeline stops when it "
+                "runs unless it is one there"]
 
     def fingerprint(self, name: str) -> str:
         """The base fingerprint (name, class, version, args) with the recipe file's content:
