@@ -5,6 +5,7 @@ task operators, and the one-line errors of bad input."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,11 @@ from rft.errors import RftError
 from rft.experience import EID, Experience
 from rft.plugins import PluginRegistry
 from rft_plugin_data_juicer.client import DataJuicerClient
-from rft_plugin_data_juicer.process import URL_VARIABLE, ManagedServer, answers, free_port
+from rft.buffer.operators import ExperienceOperator
+from rft.hookspecs import hookimpl
+from rft.testing.runs import read_metrics, run_tiny, write_taskset
+from rft_plugin_data_juicer.process import (URL_VARIABLE, ManagedServer, answers, free_port,
+                                            owned)
 from rft_plugin_data_juicer.recipe import load_recipe
 from rft_plugin_data_juicer.service import DataJuicerService
 
@@ -149,30 +154,6 @@ def test_task_operator_filters_rows_and_keeps_stats(on_server, registry):
 # ---- the service process: restart once, nothing left behind ------------------------------
 
 
-@pytest.mark.slow
-def test_killed_mid_pipeline_the_server_restarts_once_then_one_line(tmp_path: Path,
-                                                                     monkeypatch):
-    managed = ManagedServer(free_port(), str(tmp_path / "server.log"))
-    monkeypatch.setenv(URL_VARIABLE, managed.start())
-    client = DataJuicerClient("ops[0]")
-    rows = [{"text": "hello there"}, {"text": "hi"}]
-    recipe = [{"text_length_filter": {"min_len": 6}}]
-    pids = [managed.pid]
-    try:
-        assert client.process(recipe, rows).index == [0]
-        os.killpg(managed.pid, signal.SIGKILL)  # the server dies between two steps
-        assert client.process(recipe, rows).index == [0]  # restarted once, on the same URL
-        assert managed.restarts == 1 and managed.pid != pids[0]
-        pids.append(managed.pid)
-        os.killpg(managed.pid, signal.SIGKILL)
-        with pytest.raises(RftError, match=r"^service\.data_juicer: the Data-Juicer server at "
-                                           r"http://127\.0\.0\.1:\d+ does not answer"):
-            client.process(recipe, rows)
-    finally:
-        managed.stop()
-    assert all(gone(pid) for pid in pids)
-
-
 def test_a_killed_run_leaves_no_server_behind(tmp_path: Path):
     """The run's process is SIGKILLed (no clean-up): its server exits by itself."""
     script = tmp_path / "run.py"
@@ -200,14 +181,50 @@ def test_a_killed_run_leaves_no_server_behind(tmp_path: Path):
         run.wait()
 
 
-def test_auto_start_service_starts_and_stops_its_server(tmp_path: Path):
-    service = DataJuicerService(DataJuicerServiceConfig(auto_start=True), str(tmp_path))
-    url = service.start()[URL_VARIABLE]
-    assert answers(url)
-    pid = service.server.pid
-    service.close()
-    assert gone(pid) and not answers(url)
-    assert (tmp_path / "log" / "data_juicer_server.log").exists()
+class KillServer:
+    """An experience operator (a real plugin, listed before data_juicer) that SIGKILLs the
+    run's Data-Juicer server each time a step's experiences reach it: the server dies
+    mid-pipeline, between the explorer and the data_juicer operator."""
+
+    killed: list[int] = []
+
+    class Operator(ExperienceOperator):
+        def process(self, experiences):
+            server = owned(os.environ[URL_VARIABLE])
+            assert server is not None and server.pid is not None
+            KillServer.killed.append(server.pid)
+            os.killpg(server.pid, signal.SIGKILL)
+            return experiences, {}
+
+    @hookimpl
+    def register_experience_operators(self):
+        return {"kill_dj_server": KillServer.Operator}
+
+
+@pytest.mark.slow
+def test_a_run_whose_server_dies_mid_pipeline_restarts_it_once_then_stops_in_one_line(
+        tmp_path, tiny_model_dir):
+    """Step 1: the server is killed, restarted, the step goes on. Step 2: killed again, the
+    run stops with one line; no server is left, and step 1's results are kept."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    with pytest.raises(RftError) as caught:
+        run_tiny(tiny_model_dir, write_taskset(tmp_path / "tasks.jsonl", 4), tmp_path, {
+            "service": {"data_juicer": {"auto_start": True}},
+            "data_processor": {"experience_pipeline": {"operators": [
+                {"name": "kill_dj_server"},
+                {"name": "data_juicer", "args": {"config_path": str(recipe)}}]}}},
+            plugins=[KillServer()])
+    assert re.fullmatch(r"service\.data_juicer: the Data-Juicer server at http://127\.0\.0\.1:"
+                        r"\d+ does not answer \(ConnectError\); data_processor\."
+                        r"experience_pipeline\.operators\[data_juicer\] cannot run",
+                        str(caught.value))
+    assert len(KillServer.killed) == 2 and KillServer.killed[0] != KillServer.killed[1]
+    assert all(gone(pid) for pid in KillServer.killed)
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if "rft_plugin_data_juicer.server" in " ".join(p.cmdline())]
+    [step1] = read_metrics(tmp_path / "checkpoints" / "rft_run" / "run")
+    assert step1["pipeline/data_juicer/kept"] + step1["pipeline/data_juicer/dropped"] == 4.0
 
 
 def test_task_pipeline_config_path_runs_the_recipe_through_the_service(on_server, tmp_path,
