@@ -22,6 +22,7 @@ from rft_plugin_data_ops.dedup import ExactDeduplicator, NearArgs, NearDeduplica
 from rft_plugin_data_ops.difficulty import DifficultyArgs, LLMDifficultyScoreFilter, difficulty
 from rft_plugin_data_ops.language import LanguageArgs, LanguageIdScoreFilter
 from rft_plugin_data_ops.length import TextLengthArgs, TextLengthFilter
+from test_external_engine import trained_model  # noqa: F401  (module fixture: a tiny model that answers i+1=)
 
 ROWS = [
     {"question": "How many apples are there if you have two apples and buy three more?",
@@ -117,7 +118,6 @@ def test_parquet_inputs_and_folders_are_read(tmp_path):
     assert [r["id"] for r in read_jsonl(report.output_path)] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.slow  # two spawned interpreters import rft (and torch): ~15 s on this machine
 def test_rows_split_over_two_spawned_processes_keep_their_order():
     rows = [{"question": f"question number {i} " + "x" * (i % 7), "id": i} for i in range(11)]
     operator = TextLengthFilter(TextLengthArgs(min_len=22))
@@ -276,3 +276,113 @@ def test_config_bad_values_are_one_line_each(tmp_path, tiny_model_dir):
 
 def test_operator_config_default_is_empty():
     assert TaskPipelineConfig().operators == [] and OperatorConfig().args == {}
+
+
+def test_a_run_whose_pipeline_drops_every_task_stops_before_training(tmp_path, tiny_model_dir):
+    """Through the launcher: one :class:`EmptyTasksetError` line naming the operator, no
+    training step, no taskset written; a missing input is one line before anything runs."""
+    from rft.testing.runs import tiny_run_config
+    import yaml
+
+    from rft.config import load_config
+    from rft.launcher import run
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", ROWS)
+    config = tiny_run_config(tiny_model_dir, tasks, tmp_path)
+    config["data_processor"] = {"task_pipeline": {"num_process": 1, "operators": [
+        {"name": "text_length_filter", "args": {"min_len": 10_000}}]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path)
+    job = Path(loaded.stages[0].config.checkpoint_job_dir)
+    with pytest.raises(EmptyTasksetError, match=r"^data_processor.task_pipeline.operators\[0\]: "
+                                                r"operator 'text_length_filter' dropped every"):
+        run(loaded)
+    assert not (job / "task_pipeline" / "tasks.jsonl").exists()
+    assert not (job / "monitor" / "trainer.jsonl").exists()
+    config["data_processor"]["task_pipeline"]["inputs"] = [str(tmp_path / "missing.jsonl")]
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(RftError, match=r"^data_processor.task_pipeline.inputs\[0\]: path "
+                                       r"'.*missing.jsonl' does not exist$"):
+        run(load_config(path))
+
+
+def test_an_output_taskset_config_is_written_and_read_as_the_explorer_taskset(tmp_path):
+    from rft.config.schema import RftConfig, TasksetConfig
+    from rft.config.task_pipeline import derive_task_pipeline
+
+    raw = RftConfig(checkpoint_job_dir=str(tmp_path / "job"))
+    pipeline = TaskPipelineConfig(inputs=["a.jsonl"], output=TasksetConfig(
+        name="prioritized", path=str(tmp_path / "out")))
+    c = derive_task_pipeline(replace_pipeline(raw, pipeline))
+    taskset = c.buffer.explorer_input.taskset
+    assert (taskset.name, taskset.path) == ("prioritized", str(tmp_path / "out" / "tasks.jsonl"))
+    assert derive_task_pipeline(raw) == raw  # no pipeline: unchanged
+
+
+def replace_pipeline(c, pipeline):
+    from dataclasses import replace
+
+    return replace(c, data_processor=replace(c.data_processor, task_pipeline=pipeline))
+
+
+@pytest.mark.slow  # trains the tiny model (~15 s) and starts a server process (~15 s)
+def test_the_three_kinds_of_scorer_give_the_same_difficulties(tmp_path, tiny_model_dir,
+                                                               trained_model):
+    """A tiny model trained to answer ``i+1=`` (``test_external_engine``'s fixture: its
+    replies are digits, right or wrong) as a local folder (``hf`` engine), as the run's
+    auxiliary model ``judge`` (its engine built as the explorer builds it) and behind rft's
+    own OpenAI-compatible endpoint on 127.0.0.1 (the ``external`` engine) rates the same
+    tasks the same (greedy, float32), and not all alike."""
+    from rft.testing.runs import tiny_run_config
+    import yaml
+    from test_external_engine import ServerProcess
+
+    from rft.config import load_config
+    from rft.data.stage_tasks import operator_context
+
+    config = tiny_run_config(tiny_model_dir, write_jsonl(tmp_path / "t.jsonl", ROWS), tmp_path)
+    config["explorer"]["auxiliary_models"] = [{"name": "judge", "model_path": str(trained_model),
+                                               "engine_type": "hf", "dtype": "float32"}]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    plan = load_config(path).stages[0].plan
+
+    def difficulties(spec: str, bound: TaskOperatorContext) -> list[float]:
+        operator = LLMDifficultyScoreFilter(DifficultyArgs(  # the prompt as it was trained
+            api_or_hf_model=spec, min_score=-1.0, input_keys=["question"], field_names=[""],
+            system_prompt="", max_tokens=4))
+        operator.bind(bound)
+        return [r[STATS_KEY]["difficulty"] for r in operator.process(
+            [{"question": f"{i}+1="} for i in range(6)])]
+
+    local = difficulties(str(trained_model), context(tmp_path))
+    assert len(set(local)) > 2, local  # digits 1–5 read from its answers
+    assert difficulties("judge", operator_context(plan)) == local
+    server = ServerProcess(trained_model)
+    try:
+        assert difficulties(server.url, context(tmp_path)) == local
+    finally:
+        server.kill()
+
+
+def test_the_cache_key_follows_the_model_an_auxiliary_name_resolves_to(tmp_path):
+    """``api_or_hf_model: judge`` with the auxiliary model ``judge`` moved to another
+    model folder is another cache entry (the name alone would serve stale ratings)."""
+    from dataclasses import replace
+
+    from rft.config.schema import RftConfig
+    from rft.data.task_operator import ModelSource
+    from rft.engines.hf_engine import HFEngine
+
+    def fingerprint(model_path: str) -> str:
+        c = RftConfig()
+        c = replace(c, explorer=replace(c.explorer, rollout_model=replace(
+            c.explorer.rollout_model, model_path=model_path)))
+        operator = LLMDifficultyScoreFilter(DifficultyArgs(api_or_hf_model="judge"))
+        operator.bind(TaskOperatorContext(str(tmp_path), {"judge": ModelSource(
+            "explorer.auxiliary_models[0]", HFEngine, c)}))
+        return operator.fingerprint("llm_difficulty_score_filter")
+
+    assert fingerprint("/models/a") == fingerprint("/models/a")
+    assert fingerprint("/models/a") != fingerprint("/models/b")

@@ -1262,7 +1262,8 @@ class TaskPipelineConfig:
     """Task operators applied in order (``llm_difficulty_score_filter``,
     ``exact_deduplicator``, ``text_length_filter``, … from rft-plugin-data-ops)."""
     num_process: int = field(default=4, metadata=consumed(
-        TASK_PIPELINE_RUN, note="row-wise operators split over N spawned processes, order kept"))
+        TASK_PIPELINE_RUN, note="row-wise operators split over N spawned processes (at most the CPU "
+                               "count), order kept"))
     """Worker processes a row-wise operator's rows are split over (1: in the run's process)."""
     config_path: str | None = field(default=None, metadata=consumed(
         TRINITY_FORMS, DJ_OPERATORS, note="read as one data_juicer task operator running the "

@@ -10,6 +10,7 @@ operator that decides each row on its own.
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 from rft.data.task_operator import TaskOperator, TaskRow
 
@@ -33,9 +34,10 @@ def _process(job: tuple[TaskOperator, list[TaskRow]]) -> list[TaskRow]:
 
 
 def process_split(operator: TaskOperator, rows: list[TaskRow], num_process: int) -> list[TaskRow]:
-    """``operator.process`` over ``rows``: in this process when ``num_process`` is 1, the
-    operator is not row-wise, or there are fewer than two rows; else in worker processes
-    (see the module docstring)."""
+    """``operator.process`` over ``rows``: in this process when ``num_process`` (capped at
+    the CPU count) is 1, the operator is not row-wise, or there are fewer than two rows;
+    else in worker processes (see the module docstring)."""
+    num_process = min(num_process, os.cpu_count() or 1)
     if num_process <= 1 or not operator.row_wise or len(rows) < 2:
         return operator.process(rows)
     pieces = chunks(rows, num_process)

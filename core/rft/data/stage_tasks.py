@@ -39,13 +39,7 @@ def prepare_tasks(plan: RunPlan) -> PipelineReport | None:
         return None
     operators = [PipelineOperator(s.key.removesuffix(".name"), s.name,
                                   s.implementation(s.args)) for s in plan.task_operators]
-    auxiliary = {aux.name: ModelSource(m.key, m.engine.implementation,
-                                       engine_config(plan.config, aux))
-                 for m, aux in zip(plan.auxiliary_models, plan.config.explorer.auxiliary_models,
-                                   strict=True) if aux.name}
-    taskset = plan.config.buffer.explorer_input.taskset
-    seed = taskset.task_selector.seed if taskset is not None else 42
-    context = TaskOperatorContext(plan.job_dir, auxiliary, seed)
+    context = operator_context(plan)
     folder = pipeline_dir(plan.job_dir)
     report = run_task_pipeline(pipeline, operators, output_path=output,
                                cache_dir=os.path.join(folder, "cache"), context=context)
@@ -56,6 +50,18 @@ def prepare_tasks(plan: RunPlan) -> PipelineReport | None:
         json.dump(asdict(report), handle, indent=2)
     _to_monitors(plan, report)
     return report
+
+
+def operator_context(plan: RunPlan) -> TaskOperatorContext:
+    """What the stage's task operators are bound to: the job dir, the auxiliary models by
+    name (each with its resolved engine), the taskset's seed."""
+    auxiliary = {aux.name: ModelSource(m.key, m.engine.implementation,
+                                       engine_config(plan.config, aux))
+                 for m, aux in zip(plan.auxiliary_models, plan.config.explorer.auxiliary_models,
+                                   strict=True) if aux.name}
+    taskset = plan.config.buffer.explorer_input.taskset
+    seed = taskset.task_selector.seed if taskset is not None else 42
+    return TaskOperatorContext(plan.job_dir, auxiliary, seed)
 
 
 def _to_monitors(plan: RunPlan, report: PipelineReport) -> None:
@@ -70,4 +76,4 @@ def _to_monitors(plan: RunPlan, report: PipelineReport) -> None:
             monitor.close()
 
 
-__all__ = ["pipeline_dir", "prepare_tasks"]
+__all__ = ["operator_context", "pipeline_dir", "prepare_tasks"]

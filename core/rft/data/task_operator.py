@@ -110,13 +110,18 @@ class TaskOperator(ABC):
     def process(self, rows: list[TaskRow]) -> list[TaskRow]:
         """The rows kept (changed or not), in order; may attach :data:`STATS_KEY` stats."""
 
+    def cache_identity(self) -> str:
+        """What else the output depends on, beyond the args, once bound (e.g. which model
+        a name resolves to); part of the cache key. Default: nothing."""
+        return ""
+
     def fingerprint(self, name: str) -> str:
-        """Hex digest of ``name``, the operator's class, ``version`` and args: the operator's
-        part of the cache key."""
+        """Hex digest of ``name``, the operator's class, ``version``, args and
+        :meth:`cache_identity`: the operator's part of the cache key."""
         args = dataclasses.asdict(self.args) if dataclasses.is_dataclass(self.args) \
             and not isinstance(self.args, type) else self.args
-        blob = json.dumps([name, type(self).__qualname__, self.version, args],
-                          sort_keys=True, default=str)
+        blob = json.dumps([name, type(self).__qualname__, self.version, args,
+                           self.cache_identity()], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
 

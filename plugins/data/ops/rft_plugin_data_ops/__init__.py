@@ -4,6 +4,9 @@
   rows whose difficulty is in ``[min_score, max_score]``; writes the ``difficulty`` stat.
 - ``exact_deduplicator`` / ``near_deduplicator`` (:mod:`.dedup`).
 - ``text_length_filter`` (:mod:`.length`), ``language_id_score_filter`` (:mod:`.language`).
+
+The operator modules are imported when the hook is called, not when rft loads the plugin:
+listing plugins stays cheap and never imports the scorer's engines.
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from rft import hookimpl
-from rft_plugin_data_ops.dedup import ExactDeduplicator, NearDeduplicator
-from rft_plugin_data_ops.difficulty import LLMDifficultyScoreFilter
-from rft_plugin_data_ops.language import LanguageIdScoreFilter
-from rft_plugin_data_ops.length import TextLengthFilter
 
 
 @hookimpl
 def register_task_operators() -> dict[str, Any]:
+    from rft_plugin_data_ops.dedup import ExactDeduplicator, NearDeduplicator
+    from rft_plugin_data_ops.difficulty import LLMDifficultyScoreFilter
+    from rft_plugin_data_ops.language import LanguageIdScoreFilter
+    from rft_plugin_data_ops.length import TextLengthFilter
+
     return {
         "llm_difficulty_score_filter": LLMDifficultyScoreFilter,
         "exact_deduplicator": ExactDeduplicator,

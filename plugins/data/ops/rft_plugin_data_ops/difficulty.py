@@ -14,6 +14,7 @@ what ``priority_weights.difficulty`` weighs.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,11 +40,12 @@ class DifficultyArgs:
     input_keys: list[str] = field(default_factory=lambda: ["text"])
     """Row fields shown to the model."""
     field_names: list[str] = field(default_factory=lambda: ["Text"])
-    """How each of ``input_keys`` is labelled in the prompt (same length)."""
+    """How each of ``input_keys`` is labelled in the prompt (same length; ``""``: the value
+    alone)."""
     model_name: str | None = None
     """Model name sent to a URL's server; ``None``: the one it lists."""
     system_prompt: str | None = None
-    """Replaces the default rating instructions."""
+    """Replaces the default rating instructions (``""``: no system message)."""
     max_tokens: int = 32
     """Longest reply."""
     batch_size: int = 8
@@ -92,6 +94,16 @@ class LLMDifficultyScoreFilter(TaskOperator):
                 ", an http(s) URL, nor a local model folder here; the pipeline stops at start "
                 "unless it is one where the run starts"]
 
+    def cache_identity(self) -> str:
+        """An auxiliary model's engine and model path (its name alone would let a changed
+        model hit the old cache); a folder's absolute path."""
+        spec = self.args.api_or_hf_model
+        if self.context is not None and spec in self.context.auxiliary_models:
+            model = self.context.auxiliary_models[spec].config.explorer.rollout_model
+            return f"auxiliary:{model.engine_type}:{model.model_path}"
+        return os.path.abspath(os.path.expanduser(spec)) if os.path.isdir(
+            os.path.expanduser(spec)) else spec
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_engine"] = None  # each worker process builds its own
@@ -106,12 +118,14 @@ class LLMDifficultyScoreFilter(TaskOperator):
         return self._engine
 
     def conversation(self, row: TaskRow) -> list[dict[str, Any]]:
-        """The system prompt and the task's labelled fields."""
-        task = "\n".join(f"{name}: {row.get(key, '')}"
+        """The system prompt (none when ``system_prompt`` is ``""``) and the task's fields,
+        each labelled ``<field name>: `` (unlabelled when its field name is ``""``)."""
+        task = "\n".join(f"{name}: {row.get(key, '')}" if name else str(row.get(key, ""))
                          for key, name in zip(self.args.input_keys, self.args.field_names,
                                               strict=True))
-        return [{"role": "system", "content": self.args.system_prompt or SYSTEM_PROMPT},
-                {"role": "user", "content": task}]
+        prompt = SYSTEM_PROMPT if self.args.system_prompt is None else self.args.system_prompt
+        system = [{"role": "system", "content": prompt}] if prompt else []
+        return [*system, {"role": "user", "content": task}]
 
     def process(self, rows: list[TaskRow]) -> list[TaskRow]:
         kept: list[TaskRow] = []
