@@ -221,8 +221,9 @@ def test_a_run_whose_server_dies_mid_pipeline_restarts_it_once_then_stops_in_one
                         str(caught.value))
     assert len(KillServer.killed) == 2 and KillServer.killed[0] != KillServer.killed[1]
     assert all(gone(pid) for pid in KillServer.killed)
-    assert not [p for p in psutil.Process().children(recursive=True)
-                if "rft_plugin_data_juicer.server" in " ".join(p.cmdline())]
+    port = re.search(r":(\d+) does not answer", str(caught.value)).group(1)
+    assert not [p for p in psutil.Process().children(recursive=True)  # the run's servers
+                if f"rft_plugin_data_juicer.server --port {port} " in " ".join(p.cmdline())]
     [step1] = read_metrics(tmp_path / "checkpoints" / "rft_run" / "run")
     assert step1["pipeline/data_juicer/kept"] + step1["pipeline/data_juicer/dropped"] == 4.0
 

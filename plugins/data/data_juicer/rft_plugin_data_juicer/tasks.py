@@ -56,15 +56,14 @@ class DataJuicerTaskOperator(TaskOperator):
                 "an http(s) URL nor a local model folder here: the pipeline stops when it "
                 "runs unless it is one there"]
 
-    def fingerprint(self, name: str) -> str:
-        """The base fingerprint (name, class, version, args) with the recipe file's content:
-        an edited recipe is not answered from the cache."""
-        base = super().fingerprint(name)
+    def cache_identity(self) -> str:
+        """The recipe file's content hash: an edited recipe is not answered from the
+        cache."""
         path = self.args.config_path
         if not path or not os.path.isfile(path):
-            return base
+            return ""
         with open(path, "rb") as handle:
-            return hashlib.sha256(base.encode() + handle.read()).hexdigest()
+            return hashlib.sha256(handle.read()).hexdigest()
 
     def _recipe(self, rows: list[TaskRow]) -> tuple[Process, DataJuicerClient]:
         """The recipe given, or (``dj_process_desc`` alone) the one the agent writes."""
