@@ -385,7 +385,9 @@ def register_experience_operators() -> dict[str, type[ExperienceOperator]]:
 
     :return: ``{name: class}``; the class transforms a list of experiences between the
         explorer and the buffer (filter, reward shaping, explorer-side advantage). Its
-        ``Args`` dataclass is filled from the operator's ``args``.
+        ``Args`` dataclass is filled from the operator's ``args``; its ``needs_services``
+        (e.g. ``("data_juicer",)``) names the ``service`` sections it works through, which
+        validation then requires.
 
     Example::
 
