@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # what the other hooks' dicts hold (rft.plugin_kinds names th
     from rft.engines.reply_parsing import FunctionCall
     from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
+    from rft.services import RunService
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
 
@@ -384,7 +385,9 @@ def register_experience_operators() -> dict[str, type[ExperienceOperator]]:
 
     :return: ``{name: class}``; the class transforms a list of experiences between the
         explorer and the buffer (filter, reward shaping, explorer-side advantage). Its
-        ``Args`` dataclass is filled from the operator's ``args``.
+        ``Args`` dataclass is filled from the operator's ``args``; its ``needs_services``
+        (e.g. ``("data_juicer",)``) names the ``service`` sections it works through, which
+        validation then requires.
 
     Example::
 
@@ -416,6 +419,32 @@ def register_task_operators() -> dict[str, type[TaskOperator]]:
         @hookimpl
         def register_task_operators():
             return {"length_filter": LengthFilter}
+    """
+
+
+@hookspec
+def register_services() -> dict[str, type[RunService]]:
+    """Register run services, selected by the section set in ``service``: the service
+    registered as ``data_juicer`` runs when ``service.data_juicer`` is set.
+
+    :return: ``{section name: class}``; the class (a :class:`rft.services.RunService`) is
+        built with the section's dataclass and the job dir; the launcher calls ``start()``
+        (returns environment variables the run reaches the service through) before a
+        stage runs and ``close()`` after it, however it ends.
+
+    Example::
+
+        class DataJuicerService(RunService):
+            def start(self):
+                ...  # start the server, wait until it answers
+                return {"RFT_DATA_JUICER_URL": self.url}
+
+            def close(self):
+                ...  # stop it and its process group
+
+        @hookimpl
+        def register_services():
+            return {"data_juicer": DataJuicerService}
     """
 
 

@@ -38,6 +38,7 @@ from rft.modes.stage import StageResult
 from rft.plugin_kinds import RUN_ARTIFACT
 from rft.plugins import PluginRegistry
 from rft.run_artifacts import write_artifacts
+from rft.services import run_services, with_service_env
 from rft.modes.train import run_train_mode
 
 ModeRunner = Callable[[Stage, Distributed], StageResult]
@@ -101,9 +102,11 @@ def _run_stages(loaded: LoadedConfig) -> int:
         check_writable(stage.plan.job_dir)  # one line before anything is written there
         configure_logging(stage.config.log, stage.plan.job_dir, "launcher")
         announce_token_budget(stage)
-        prepare_tasks(stage.plan)  # data_processor.task_pipeline: the taskset it writes
-        with explorer_environment(stage):
-            result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
+        with run_services(stage.plan.services, stage.plan.job_dir) as variables:  # service.*
+            prepare_tasks(stage.plan)  # data_processor.task_pipeline: the taskset it writes
+            stage = with_service_env(stage, variables)  # Ray explorer actors reach them too
+            with explorer_environment(stage):
+                result = MODE_RUNNERS[stage.config.mode](stage, RUNTIME)
         results.append(result)
         previous_model = result.final_model_path
         write_summary(loaded, results)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
     from rft.run_artifacts import RunArtifact
+    from rft.services import RunService
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
 
@@ -70,6 +71,8 @@ EXPERIENCE_OPERATOR: PluginKind[type[ExperienceOperator]] = PluginKind(
     "experience_operator", "register_experience_operators", "experience operator")
 TASK_OPERATOR: PluginKind[type[TaskOperator]] = PluginKind(
     "task_operator", "register_task_operators", "task operator")
+SERVICE: PluginKind[type[RunService]] = PluginKind(
+    "service", "register_services", "service")
 ENGINE: PluginKind[type[InferenceEngine]] = PluginKind(
     "engine", "register_engines", "engine")
 ENVIRONMENT: PluginKind[type[Environment]] = PluginKind(
@@ -88,7 +91,7 @@ RUN_ARTIFACT: PluginKind[RunArtifact] = PluginKind(
 
 ALL_KINDS: tuple[PluginKind[Any], ...] = (
     ALGORITHM, ADVANTAGE_FN, POLICY_LOSS_FN, KL_FN, ENTROPY_LOSS_FN, SAMPLE_STRATEGY,
-    PRIORITY_FN, WORKFLOW, REWARD_FN, TASK_SELECTOR, EXPERIENCE_OPERATOR, TASK_OPERATOR,
+    PRIORITY_FN, WORKFLOW, REWARD_FN, TASK_SELECTOR, EXPERIENCE_OPERATOR, TASK_OPERATOR, SERVICE,
     ENGINE, ENVIRONMENT, ACTION_PARSER, TOOL_CALL_PARSER, REASONING_PARSER, TRAINER, MONITOR,
     COMMAND, RUN_ARTIFACT)
 """Every kind, in the order ``rft plugins`` lists them."""

@@ -10,7 +10,7 @@ on each explore step's experiences before they are written to the experience buf
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from rft.experience import Experience
 
@@ -22,6 +22,9 @@ class ExperienceOperator(ABC):
     """
 
     Args: type | None = None
+    needs_services: ClassVar[tuple[str, ...]] = ()
+    """Sections of ``service`` the operator works through (``("data_juicer",)``):
+    validation refuses the operator, in one line, when one of them is not set."""
 
     def __init__(self, args: Any = None) -> None:
         self.args = args if args is not None or self.Args is None else self.Args()

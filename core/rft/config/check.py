@@ -25,6 +25,7 @@ from rft.config.check_sections import (
     check_global,
     check_model,
     check_monitor,
+    check_services,
     check_split_modes,
     check_support,
     check_synchronizer,
@@ -57,7 +58,7 @@ CHECKS: tuple[Callable[..., Any], ...] = (
     check_global, check_algorithm, check_model, check_buffer, check_datasets, check_explorer,
     check_cluster, check_external_engines, check_synchronizer, check_trainer, check_memory,
     check_lora, check_rollout_logprobs, check_split_modes, check_monitor,
-    check_data_processor, check_task_pipeline, check_host, check_support,
+    check_data_processor, check_task_pipeline, check_host, check_services, check_support,
 )
 """The checks in the order :func:`check` runs them (the order of the lines they print)."""
 
@@ -85,11 +86,13 @@ def check(derived: Derived, registry: PluginRegistry) -> Checked:
     monitor = check_monitor(c, found)
     operators = check_data_processor(c, found)
     task_operators = check_task_pipeline(c, found)
+    services = check_services(c, found)
     check_host(c, found, preset, models, buffer)
     check_support(c, found)
     if found.problems:
         return Checked(found.problems, found.warnings, None)
-    plan = _plan(derived, registry, algorithm, trainer, monitor, operators, models, buffer)
+    plan = _plan(derived, registry, algorithm, trainer, monitor, operators, models, buffer,
+                 services)
     plan = replace(plan, task_operators=task_operators)
     return Checked(found.problems, found.warnings, plan)
 
@@ -97,7 +100,7 @@ def check(derived: Derived, registry: PluginRegistry) -> Checked:
 def _plan(derived: Derived, registry: PluginRegistry, algorithm: AlgorithmChoice | None,
           trainer: Selected[Any] | None, monitor: Selected[Any] | None,
           operators: tuple[Selected[Any], ...], models: ModelChoice,
-          buffer: BufferChoice) -> RunPlan:
+          buffer: BufferChoice, services: tuple[Selected[Any], ...] = ()) -> RunPlan:
     """The run plan of a config without problems: every check resolved what it names
     (a name that does not resolve is a problem)."""
     c = derived.config
@@ -114,7 +117,7 @@ def _plan(derived: Derived, registry: PluginRegistry, algorithm: AlgorithmChoice
         tasksets=buffer.tasksets, eval_tasksets=buffer.eval_tasksets, operators=operators,
         priority_fn=buffer.priority_fn,
         experience_buffer=c.buffer.trainer_input.experience_buffer,
-        job_dir=c.checkpoint_job_dir, token_budget=derived.token_budget)
+        job_dir=c.checkpoint_job_dir, token_budget=derived.token_budget, services=services)
 
 
 __all__ = ["CHECKS", "Checked", "check"]

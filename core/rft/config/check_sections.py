@@ -3,6 +3,7 @@ modes, monitor, data processor, and the fields rft accepts without implementing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rft.algorithm import AlgorithmPreset
@@ -11,7 +12,7 @@ from rft.config.findings import Findings, is_remote, require_local, training_tas
 from rft.config.plan import Selected
 from rft.config.ray_timeline import check_ray_timeline
 from rft.config.schema import ExperienceBufferConfig, RftConfig
-from rft.plugin_kinds import EXPERIENCE_OPERATOR, MONITOR
+from rft.plugin_kinds import EXPERIENCE_OPERATOR, MONITOR, SERVICE
 
 SPLIT_MODES = ("explore", "train", "bench")
 """Modes that run one side of a run alone; weights move through the job dir's checkpoints."""
@@ -205,14 +206,53 @@ def check_data_processor(c: RftConfig, found: Findings) -> tuple[Selected[Any], 
     pipeline = c.data_processor.experience_pipeline
     if pipeline is None:
         return ()
+    for name, source in pipeline.inputs.items():
+        key = f"data_processor.experience_pipeline.inputs.{name}"
+        if source.storage_type == "queue":
+            found.problem(f"{key}.storage_type", "'queue' lives in one process and nothing "
+                          "else writes it; an input buffer is a file or sql buffer")
+        elif not source.path:
+            found.problem(f"{key}.path", f"required: the {source.storage_type} buffer whose "
+                          "experiences join each explore step's in the pipeline")
     operators: list[Selected[Any]] = []
     for i, operator in enumerate(pipeline.operators):
         key = f"data_processor.experience_pipeline.operators[{i}]"
         chosen = found.select(EXPERIENCE_OPERATOR, f"{key}.name", operator.name,
                               operator.args, f"{key}.args")
-        if chosen is not None:
-            operators.append(chosen)
+        if chosen is None:
+            continue
+        operators.append(chosen)
+        for needed in getattr(chosen.implementation, "needs_services", ()):
+            if getattr(c.service, needed, None) is None:
+                found.problem(f"{key}.name", f"the {operator.name} experience operator "
+                              f"works through service.{needed}, which is not set (e.g. "
+                              f"service: {{{needed}: {{auto_start: true}}}})")
     return tuple(operators)
+
+
+def check_services(c: RftConfig, found: Findings) -> tuple[Selected[Any], ...]:
+    """Each section of ``service`` that is set resolves to the run service registered
+    under its name (:mod:`rft.services`); returns those resolved."""
+    dj = c.service.data_juicer
+    if dj is not None and not dj.auto_start and not dj.server_url:
+        found.problem("service.data_juicer", "set auto_start: true (the run starts a "
+                      "Data-Juicer server) or server_url (a running one)")
+    elif dj is not None and dj.auto_start and dj.server_url:
+        found.warnings.append(f"service.data_juicer.server_url: ignored ({dj.server_url!r}): "
+                              "auto_start: true starts the run's own server")
+    services: list[Selected[Any]] = []
+    for spec in dataclasses.fields(c.service):
+        section = getattr(c.service, spec.name)
+        if section is None:
+            continue
+        key = f"service.{spec.name}"
+        if not found.registry.has(SERVICE, spec.name):
+            found.problems.append(found.registry.unknown_name_message(
+                SERVICE, spec.name, key=key))
+            continue
+        services.append(Selected(key, spec.name, found.registry.get(SERVICE, spec.name),
+                                 section))
+    return tuple(services)
 
 
 def check_support(c: RftConfig, found: Findings) -> None:

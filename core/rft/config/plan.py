@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the kinds' contracts (runtime modules above the config laye
     from rft.engines.reply_parsing import FunctionCall
     from rft.environment import ActionParser, Environment
     from rft.monitor.base import Monitor
+    from rft.services import RunService
     from rft.trainer.base import Trainer
     from rft.workflow import Workflow
 
@@ -231,6 +232,9 @@ class RunPlan:
     """``buffer.trainer_input.experience_buffer``, name and path filled in."""
     job_dir: str
     """``checkpoint_job_dir``: ``<checkpoint_root_dir>/<project>/<name>[/<stage>]``."""
+    services: tuple[Selected[type[RunService]], ...] = ()
+    """The sections of ``service`` that are set, each resolved to its run service (``args``:
+    the section's dataclass); the launcher starts them around each stage."""
     token_budget: TokenBudget | None = None
     """``trainer.max_token_len_per_gpu`` as derivation filled it in (``None``: the user
     set it, or nothing to derive it from); see :mod:`rft.config.token_budget`."""

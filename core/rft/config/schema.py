@@ -70,13 +70,13 @@ from rft.config.field_support import (
     CHECK, CHECK_ALGORITHM, CHECK_BUFFER, CHECK_MODELS, CHECK_TRAINER, DERIVE,
     ACTOR_ENV, AUXILIARY, BENCH, BOTH, BOTH_ACTORS, BOTH_CHECKPOINTS, BOTH_ENTRY,
     BUFFER_FACTORY, BUILDERS, BUILD_STAGES, CALL_BATCHING,
-    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DATA_JUICER, ENDPOINT_SETTINGS, ENGINE,
+    CHAT_TEMPLATE, CLUSTER, COLOCATE, DATA_CHECKS, DJ_AGENT, DJ_SERVICE, DJ_OPERATORS, ENDPOINT_SETTINGS, ENGINE,
     ENGINE_FACTORY, EXPLORE,
     EXPLORER, EXPLORE_ENGINES, EXTERNAL_CHECKS, EXTERNAL_ENGINE, LAUNCHER, LOGS, LORA_CHECK,
     OFFLINE, OPTIM, OPTIONS, PLACEMENT, PLAN, PREFERENCE_DATA, PROGRESS,
     RAY_TIMELINE, REPLY_PARSING, RESOLVED, RETRY_DEFAULT, RETRY_READ, RETRY_SQL, SCHEMA,
     SERVE, SFT_DATA, SHARED_QUEUE, STAGE, TASKSET, TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
-    TEMPLATE_ORDER, TIMELINE, TINKER, DJ_RECIPE,
+    TEMPLATE_ORDER, TIMELINE, TINKER,
     POLICY_UPDATES, ROLLOUT_PREP, TOP_LOGPROBS, TORCH_TRAINER, TRAIN, TRAINER_LORA,
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
@@ -1229,22 +1229,29 @@ class MonitorConfig:
 
 @dataclass(frozen=True)
 class DataJuicerServiceConfig:
-    """Data-Juicer server (``service.data_juicer``)."""
+    """Data-Juicer server (``service.data_juicer``), run by ``rft-plugin-data-juicer``."""
 
-    server_url: str | None = field(default=None, metadata=unsupported(DATA_JUICER))
+    server_url: str | None = field(default=None, metadata=consumed(
+        DJ_SERVICE, CHECK, note="checked with GET /health when the stage starts; ignored "
+                                "(a warning) with auto_start"))
     """URL of a running Data-Juicer server; ``None``: none (or the auto-started one)."""
-    auto_start: bool = field(default=False, metadata=unsupported(DATA_JUICER))
+    auto_start: bool = field(default=False, metadata=consumed(
+        DJ_SERVICE, CHECK, note="a server process owned by the run on 127.0.0.1, stopped "
+                                "when the stage ends, restarted once if it dies"))
     """Start a local Data-Juicer server automatically."""
-    port: int | None = field(default=None, metadata=unsupported(DATA_JUICER))
+    port: int | None = field(default=None, metadata=consumed(
+        DJ_SERVICE, note="with auto_start; unset: a free port"))
     """Port of the auto-started server; ``None``: a free port."""
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """External services (``service``)."""
+    """External services (``service``); each section set runs the run service registered
+    under its name (``register_services``)."""
 
-    data_juicer: DataJuicerServiceConfig | None = field(default=None, metadata=unsupported(
-        DATA_JUICER, example=DataJuicerServiceConfig(auto_start=True)))
+    data_juicer: DataJuicerServiceConfig | None = field(default=None, metadata=consumed(
+        CHECK, note="the run service data_juicer (rft-plugin-data-juicer) starts around "
+                    "each stage"))
     """Data-Juicer service; ``None``: not used."""
 
 
@@ -1273,7 +1280,9 @@ class TaskPipelineConfig:
         TASK_PIPELINE_RUN, note="row-wise operators split over N spawned processes (at most the CPU "
                                "count), order kept"))
     """Worker processes a row-wise operator's rows are split over (1: in the run's process)."""
-    config_path: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
+    config_path: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, DJ_OPERATORS, note="read as one data_juicer task operator running the "
+                                      "recipe (rft-plugin-data-juicer)"))
     """Data-Juicer config file; when set, ``operators`` and ``num_process`` are ignored."""
     inputs: list[str] = field(default_factory=list, metadata=consumed(
         TASK_PIPELINE_CONFIG, TASK_PIPELINE_RUN,
@@ -1306,12 +1315,16 @@ class TaskPipelineConfig:
     format: dict[str, Any] = field(default_factory=dict, metadata=consumed(
         TASK_PIPELINE_CONFIG, note="prompt_key / response_key values: target_fields when unset"))
     """Older form: the prompt / response keys of the raw data."""
-    dj_process_desc: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
+    dj_process_desc: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, DJ_AGENT, note="without config_path: agent_model_name writes the "
+                                      "recipe, checked by the server before use"))
     """Older form: what the agent model asks Data-Juicer to compute."""
-    agent_model_name: str | None = field(default=None, metadata=unsupported(DJ_RECIPE))
+    agent_model_name: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, DJ_AGENT, note="an auxiliary model's name, an OpenAI-compatible "
+                                          "URL, or a local model folder"))
     """Older form: the agent model that writes the Data-Juicer recipe."""
-    agent_model_config: dict[str, Any] = field(
-        default_factory=dict, metadata=unsupported(DJ_RECIPE))
+    agent_model_config: dict[str, Any] = field(default_factory=dict, metadata=consumed(
+        TRINITY_FORMS, DJ_AGENT, note="model_name (for a URL), max_tokens"))
     """Older form: that agent model's settings."""
     clean_strategy: str | None = field(default=None, metadata=unsupported(
         "iterative cleaning is not implemented: the operators run once, in order; it has no "
@@ -1339,12 +1352,15 @@ class ExperiencePipelineConfig:
         EXPLORER, note="JSON lines (.db: SQLite); unset: <job "
                        "dir>/buffer/experience_pipeline_input.jsonl"))
     """Where to save them (jsonl or SQLite file); ``None``: under the checkpoint dir."""
-    inputs: dict[str, ExperienceBufferConfig] = field(default_factory=dict, metadata=unsupported(
-        "not implemented: the pipeline reads the explorer's experiences only; it has no effect"))
-    """Extra named input buffers (advanced)."""
-    output: ExperienceBufferConfig | None = field(default=None, metadata=unsupported(
-        "not implemented: the pipeline writes to buffer.trainer_input.experience_buffer; it has no "
-        "effect", example=ExperienceBufferConfig(name="out")))
+    inputs: dict[str, ExperienceBufferConfig] = field(default_factory=dict, metadata=consumed(
+        EXPLORER, CHECK, note="file / sql buffers; each explore step, what they hold joins the "
+                              "explorer's experiences before the operators (explorer modes, "
+                              "not serve)"))
+    """Extra named input buffers (advanced): their experiences go through the operators
+    too."""
+    output: ExperienceBufferConfig | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="read as buffer.trainer_input.experience_buffer (what the "
+                            "trainer reads)"))
     """Output buffer; ``None``: ``buffer.trainer_input.experience_buffer``."""
 
 
@@ -1355,7 +1371,8 @@ class DataProcessorConfig:
     task_pipeline: TaskPipelineConfig | None = field(default=None, metadata=structural(
         "run by rft.data.stage_tasks before the stage"))
     """Task preprocessing; ``None``: tasks are used as read."""
-    data_processor_url: str | None = field(default=None, metadata=unsupported(DATA_JUICER))
+    data_processor_url: str | None = field(default=None, metadata=consumed(
+        TRINITY_FORMS, note="read as service.data_juicer.server_url"))
     """Trinity-RFT's older form: the URL of its Data-Juicer data processor service."""
     experience_pipeline: ExperiencePipelineConfig | None = field(
         default_factory=ExperiencePipelineConfig, metadata=structural())

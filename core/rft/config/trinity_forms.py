@@ -35,6 +35,15 @@ them, turned into rft's field so that the rest of validation sees one spelling:
   accepted when they equal ``algorithm.loss_agg_mode`` (rft's one mode for every part),
   refused otherwise.
 
+- ``data_processor.data_processor_url`` (Trinity-RFT's older Data-Juicer service) →
+  ``service.data_juicer.server_url``, with a warning (a different ``server_url`` set too
+  is a problem);
+- ``data_processor.experience_pipeline.output`` → ``buffer.trainer_input.experience_buffer``
+  (a different one set too is a problem);
+- ``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe), or
+  ``dj_process_desc`` + ``agent_model_name`` / ``agent_model_config`` (an LLM writes the
+  recipe) → one ``data_juicer`` task operator (``rft-plugin-data-juicer``) running it;
+
 - ``checkpoint_root_dir: ''`` (Trinity-RFT's test template) → ``.``: Trinity-RFT joins
   a relative root onto the working directory, so the empty root is the working directory;
 - a ``queue`` experience buffer's ``path`` naming a directory (``./exp_buffer``) → the
@@ -53,8 +62,9 @@ from typing import Any, Literal, TypeVar
 
 from rft.config.buffer_paths import resolve_queue_backup
 from rft.config.findings import Findings
-from rft.config.schema import (ExperienceBufferConfig, InferenceModelConfig, RftConfig,
-                               TasksetConfig, TrainerInputConfig)
+from rft.config.schema import (DataJuicerServiceConfig, ExperienceBufferConfig,
+                               InferenceModelConfig, OperatorConfig, RftConfig, TasksetConfig,
+                               TrainerInputConfig)
 from rft.config.verl_keys import reconcile
 from rft.errors import ConfigError
 
@@ -130,11 +140,78 @@ def derive_trinity_forms(c: RftConfig, found: Findings) -> RftConfig:
     c = _samples_per_task(c, found)
     c = _token_len(c, found)
     c = _priority_queue(c, found)
+    c = _data_processor_url(c, found)
+    c = _task_pipeline_recipe(c, found)
+    c = _pipeline_output(c, found)
     c, from_file = _trainer_config_file(c, found)
     return reconcile(c, found.warnings, found.problems, from_file=from_file)
 
 
 _Model = TypeVar("_Model", bound=InferenceModelConfig)
+
+
+def _data_processor_url(c: RftConfig, found: Findings) -> RftConfig:
+    """``data_processor.data_processor_url`` (Trinity-RFT's older form) →
+    ``service.data_juicer.server_url``, with a warning; a different ``server_url`` set
+    too is a problem."""
+    url = c.data_processor.data_processor_url
+    if url is None:
+        return c
+    key = "data_processor.data_processor_url"
+    dj = c.service.data_juicer or DataJuicerServiceConfig()
+    if dj.server_url is not None and dj.server_url != url:
+        found.problem(key, f"{url!r} differs from service.data_juicer.server_url "
+                           f"{dj.server_url!r}; set one of them")
+        return c
+    found.warnings.append(f"{key}: Trinity-RFT's older form, read as "
+                          f"service.data_juicer.server_url ({url!r})")
+    return replace(c, service=replace(c.service, data_juicer=replace(dj, server_url=url)))
+
+
+def _pipeline_output(c: RftConfig, found: Findings) -> RftConfig:
+    """``data_processor.experience_pipeline.output`` (where processed experiences go) →
+    ``buffer.trainer_input.experience_buffer`` (what the trainer reads), as in
+    Trinity-RFT; both set and different is a problem."""
+    pipeline = c.data_processor.experience_pipeline
+    if pipeline is None or pipeline.output is None:
+        return c
+    current = c.buffer.trainer_input.experience_buffer
+    if current is not None and current != pipeline.output:
+        found.problem("data_processor.experience_pipeline.output",
+                      "differs from buffer.trainer_input.experience_buffer, which the trainer "
+                      "reads; set one of them (the pipeline writes what the trainer reads)")
+        return c
+    return _with_trainer_input(c, replace(c.buffer.trainer_input,
+                                          experience_buffer=pipeline.output))
+
+
+def _task_pipeline_recipe(c: RftConfig, found: Findings) -> RftConfig:
+    """``data_processor.task_pipeline.config_path`` (a Data-Juicer recipe for the whole
+    pipeline, Trinity-RFT's form), or its older ``dj_process_desc`` with
+    ``agent_model_name`` / ``agent_model_config`` (an LLM writes the recipe) → one
+    ``data_juicer`` task operator; as in Trinity-RFT, ``operators`` set beside them are
+    ignored (a warning)."""
+    pipeline = c.data_processor.task_pipeline
+    if pipeline is None or (pipeline.config_path is None and not pipeline.dj_process_desc):
+        return c
+    if pipeline.config_path is not None:
+        args: dict[str, Any] = {"config_path": pipeline.config_path}
+        said = f"config_path ({pipeline.config_path!r})"
+    else:
+        args = {"dj_process_desc": pipeline.dj_process_desc,
+                "agent_model_name": pipeline.agent_model_name,
+                "agent_model_config": dict(pipeline.agent_model_config)}
+        said = "dj_process_desc"
+        found.warnings.append(
+            f"data_processor.task_pipeline: Trinity-RFT's older agent form, read as one "
+            f"data_juicer task operator: agent_model_name {pipeline.agent_model_name!r} "
+            "writes its Data-Juicer recipe from dj_process_desc when the pipeline runs")
+    if pipeline.operators:
+        found.warnings.append(f"data_processor.task_pipeline.operators: ignored: {said} is "
+                              "the pipeline's Data-Juicer recipe")
+    operators = [OperatorConfig("data_juicer", args)]
+    return replace(c, data_processor=replace(
+        c.data_processor, task_pipeline=replace(pipeline, operators=operators)))
 
 
 def _engine_name(model: _Model) -> _Model:

@@ -118,6 +118,7 @@ class Explorer:
         for chosen in plan.operators:
             self.operators.append((chosen.name, chosen.implementation(chosen.args)))
         self.pipeline_input = pipeline_input_storage(plan)
+        self.pipeline_sources = pipeline_source_storages(plan)
         self.failed_tasks: list[str] = []
         self.last_step: list[Experience] = []
         """The experiences the last :meth:`explore_step` wrote (after the operators)."""
@@ -239,6 +240,10 @@ class Explorer:
         metrics = rollout_metrics(experiences, results)
         if self.pipeline_input is not None and experiences:
             self.pipeline_input.write(experiences)
+        for name, source in self.pipeline_sources:  # experience_pipeline.inputs
+            extra = read_available(source)
+            metrics[f"pipeline/inputs/{name}"] = float(len(extra))
+            experiences = experiences + extra
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
         metrics.update(pipeline_metrics)
         self.storage.write(experiences)
@@ -282,6 +287,9 @@ class Explorer:
         if self.pipeline_input is not None:
             self.pipeline_input.close()
             self.pipeline_input = None
+        for _, source in self.pipeline_sources:
+            source.close()
+        self.pipeline_sources = []
         self._stop_server()
 
     def _stop_server(self) -> None:
@@ -317,6 +325,23 @@ def pipeline_input_storage(plan: RunPlan) -> ExperienceStorage | None:
                                                     PIPELINE_INPUT_FILE)
     sql = path.startswith(SQLITE_URL_PREFIX) or path.endswith(".db")
     return open_storage("sql" if sql else "file", "experience_pipeline_input", path)
+
+
+def pipeline_source_storages(plan: RunPlan) -> list[tuple[str, ExperienceStorage]]:
+    """``data_processor.experience_pipeline.inputs``: each named buffer opened for reading
+    (its ``name`` defaults to the mapping's key); each explore step, the experiences they
+    hold then go through the operators with the explorer's own."""
+    pipeline = plan.config.data_processor.experience_pipeline
+    if pipeline is None:
+        return []
+    return [(name, open_storage(buffer.storage_type, buffer.name or name, buffer.path))
+            for name, buffer in pipeline.inputs.items()]
+
+
+def read_available(source: ExperienceStorage) -> list[Experience]:
+    """Every experience ``source`` holds now, without waiting."""
+    count = source.available()
+    return source.read(count, timeout=0.0) if count else []
 
 
 def rollout_metrics(experiences: list[Experience], results: list[TaskResult]) -> dict[str, float]:
