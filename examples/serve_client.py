@@ -14,7 +14,7 @@ Reward of an answer (``--reward``; checkable against the known digit)::
     distance  1 - |answer - digit| / 9 for a one-digit answer, else 0 (partial credit)
 
     .venv/bin/rft run examples/serve.yaml &          # prints the address; also in serve.json
-    .venv/bin/python examples/serve_client.py --rounds 40 --stop-server
+    .venv/bin/python examples/serve_client.py --rounds 60 --stop-server
 
 Standard library and ``openai`` only; ``--address`` or ``--job-dir`` (its ``serve.json``)
 says where the endpoint is; ``--api-key`` (or ``$RFT_SERVE_API_KEY``) when it needs one.
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-dir", default="checkpoints/serve/serve/serve",
                         help="the serve run's job dir (its serve.json), when no --address")
     parser.add_argument("--data", default=str(HERE / "data" / "max_digit" / "rl.jsonl"))
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--episodes", type=int, default=8, help="users per round")
     parser.add_argument("--n", type=int, default=8, help="answers per question (GRPO group)")
     parser.add_argument("--reward", choices=("exact", "distance"), default="exact",

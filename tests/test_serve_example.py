@@ -17,7 +17,7 @@ from rft.checkpoint import newest_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 RFT = REPO / ".venv" / "bin" / "rft"
-ROUNDS = 30
+ROUNDS = 60
 """Client rounds (one training step each) of the short version (docs/async-serve.md)."""
 
 
@@ -45,7 +45,7 @@ def test_serve_example_reward_rises(tmp_path, tiny_model_dir):
     assert versions[0] == ("0", "0") and versions[-1] == (str(ROUNDS - 1), str(ROUNDS - 1))
     third = ROUNDS // 3
     first, last = sum(rounds[:third]) / third, sum(rounds[-third:]) / third
-    assert last > first + 0.03, client.stdout
+    assert last > first + 0.06, client.stdout
     db = sqlite3.connect(tmp_path / "checkpoints" / "serve" / "served.db")
     try:
         (committed,) = db.execute("SELECT COUNT(*) FROM experiences").fetchone()

@@ -58,6 +58,18 @@ def test_an_experience_is_as_old_as_its_oldest_token() -> None:
     assert gate.dropped == 1 and gate.dropped_ages == {3: 1}
 
 
+def test_staleness_mean_is_the_age_of_the_oldest_token() -> None:
+    """``sample/staleness_{mean,max}`` measure a resumed partial rollout by its oldest
+    token, as ``max_staleness`` does, not by the version that finished it."""
+    resumed = exp(0, 7)
+    resumed.token_versions = torch.tensor([4, 7])
+    storage = QueueStorage("exp")
+    storage.write([resumed, exp(1, 6)])
+    strategy = DefaultSampleStrategy(TrainerBuffers(storage), batch_size=2, timeout=1.0)
+    _, metrics = strategy.sample(step=1, model_version=7)
+    assert metrics == {"sample/staleness_mean": 2.0, "sample/staleness_max": 3}
+
+
 def test_without_a_bound_nothing_changes() -> None:
     storage = QueueStorage("exp")
     strategy = DefaultSampleStrategy(TrainerBuffers(storage), batch_size=2, timeout=1.0)

@@ -17,7 +17,7 @@ from rft.buffer.sampling import SampleStrategy, TrainerBuffers
 from rft.buffer.sql_storage import SQLStorage
 from rft.buffer.staleness import gate_strategy
 from rft.buffer.storage import ExperienceStorage, QueueStorage
-from rft.buffer.streaming import GroupAssembler, assembler_of, stream_strategy
+from rft.buffer.streaming import GROUP_SIZE_INFO, GroupAssembler, assembler_of, stream_strategy
 from rft.builtin.sample_strategies import DefaultSampleStrategy
 from rft.experience import EID, Experience
 from rft.modes.builders import held_state, restore_held
@@ -60,6 +60,19 @@ def test_a_late_rollout_does_not_stall_the_batch() -> None:
     trained = names(first) + names(second)
     assert sorted(trained) == sorted(set(trained)) and len(trained) == 8  # all, once each
     assert storage.read_count == 8 and storage.available() == 0
+
+
+def test_a_group_size_its_writer_records_decides_completeness() -> None:
+    """Serve episodes carry their size: a 3-experience episode is one group although
+    ``repeat_times`` is 2, and a 1-experience episode is complete alone."""
+    assembler = GroupAssembler(2)
+    sized = [exp("a", 0), exp("a", 1), exp("a", 2), exp("b", 0)]
+    for e, size in zip(sized, [3, 3, 3, 1], strict=True):
+        e.info[GROUP_SIZE_INFO] = size
+    assembler.add(sized[:2])
+    assert assembler.ready_count == 0 and assembler.held_count == 2
+    assembler.add(sized[2:])
+    assert names(assembler.take(4)) == ["a0", "a1", "a2", "b0"]
 
 
 def test_without_streaming_the_oldest_are_taken_in_write_order() -> None:

@@ -188,7 +188,12 @@ class SQLStorage(ExperienceStorage):
         return int(written), int(read)
 
     def close(self) -> None:
-        self._db.close()
+        """Close the connection once no other thread is inside an operation (the buffer
+        actor serves calls from several threads: closing a connection mid-transaction
+        crashes SQLite); later calls fail in one line (``Cannot operate on a closed
+        database``)."""
+        with self._lock:
+            self._db.close()
 
 
 _TRANSIENT_SQLITE = ("locked", "busy", "disk i/o error")

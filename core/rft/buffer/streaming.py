@@ -10,7 +10,10 @@ buffer's :meth:`~rft.buffer.storage_base.ExperienceStorage.read` hands what it t
 it whole; a batch is formed from released groups (whole groups, up to the batch size;
 a single group larger than the batch is taken whole). The group whose last rollout is
 late is trained in a later batch, once complete: nothing is lost, nothing read twice.
-A group whose runs failed or were cut off never completes: it is released as it is once
+A writer that knows a group's size records it in each experience's ``info`` under
+:data:`GROUP_SIZE_INFO` (mode ``serve``: an episode, committed whole, is one group of as
+many experiences as it holds); that size then decides completeness instead of
+``repeat_times``. A group whose runs failed or were cut off never completes: it is released as it is once
 an experience of a later explore step arrives (the explorer writes each step's
 experiences in one write), when the writers are idle with nothing left to read (mode
 ``colocate`` between steps, a finished explorer), or, with a warning, when a read has
@@ -31,6 +34,10 @@ from rft.buffer.experience_codec import experience_from_dict, experience_to_dict
 from rft.buffer.sampling import SampleStrategy
 from rft.buffer.staleness import StalenessGatedStrategy
 from rft.experience import Experience
+
+GROUP_SIZE_INFO = "group_size"
+"""``Experience.info`` key: how many experiences the experience's group holds, when its
+writer knows (serve episodes); absent, a group is complete at ``repeat_times`` runs."""
 
 
 class GroupAssembler:
@@ -54,8 +61,14 @@ class GroupAssembler:
                 self._release_before(step)
             group = self.pending.setdefault(exp.eid.group, [])
             group.append(exp)
-            if len({e.eid.run for e in group}) >= self.group_size:
+            if len({e.eid.run for e in group}) >= self._size_of(exp):
                 self.ready.append(self.pending.pop(exp.eid.group))
+
+    def _size_of(self, exp: Experience) -> int:
+        """Runs that complete ``exp``'s group: its :data:`GROUP_SIZE_INFO` when its writer
+        recorded one, else :attr:`group_size`."""
+        size = exp.info.get(GROUP_SIZE_INFO)
+        return size if isinstance(size, int) and size >= 1 else self.group_size
 
     def _release_before(self, step: int) -> None:
         """Move the incomplete groups of explore steps before ``step`` to :attr:`ready`."""

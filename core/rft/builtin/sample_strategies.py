@@ -12,8 +12,12 @@ from rft.hookspecs import hookimpl
 
 
 def staleness_metrics(experiences: list[Experience], model_version: int) -> dict[str, float]:
-    """``sample/staleness_{mean,max}``: how many weight versions behind the batch is."""
-    lags = [model_version - e.model_version for e in experiences] or [0]
+    """``sample/staleness_{mean,max}``: how many weight versions behind the batch is.
+
+    An experience's lag is ``v − v_e``, ``v_e`` the version of its oldest token
+    (``Experience.oldest_version``: a partial rollout resumed across a weight sync is as
+    old as the tokens the oldest weights produced; else ``model_version``)."""
+    lags = [model_version - e.oldest_version for e in experiences] or [0]
     return {"sample/staleness_mean": sum(lags) / len(lags), "sample/staleness_max": max(lags)}
 
 

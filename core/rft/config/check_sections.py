@@ -89,7 +89,7 @@ def check_synchronizer(c: RftConfig, found: Findings) -> None:
 
 def check_serve(c: RftConfig, found: Findings) -> None:
     """Mode ``serve``: one engine; a positive cap on pending responses and
-    checkpoint-poll interval; no streaming batches."""
+    checkpoint-poll interval."""
     e = c.explorer
     if e.serve_max_pending < 1:
         found.problem("explorer.serve_max_pending", f"must be >= 1, got {e.serve_max_pending}")
@@ -99,9 +99,6 @@ def check_serve(c: RftConfig, found: Findings) -> None:
     if e.service_status_check_interval <= 0:
         found.problem("explorer.service_status_check_interval",
                       f"must be > 0 seconds, got {e.service_status_check_interval}")
-    if c.synchronizer.streaming_batches:  # serve checkpoints keep no held-back groups
-        found.problem("synchronizer.streaming_batches", "mode 'serve' commits whole episodes "
-                      "(each its own group) and trains them as committed: leave it false")
 
 
 def _check_partial_rollout(c: RftConfig, found: Findings) -> None:

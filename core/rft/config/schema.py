@@ -1053,8 +1053,8 @@ class SynchronizerConfig:
     ``algorithm.repeat_times`` runs of a task in one explore step) are in the buffer, in
     the order they completed, instead of the oldest experiences: one long rollout does not
     stall a step; its group is trained in a later batch. Held-back experiences are kept in
-    checkpoints. ``false``: the oldest experiences in write order. Refused in mode
-    ``serve`` (its episodes are committed whole). See ``docs/async.md``."""
+    checkpoints. ``false``: the oldest experiences in write order. In mode ``serve`` a group
+    is one committed episode (its size in ``info["group_size"]``). See ``docs/async.md``."""
     staleness_policy: Literal["drop", "regenerate"] = field(default="drop", metadata=unsupported(
         "regenerate: no task source hands a task back for regeneration yet; use drop",
         severity="error"))

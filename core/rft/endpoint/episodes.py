@@ -17,7 +17,8 @@ A commit hands the episode's experiences, each with its reward, to ``release`` (
 experience buffer's write) and answers only once that write is done, so a committed episode
 is in the buffer. Each experience's ``eid`` is ``serve/<episode>/<n>`` (``n``: its place
 in the episode; ``step``: its turn), so an episode is one group for group advantages
-(GRPO: ask for ``n`` choices of one prompt and reward each).
+(GRPO: ask for ``n`` choices of one prompt and reward each); ``info["group_size"]`` is the
+episode's size, so streaming batches (``synchronizer.streaming_batches``) train it whole.
 
 Errors are one line each (:class:`~rft.endpoint.openai_protocol.BadRequest`): a body that
 is not what the route takes ``400``; an id never seen (or long forgotten) ``404``; feedback
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from rft.buffer.streaming import GROUP_SIZE_INFO
 from rft.endpoint.openai_protocol import BadRequest
 from rft.experience import EID, Experience
 
@@ -186,6 +188,8 @@ class EpisodeLedger:
                 for experience, reward in zip(response.experiences, rewards, strict=True):
                     experiences.append(_labelled(experience, reward, episode_id, response_id,
                                                  len(experiences), turn))
+            for experience in experiences:  # the episode is one group of all of them
+                experience.info[GROUP_SIZE_INFO] = len(experiences)
             try:
                 self.release(experiences)
             except Exception as exc:  # noqa: BLE001 - the client is told; nothing is lost

@@ -17,7 +17,11 @@ Who trains (``synchronizer.sync_method``):
       (model_version = step; engine calls in flight finish first, new ones wait)
       → monitors (role "trainer", with the serve/* counters)
 
-  and a checkpoint every ``trainer.save_interval`` steps and when the run ends.
+  and a checkpoint every ``trainer.save_interval`` steps and when the run ends. With
+  ``synchronizer.streaming_batches`` a batch is whole episodes (an episode is one group,
+  ``info["group_size"]`` its size); the episodes a batch had no room for are held back to
+  the next step and kept in the checkpoint (``RunState.held_experiences``), as mode
+  ``train`` does, so a resumed run trains them once.
 - ``checkpoint``: a ``mode: train`` process of the same config reads the ``sql`` buffer
   and saves checkpoints; this process loads the newest one every
   ``explorer.service_status_check_interval`` seconds.
@@ -52,9 +56,12 @@ from rft.endpoint.settings import EndpointSettings
 from rft.engines.engine_factory import build_engine, default_sampling
 from rft.engines.reply_parsing import reply_parser_of
 from rft.experience import Experience
+from rft.buffer.streaming import assembler_of
 from rft.modes.builders import (
     build_trainer,
+    held_state,
     quiet_libraries,
+    restore_held,
     resume_checkpoint,
     resumed_state,
     save_stage_checkpoint,
@@ -158,6 +165,7 @@ class ServeRun:
             return
         state = resumed_state(loaded)
         self.trainer.read_checkpoint(loaded.checkpoint.path, loaded.trainer_state)
+        restore_held(self.strategy, state)
         assert self.weights is not None
         self.weights.sync(state.step)
         if state.rng is not None:
@@ -195,7 +203,7 @@ class ServeRun:
         try:
             next_check = time.monotonic() + self.check_interval
             while not stop.is_set() and not self.done():
-                if self.training and self.storage.available() >= self.plan.train_batch_size:
+                if self.training and self.batch_ready():
                     self.train_step(self.step + 1)
                     continue
                 if self.checkpoints is not None and time.monotonic() >= next_check:
@@ -205,6 +213,13 @@ class ServeRun:
         finally:
             if self.trains and self.step > self.saved_step and self.trainer_error is None:
                 self.save(self.step, final=True)
+
+    def batch_ready(self) -> bool:
+        """The buffer, with the groups the trainer holds back from earlier reads
+        (``synchronizer.streaming_batches``), has a training batch."""
+        assembler = assembler_of(self.strategy)
+        held = assembler.ready_count + assembler.held_count if assembler is not None else 0
+        return self.storage.available() + held >= self.plan.train_batch_size
 
     def train_step(self, step: int) -> None:
         """One training step on the buffer's oldest batch, then the weights into the engine;
@@ -245,12 +260,14 @@ class ServeRun:
             log.info("serve: model version %d loaded", self.step)
 
     def save(self, step: int, *, final: bool) -> None:
-        """Checkpoint ``step`` (the HF export with the final one); the reads it covers
-        become final."""
+        """Checkpoint ``step`` (the HF export with the final one) with the experiences held
+        back in incomplete or untaken groups (``synchronizer.streaming_batches``); the
+        reads it covers become final (what is held is in the checkpoint, not lost)."""
         always = self.plan.config.trainer.save_hf_checkpoint == "always"
         save_stage_checkpoint(self.plan, self.trainer, step,
                               RunState(experiences_written=self.storage.written,
-                                       experiences_read=self.storage.read_count),
+                                       experiences_read=self.storage.read_count,
+                                       held_experiences=held_state(self.strategy)),
                               export_hf=final or always)
         self.storage.commit_leases(step)
         self.saved_step = step
