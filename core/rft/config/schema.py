@@ -496,7 +496,8 @@ class FormatConfig:
     (docs/multimodal.md)."""
     video_key: str | None = field(default=None, metadata=consumed(
         TASKSET, note="videos decoded with PyAV when installed, else refused in one line "
-        "naming the row; docs/multimodal.md"))
+        "naming the row; simple_mm_workflow refuses them (no video processor yet); "
+        "docs/multimodal.md"))
     """Column with a row's video(s) (paths or ``file://`` URLs); ``None``: text only."""
     reply_prefix: str | None = field(default=None, metadata=unsupported(
         "not read by rft's workflows (the math workflows take workflow_args.reply_prefix); it has "
