@@ -34,7 +34,7 @@ def sampled(tiny_vision_dir: Path):
     results = engine.generate_mm(prompts, SamplingArgs(temperature=1.0, max_tokens=6), n=2)
     experiences = experiences_from_completions([c for group in results for c in group])
     for index, experience in enumerate(experiences):
-        experience.multi_modal_inputs = prompts[index // 2].inputs
+        experience.multi_modal_inputs = prompts[index // 2].multi_modal_inputs
     return engine, prompts, experiences
 
 
@@ -84,7 +84,7 @@ def test_trainer_forward_reads_each_rows_own_pixels(sampled, tiny_vision_dir) ->
     batch = pad_batch([row], pad_token_id=0)
     swapped = TensorBatch(batch.prompt_width, {
         "input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
-        "position_ids": batch.position_ids}, (blue.inputs,))
+        "position_ids": batch.position_ids}, (blue.multi_modal_inputs,))
     with torch.no_grad():
         logps, _ = response_logprobs(model, swapped, device=torch.device("cpu"))
     assert row.logprobs is not None

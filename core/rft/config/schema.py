@@ -489,7 +489,7 @@ class FormatConfig:
     """Column with tool definitions (a list of dicts or its JSON text): rendered into the
     task's chat prompts, or into an SFT / DPO row's prompt."""
     image_key: str | None = field(default=None, metadata=consumed(
-        TASKSET, SFT_DATA, note="images loaded with Pillow (rft.multimodal.media), rendered "
+        TASKSET, OFFLINE, note="images loaded with Pillow (rft.multimodal.media), rendered "
         "through the model's processor; docs/multimodal.md"))
     """Column with a row's image(s) for vision-language models: a path (relative to the data
     file), a ``file://`` URL, bytes, or a list of them; ``None``: text only
