@@ -122,3 +122,26 @@ def test_lora_on_the_language_model_only_keeps_the_forward(sampled, tiny_vision_
     for i, experience in enumerate(experiences[:2]):
         torch.testing.assert_close(logps[i, :experience.response_length],
                                    experience.logprobs, atol=1e-5, rtol=0)
+
+
+def test_prefix_sharing_falls_back_for_image_rows_with_one_line(sampled, tiny_vision_dir,
+                                                                monkeypatch, caplog) -> None:
+    import logging
+
+    from rft.trainer import packed_forward
+    from rft.trainer.models import uses_shared_prompts
+
+    _, _, experiences = sampled
+    monkeypatch.setattr(packed_forward, "_LOGGED", set())
+    batch = pad_batch(experiences, pad_token_id=0)
+    tensors = TensorBatch(batch.prompt_width, {
+        "input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids}, tuple(batch.multi_modal_inputs))
+    model = load_causal_lm(str(tiny_vision_dir)).eval()
+    with caplog.at_level(logging.INFO):
+        assert not uses_shared_prompts(model, tensors, None)
+        assert not uses_shared_prompts(model, tensors.select([0, 1]), None)
+    lines = [r.getMessage() for r in caplog.records if "prefix sharing off" in r.getMessage()]
+    assert lines == ["[trainer] prefix sharing off (trainer.prefix_sharing: auto): rows with "
+                     "images (3-D rope positions and vision inputs are not packed); running "
+                     "the model's plain forward"]
