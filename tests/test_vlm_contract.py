@@ -3,6 +3,7 @@ inputs travel on experiences and through micro-batches."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -103,3 +104,29 @@ def test_forward_inputs_mark_image_tokens_for_the_rope_index() -> None:
     assert kwargs["mm_token_type_ids"].tolist() == [[0, 1, 1, 0, 2]]
     assert set(kwargs) == {"pixel_values", "image_grid_thw", "mm_token_type_ids"}
     assert forward_inputs(Config(), ids, None) == {}
+
+
+def test_cli_tiny_model_vision_builds_a_vision_language_model(tmp_path: Path, capsys) -> None:
+    from rft.cli import main
+
+    assert main(["tiny-model", "--vision", str(tmp_path / "vlm"), "--layers", "1"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "vlm")
+    config = json.loads((tmp_path / "vlm" / "config.json").read_text())
+    assert config["model_type"] == "qwen2_vl" and config["text_config"]["num_hidden_layers"] == 1
+    assert (tmp_path / "vlm" / "preprocessor_config.json").is_file()
+
+
+def test_vision_inputs_survive_the_storage_codec() -> None:
+    """The SQL / file storages' row format keeps an experience's vision inputs."""
+    from rft.buffer.experience_codec import experience_from_dict, experience_to_dict
+
+    experience = Experience(tokens=torch.arange(5), prompt_length=3,
+                            multi_modal_inputs=_inputs([2, 1]))
+    back = experience_from_dict(json.loads(json.dumps(experience_to_dict(experience))))
+    assert back.multi_modal_inputs is not None and experience.multi_modal_inputs is not None
+    assert torch.equal(back.multi_modal_inputs.pixel_values,
+                       experience.multi_modal_inputs.pixel_values)
+    assert torch.equal(back.multi_modal_inputs.image_grid_thw,
+                       experience.multi_modal_inputs.image_grid_thw)
+    assert experience_from_dict(experience_to_dict(Experience(
+        tokens=torch.arange(3), prompt_length=1))).multi_modal_inputs is None

@@ -34,7 +34,7 @@ def sampled(tiny_vision_dir: Path):
     results = engine.generate_mm(prompts, SamplingArgs(temperature=1.0, max_tokens=6), n=2)
     experiences = experiences_from_completions([c for group in results for c in group])
     for index, experience in enumerate(experiences):
-        experience.multi_modal_inputs = prompts[index // 2].inputs
+        experience.multi_modal_inputs = prompts[index // 2].multi_modal_inputs
     return engine, prompts, experiences
 
 
@@ -84,7 +84,7 @@ def test_trainer_forward_reads_each_rows_own_pixels(sampled, tiny_vision_dir) ->
     batch = pad_batch([row], pad_token_id=0)
     swapped = TensorBatch(batch.prompt_width, {
         "input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
-        "position_ids": batch.position_ids}, (blue.inputs,))
+        "position_ids": batch.position_ids}, (blue.multi_modal_inputs,))
     with torch.no_grad():
         logps, _ = response_logprobs(model, swapped, device=torch.device("cpu"))
     assert row.logprobs is not None
@@ -122,3 +122,26 @@ def test_lora_on_the_language_model_only_keeps_the_forward(sampled, tiny_vision_
     for i, experience in enumerate(experiences[:2]):
         torch.testing.assert_close(logps[i, :experience.response_length],
                                    experience.logprobs, atol=1e-5, rtol=0)
+
+
+def test_prefix_sharing_falls_back_for_image_rows_with_one_line(sampled, tiny_vision_dir,
+                                                                monkeypatch, caplog) -> None:
+    import logging
+
+    from rft.trainer import packed_forward
+    from rft.trainer.models import uses_shared_prompts
+
+    _, _, experiences = sampled
+    monkeypatch.setattr(packed_forward, "_LOGGED", set())
+    batch = pad_batch(experiences, pad_token_id=0)
+    tensors = TensorBatch(batch.prompt_width, {
+        "input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids}, tuple(batch.multi_modal_inputs))
+    model = load_causal_lm(str(tiny_vision_dir)).eval()
+    with caplog.at_level(logging.INFO):
+        assert not uses_shared_prompts(model, tensors, None)
+        assert not uses_shared_prompts(model, tensors.select([0, 1]), None)
+    lines = [r.getMessage() for r in caplog.records if "prefix sharing off" in r.getMessage()]
+    assert lines == ["[trainer] prefix sharing off (trainer.prefix_sharing: auto): rows with "
+                     "images (3-D rope positions and vision inputs are not packed); running "
+                     "the model's plain forward"]

@@ -490,14 +490,15 @@ class FormatConfig:
     """Column with tool definitions (a list of dicts or its JSON text): rendered into the
     task's chat prompts, or into an SFT / DPO row's prompt."""
     image_key: str | None = field(default=None, metadata=consumed(
-        TASKSET, SFT_DATA, note="images loaded with Pillow (rft.multimodal.media), rendered "
+        TASKSET, OFFLINE, note="images loaded with Pillow (rft.multimodal.media), rendered "
         "through the model's processor; docs/multimodal.md"))
     """Column with a row's image(s) for vision-language models: a path (relative to the data
     file), a ``file://`` URL, bytes, or a list of them; ``None``: text only
     (docs/multimodal.md)."""
     video_key: str | None = field(default=None, metadata=consumed(
         TASKSET, note="videos decoded with PyAV when installed, else refused in one line "
-        "naming the row; docs/multimodal.md"))
+        "naming the row; simple_mm_workflow refuses them (no video processor yet); "
+        "docs/multimodal.md"))
     """Column with a row's video(s) (paths or ``file://`` URLs); ``None``: text only."""
     reply_prefix: str | None = field(default=None, metadata=unsupported(
         "not read by rft's workflows (the math workflows take workflow_args.reply_prefix); it has "

@@ -226,7 +226,8 @@ class HFEngine(InferenceEngine):
         with self._lock, torch.random.fork_rng(devices=self._rng_devices()), torch.no_grad():
             torch.manual_seed(seed)
             for prompt, vision in zip(prepared, prompts, strict=True):
-                results.append(self._generate_vision(prompt, vision.inputs, sampling, n))
+                results.append(self._generate_vision(prompt, vision.multi_modal_inputs,
+                                                     sampling, n))
         return results
 
     def _generate_vision(self, prompt: PreparedPrompt, inputs: MultiModalInputs | None,

@@ -141,11 +141,11 @@ class VisionPrompt:
     """One prompt with images, as an engine takes it (:meth:`InferenceEngine.generate_mm`).
 
     ``token_ids`` are the processor's ids, every image placeholder already expanded into
-    its image tokens; ``inputs`` the processor's tensors for them. ``images`` are the
+    its image tokens; ``multi_modal_inputs`` the processor's tensors for them. ``images`` are the
     decoded images themselves, for an engine that runs its own processor (vLLM's
-    ``multi_modal_data``); the ``hf`` engine reads ``inputs``.
+    ``multi_modal_data``); the ``hf`` engine reads ``multi_modal_inputs``.
     """
 
     token_ids: tuple[int, ...]
-    inputs: MultiModalInputs | None
+    multi_modal_inputs: MultiModalInputs | None
     images: tuple[Any, ...] = ()

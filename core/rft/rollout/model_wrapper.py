@@ -237,7 +237,7 @@ class ModelWrapper:
         results = self.engine.generate_mm([prompt], sampling_args(self.defaults, sampling), n)
         experiences = experiences_from_completions([c for group in results for c in group])
         for experience in experiences:
-            experience.multi_modal_inputs = prompt.inputs
+            experience.multi_modal_inputs = prompt.multi_modal_inputs
         if self.enable_history:
             self.history.record(experiences)
         return experiences
