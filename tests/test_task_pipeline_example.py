@@ -57,8 +57,10 @@ def test_the_example_validates_as_written(environ):
     assert pipeline.target_fields == ["question", "answer"]  # from format
     assert config.buffer.explorer_input.taskset.path == str(out)  # from output_buffer
     keys = {w.split(":")[0] for w in loaded.warnings}
-    assert {f"{KEY}.dj_process_desc", f"{KEY}.agent_model_name", f"{KEY}.agent_model_config",
-            f"{KEY}.clean_strategy", KEY, "data_processor.data_processor_url"} <= keys
+    # dj_process_desc is read as a data_juicer operator whose recipe agent_model_name
+    # writes: 'qwen-max' names no model rft can run here, which validation says
+    assert {f"{KEY}.operators[0].args.agent_model_name", f"{KEY}.clean_strategy", KEY,
+            "data_processor.data_processor_url"} <= keys
     assert "buffer.explorer_input.taskset.path" not in keys  # the pipeline writes it
 
 
@@ -75,6 +77,9 @@ def test_two_steps_on_the_taskset_the_pipeline_wrote(environ, tiny_model_dir):
                   "max_tokens": 4}}])
     overrides = [
         f"{KEY}.operators={operators}", f"{KEY}.num_process=1",
+        # the example's Data-Juicer recipe (written by a remote agent model, run on a server at
+        # a fixed port) is replaced by these local operators
+        "data_processor.data_processor_url=null", f"{KEY}.dj_process_desc=null",
         "mode=colocate", "trainer.trainer_type=torch", "trainer.trainer_config_path=null", "cluster.gpu_per_node=0",
         "model.max_prompt_tokens=256", "model.max_response_tokens=8",
         "buffer.batch_size=2", "buffer.total_steps=2", "algorithm.repeat_times=2",
