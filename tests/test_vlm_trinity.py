@@ -88,6 +88,32 @@ def test_grpo_vlm_example_validates_with_its_verl_file(environ, registry) -> Non
     assert config.trainer.trainer_type == "verl"
     keys = {w.split(":")[0].split(" ")[0] for w in loaded.warnings}
     assert "trainer.trainer_config.actor_rollout_ref.hybrid_engine" in keys
+    # the example names no reward function: simple_mm_workflow's default, said in one line
+    assert taskset.default_reward_fn_type == "math_boxed_reward"
+    assert "buffer.explorer_input.taskset.default_reward_fn_type" in keys
+
+
+@pytest.mark.slow
+def test_grpo_vlm_example_trains_two_steps(environ, registry) -> None:
+    """The example as written on the torch trainer in one process (its veRL file's
+    actor settings need GPUs); every task scored by the default reward."""
+    from rft.launcher import run
+    from rft.testing.runs import read_metrics
+
+    here = ("mode=colocate", "synchronizer.sync_method=memory", "trainer.trainer_type=torch",
+            "trainer.trainer_config_path=null",
+            "explorer.rollout_model.engine_type=hf", "explorer.rollout_model.dtype=float32",
+            "explorer.rollout_model.engine_num=1", "explorer.runner_per_model=1",
+            "buffer.total_steps=2", "buffer.batch_size=2", "algorithm.repeat_times=2",
+            "buffer.train_batch_size=4", "model.max_response_tokens=8",
+            "model.max_model_len=256", "monitor.monitor_type=jsonl")
+    loaded = load_config(EXAMPLES / "vlm.yaml", MACHINE + here, registry=registry)
+    run(loaded)
+    metrics = read_metrics(loaded.stages[-1].plan.job_dir)
+    assert len(metrics) == 2
+    for step in metrics:
+        assert step["rollout/failed_tasks"] == 0.0
+        assert all(math.isfinite(v) for v in step.values() if isinstance(v, float))
 
 
 def test_mix_vlm_example_validates_as_written(environ, registry) -> None:

@@ -4,7 +4,8 @@
   turn per rollout with the row's images (``format.image_key``) before the first user
   text, rendered and expanded by the model's processor
   (:meth:`rft.rollout.model_wrapper.ModelWrapper.chat_mm`); scored by the taskset's reward
-  function, unchanged. As Trinity-RFT's, it asks for reasoning in ``<think>`` and the
+  function, unchanged, or ``math_boxed_reward`` when the taskset names none (Trinity-RFT's
+  ``grpo_vlm`` example names none; its system prompt asks for a boxed answer). As Trinity-RFT's, it asks for reasoning in ``<think>`` and the
   answer in ``\\boxed{}`` unless the args or the taskset give a system prompt (Trinity-RFT
   has no other vision workflow: this is its math variant). A task without images is an
   ordinary chat.
@@ -54,6 +55,7 @@ class SimpleMMWorkflow(VisionSampling):
 
     Args = MathBoxedArgs
     default_system_prompt = MM_MATH_SYSTEM_PROMPT
+    default_reward_fn = "math_boxed_reward"  # its prompt asks for the answer in \boxed{}
 
     def reward_inputs(self, experience: Experience) -> dict[str, Any]:
         return {**super().reward_inputs(experience), "with_think": self.options.with_think,
