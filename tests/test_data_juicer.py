@@ -151,6 +151,90 @@ def test_task_operator_filters_rows_and_keeps_stats(on_server, registry):
                     STATS_KEY: {"difficulty": 0.5, "text_len": 18.0}}]
 
 
+class ScriptedChatServer:
+    """A real OpenAI-compatible HTTP server on 127.0.0.1 (``GET /v1/models``, ``POST
+    /v1/chat/completions``) whose one model always answers ``reply`` and keeps the prompts
+    it was sent. The model is scripted, not a language model: no model that runs here
+    writes a Data-Juicer recipe, and this tests everything around that reply."""
+
+    def __init__(self, reply: str) -> None:
+        import threading
+
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        self.prompts: list[str] = []
+
+        async def models(request: Request) -> JSONResponse:
+            return JSONResponse({"object": "list", "data": [
+                {"id": "recipe-writer", "object": "model", "created": 0, "owned_by": "test"}]})
+
+        async def chat(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.prompts.append(body["messages"][-1]["content"])
+            return JSONResponse({
+                "id": "c0", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": reply}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        app = Starlette(routes=[Route("/v1/models", models),
+                                Route("/v1/chat/completions", chat, methods=["POST"])])
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the scripted chat server did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def test_an_agent_that_writes_a_recipe_gets_it_run_over_the_rows(on_server, registry):
+    """``dj_process_desc`` + ``agent_model_name`` (an OpenAI-compatible URL, the
+    ``external`` engine): the agent is asked with the description, the row fields and
+    Data-Juicer's operator names; the recipe it writes is checked by the server and run."""
+    reply = ("Here is the recipe:\n```yaml\nprocess:\n  - text_length_filter:\n"
+             "      min_len: 6\n      text_key: question\n```\n")
+    agent = ScriptedChatServer(reply)
+    try:
+        cls = registry.get("task_operator", "data_juicer")
+        problems: list[str] = []
+        operator = cls(to_dataclass(cls.Args, {
+            "dj_process_desc": "Keep questions of 6 characters or more.",
+            "agent_model_name": agent.url}, "k", problems))
+        rows = [{"question": "2+2=?", "answer": "4"},
+                {"question": "What is 3 times 7?", "answer": "21"}]
+        out = operator.process(rows)
+    finally:
+        agent.stop()
+    assert problems == []
+    assert [row["question"] for row in out] == ["What is 3 times 7?"]
+    assert out[0][STATS_KEY]["text_len"] == 18.0
+    [prompt] = agent.prompts
+    assert "Keep questions of 6 characters or more." in prompt
+    assert "fields: answer, question." in prompt and "text_length_filter" in prompt
+    misspelt = ScriptedChatServer("process:\n  - text_lenght_filter: {}\n")
+    try:
+        wrong = cls(to_dataclass(cls.Args, {"dj_process_desc": "x",
+                                            "agent_model_name": misspelt.url}, "k", problems))
+        with pytest.raises(RftError) as caught:
+            wrong.process(rows)
+    finally:
+        misspelt.stop()
+    line = str(caught.value)
+    assert "\n" not in line and "agent_model_name" in line and "text_lenght_filter" in line
+
+
 # ---- the service process: restart once, nothing left behind ------------------------------
 
 
