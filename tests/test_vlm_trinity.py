@@ -32,6 +32,13 @@ from rft.plugins import PluginRegistry
 EXAMPLES = Path(__file__).parent / "data" / "trinity_vlm_examples"
 MACHINE = ("cluster.gpu_per_node=0",)
 """This machine has no GPU (the examples ask for 8)."""
+TWO_STEPS = ("mode=colocate", "synchronizer.sync_method=memory",
+             "explorer.rollout_model.engine_type=hf", "explorer.rollout_model.dtype=float32",
+             "explorer.rollout_model.engine_num=1", "explorer.runner_per_model=1",
+             "buffer.total_steps=2", "buffer.batch_size=2", "algorithm.repeat_times=2",
+             "model.max_response_tokens=8", "model.max_model_len=256",
+             "monitor.monitor_type=jsonl")
+"""Two short steps in one process on this machine (the examples' sizes are for 8 GPUs)."""
 COLOURS = {"red": (220, 30, 30), "blue": (30, 30, 220)}
 
 
@@ -100,14 +107,9 @@ def test_grpo_vlm_example_trains_two_steps(environ, registry) -> None:
     from rft.launcher import run
     from rft.testing.runs import read_metrics
 
-    here = ("mode=colocate", "synchronizer.sync_method=memory", "trainer.trainer_type=torch",
-            "trainer.trainer_config_path=null",
-            "explorer.rollout_model.engine_type=hf", "explorer.rollout_model.dtype=float32",
-            "explorer.rollout_model.engine_num=1", "explorer.runner_per_model=1",
-            "buffer.total_steps=2", "buffer.batch_size=2", "algorithm.repeat_times=2",
-            "buffer.train_batch_size=4", "model.max_response_tokens=8",
-            "model.max_model_len=256", "monitor.monitor_type=jsonl")
-    loaded = load_config(EXAMPLES / "vlm.yaml", MACHINE + here, registry=registry)
+    loaded = load_config(EXAMPLES / "vlm.yaml", MACHINE + TWO_STEPS + (
+        "trainer.trainer_type=torch", "trainer.trainer_config_path=null",
+        "buffer.train_batch_size=4"), registry=registry)
     run(loaded)
     metrics = read_metrics(loaded.stages[-1].plan.job_dir)
     assert len(metrics) == 2
@@ -163,13 +165,9 @@ def test_mix_vlm_example_trains_two_steps(environ, registry, tmp_path) -> None:
     from rft.launcher import run
     from rft.testing.runs import read_metrics
 
-    here = ("mode=colocate", "synchronizer.sync_method=memory",
-            "explorer.rollout_model.engine_type=hf", "explorer.rollout_model.dtype=float32",
-            "explorer.rollout_model.engine_num=1", "explorer.runner_per_model=1",
-            "buffer.total_steps=2", "buffer.batch_size=2", "algorithm.repeat_times=2",
-            "buffer.train_batch_size=5", "model.max_response_tokens=8",
-            "model.max_model_len=256", "monitor.monitor_type=jsonl")
-    loaded = load_config(EXAMPLES / "mix_vlm.yaml", MACHINE + here, registry=registry)
+    loaded = load_config(EXAMPLES / "mix_vlm.yaml",
+                         MACHINE + TWO_STEPS + ("buffer.train_batch_size=5",),
+                         registry=registry)
     run(loaded)
     metrics = read_metrics(loaded.stages[-1].plan.job_dir)
     assert len(metrics) == 2
