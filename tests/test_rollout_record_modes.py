@@ -136,8 +136,10 @@ def test_mode_explore_records_every_kth_step_and_forgets_what_it_redoes(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     torch.set_num_threads(1)
     buffer = tmp_path / "exp.jsonl"
+    # multi_step_grpo: its operator (step_wise_grpo) computes the advantages in the explorer
     config = _config(tmp_path, tiny_model_dir, 4, **{
-        "mode": "explore", "algorithm.repeat_times": 3, "synchronizer.sync_method": "checkpoint",
+        "mode": "explore", "algorithm.algorithm_type": "multi_step_grpo",
+        "algorithm.repeat_times": 3, "synchronizer.sync_method": "checkpoint",
         "buffer.trainer_input.experience_buffer": {"name": "exp", "storage_type": "file",
                                                    "path": str(buffer)}})
     folder = tmp_path / "checkpoints" / "rft_run" / "run" / "monitor" / "rollouts"
@@ -153,10 +155,17 @@ def test_mode_explore_records_every_kth_step_and_forgets_what_it_redoes(
     for step in (2, 4):
         rows = _rows(folder / step_file_name(step))
         _check_step(rows, step, 2 * 3, explorer[step]["rollout/reward/mean"])
-        # exactly what the explorer wrote to the buffer that step
-        buffered = {e.eid.uid: e.reward for e in written if e.eid.batch == step}
-        assert {r["eid"]: r["reward"] for r in rows} == pytest.approx(buffered)
-        assert {(r["advantage"], r["advantage_source"]) for r in rows} == {(None, "trainer")}
+        # exactly what the explorer wrote to the buffer that step, with its advantages
+        buffered = {e.eid.uid: e for e in written if e.eid.batch == step}
+        assert {r["eid"]: r["reward"] for r in rows} == pytest.approx(
+            {uid: e.reward for uid, e in buffered.items()})
+        assert {r["eid"]: r["advantage"] for r in rows} == pytest.approx(
+            {uid: float(e.advantages[e.action_mask].mean()) for uid, e in buffered.items()})
+        assert {r["advantage_source"] for r in rows} == {"explorer"}
+        for task in {r["task"] for r in rows}:  # GRPO in the explorer: standardised per task
+            group = [r["advantage"] for r in rows if r["task"] == task]
+            assert len(group) == 3 and sum(group) == pytest.approx(0.0, abs=1e-5)
+        assert any(r["advantage"] != 0 for r in rows)
     # resumed (explorer_state.json: step 4, the stage done): steps after 4 are forgotten,
     # the steps it does not redo kept as they were
     kept = {step: (folder / step_file_name(step)).read_bytes() for step in (2, 4)}
