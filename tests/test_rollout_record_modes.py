@@ -232,7 +232,9 @@ def test_mode_serve_records_the_batch_of_every_kth_train_step(tmp_path: Path,
     trainer = _logged(Path(served.stage.plan.job_dir), "trainer")
     _check_step(rows, 2, 2 * 2, trainer[2]["critic/score/mean"])
     # the second batch the clients committed, with the rewards they gave
-    assert sorted(r["reward"] for r in rows) == sorted(r["reward"] for r in buffer_rows(tmp_path)[4:])
+    committed = buffer_rows(tmp_path)
+    assert len(committed) == 8
+    assert sorted(r["reward"] for r in rows) == sorted(r["reward"] for r in committed[4:])
     assert {r["model_version"] for r in rows} == {1}
     # the trainer's advantages (GRPO: each episode's two choices standardised)
     assert {r["advantage_source"] for r in rows} == {"trainer"}
