@@ -57,6 +57,7 @@ class FakeExplorer:
 
     def __init__(self) -> None:
         self.restored: RunState | None = None
+        self.rewound: int | None = None
         self.synced: list[int | None] = []
 
     def train_size(self) -> int:
@@ -74,6 +75,9 @@ class FakeExplorer:
 
     def restore(self, state: RunState) -> None:
         self.restored = state
+
+    def rewind_record(self, step: int) -> None:
+        self.rewound = step
 
     def failed_tasks(self) -> list[str]:
         return []
@@ -176,6 +180,7 @@ def test_each_checkpoint_holds_the_explorer_state_after_its_step(tmp_path, tiny_
         assert with_buffer
         assert state.eval_after == ({"eval/heldout/accuracy": 0.5} if step == 4 else None)
     assert actors.explorer.synced == [None, 1, 2, 3]  # each step on the weights before it
+    assert actors.explorer.rewound == 0  # a fresh start: an old rollout record forgotten
 
 
 def test_a_resumed_run_restores_the_explorer_and_syncs_to_the_checkpoint(tmp_path,
@@ -193,6 +198,7 @@ def test_a_resumed_run_restores_the_explorer_and_syncs_to_the_checkpoint(tmp_pat
     result = Coordinator(both_stage(tmp_path, tiny_model_dir, continue_from_checkpoint=True),
                          actors).run()
     assert actors.explorer.restored == saved
+    assert actors.explorer.rewound == 2  # the rollout record forgets the steps redone
     assert actors.buffer.loaded == {"written": 4, "read": 4}  # no buffer.pt: the counts
     assert result.eval_before == {"eval/x": 0.25}
     assert actors.explorer.synced == [2, 3]

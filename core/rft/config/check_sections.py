@@ -183,8 +183,10 @@ def check_monitor(c: RftConfig, found: Findings) -> Selected[Any] | None:
 
 def check_rollout_record(c: RftConfig, found: Findings) -> None:
     """``monitor.rollout_record_every`` ≥ 1 and ``rollout_record_max_mb`` > 0; a warning
-    when the record is on in a mode that explores without writing it (only ``colocate``
-    writes it; ``train`` and ``bench`` have no explore step)."""
+    when the record is on where nothing writes it: mode ``serve`` whose steps a separate
+    ``train`` process trains (``sync_method`` other than ``memory``). Modes ``colocate``,
+    ``both``, ``explore`` and ``serve`` training in process write it
+    (:mod:`rft.monitor.rollout_record`); ``train`` and ``bench`` have no explore step."""
     m = c.monitor
     if m.rollout_record_every < 1:
         found.problem("monitor.rollout_record_every",
@@ -193,9 +195,12 @@ def check_rollout_record(c: RftConfig, found: Findings) -> None:
     if not m.rollout_record_max_mb > 0:
         found.problem("monitor.rollout_record_max_mb",
                       f"must be above 0 (MiB), got {m.rollout_record_max_mb}")
-    if m.rollout_record and c.mode in ("both", "explore", "serve"):
-        found.warnings.append(f"monitor.rollout_record: mode {c.mode!r} keeps no rollout "
-                              "record yet (mode colocate does); nothing is recorded")
+    if m.rollout_record and c.mode == "serve" and c.synchronizer.sync_method != "memory":
+        found.warnings.append(
+            f"monitor.rollout_record: mode 'serve' with synchronizer.sync_method "
+            f"{c.synchronizer.sync_method!r} records nothing (its steps are trained by the "
+            "separate train process, which explores nothing); sync_method 'memory' records "
+            "the batch of every rollout_record_every-th step")
 
 
 def check_data_processor(c: RftConfig, found: Findings) -> tuple[Selected[Any], ...]:

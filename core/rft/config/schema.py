@@ -81,7 +81,7 @@ from rft.config.field_support import (
     TRAINER_RANKS, TRINITY_FORMS, VERL_CONFIG, VERL_LORA, VLLM, VLLM_SETTINGS, WORKERS,
     Unsupported, consumed, derived, positive, structural, unsupported,
 )
-from rft.config.field_support import ROLLOUT_CORRECTION
+from rft.config.field_support import ROLLOUT_CORRECTION, ROLLOUT_RECORD
 
 DEFAULT_GRAD_CLIP = 1.0
 """``trainer.grad_clip`` when neither it nor ``algorithm.optimizer.clip_grad`` is set."""
@@ -1209,16 +1209,17 @@ class MonitorConfig:
                                      "warning in runs without Ray"))
     """Export Ray's ``timeline.json`` to ``<checkpoint_job_dir>/monitor``."""
     rollout_record: bool = field(default=False, metadata=consumed(
-        COLOCATE, CHECK, note="<monitor dir>/rollouts/step_<N>.jsonl: every sample of every "
-                              "rollout_record_every-th explore step (mode colocate; a warning "
-                              "in modes both, explore, serve)"))
+        ROLLOUT_RECORD, CHECK, note="<monitor dir>/rollouts/step_<N>.jsonl: every sample of "
+                                    "every rollout_record_every-th explore step (modes "
+                                    "colocate, both, explore; serve: the batch of every k-th "
+                                    "train step, a warning with sync_method checkpoint)"))
     """Keep the rollout record: every sample of every ``rollout_record_every``-th explore
     step, whole (prompt and response with special tokens, per-token log-probs, reward,
     advantage, task id, the agent's transcript), in ``<job dir>/monitor/rollouts/``
     (:mod:`rft.monitor.rollout_record`; read by ``rft studio``'s rollouts page)."""
-    rollout_record_every: int = field(default=1, metadata=consumed(COLOCATE, CHECK))
+    rollout_record_every: int = field(default=1, metadata=consumed(ROLLOUT_RECORD, CHECK))
     """Record explore steps ``k, 2k, 3k, …`` (``k`` ≥ 1)."""
-    rollout_record_max_mb: float = field(default=256.0, metadata=consumed(COLOCATE, CHECK))
+    rollout_record_max_mb: float = field(default=256.0, metadata=consumed(ROLLOUT_RECORD, CHECK))
     """Bound of the rollout record in MiB: past it the oldest recorded steps are removed
     (one warning); the newest step is always kept."""
 

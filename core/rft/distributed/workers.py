@@ -71,6 +71,7 @@ from rft.modes.builders import (
 )
 from rft.modes.run_state import RunState
 from rft.monitor.preview import Previewer
+from rft.monitor.rollout_record import recorder_of
 from rft.tensor_wire import NamedTensors
 from rft.trainer.ranks import RankedTrainer, TrainerRank
 
@@ -131,6 +132,10 @@ class ExplorerService:
         else:
             self.broadcast_end = self.weight_receiver = EngineEnd(self.engine)
         self.job_dir = plan.job_dir  # the run its writes belong to (their keys)
+        # the rollout record, written here where each explore step's samples are complete
+        # (the trainer actor computes their advantages later: "computed by the trainer")
+        self.recorder = recorder_of(config.monitor, plan.job_dir,
+                                    lambda ids: self.engine.tokenizer.decode(ids))
 
     def weight_group_ranks(self) -> int:
         """Ranks this explorer's engines take in the broadcast group."""
@@ -192,6 +197,8 @@ class ExplorerService:
                                                        for _, t in weights))
         with self.storage.idempotent_writes(explore_step_key(self.job_dir, step)):
             metrics.update(self.explorer.explore_step(step))
+        if self.recorder is not None:
+            self.recorder.record(step, self.explorer.last_step)
         if self.partial is not None:  # the syncs that landed during the step
             metrics.update(self.partial.metrics())
             for key, value in self._sync_metrics.items():
@@ -229,6 +236,12 @@ class ExplorerService:
             self.engine.restore_seed(state.engine_seed)
         if state.explorer_rng:
             set_rng_state(state.explorer_rng)
+
+    def rewind_record(self, step: int) -> None:
+        """The rollout record forgets the explore steps after ``step`` (the checkpoint the
+        run goes on from; ``0``: a fresh start): they are redone."""
+        if self.recorder is not None:
+            self.recorder.rewind(step)
 
     def failed_tasks(self) -> list[str]:
         return list(self.explorer.failed_tasks)

@@ -61,7 +61,7 @@ from rft.modes.run_state import RunState, check_resumable
 from rft.modes.runtime import Distributed, RolloutEngines
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
 from rft.monitor.preview import ROLLOUT_EXAMPLES, Previewer
-from rft.monitor.rollout_record import open_recorder
+from rft.monitor.rollout_record import recorder_of
 from rft.synchronizer import MemorySynchronizer
 from rft.trainer.base import Trainer
 
@@ -142,10 +142,9 @@ class ColocateStage:
         self.previewer = (Previewer(lambda: self.engine.tokenizer)
                           if config.trainer.enable_preview else None)
         monitor = config.monitor
-        self.recorder = open_recorder(
-            monitor.rollout_record and self.explores, plan.job_dir,
-            monitor.rollout_record_every, monitor.rollout_record_max_mb,
-            lambda ids: self.engine.tokenizer.decode(ids))
+        self.recorder = recorder_of(monitor, plan.job_dir,
+                                    lambda ids: self.engine.tokenizer.decode(ids),
+                                    explores=self.explores)
 
     def resume(self) -> Resumed:
         """Restore everything a step depends on from the newest readable checkpoint: the

@@ -8,7 +8,7 @@ One step::
     [sync point: load the trainer's newest checkpoint — waiting for a newer one with
      synchronizer.wait_for_checkpoint] → explore (batch_size tasks × repeat_times)
     → experience buffer (sql / file / a queue shared on Ray) → monitors (role "explorer")
-    → eval every eval_interval
+    → rollout record every monitor.rollout_record_every-th step → eval every eval_interval
 
 Sync points are the steps ``s`` with ``s − 1 − sync_offset`` a positive multiple of
 ``sync_interval``: the explorer runs ``sync_offset`` steps ahead of the trainer; with
@@ -45,6 +45,7 @@ from rft.modes.checkpoint_sync import CheckpointSynchronizer
 from rft.modes.run_state import EXPLORER_STATE_FILE, RunState, check_resumable
 from rft.modes.runtime import Distributed, EngineBuilder
 from rft.modes.stage import Resumed, StageLifecycle, StageResult, run_stage
+from rft.monitor.rollout_record import recorder_of
 
 log = logging.getLogger("rft.modes.explore")
 
@@ -96,6 +97,9 @@ class ExploreStage:
                                            timeout=config.synchronizer.sync_timeout)
         self.steps = steps_over_tasks(config, self.explorer.train_size)
         self.progress = RunState()
+        # no trainer here: a sample's advantage is the explorer's, or "computed by the trainer"
+        self.recorder = recorder_of(config.monitor, plan.job_dir,
+                                    lambda ids: self.engine.tokenizer.decode(ids))
 
     def resume(self) -> Resumed:
         """Go on after the last step recorded in ``explorer_state.json``: its selectors, its
@@ -104,6 +108,8 @@ class ExploreStage:
         if self.plan.config.continue_from_checkpoint:
             self.progress = read_progress(self.plan.job_dir) or self.progress
         progress = self.progress
+        if self.recorder is not None:  # the record forgets the steps that are redone
+            self.recorder.rewind(progress.step)
         for selector, state in zip(self.explorer.selectors, progress.selectors,
                                    strict=False):
             selector.load_state_dict(state)
@@ -133,6 +139,8 @@ class ExploreStage:
         # a step redone after a crash finds its experiences already written: not twice
         with self.storage.idempotent_writes(explore_step_key(self.plan.job_dir, step)):
             metrics.update(self.explorer.explore_step(step))
+        if self.recorder is not None:
+            self.recorder.record(step, self.explorer.last_step)
         metrics["sync/model_version"] = float(self.sync.version)
         progress.step, progress.model_version = step, self.sync.version
         progress.selectors = [s.state_dict() for s in self.explorer.selectors]

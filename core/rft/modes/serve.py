@@ -16,6 +16,9 @@ Who trains (``synchronizer.sync_method``):
       read the batch (leased to the step) → trainer.train_step → weights into the engine
       (model_version = step; engine calls in flight finish first, new ones wait)
       → monitors (role "trainer", with the serve/* counters)
+      → rollout record (``monitor.rollout_record``): the batch the step trained, with the
+        trainer's advantages, every ``rollout_record_every``-th step (a serve run has no
+        explore step: its steps are the trainer's)
 
   and a checkpoint every ``trainer.save_interval`` steps and when the run ends. With
   ``synchronizer.streaming_batches`` a batch is whole episodes (an episode is one group,
@@ -70,6 +73,7 @@ from rft.modes.checkpoint_sync import CheckpointSynchronizer
 from rft.modes.run_state import RunState, check_resumable
 from rft.modes.runtime import Distributed
 from rft.modes.stage import StageLifecycle, StageResult
+from rft.monitor.rollout_record import recorder_of
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.synchronizer import MemorySynchronizer
 
@@ -123,6 +127,10 @@ class ServeRun:
         else:
             self.checkpoints = CheckpointSynchronizer(plan.job_dir, [self.engine],
                                                       timeout=config.synchronizer.sync_timeout)
+        # the batch of each k-th train step here (a separate train process: none recorded)
+        self.recorder = recorder_of(config.monitor, plan.job_dir,
+                                    lambda ids: self.engine.tokenizer.decode(ids),
+                                    explores=self.trains)
         self.check_interval = config.explorer.service_status_check_interval
         rm = config.explorer.rollout_model
         self.server = OpenAIServer(
@@ -158,6 +166,8 @@ class ServeRun:
         loaded = resume_checkpoint(self.plan)
         step = loaded.step if loaded is not None else 0
         _, returned = self.storage.recover_leases(step)
+        if self.recorder is not None:  # the record forgets the steps that are redone
+            self.recorder.rewind(step)
         if returned:
             log.warning("experience buffer %r: %d experience(s) read after global_step_%d by a "
                         "run that stopped are read again", self.storage.name, returned, step)
@@ -240,6 +250,8 @@ class ServeRun:
         self.step = step
         metrics.update(self.ledger.counters())
         self.lifecycle.log("trainer", metrics, step)
+        if self.recorder is not None:
+            self.recorder.record(step, experiences, self.trainer.last_advantages)
         if self.lifecycle.save_due(step):
             self.save(step, final=False)
 

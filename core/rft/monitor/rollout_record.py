@@ -21,9 +21,18 @@ Where: ``<job dir>/monitor/rollouts/step_<N>.jsonl``, one JSON line per sample::
   ``Σ_t A_t m_t / Σ_t m_t``: the explorer's when the algorithm computes advantages there
   (``advantage_source: "explorer"``), else the trainer's from the train step that learnt
   from the sample (``"trainer"``, :attr:`rft.trainer.base.Trainer.last_advantages`);
-  ``null`` when the sample was not trained on in that step.
+  ``null`` when the sample was not trained on in that step. Where the record is written
+  before the trainer sees the samples (the explorer's side: modes ``both`` and
+  ``explore``), a sample without the explorer's advantage has ``advantage: null`` with
+  ``advantage_source: "trainer"``: computed by the trainer, later, elsewhere.
 - ``transcript``: ``info["agent/transcript"]`` (agents, environments) when the workflow
   keeps one.
+
+Who writes it (:func:`recorder_of`): mode ``colocate`` after the step's train step (the
+trainer's advantages at hand); mode ``explore`` after each explore step, in its loop; mode
+``both`` in the explorer actor after each explore step; mode ``serve`` (``sync_method:
+memory``) after each train step, with the batch that step trained (a serve run has no
+explore step: its step is the trainer's). ``train`` and ``bench`` explore nothing.
 
 Bound: after each recorded step, the oldest step files are removed while the folder is
 over ``monitor.rollout_record_max_mb`` (the newest step is always kept). A resumed run
@@ -38,13 +47,16 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.folders import make_folder
+
+if TYPE_CHECKING:
+    from rft.config.schema import MonitorConfig
 
 log = logging.getLogger("rft.monitor.rollout_record")
 
@@ -92,8 +104,10 @@ def _plain(value: Any) -> Any:
 def sample_row(exp: Experience, step: int, decode: Callable[[list[int]], str],
                advantage: float | None, advantage_source: str | None) -> dict[str, Any]:
     """The record line of one sample (module docstring); ``decode``: ids → text with
-    special tokens kept."""
+    special tokens kept (not called for no ids: an engine without a tokenizer leaves
+    none)."""
     response_ids = exp.response_tokens.tolist()
+    prompt_ids = exp.prompt_tokens.tolist()
     entropy = exp.info.get("entropy")
     parts = {k.removeprefix("reward/"): v for k, v in exp.metrics.items()
              if k.startswith("reward/")}
@@ -103,8 +117,8 @@ def sample_row(exp: Experience, step: int, decode: Callable[[list[int]], str],
         "reward": _plain(float(exp.reward)) if exp.reward is not None else None,
         "reward_parts": _plain(parts),
         "advantage": _plain(advantage), "advantage_source": advantage_source,
-        "prompt": decode(exp.prompt_tokens.tolist()),
-        "response": decode(response_ids),
+        "prompt": decode(prompt_ids) if prompt_ids else "",
+        "response": decode(response_ids) if response_ids else "",
         "tokens": [decode([t]) for t in response_ids],
         "logprobs": _plain(exp.logprobs) if exp.logprobs is not None else None,
         "entropy": _plain(entropy) if entropy is not None else None,
@@ -140,7 +154,10 @@ class RolloutRecorder:
         """Write every sample of ``step`` (when :meth:`wants` it), then keep the bound.
 
         :param trainer_advantages: sequence advantage by ``eid.uid`` from the train step
-            that learnt from these samples (used where the explorer computed none).
+            that learnt from these samples (used where the explorer computed none);
+            ``None``: the record is written on the explorer's side, before any trainer
+            saw the samples (their advantage, where the explorer computed none, is
+            ``null`` with source ``"trainer"``).
         :return: the step's file, or ``None`` when the step is not recorded.
         :raises RftError: the file cannot be written (one line naming it).
         """
@@ -152,7 +169,9 @@ class RolloutRecorder:
             source: str | None = None
             if exp.advantages is not None and exp.action_mask is not None:
                 advantage, source = sequence_advantage(exp.advantages, exp.action_mask), "explorer"
-            elif trainer_advantages is not None and exp.eid.uid in trainer_advantages:
+            elif trainer_advantages is None:  # the trainer computes it, later
+                source = "trainer"
+            elif exp.eid.uid in trainer_advantages:
                 advantage, source = trainer_advantages[exp.eid.uid], "trainer"
             rows.append(sample_row(exp, step, self.decode, advantage, source))
         path = os.path.join(self.folder, step_file_name(step))
@@ -205,5 +224,13 @@ def open_recorder(enabled: bool, job_dir: str, every: int, max_mb: float,
                            decode)
 
 
-__all__ = ["RECORD_FOLDER", "RolloutRecorder", "open_recorder", "sample_row",
+def recorder_of(monitor: MonitorConfig, job_dir: str, decode: Callable[[list[int]], str],
+                *, explores: bool = True) -> RolloutRecorder | None:
+    """The stage's recorder from ``monitor.rollout_record`` / ``rollout_record_every`` /
+    ``rollout_record_max_mb`` (``None`` when off, or when the stage does not explore)."""
+    return open_recorder(monitor.rollout_record and explores, job_dir,
+                         monitor.rollout_record_every, monitor.rollout_record_max_mb, decode)
+
+
+__all__ = ["RECORD_FOLDER", "RolloutRecorder", "open_recorder", "recorder_of", "sample_row",
            "sequence_advantage", "step_file_name", "step_of_file"]

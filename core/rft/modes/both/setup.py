@@ -56,12 +56,15 @@ def join_weight_group(stage: Stage, actors: BothActors) -> None:
 def resume(stage: Stage, actors: BothActors, progress: Progress, result: StageResult, *,
            broadcasting: bool) -> Resumed:
     """Continue from the newest readable checkpoint (when continuing): the trainer, the
-    buffer (leases settled, contents and counters), the explorer's run state; the explorer
-    loads the checkpoint's weights at its first step."""
+    buffer (leases settled, contents and counters), the explorer's run state and rollout
+    record (the steps after the checkpoint forgotten; all of them on a fresh start); the
+    explorer loads the checkpoint's weights at its first step."""
     found = actors.get(actors.call("trainer", "resume"), Call("trainer", "resume", 0))
     step = found.step if found is not None else 0
     # a durable buffer (sql) hands out again what was read after the checkpoint
     actors.get(actors.call("buffer", "recover_leases", step), Call("buffer", "resume", step))
+    # the rollout record (monitor.rollout_record) forgets the explore steps that are redone
+    actors.get(actors.call("explorer", "rewind_record", step), Call("explorer", "resume", step))
     if found is None:
         return Resumed()
     for line in found.skipped:
