@@ -1,0 +1,132 @@
+"""Vision-language models in mode ``both``: the engine pool's replicas (Ray actors) serve
+prompts with images (``render_mm`` / ``generate_mm`` / ``compute_logprobs_mm``), take
+weights with the vision tower, and the experiences keep their vision inputs through the
+buffer to the trainer actor (docs/multimodal.md)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures_vlm import solid_image, tiny_vision_dir  # noqa: F401  (session fixture)
+from rft.config import load_config
+from rft.engines.engine import SamplingArgs
+from rft.launcher import run
+from test_embedded_run import write_config
+from test_vlm_example import make_data
+
+MESSAGES = [{"role": "user", "content": "Which colour?"}]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A private local Ray cluster on 127.0.0.1 for the module (``rft run`` reuses it)."""
+    import ray
+
+    from rft.distributed.cluster import loopback_only
+
+    restore = loopback_only()
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+             namespace="rft-tests-vlm", runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+    restore()
+
+
+def _vision_config(tmp_path: Path, model: Path, data: Path, **changes: object) -> Path:
+    taskset = {"name": "shapes", "path": str(data / "rl.jsonl"),
+               "format": {"prompt_key": "question", "response_key": "answer",
+                          "image_key": "image"},
+               "default_workflow_type": "simple_mm_workflow",
+               "default_reward_fn_type": "accuracy_reward"}
+    return write_config(tmp_path, model, data / "rl.jsonl", **{
+        "buffer__explorer_input__taskset": taskset, **changes})
+
+
+def test_the_pool_forwards_prompts_with_images_to_its_replicas(ray_local, tiny_vision_dir,
+                                                               tmp_path):
+    """Two hf replicas as one engine: ``render_mm`` gives the local engine's prompt,
+    ``generate_mm`` splits the prompts into one chunk per replica (chunk ``j`` with seed
+    ``seed + j``, as ``generate``), ``compute_logprobs_mm`` equals the local engine's,
+    and a weight update of the vision tower reaches both replicas."""
+    from rft.distributed.engine_pool import EnginePool
+    from rft.engines.engine_factory import build_engine
+    from rft.plugins import PluginRegistry
+
+    data = make_data(tmp_path / "shapes", {"heldout": 4, "sft": 4, "rl": 4})
+    stage = load_config(_vision_config(tmp_path, tiny_vision_dir, data)).stages[0]
+    hf_cls = PluginRegistry.create().get("engine", "hf")
+    pool = EnginePool(stage.config, hf_cls, replicas=2)
+    alone = build_engine(stage.config, hf_cls)
+    try:
+        assert pool.accepts_images() and alone.accepts_images()
+        colours = [(230, 30, 30), (30, 200, 30), (40, 60, 240), (240, 220, 20)]
+        prompts = [pool.render_mm(MESSAGES, [solid_image(c)]) for c in colours]
+        local = [alone.render_mm(MESSAGES, [solid_image(c)]) for c in colours]
+        for remote, here in zip(prompts, local, strict=True):
+            assert remote.token_ids == here.token_ids
+            assert remote.multi_modal_inputs is not None and here.multi_modal_inputs is not None
+            assert torch.equal(remote.multi_modal_inputs.pixel_values,
+                               here.multi_modal_inputs.pixel_values)
+        # what crosses the object store per prompt: its tensors and image, little else
+        vision = prompts[0].multi_modal_inputs
+        raw = (vision.pixel_values.nbytes + vision.image_grid_thw.nbytes
+               + len(prompts[0].images[0].tobytes()) + 8 * len(prompts[0].token_ids))
+        assert len(pickle.dumps(prompts[0])) < raw + 2048
+
+        sampling = SamplingArgs(max_tokens=5, seed=7)
+        split = pool.generate_mm(prompts, sampling, n=2)
+        halves = (alone.generate_mm(local[:2], sampling, n=2),
+                  alone.generate_mm(local[2:], SamplingArgs(max_tokens=5, seed=8), n=2))
+        assert [c.token_ids for g in split for c in g] == \
+            [c.token_ids for half in halves for g in half for c in g]
+        assert sorted(pool.served()) == [1, 1]  # one chunk each
+
+        sequences = [list(p.token_ids) + g[0].token_ids for p, g in zip(prompts, split,
+                                                                        strict=True)]
+        lengths = [len(p.token_ids) for p in prompts]
+        inputs = [p.multi_modal_inputs for p in prompts]
+        pooled = pool.compute_logprobs_mm(sequences, lengths, inputs)
+        direct = alone.compute_logprobs_mm(sequences, lengths, inputs)
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(pooled, direct, strict=True))
+
+        # new vision-tower weights into both replicas: their log-probs follow the local
+        # engine's with the same weights, and differ from before
+        model = getattr(alone, "model")
+        moved = [(name, tensor + 0.05) for name, tensor in model.state_dict().items()
+                 if "visual" in name and name.endswith("weight")]
+        assert moved
+        pool.update_weights(iter(moved), version=1)
+        alone.update_weights(iter(moved), version=1)
+        assert pool.model_version == 1
+        after = pool.compute_logprobs_mm(sequences, lengths, inputs)  # replica turn: 2nd
+        again = pool.compute_logprobs_mm(sequences, lengths, inputs)  # the other one first
+        assert all(torch.equal(a, b) for a, b in zip(after, again, strict=True))
+        expected = alone.compute_logprobs_mm(sequences, lengths, inputs)
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(after, expected, strict=True))
+        assert max((a - b).abs().max().item() for a, b in zip(after, pooled, strict=True)) > 1e-4
+    finally:
+        pool.close()
+
+
+def test_the_pool_of_a_text_model_refuses_images_in_one_line(ray_local, tiny_model_dir,
+                                                             tmp_path):
+    from fixtures_models import arithmetic_tasks
+    from rft.distributed.engine_pool import EnginePool
+    from rft.errors import RftError
+    from rft.plugins import PluginRegistry
+
+    tasks = arithmetic_tasks(tmp_path, 2)
+    stage = load_config(write_config(tmp_path, tiny_model_dir, tasks)).stages[0]
+    pool = EnginePool(stage.config, PluginRegistry.create().get("engine", "hf"), replicas=1)
+    try:
+        assert not pool.accepts_images()
+        with pytest.raises(RftError, match="takes no images") as refused:
+            pool.render_mm(MESSAGES, [solid_image((1, 2, 3))])
+        assert "\n" not in str(refused.value)
+    finally:
+        pool.close()
