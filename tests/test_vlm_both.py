@@ -130,3 +130,45 @@ def test_the_pool_of_a_text_model_refuses_images_in_one_line(ray_local, tiny_mod
         assert "\n" not in str(refused.value)
     finally:
         pool.close()
+
+
+def _logged(job: Path, side: str) -> dict[int, dict[str, float]]:
+    lines = (job / "monitor" / f"{side}.jsonl").read_text().splitlines()
+    return {r["step"]: r["metrics"] for r in map(json.loads, lines)}
+
+
+@pytest.mark.slow
+def test_mode_both_trains_a_vision_model_through_two_engine_replicas(ray_local,
+                                                                     tiny_vision_dir,
+                                                                     tmp_path):
+    """Mode ``both``, ``engine_num: 2`` (hf replicas as Ray actors), ``simple_mm_workflow``,
+    2 steps with a memory sync after step 1, the queue buffer between the actors. Two
+    epochs make the trainer recompute the old log-probs with its vision forward: they
+    equal the replicas' sampling log-probs at step 1 (same weights) and at step 2 (after
+    the sync — which must carry the vision tower, moved by step 1, or image rows differ);
+    the vision tower's weights moved."""
+    from safetensors.torch import load_file
+
+    data = make_data(tmp_path / "shapes", {"heldout": 4, "sft": 4, "rl": 8})
+    config = _vision_config(
+        tmp_path, tiny_vision_dir, data, mode="both", buffer__total_steps=2,
+        model__max_prompt_tokens=128, model__max_response_tokens=4,
+        explorer__rollout_model={"engine_type": "hf", "dtype": "float32", "engine_num": 2},
+        trainer__save_interval=0, algorithm__optimizer={"lr": 1e-2},
+        trainer__trainer_config={"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}})
+    assert run(load_config(config)) == 0
+
+    job = tmp_path / "ck" / "e2e" / "run"
+    trainer, explorer = _logged(job, "trainer"), _logged(job, "explorer")
+    assert {s: m["explorer/model_version"] for s, m in explorer.items()} == {1: 0, 2: 1}
+    for step in (1, 2):
+        metrics = trainer[step]
+        assert metrics["training/rollout_logprobs_diff_max"] <= 1e-5, (step, metrics)
+        assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
+    before = load_file(str(tiny_vision_dir / "model.safetensors"))
+    (export,) = job.glob("**/hf/model.safetensors")
+    after = load_file(str(export))
+    vision = [name for name in before if "visual" in name]
+    assert vision and set(vision) <= set(after)
+    moved = max((after[n].float() - before[n].float()).abs().max().item() for n in vision)
+    assert moved > 1e-4, moved

@@ -140,6 +140,21 @@ def chunks(count: int, parts: int) -> list[range]:
     return bounds
 
 
+def replica_results(refs: list[Any]) -> list[Any]:
+    """``ray.get`` of replica calls; an :class:`RftError` a replica raised (a prompt over
+    the limit, a text model given images) is raised here as its own one line, not inside
+    Ray's traceback of the actor."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    try:
+        return list(ray.get(refs))
+    except RayTaskError as exc:
+        if isinstance(exc.cause, RftError):
+            raise RftError(str(exc.cause)) from None
+        raise
+
+
 def first_ranks(ranks: Sequence[int], start: int) -> list[int]:
     """First group rank of each member taking ``ranks[j]`` consecutive ranks from
     ``start`` on: ``start + Σ_{i<j} ranks_i``."""
@@ -205,7 +220,7 @@ class EnginePool(InferenceEngine):
                  for j, (replica, part) in enumerate(zip(self._rotated(),
                                                          chunks(len(prompts), len(self.replicas)),
                                                          strict=False))]
-        return [group for result in ray.get(calls) for group in result]
+        return [group for result in replica_results(calls) for group in result]
 
     def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
                          prompt_lengths: Sequence[int], *,
@@ -220,7 +235,7 @@ class EnginePool(InferenceEngine):
                  for replica, part in zip(self._rotated(), chunks(len(sequences),
                                                                   len(self.replicas)),
                                           strict=False)]
-        return [logps for result in ray.get(calls) for logps in result]
+        return [logps for result in replica_results(calls) for logps in result]
 
     # ---- images (vision-language models; docs/multimodal.md) ----------------------------
 
@@ -238,8 +253,9 @@ class EnginePool(InferenceEngine):
             return super().render_mm(messages, images,
                                      add_generation_prompt=add_generation_prompt)
         replica = self._rotated()[0]
-        prompt: VisionPrompt = ray.get(replica.render_mm.remote(
-            list(messages), list(images), add_generation_prompt))
+        (prompt,) = replica_results([replica.render_mm.remote(list(messages), list(images),
+                                                              add_generation_prompt)])
+        assert isinstance(prompt, VisionPrompt)
         return prompt
 
     def generate_mm(self, prompts: Sequence[VisionPrompt], sampling: SamplingArgs,
@@ -259,7 +275,7 @@ class EnginePool(InferenceEngine):
                  for j, (replica, part) in enumerate(zip(self._rotated(),
                                                          chunks(len(items), len(self.replicas)),
                                                          strict=False))]
-        return [group for result in ray.get(calls) for group in result]
+        return [group for result in replica_results(calls) for group in result]
 
     def compute_logprobs_mm(self, token_ids: Sequence[Sequence[int]],
                             prompt_lengths: Sequence[int],
@@ -285,7 +301,7 @@ class EnginePool(InferenceEngine):
                  for replica, part in zip(self._rotated(), chunks(len(sequences),
                                                                   len(self.replicas)),
                                           strict=False)]
-        return [logps for result in ray.get(calls) for logps in result]
+        return [logps for result in replica_results(calls) for logps in result]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
                        version: int) -> None:
