@@ -146,7 +146,8 @@ def test_mode_both_trains_a_vision_model_through_two_engine_replicas(ray_local,
     epochs make the trainer recompute the old log-probs with its vision forward: they
     equal the replicas' sampling log-probs at step 1 (same weights) and at step 2 (after
     the sync — which must carry the vision tower, moved by step 1, or image rows differ);
-    the vision tower's weights moved."""
+    the vision tower's weights moved (the random model's rewards are all 0: an entropy
+    bonus gives the gradient, no weight decay)."""
     from safetensors.torch import load_file
 
     data = make_data(tmp_path / "shapes", {"heldout": 4, "sft": 4, "rl": 8})
@@ -154,7 +155,8 @@ def test_mode_both_trains_a_vision_model_through_two_engine_replicas(ray_local,
         tmp_path, tiny_vision_dir, data, mode="both", buffer__total_steps=2,
         model__max_prompt_tokens=128, model__max_response_tokens=4,
         explorer__rollout_model={"engine_type": "hf", "dtype": "float32", "engine_num": 2},
-        trainer__save_interval=0, algorithm__optimizer={"lr": 1e-2},
+        trainer__save_interval=0, algorithm__optimizer={"lr": 1e-2, "weight_decay": 0.0},
+        algorithm__entropy_loss_fn_args={"entropy_coef": 0.1},
         trainer__trainer_config={"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}})
     assert run(load_config(config)) == 0
 
@@ -165,6 +167,7 @@ def test_mode_both_trains_a_vision_model_through_two_engine_replicas(ray_local,
         metrics = trainer[step]
         assert metrics["training/rollout_logprobs_diff_max"] <= 1e-5, (step, metrics)
         assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
+        assert metrics["actor/grad_norm"] > 1e-3, (step, metrics)
     before = load_file(str(tiny_vision_dir / "model.safetensors"))
     (export,) = job.glob("**/hf/model.safetensors")
     after = load_file(str(export))
