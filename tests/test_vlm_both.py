@@ -175,3 +175,28 @@ def test_mode_both_trains_a_vision_model_through_two_engine_replicas(ray_local,
     assert vision and set(vision) <= set(after)
     moved = max((after[n].float() - before[n].float()).abs().max().item() for n in vision)
     assert moved > 1e-4, moved
+
+
+@pytest.mark.parametrize("storage_type", ["queue", "sql", "file"])
+def test_experiences_keep_their_vision_inputs_through_the_buffer(tmp_path, storage_type):
+    """What mode ``both``'s buffer actor holds between the explorer and the trainer: an
+    experience written to each storage (pickled, as Ray carries it to the buffer actor)
+    is read back with its vision inputs, tensor for tensor."""
+    from rft.buffer.storage import open_storage
+    from rft.experience import Experience
+    from rft.multimodal.inputs import MultiModalInputs
+
+    generator = torch.Generator().manual_seed(0)
+    vision = MultiModalInputs(pixel_values=torch.randn(20, 96, generator=generator),
+                              image_grid_thw=torch.tensor([[1, 4, 4], [1, 2, 2]]))
+    written = Experience(tokens=torch.arange(12), prompt_length=8, reward=1.0,
+                         logprobs=torch.full((4,), -0.5), multi_modal_inputs=vision)
+    path = None if storage_type == "queue" else str(tmp_path / f"exp.{storage_type}")
+    store = open_storage(storage_type, "exp", path)
+    store.write([pickle.loads(pickle.dumps(written))])
+    (read,) = store.read(1, timeout=5)
+    assert read.multi_modal_inputs is not None
+    assert torch.equal(read.multi_modal_inputs.pixel_values, vision.pixel_values)
+    assert torch.equal(read.multi_modal_inputs.image_grid_thw, vision.image_grid_thw)
+    assert read.multi_modal_inputs.image_grid_thw.dtype == torch.long
+    assert torch.equal(read.tokens, written.tokens)
