@@ -200,3 +200,24 @@ def test_experiences_keep_their_vision_inputs_through_the_buffer(tmp_path, stora
     assert torch.equal(read.multi_modal_inputs.image_grid_thw, vision.image_grid_thw)
     assert read.multi_modal_inputs.image_grid_thw.dtype == torch.long
     assert torch.equal(read.tokens, written.tokens)
+
+
+def test_partial_rollouts_with_images_are_refused_in_one_line(tiny_vision_dir, tmp_path):
+    """``synchronizer.partial_rollout`` resumes an interrupted completion from its token ids
+    alone (no pixels): a taskset with images is refused at validation, naming both keys."""
+    from rft.errors import RftError
+
+    data = make_data(tmp_path / "shapes", {"heldout": 4, "sft": 4, "rl": 4})
+    config = _vision_config(tmp_path, tiny_vision_dir, data, mode="both",
+                            synchronizer__partial_rollout=True)
+    with pytest.raises(RftError) as refused:
+        load_config(config)
+    line = next(m for m in str(refused.value).splitlines() if "partial_rollout" in m)
+    assert "synchronizer.partial_rollout: prompts with images " \
+        "(buffer.explorer_input.taskset.format.image_key) cannot be interrupted" in line
+    text_only = _vision_config(tmp_path, tiny_vision_dir, data, mode="both",
+                               synchronizer__partial_rollout=True,
+                               buffer__explorer_input__taskset__format__image_key=None,
+                               buffer__explorer_input__taskset__default_workflow_type=
+                               "simple_workflow")
+    load_config(text_only)  # the same run without images validates
