@@ -56,6 +56,8 @@ def test_the_pool_forwards_prompts_with_images_to_its_replicas(ray_local, tiny_v
     and a weight update of the vision tower reaches both replicas."""
     from rft.distributed.engine_pool import EnginePool
     from rft.engines.engine_factory import build_engine
+    from rft.errors import RftError
+    from rft.multimodal.inputs import VisionPrompt
     from rft.plugins import PluginRegistry
 
     data = make_data(tmp_path / "shapes", {"heldout": 4, "sft": 4, "rl": 4})
@@ -86,6 +88,12 @@ def test_the_pool_forwards_prompts_with_images_to_its_replicas(ray_local, tiny_v
         assert [c.token_ids for g in split for c in g] == \
             [c.token_ids for half in halves for g in half for c in g]
         assert sorted(pool.served()) == [1, 1]  # one chunk each
+        # a replica's refusal comes back as its own one line
+        too_long = VisionPrompt(prompts[0].token_ids * 4, prompts[0].multi_modal_inputs)
+        with pytest.raises(RftError, match=r"^hf engine: prompt 0 with images has \d+ tokens, "
+                                           r"over the prompt limit") as refused:
+            pool.generate_mm([too_long], sampling)
+        assert "\n" not in str(refused.value)
 
         sequences = [list(p.token_ids) + g[0].token_ids for p, g in zip(prompts, split,
                                                                         strict=True)]

@@ -209,8 +209,6 @@ class EnginePool(InferenceEngine):
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
                  n: int = 1) -> list[list[Completion]]:
-        import ray
-
         prompts = [list(p) for p in prompt_token_ids]
         if not prompts:
             return []
@@ -225,8 +223,6 @@ class EnginePool(InferenceEngine):
     def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
                          prompt_lengths: Sequence[int], *,
                          temperature: float = 1.0) -> list[torch.Tensor]:
-        import ray
-
         sequences, lengths = [list(t) for t in token_ids], list(prompt_lengths)
         if not sequences:
             return []
@@ -247,8 +243,6 @@ class EnginePool(InferenceEngine):
                   add_generation_prompt: bool = True) -> VisionPrompt:
         """The next replica in turn renders the conversation with its processor (the pool
         holds none); its :class:`VisionPrompt` comes back through the object store."""
-        import ray
-
         if not self._accepts_images:
             return super().render_mm(messages, images,
                                      add_generation_prompt=add_generation_prompt)
@@ -262,8 +256,6 @@ class EnginePool(InferenceEngine):
                     n: int = 1) -> list[list[Completion]]:
         """:meth:`generate` for prompts with images: one contiguous chunk of prompts per
         replica, chunk ``j`` with seed ``seed + j``; results in prompt order."""
-        import ray
-
         if not self._accepts_images:
             return super().generate_mm(prompts, sampling, n)
         items = list(prompts)
@@ -283,8 +275,6 @@ class EnginePool(InferenceEngine):
                             temperature: float = 1.0) -> list[torch.Tensor]:
         """:meth:`compute_logprobs` with each sequence's vision inputs, one chunk of
         sequences (with theirs) per replica."""
-        import ray
-
         if not self._accepts_images:
             return super().compute_logprobs_mm(token_ids, prompt_lengths, inputs,
                                                temperature=temperature)
