@@ -11,7 +11,7 @@ from rft.config.derive import SYNC_METHODS_BY_MODE
 from rft.config.findings import Findings, is_remote, require_local, training_tasksets
 from rft.config.plan import Selected
 from rft.config.ray_timeline import check_ray_timeline
-from rft.config.schema import ExperienceBufferConfig, RftConfig
+from rft.config.schema import ExperienceBufferConfig, RftConfig, TasksetConfig
 from rft.plugin_kinds import EXPERIENCE_OPERATOR, MONITOR, SERVICE
 
 SPLIT_MODES = ("explore", "train", "bench")
@@ -103,7 +103,9 @@ def check_serve(c: RftConfig, found: Findings) -> None:
 
 def _check_partial_rollout(c: RftConfig, found: Findings) -> None:
     """``synchronizer.partial_rollout``: mode ``both``, one rollout engine in the explorer's
-    process, a synchronizer that hands weights out (not one the explorer asks for)."""
+    process, a synchronizer that hands weights out (not one the explorer asks for), and no
+    taskset with images (:meth:`~rft.engines.partial_rollout.PartialRollouts.call` resumes
+    an interrupted completion from its token ids alone, without its pixels)."""
     key = "synchronizer.partial_rollout"
     if c.mode != "both":
         found.problem(key, f"works in mode 'both' only, not {c.mode!r}")
@@ -113,6 +115,19 @@ def _check_partial_rollout(c: RftConfig, found: Findings) -> None:
     if c.synchronizer.sync_style in ("explorer_driven", "dynamic_by_explorer"):
         found.problem(key, "needs a synchronizer.sync_style where the trainer hands out "
                       f"weights (fixed or trainer_driven), got {c.synchronizer.sync_style!r}")
+    with_images = [f"{where}.format.{name}" for where, taskset in _explorer_tasksets(c)
+                   for name in ("image_key", "video_key") if getattr(taskset.format, name)]
+    if with_images:
+        found.problem(key, f"prompts with images ({', '.join(with_images)}) cannot be "
+                      "interrupted and resumed: the resumption re-sends token ids without the "
+                      "images' pixels; set it false (docs/multimodal.md)")
+
+
+def _explorer_tasksets(c: RftConfig) -> list[tuple[str, TasksetConfig]]:
+    """The explorer's tasksets (training, then eval) with their dotted keys."""
+    evals = [(f"buffer.explorer_input.eval_tasksets[{i}]", t)
+             for i, t in enumerate(c.buffer.explorer_input.eval_tasksets)]
+    return [*training_tasksets(c), *evals]
 
 
 def check_split_modes(c: RftConfig, found: Findings, preset: AlgorithmPreset | None) -> None:

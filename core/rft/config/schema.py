@@ -1073,7 +1073,8 @@ class SynchronizerConfig:
     weights the trainer hands out are loaded at once, mid-step: the engine's in-flight
     requests are interrupted, the weights loaded, and each request resumed from the tokens
     it had, every token recording the version that produced it
-    (``Experience.token_versions``; docs/async-partial.md)."""
+    (``Experience.token_versions``; docs/async-partial.md). Not with tasksets with images
+    (refused: a resumed request is sent as token ids alone, without its pixels)."""
 
 
 @dataclass(frozen=True)

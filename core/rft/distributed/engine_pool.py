@@ -11,6 +11,11 @@ and the workflows use it like a single engine:
   replica of chunk 0 turns with every call (round robin), so calls of fewer prompts than
   replicas — an auxiliary model's one-prompt calls — are spread over all of them (the
   replicas hold the same weights: which one serves a chunk does not change its result).
+- ``generate_mm`` / ``compute_logprobs_mm`` (prompts with images, a vision-language model)
+  are split the same way; each :class:`~rft.multimodal.VisionPrompt` or
+  :class:`~rft.multimodal.MultiModalInputs` travels to its replica pickled (tensors as raw
+  buffers, :mod:`rft.tensor_wire`). ``render_mm`` runs on the next replica in turn (its
+  processor); ``accepts_images`` is the replicas' answer, asked once.
 - ``update_weights`` puts the tensors in the object store once and loads them into every
   replica in parallel; the pool's ``model_version`` changes when all have them. With
   ``sync_method: nccl`` each replica (or each of its workers) is a rank of the trainer's
@@ -36,7 +41,9 @@ from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
 from rft.rollout.auxiliary import AuxiliaryEngineBuilder
 from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
 from rft.engines.engine_factory import build_engine
+from rft.errors import RftError
 from rft.modes.builders import quiet_libraries
+from rft.multimodal.inputs import MultiModalInputs, VisionPrompt
 from rft.tensor_wire import NamedTensors
 
 log = logging.getLogger("rft.distributed.engine_pool")
@@ -66,6 +73,9 @@ class EngineReplica:
                 "chat_template": e.chat_template, "enable_thinking": e.enable_thinking,
                 "seed": e.seed, "tokenizer": e.tokenizer, "eos_token_ids": e.eos_token_ids}
 
+    def accepts_images(self) -> bool:
+        return self.engine.accepts_images()
+
     def generate(self, prompts: list[list[int]], sampling: SamplingArgs,
                  n: int) -> list[list[Completion]]:
         self.calls += 1
@@ -75,6 +85,23 @@ class EngineReplica:
                          temperature: float) -> list[torch.Tensor]:
         self.calls += 1
         return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature=temperature)
+
+    def render_mm(self, messages: list[dict[str, Any]], images: list[Any],
+                  add_generation_prompt: bool) -> VisionPrompt:
+        return self.engine.render_mm(messages, images,
+                                     add_generation_prompt=add_generation_prompt)
+
+    def generate_mm(self, prompts: list[VisionPrompt], sampling: SamplingArgs,
+                    n: int) -> list[list[Completion]]:
+        self.calls += 1
+        return self.engine.generate_mm(prompts, sampling, n)
+
+    def compute_logprobs_mm(self, token_ids: list[list[int]], prompt_lengths: list[int],
+                            inputs: list[MultiModalInputs | None],
+                            temperature: float) -> list[torch.Tensor]:
+        self.calls += 1
+        return self.engine.compute_logprobs_mm(token_ids, prompt_lengths, inputs,
+                                               temperature=temperature)
 
     def update_weights(self, weights: list[tuple[str, torch.Tensor]], version: int) -> int:
         self.engine.update_weights(iter(weights), version=version)
@@ -113,6 +140,21 @@ def chunks(count: int, parts: int) -> list[range]:
     return bounds
 
 
+def replica_results(refs: list[Any]) -> list[Any]:
+    """``ray.get`` of replica calls; an :class:`RftError` a replica raised (a prompt over
+    the limit, a text model given images) is raised here as its own one line, not inside
+    Ray's traceback of the actor."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    try:
+        return list(ray.get(refs))
+    except RayTaskError as exc:
+        if isinstance(exc.cause, RftError):
+            raise RftError(str(exc.cause)) from None
+        raise
+
+
 def first_ranks(ranks: Sequence[int], start: int) -> list[int]:
     """First group rank of each member taking ``ranks[j]`` consecutive ranks from
     ``start`` on: ``start + Σ_{i<j} ranks_i``."""
@@ -143,6 +185,7 @@ class EnginePool(InferenceEngine):
         self._tokenizer = settings.pop("tokenizer")
         eos = settings.pop("eos_token_ids")
         super().__init__(**settings)
+        self._accepts_images = bool(ray.get(self.replicas[0].accepts_images.remote()))
         self.eos_token_ids = list(eos)
         self._ranks: list[int] | None = None
         self._turns = itertools.count()
@@ -166,8 +209,6 @@ class EnginePool(InferenceEngine):
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
                  n: int = 1) -> list[list[Completion]]:
-        import ray
-
         prompts = [list(p) for p in prompt_token_ids]
         if not prompts:
             return []
@@ -177,13 +218,11 @@ class EnginePool(InferenceEngine):
                  for j, (replica, part) in enumerate(zip(self._rotated(),
                                                          chunks(len(prompts), len(self.replicas)),
                                                          strict=False))]
-        return [group for result in ray.get(calls) for group in result]
+        return [group for result in replica_results(calls) for group in result]
 
     def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
                          prompt_lengths: Sequence[int], *,
                          temperature: float = 1.0) -> list[torch.Tensor]:
-        import ray
-
         sequences, lengths = [list(t) for t in token_ids], list(prompt_lengths)
         if not sequences:
             return []
@@ -192,7 +231,67 @@ class EnginePool(InferenceEngine):
                  for replica, part in zip(self._rotated(), chunks(len(sequences),
                                                                   len(self.replicas)),
                                           strict=False)]
-        return [logps for result in ray.get(calls) for logps in result]
+        return [logps for result in replica_results(calls) for logps in result]
+
+    # ---- images (vision-language models; docs/multimodal.md) ----------------------------
+
+    def accepts_images(self) -> bool:
+        """The replicas' engines take images (asked once, when the pool starts)."""
+        return self._accepts_images
+
+    def render_mm(self, messages: Sequence[dict[str, Any]], images: Sequence[Any], *,
+                  add_generation_prompt: bool = True) -> VisionPrompt:
+        """The next replica in turn renders the conversation with its processor (the pool
+        holds none); its :class:`VisionPrompt` comes back through the object store."""
+        if not self._accepts_images:
+            return super().render_mm(messages, images,
+                                     add_generation_prompt=add_generation_prompt)
+        replica = self._rotated()[0]
+        (prompt,) = replica_results([replica.render_mm.remote(list(messages), list(images),
+                                                              add_generation_prompt)])
+        assert isinstance(prompt, VisionPrompt)
+        return prompt
+
+    def generate_mm(self, prompts: Sequence[VisionPrompt], sampling: SamplingArgs,
+                    n: int = 1) -> list[list[Completion]]:
+        """:meth:`generate` for prompts with images: one contiguous chunk of prompts per
+        replica, chunk ``j`` with seed ``seed + j``; results in prompt order."""
+        if not self._accepts_images:
+            return super().generate_mm(prompts, sampling, n)
+        items = list(prompts)
+        if not items:
+            return []
+        seed = self.next_seed(sampling)
+        calls = [replica.generate_mm.remote([items[i] for i in part],
+                                            dataclasses.replace(sampling, seed=seed + j), n)
+                 for j, (replica, part) in enumerate(zip(self._rotated(),
+                                                         chunks(len(items), len(self.replicas)),
+                                                         strict=False))]
+        return [group for result in replica_results(calls) for group in result]
+
+    def compute_logprobs_mm(self, token_ids: Sequence[Sequence[int]],
+                            prompt_lengths: Sequence[int],
+                            inputs: Sequence[MultiModalInputs | None], *,
+                            temperature: float = 1.0) -> list[torch.Tensor]:
+        """:meth:`compute_logprobs` with each sequence's vision inputs, one chunk of
+        sequences (with theirs) per replica."""
+        if not self._accepts_images:
+            return super().compute_logprobs_mm(token_ids, prompt_lengths, inputs,
+                                               temperature=temperature)
+        sequences, lengths, vision = [list(t) for t in token_ids], list(prompt_lengths), \
+            list(inputs)
+        if len(vision) != len(sequences):
+            raise RftError(f"compute_logprobs_mm: {len(sequences)} sequences but "
+                           f"{len(vision)} vision inputs")
+        if not sequences:
+            return []
+        calls = [replica.compute_logprobs_mm.remote([sequences[i] for i in part],
+                                                    [lengths[i] for i in part],
+                                                    [vision[i] for i in part], temperature)
+                 for replica, part in zip(self._rotated(), chunks(len(sequences),
+                                                                  len(self.replicas)),
+                                          strict=False)]
+        return [logps for result in replica_results(calls) for logps in result]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
                        version: int) -> None:
