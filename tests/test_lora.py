@@ -59,25 +59,13 @@ from rft.testing.runs import (
     write_taskset,
 )
 from rft.testing.tiny_model import build_tiny_model
+from rft.testing.toy_rewards import VowelRewardPlugin
 from rft.trainer.torch_trainer import TorchTrainer
 
-VOWELS = set("aeiouAEIOU")
 LORA = [{"lora_rank": 4, "lora_alpha": 8}]
 
 # the reward below runs in Ray actors (mode both), which cannot import this test module
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def vowel_reward(response: str, truth: Any = None) -> dict[str, float]:
-    """The share of vowels among the response's letters (0 without letters)."""
-    letters = [c for c in response if c.isalpha()]
-    return {"vowels": sum(c in VOWELS for c in letters) / len(letters) if letters else 0.0}
-
-
-class VowelReward:
-    @hookimpl
-    def register_reward_fns(self) -> dict[str, Any]:
-        return {"vowel_reward": vowel_reward}
 
 
 class NoLoraEngine(InferenceEngine):
@@ -108,7 +96,7 @@ PLUGINS = [rft_plugin_grpo, rft_plugin_sft, rft_plugin_workflows, rft_plugin_rew
 @pytest.fixture(scope="module")
 def registry() -> PluginRegistry:
     return PluginRegistry.create(autoload=False,
-                                 extra_plugins=[*PLUGINS, VowelReward(), NoLoraEnginePlugin()])
+                                 extra_plugins=[*PLUGINS, VowelRewardPlugin(), NoLoraEnginePlugin()])
 
 
 def lora_run(model: Path, root: Path, **overrides: Any) -> dict[str, Any]:
@@ -318,7 +306,7 @@ def run_config(config: dict[str, Any], root: Path) -> RunOutcome:
 
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelReward()]))
+    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelRewardPlugin()]))
     assert run(loaded) == 0
     job_dir = Path(loaded.stages[-1].plan.job_dir)
     return RunOutcome(read_metrics(job_dir), job_dir)
@@ -369,7 +357,7 @@ def test_lora_sft_then_lora_grpo_as_two_stages(tmp_path, tiny_model_dir):
     ]
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelReward()]))
+    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelRewardPlugin()]))
     assert run(loaded) == 0
     first, second = loaded.stages
     sft_export = Path(first.plan.job_dir) / "global_step_6" / "hf"

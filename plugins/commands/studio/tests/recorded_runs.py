@@ -20,25 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
-from rft import hookimpl
 from rft.testing.runs import apply_overrides, tiny_run_config, write_taskset
 from rft.testing.tiny_model import build_tiny_model
+from rft.testing.toy_rewards import VowelRewardPlugin
 
-VOWELS = set("aeiouAEIOU")
 STEPS = 10
 RECORD_EVERY = 2
-
-
-def vowel_reward(response: str, truth: Any = None) -> dict[str, float]:
-    """The share of vowels among the response's letters (0 without letters)."""
-    letters = [c for c in response if c.isalpha()]
-    return {"vowels": sum(c in VOWELS for c in letters) / len(letters) if letters else 0.0}
-
-
-class VowelReward:
-    @hookimpl
-    def register_reward_fns(self) -> dict[str, Any]:
-        return {"vowel_reward": vowel_reward}
 
 
 TOOL_ROW = {
@@ -77,7 +64,7 @@ def _run(config: dict[str, Any], folder: Path) -> None:
 
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelReward()]))
+    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelRewardPlugin()]))
     assert run(loaded) == 0
 
 

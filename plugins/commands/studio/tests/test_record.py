@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from recorded_runs import RECORD_EVERY, STEPS, RecordedRuns, vowel_reward
+from recorded_runs import RECORD_EVERY, STEPS, RecordedRuns
 
 from rft.config import build_stages
 from rft.errors import ConfigError
@@ -18,6 +18,7 @@ from rft.experience import EID, Experience
 from rft.monitor.rollout_record import RolloutRecorder, step_file_name
 from rft.plugins import PluginRegistry
 from rft.testing.runs import apply_overrides, tiny_run_config, write_taskset
+from rft.testing.toy_rewards import vowel_reward
 
 
 def _rows(path: Path) -> list[dict]:

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from recorded_runs import STEPS, RecordedRuns, VowelReward
+from recorded_runs import STEPS, RecordedRuns
+
+from rft.testing.toy_rewards import VowelRewardPlugin
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -81,7 +83,7 @@ def test_a_failed_run_reads_as_failed(recorded_runs: RecordedRuns, tmp_path: Pat
     config.update(checkpoint_root_dir=str(tmp_path), name="broken")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelReward()]))
+    loaded = load_config(path, registry=PluginRegistry.create(extra_plugins=[VowelRewardPlugin()]))
 
     def broken(stage: Any, runtime: Any) -> Any:
         raise RftError("buffer.batch_size: something went wrong")
