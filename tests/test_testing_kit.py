@@ -577,3 +577,33 @@ def test_docs_clipped_pg_equals_verl(docs_clipped_pg: dict) -> None:
                            config={"clip_ratio": 0.2, "clip_ratio_c": 1e10})
 
     equals_verl()
+
+
+def test_a_clip_fraction_over_sum_of_mask_matches_verls_definition_on_one_token():
+    """veRL's masked mean divides by ``Σ m + 1e-8``; a loss that divides by ``Σ m`` (as the
+    ``rft new-plugin policy_loss`` template does) differs by 1e-8 relative on one token.
+    Hypothesis found this input (one token, clipped) failing the float64 tolerance."""
+
+    def clip_count_pg(inputs: PolicyLossInputs, args: object) -> tuple[torch.Tensor, dict]:
+        ratio = torch.exp((inputs.log_prob - inputs.old_log_prob).clamp(-20, 20))
+        unclipped = -inputs.advantages * ratio
+        clipped = -inputs.advantages * ratio.clamp(0.8, 1.2)
+        mask = inputs.response_mask
+        clipfrac = ((clipped > unclipped).float() * mask).sum() / mask.sum().clamp(min=1)
+        return torch.maximum(unclipped, clipped), {"pg_clipfrac": clipfrac.detach()}
+
+    inputs = PolicyLossInputs(
+        log_prob=torch.tensor([[-0.4418]], dtype=torch.float64, requires_grad=True),
+        old_log_prob=torch.tensor([[-1.1631]], dtype=torch.float64),
+        advantages=torch.tensor([[0.5636]], dtype=torch.float64),
+        response_mask=torch.tensor([[1.0]], dtype=torch.float64),
+        agg=AggContext(mode="token-mean"))
+    check_policy_loss(clip_count_pg, None, inputs, reference=ClippedSurrogate(clip_range=0.2))
+
+    def wrong_clip_count_pg(inputs: PolicyLossInputs, args: object) -> tuple[torch.Tensor, dict]:
+        loss, _ = clip_count_pg(inputs, args)
+        return loss, {"pg_clipfrac": torch.tensor(0.5, dtype=torch.float64)}
+
+    with pytest.raises(AssertionError, match="metric 'pg_clipfrac' differs"):
+        check_policy_loss(wrong_clip_count_pg, None, inputs,
+                          reference=ClippedSurrogate(clip_range=0.2))

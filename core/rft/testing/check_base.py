@@ -32,9 +32,11 @@ def _tol(tensor: torch.Tensor) -> float:
     return {torch.float64: 1e-9, torch.float32: 1e-4}.get(tensor.dtype, 1e-2)
 
 
-def _gap(a: torch.Tensor, b: torch.Tensor, scale: float = 0.0) -> tuple[bool, str]:
-    """Whether ``a`` and ``b`` agree to ``tol · (1 + magnitude)``, and the largest gap."""
-    tol = max(_tol(a), _tol(b))
+def _gap(a: torch.Tensor, b: torch.Tensor, scale: float = 0.0,
+         min_tol: float = 0.0) -> tuple[bool, str]:
+    """Whether ``a`` and ``b`` agree to ``tol · (1 + magnitude)``, and the largest gap
+    (``tol``: the looser dtype's, at least ``min_tol``)."""
+    tol = max(_tol(a), _tol(b), min_tol)
     a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
     if a.numel() == 0:
         return True, "empty"
