@@ -54,6 +54,10 @@ SIDE_GROUP = "side"
 DEFAULT_TIMEOUT_S = 1800.0
 """Rank timeout when the plan has none (``trainer.rank_timeout`` unset: no validation)."""
 
+DEAD_PEER_GRACE = 5.0
+"""Seconds the other ranks are waited for after one raised, to find a rank that died (whose
+death made the collective fail there)."""
+
 
 @dataclass(frozen=True)
 class RankPlace:
@@ -369,12 +373,34 @@ class RankedTrainer(Trainer):
                                f"{what}: {_first_line(exc)}")
                 except RayTaskError as exc:
                     cause = exc.cause if exc.cause is not None else exc
+                    self._fail_on_a_dead_rank(pending, len(refs), what)  # it explains this one
                     waiting = sorted(pending.values())
                     also = (f" (ranks {', '.join(map(str, waiting))} had not finished)"
                             if waiting else "")
                     self._fail(f"trainer rank {rank} of {len(refs)}{self._on(rank)}, {what}: "
                                f"{_first_line(cause)}{also}")
         return results
+
+    def _fail_on_a_dead_rank(self, pending: dict[Any, int], world: int, what: str) -> None:
+        """When a rank's call raised, the ranks still ``pending`` get a short grace
+        (:data:`DEAD_PEER_GRACE` s): a collective fails on the live ranks (gloo's
+        "Connection reset by peer") when a peer process dies, and the dead rank, not the
+        one that noticed, is the culprit the line names."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if not pending:
+            return
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=DEAD_PEER_GRACE)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError as exc:
+                rank = pending[ref]
+                self._fail(f"trainer rank {rank} of {world}{self._on(rank)} died during "
+                           f"{what}: {_first_line(exc)}")
+            except Exception:  # noqa: BLE001 (a raising live rank: the first one is reported)
+                pass
 
     def _on(self, rank: int) -> str:
         if rank < len(self.places):
