@@ -38,6 +38,7 @@ from rft.modes.stage import StageResult
 from rft.plugin_kinds import RUN_ARTIFACT
 from rft.plugins import PluginRegistry
 from rft.run_artifacts import write_artifacts
+from rft.scoped_environ import scoped_environ
 from rft.services import run_services, with_service_env
 from rft.modes.train import run_train_mode
 
@@ -183,16 +184,8 @@ def explorer_environment(stage: Stage) -> Iterator[None]:
     if stage.config.mode == "both" or not env_vars:
         yield
         return
-    saved = {key: os.environ.get(key) for key in env_vars}
-    os.environ.update({key: str(value) for key, value in env_vars.items()})
-    try:
+    with scoped_environ(env_vars):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def summary_path(loaded: LoadedConfig) -> str:

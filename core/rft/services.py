@@ -21,12 +21,13 @@ when this process disappears (see :mod:`rft.environments.process_host` for the p
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from rft.scoped_environ import scoped_environ
 
 if TYPE_CHECKING:
     from rft.config import Stage
@@ -62,24 +63,18 @@ def run_services(selected: Sequence[Selected[type[RunService]]],
     ``os.environ``; yields those variables. On the way out (normal end or error) close them
     in reverse order and restore the environment."""
     started: list[RunService] = []
-    saved: dict[str, str | None] = {}
     variables: dict[str, str] = {}
     try:
         for chosen in selected:
             service = chosen.implementation(chosen.args, job_dir)
             started.append(service)
-            for key, value in service.start().items():
-                saved.setdefault(key, os.environ.get(key))
-                os.environ[key] = variables[key] = value
-        yield variables
+            with scoped_environ(variables):  # a later service reaches the earlier ones
+                variables.update(service.start())
+        with scoped_environ(variables):
+            yield variables
     finally:
         for service in reversed(started):
             service.close()
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def with_service_env(stage: Stage, variables: dict[str, str]) -> Stage:
