@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -209,12 +209,19 @@ class EnginePool(InferenceEngine):
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingArgs,
                  n: int = 1) -> list[list[Completion]]:
-        prompts = [list(p) for p in prompt_token_ids]
+        return self._sample(lambda replica: replica.generate,
+                            [list(p) for p in prompt_token_ids], sampling, n)
+
+    def _sample(self, method: Callable[[Any], Any], prompts: list[Any],
+                sampling: SamplingArgs, n: int) -> list[list[Completion]]:
+        """``method(replica).remote(chunk, sampling, n)`` over one contiguous chunk of
+        ``prompts`` per replica, chunk ``j`` with seed ``seed + j``; results in prompt
+        order."""
         if not prompts:
             return []
         seed = self.next_seed(sampling)
-        calls = [replica.generate.remote([prompts[i] for i in part],
-                                         dataclasses.replace(sampling, seed=seed + j), n)
+        calls = [method(replica).remote([prompts[i] for i in part],
+                                        dataclasses.replace(sampling, seed=seed + j), n)
                  for j, (replica, part) in enumerate(zip(self._rotated(),
                                                          chunks(len(prompts), len(self.replicas)),
                                                          strict=False))]
@@ -223,13 +230,20 @@ class EnginePool(InferenceEngine):
     def compute_logprobs(self, token_ids: Sequence[Sequence[int]],
                          prompt_lengths: Sequence[int], *,
                          temperature: float = 1.0) -> list[torch.Tensor]:
-        sequences, lengths = [list(t) for t in token_ids], list(prompt_lengths)
-        if not sequences:
+        return self._score(lambda replica: replica.compute_logprobs,
+                           [[list(t) for t in token_ids], list(prompt_lengths)], temperature)
+
+    def _score(self, method: Callable[[Any], Any], columns: list[list[Any]],
+               temperature: float) -> list[torch.Tensor]:
+        """``method(replica).remote(*chunk_of_each_column, temperature)`` over one
+        contiguous chunk of rows per replica (``columns``: equally long per-row lists);
+        the log-probs in row order."""
+        rows = len(columns[0])
+        if not rows:
             return []
-        calls = [replica.compute_logprobs.remote([sequences[i] for i in part],
-                                                 [lengths[i] for i in part], temperature)
-                 for replica, part in zip(self._rotated(), chunks(len(sequences),
-                                                                  len(self.replicas)),
+        calls = [method(replica).remote(*[[column[i] for i in part] for column in columns],
+                                        temperature)
+                 for replica, part in zip(self._rotated(), chunks(rows, len(self.replicas)),
                                           strict=False)]
         return [logps for result in replica_results(calls) for logps in result]
 
@@ -258,16 +272,7 @@ class EnginePool(InferenceEngine):
         replica, chunk ``j`` with seed ``seed + j``; results in prompt order."""
         if not self._accepts_images:
             return super().generate_mm(prompts, sampling, n)
-        items = list(prompts)
-        if not items:
-            return []
-        seed = self.next_seed(sampling)
-        calls = [replica.generate_mm.remote([items[i] for i in part],
-                                            dataclasses.replace(sampling, seed=seed + j), n)
-                 for j, (replica, part) in enumerate(zip(self._rotated(),
-                                                         chunks(len(items), len(self.replicas)),
-                                                         strict=False))]
-        return [group for result in replica_results(calls) for group in result]
+        return self._sample(lambda replica: replica.generate_mm, list(prompts), sampling, n)
 
     def compute_logprobs_mm(self, token_ids: Sequence[Sequence[int]],
                             prompt_lengths: Sequence[int],
@@ -283,15 +288,8 @@ class EnginePool(InferenceEngine):
         if len(vision) != len(sequences):
             raise RftError(f"compute_logprobs_mm: {len(sequences)} sequences but "
                            f"{len(vision)} vision inputs")
-        if not sequences:
-            return []
-        calls = [replica.compute_logprobs_mm.remote([sequences[i] for i in part],
-                                                    [lengths[i] for i in part],
-                                                    [vision[i] for i in part], temperature)
-                 for replica, part in zip(self._rotated(), chunks(len(sequences),
-                                                                  len(self.replicas)),
-                                          strict=False)]
-        return [logps for result in replica_results(calls) for logps in result]
+        return self._score(lambda replica: replica.compute_logprobs_mm,
+                           [sequences, lengths, vision], temperature)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
                        version: int) -> None:
