@@ -42,4 +42,4 @@ vlm-example: setup
 # The type check first (about a minute; pinned mypy, config in pyproject.toml), then pytest.
 test: setup-test
 	cd core && ../.venv/bin/mypy
-	OMP_NUM_THREADS=1 RFT_REQUIRE_VERL_WORKERS=1 .venv/bin/python -m pytest -q -p no:cacheprovider
+	OMP_NUM_THREADS=1 RFT_REQUIRE_VERL_WORKERS=1 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40

@@ -241,3 +241,31 @@ def test_mode_serve_records_the_batch_of_every_kth_train_step(tmp_path: Path,
     for task in {r["task"] for r in rows}:
         group = [r["advantage"] for r in rows if r["task"] == task]
         assert len(group) == 2 and sum(group) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_a_character_split_over_byte_tokens_shows_whole_with_its_last_token() -> None:
+    """A byte-level tokenizer (a real ``tokenizers`` ByteLevel BPE with no merges: one token
+    per byte) cuts "é" into 2 tokens and "🙂" into 4: their first bytes alone decode to
+    U+FFFD. The record's pieces are empty there and the character appears whole with the
+    token that completes it; the pieces join to the response's text, one per token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from rft.monitor.rollout_record import INCOMPLETE_CHARACTER, token_pieces
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(["a"], trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    text = "ab é🙂!"
+    ids = tokenizer.encode(text).ids
+    assert len(ids) == len(text.encode("utf-8"))  # one token per byte: é 2, 🙂 4
+    assert tokenizer.decode([ids[3]]) == INCOMPLETE_CHARACTER  # é's first byte alone
+
+    pieces = token_pieces(ids, tokenizer.decode)
+
+    assert len(pieces) == len(ids)
+    assert pieces == ["a", "b", " ", "", "é", "", "", "", "🙂", "!"]
+    assert "".join(pieces) == text
+    # a response cut mid-character keeps decode's replacement on its last token
+    assert token_pieces(ids[:6], tokenizer.decode)[-1] == INCOMPLETE_CHARACTER

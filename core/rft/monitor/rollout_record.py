@@ -11,8 +11,10 @@ Where: ``<job dir>/monitor/rollouts/step_<N>.jsonl``, one JSON line per sample::
      "action_mask": [1, 1], "metrics": {...}, "transcript": [...] | null}
 
 - ``prompt`` / ``response``: the token ids decoded with special tokens kept (so a chat
-  template's turns, tool calls and tool results stay visible); ``tokens``: each response
-  token decoded alone; ``action_mask``: 1 on the model's tokens, 0 on what the workflow
+  template's turns, tool calls and tool results stay visible); ``tokens``: one text piece
+  per response token (:func:`token_pieces`: a token holding only part of a character's
+  UTF-8 bytes has an empty piece and its bytes show with the token that completes the
+  character); ``action_mask``: 1 on the model's tokens, 0 on what the workflow
   put between its turns (tool results, environment observations).
 - ``logprobs``: the engine's per-token log-probs when it returned them (``null`` else);
   ``entropy``: per-token entropy when the experience carries it (no engine of rft returns
@@ -101,6 +103,28 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+INCOMPLETE_CHARACTER = "\ufffd"
+"""What a tokenizer's decode gives for bytes that are only part of a UTF-8 character."""
+
+
+def token_pieces(token_ids: list[int], decode: Callable[[list[int]], str]) -> list[str]:
+    """One text piece per token: tokens are decoded in runs ``ids[start : i + 1]``; while
+    a run's text ends in :data:`INCOMPLETE_CHARACTER` (a byte-level token holding part of
+    a character, e.g. the first byte of an emoji) the token's piece is ``""`` and the run
+    goes on, so the character appears whole with the token that completes it (or with
+    the last token, as decode gives it, when the response ends mid-character)."""
+    pieces: list[str] = []
+    start = 0
+    for i in range(len(token_ids)):
+        text = decode(token_ids[start:i + 1])
+        if text.endswith(INCOMPLETE_CHARACTER) and i + 1 < len(token_ids):
+            pieces.append("")
+            continue
+        pieces.append(text)
+        start = i + 1
+    return pieces
+
+
 def sample_row(exp: Experience, step: int, decode: Callable[[list[int]], str],
                advantage: float | None, advantage_source: str | None) -> dict[str, Any]:
     """The record line of one sample (module docstring); ``decode``: ids → text with
@@ -119,7 +143,7 @@ def sample_row(exp: Experience, step: int, decode: Callable[[list[int]], str],
         "advantage": _plain(advantage), "advantage_source": advantage_source,
         "prompt": decode(prompt_ids) if prompt_ids else "",
         "response": decode(response_ids) if response_ids else "",
-        "tokens": [decode([t]) for t in response_ids],
+        "tokens": token_pieces(response_ids, decode),
         "logprobs": _plain(exp.logprobs) if exp.logprobs is not None else None,
         "entropy": _plain(entropy) if entropy is not None else None,
         "action_mask": _plain(exp.action_mask.int()) if exp.action_mask is not None else None,
