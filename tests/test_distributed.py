@@ -496,6 +496,35 @@ def test_nccl_sync_broadcasts_the_weights(ray_local, tmp_path, model_hd32, tasks
     assert by_step(trainer, "buffer/read")[3] == 12
 
 
+@pytest.mark.slow
+def test_partial_rollouts_receive_the_nccl_broadcast_mid_step(ray_local, tmp_path, model_hd32,
+                                                              tasks):
+    """``partial_rollout`` with ``sync_method: nccl`` (over gloo on this CPU machine): each
+    handed-out version is broadcast to the explorer while its explore step runs (the sync
+    lands beside the step, interrupting its vLLM requests); every experience of the SQLite
+    buffer is read once, no trained token is older than the weights one step back of the
+    step that read it, and the explorer ends on the trainer's last version."""
+    from rft.buffer.experience_codec import experience_from_dict
+
+    db = tmp_path / "exp.db"
+    config = both_config(tmp_path, model_hd32, tasks, synchronizer__sync_method="nccl",
+                         synchronizer__partial_rollout=True, buffer__total_steps=4,
+                         buffer__trainer_input__experience_buffer={
+                             "name": "exp", "storage_type": "sql", "path": str(db)})
+    assert run(load_config(config)) == 0
+    explorer = logged(tmp_path, "explorer")
+    syncs = by_step(explorer, "sync/partial_syncs")
+    assert sum(syncs.values()) >= 2, syncs  # versions 1.. arrived by broadcast, mid-step
+    assert all(t > 0 for t in by_step(explorer, "timing_s/update_weights").values())
+    with sqlite3.connect(db) as connection:
+        rows = list(connection.execute("SELECT payload, read_step FROM experiences"))
+    assert rows and all(step is not None for _, step in rows)  # every row trained
+    lags = [int(step) - 1 - version for payload, step in rows
+            for version in experience_from_dict(json.loads(payload)).response_versions().tolist()]
+    assert min(lags) >= 0 and max(lags) <= 2, sorted(set(lags))
+    assert by_step(logged(tmp_path, "trainer"), "buffer/read")[4] == len(rows)
+
+
 # ---- faults: a dead buffer is named; the private cluster stays on loopback ----------------
 
 
