@@ -285,16 +285,20 @@ gradient entries are ~1e-1)."""
 
 
 @pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")
-def test_rollout_correction_equals_the_native_trainer(registry, rft_tiny_model,
-                                                      tmp_path) -> None:
+@pytest.mark.parametrize("correction", [CORRECTION, {"bypass_mode": True}],
+                         ids=["decoupled", "bypass"])
+def test_rollout_correction_equals_the_native_trainer(registry, rft_tiny_model, tmp_path,
+                                                      correction: dict[str, Any]) -> None:
     """GRPO with ``algorithm.rollout_correction`` on off-policy rows: row 0 sampled by a
-    much older policy (``log μ − 3``: ``seq_mean_k3`` ≈ 16 > 5, rejected), row 1 weighted
-    ``e^{-0.5}``, row 3 ``e^{1}`` truncated to 2. veRL's worker receives the weights and the
-    rejection mask: its step equals the native trainer's (gradient within 1e-6, loss, grad
-    norm and every ``rollout_corr/…`` metric), and differs from the step without the
-    correction."""
+    much older policy (``log μ − 3``), row 1 by ``log μ + 0.5``, row 3 by ``log μ − 1``.
+    Decoupled (:data:`CORRECTION`): row 0 is rejected (``seq_mean_k3`` ≈ 16 > 5), row 1
+    weighted ``e^{-0.5}``, row 3 ``e^{1}`` truncated to 2; bypass: ``old_log_prob`` is the
+    engine's, the PPO ratio ``π_θ / μ``. veRL's worker receives the weights, the rejection
+    mask and the old log-probs: its step equals the native trainer's (gradient within
+    1e-6, loss, grad norm and every ``rollout_corr/…`` metric), and differs from the step
+    without the correction."""
     config = plain(rft_tiny_model, tmp_path, "grpo",
-                   **{"algorithm.rollout_correction": CORRECTION})
+                   **{"algorithm.rollout_correction": correction})
     verl, native = trainers(registry, config)
     uncorrected = TorchTrainer(build_stages(apply_overrides(
         plain(rft_tiny_model, tmp_path, "grpo"), {"trainer.trainer_type": "torch"}),
@@ -305,11 +309,14 @@ def test_rollout_correction_equals_the_native_trainer(registry, rft_tiny_model,
         expected_grad, expected = native_gradient_step(native, batch)
         plain_grad, plain_step = native_gradient_step(uncorrected, batch)
         corr = sorted(k for k in expected if k.startswith("rollout_corr/"))
-        assert corr and sorted(k for k in got if k.startswith("rollout_corr/")) == corr
+        assert sorted(k for k in got if k.startswith("rollout_corr/")) == corr
         assert_metrics_close(got, expected, *corr, "actor/pg_loss", "actor/grad_norm",
                              "actor/kl_loss", "critic/advantages/mean")
-        assert got["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(1 / 6)
-        assert got["rollout_corr/rollout_is_max"] == pytest.approx(2.0)
+        if correction is CORRECTION:
+            assert got["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(1 / 6)
+            assert got["rollout_corr/rollout_is_max"] == pytest.approx(2.0)
+        else:
+            assert not corr and got["actor/pg_clipfrac"] > 0  # π_θ / μ: off-policy rows clip
         assert max_difference(grad, expected_grad) < GRADIENT_TOLERANCE
         # the correction changed the step: loss and gradient
         assert abs(got["actor/pg_loss"] - plain_step["actor/pg_loss"]) > 1e-3
