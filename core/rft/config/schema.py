@@ -148,7 +148,7 @@ class RolloutCorrectionConfig:
 
     rollout_is: Literal["token", "sequence"] | None = field(default=None, metadata=consumed(
         CHECK_ALGORITHM, ROLLOUT_CORRECTION, ROLLOUT_PREP,
-        note="torch trainer: pg_loss · w per token before aggregation"))
+        note="pg_loss · w per token before aggregation (torch and verl trainers)"))
     """Importance-weight level: ``token`` (``w_t = ρ_t``) or ``sequence``
     (``w = Π_t ρ_t``); ``None``: no weights (veRL's default is ``sequence``: set it)."""
     rollout_is_threshold: Any = field(default=2.0, metadata=consumed(
@@ -161,7 +161,7 @@ class RolloutCorrectionConfig:
     ``sequence``)."""
     rollout_rs: str | None = field(default=None, metadata=consumed(
         CHECK_ALGORITHM, ROLLOUT_CORRECTION, ROLLOUT_PREP,
-        note="torch trainer: rejected tokens leave the response mask"))
+        note="rejected tokens leave the response mask (torch and verl trainers)"))
     """Rejection options, comma separated, all must pass: ``token_k1|k2|k3``,
     ``seq_sum_k1|k2|k3``, ``seq_mean_k1|k2|k3`` (``seq_mean_k1``: geometric mean ratio),
     ``seq_max_k2|k3``; ``None``: no rejection."""

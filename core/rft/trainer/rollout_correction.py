@@ -43,6 +43,7 @@ from rft.config.rollout_correction_spec import (
     RejectionOption,
     spec_of,
 )
+from rft.errors import RftError
 from rft.ops import masked_mean, masked_sum
 
 SAFETY_BOUND = 20.0
@@ -309,6 +310,20 @@ def offpolicy_metrics(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor
     row_sum = masked_sum(log_ratio, mask, dim=-1).clamp(-SAFETY_BOUND, SAFETY_BOUND)  # (B,)
     out["chi2_seq"] = (torch.exp(2.0 * row_sum).mean() - 1.0).item()
     return out
+
+
+def engine_log_prob(spec: CorrectionSpec, bypass_mode: bool,
+                    rollout_log_prob: torch.Tensor | None) -> torch.Tensor | None:
+    """The engine's log-probs ``μ`` ``(B, T)`` that ``algorithm.rollout_correction`` reads
+    (a correction or ``bypass_mode``), ``None`` when it reads none; one-line
+    :class:`RftError` when it needs them and the experiences carry none (every trainer
+    backend calls this one rule)."""
+    if not (spec.active or bypass_mode):
+        return None
+    if rollout_log_prob is None:
+        raise RftError("algorithm.rollout_correction: the experiences carry no engine "
+                       "log-probs (Experience.logprobs) to correct against")
+    return rollout_log_prob
 
 
 def correct(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: torch.Tensor,

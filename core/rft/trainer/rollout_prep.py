@@ -13,14 +13,13 @@ from torch import nn
 
 from rft.config.plan import LossPlan, TrainerPlan
 from rft.contracts import needs_entropy, needs_expected_entropy_signal
-from rft.errors import RftError
 from rft.experience import Batch
 from rft.trainer.batching import TensorBatch
 from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, first_step_check, rollout_probs_diff, timed
 from rft.trainer.models import (response_entropy_signals, response_logprobs, response_values,
                                 set_training)
-from rft.trainer.rollout_correction import CorrectionSpec, correct
+from rft.trainer.rollout_correction import CorrectionSpec, correct, engine_log_prob
 from rft.trainer.row_plan import RowPlanning
 
 logger = logging.getLogger("rft.trainer.torch_trainer")
@@ -151,9 +150,7 @@ class RolloutPreparation(RowPlanning):
         mask = batch.response_mask  # (B, R)
         correction = self.plan.algorithm.rollout_correction
         correcting = correction.rollout_is is not None or correction.rollout_rs is not None
-        if (correcting or correction.bypass_mode) and batch.rollout_log_prob is None:
-            raise RftError("algorithm.rollout_correction: the experiences carry no engine "
-                           "log-probs (Experience.logprobs) to correct against")
+        engine_log_prob(self.correction, correction.bypass_mode, batch.rollout_log_prob)
         if ((self.options.use_rollout_logprobs or correction.bypass_mode)
                 and batch.rollout_log_prob is not None):
             tensors["old_log_prob"] = batch.rollout_log_prob

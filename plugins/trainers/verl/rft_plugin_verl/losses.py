@@ -11,13 +11,16 @@ functions resolved from the YAML — ``algorithm.policy_loss_fn``, ``kl_loss_fn`
 ``entropy_loss_fn`` (through :func:`rft.trainer.loss.actor_loss`, the native trainer's
 assembly) and rft's clipped value loss — are what veRL's worker differentiates:
 
-    actor:   loss = agg(pg_loss) − entropy_term + kl_coef · agg(kl)
+    actor:   loss = agg(w · pg_loss) − entropy_term + kl_coef · agg(kl)
     critic:  loss = agg(max((V − R)², (clip(V, V_old ± ε) − R)²)) / 2
 
-where ``agg`` is :class:`rft.contracts.AggContext` over the **mini-batch's** token and
-sequence counts (veRL's ``global_batch_info``), so micro-batch losses add up to the
-mini-batch loss. Metrics keep rft's (veRL's) names; those normalised by the mini-batch
-counts are veRL ``SUM`` metrics (added over micro-batches), the rest ``MEAN``.
+with ``w`` the off-policy importance weights of ``algorithm.rollout_correction.rollout_is``
+(veRL's ``rollout_is_weights``, the batch's ``(b, T)`` field of that name; 1 without
+them), the response mask without the tokens its ``rollout_rs`` rejected, and ``agg``
+:class:`rft.contracts.AggContext` over the **mini-batch's** token and sequence counts
+(veRL's ``global_batch_info``), so micro-batch losses add up to the mini-batch loss.
+Metrics keep rft's (veRL's) names; those normalised by the mini-batch counts are veRL
+``SUM`` metrics (added over micro-batches), the rest ``MEAN``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from rft.contracts import AggContext
 from rft.trainer.loss import LossInputs, actor_loss
 
 RESPONSE_FIELDS = ("response_mask", "old_log_probs", "advantages", "ref_log_prob", "is_expert",
-                   "teacher_log_prob", "values", "returns")
+                   "teacher_log_prob", "values", "returns", "rollout_is_weights")
 """Per-row tensors of veRL's batch the hooks read (padded ``(b, T)``; ``is_expert``
 ``(b,)``), where present."""
 
@@ -96,6 +99,7 @@ class ActorLoss:
             ref_log_prob=inputs.get("ref_log_prob"),
             is_expert_mask=is_expert.bool() if is_expert is not None else None,
             teacher_log_prob=inputs.get("teacher_log_prob"),
+            rollout_is_weights=inputs.get("rollout_is_weights"),
             global_step=tu.get_non_tensor_data(data, "global_step", None)), agg)
         return out.loss, _metrics(out.summed, out.averaged)
 

@@ -19,11 +19,15 @@ native trainer's choices (what is computed when):
 1. the experiences are padded and packed into veRL's no-padding batch
    (:mod:`rft_plugin_verl.batch`);
 2. old log-probs (``compute_log_prob``) when more than one optimizer step uses them, with
-   a KL penalty, or with dropout — otherwise the first update's ``log_prob.detach()`` is
-   the same value; reference log-probs (``compute_ref_log_prob``); critic values
-   (``infer_batch``);
-3. KL penalty and advantages with rft's functions (:mod:`rft.trainer.loss`), on this
-   process, as veRL's driver does;
+   a KL penalty, with dropout or with an off-policy correction — otherwise the first
+   update's ``log_prob.detach()`` is the same value (``algorithm.rollout_correction.
+   bypass_mode``: the engine's log-probs instead); reference log-probs
+   (``compute_ref_log_prob``); critic values (``infer_batch``);
+3. KL penalty, off-policy correction (``algorithm.rollout_correction``:
+   :func:`rft.trainer.rollout_correction.correct`, the torch trainer's; its importance
+   weights go to the loss hook as veRL's ``rollout_is_weights``, its rejection mask
+   replaces the response mask) and advantages with rft's functions
+   (:mod:`rft.trainer.loss`), on this process, as veRL's driver does;
 4. ``update_critic`` then ``update_actor`` (veRL's ``train_mini_batch``: mini-batches of
    ``ppo_mini_batch_size × repeat_times`` rows, ``ppo_epochs`` passes, micro-batches,
    gradient clipping, optimizer and scheduler steps), the actor skipped during
@@ -87,6 +91,7 @@ from rft.trainer.base import Trainer
 from rft.trainer.fsdp import unique_state_names
 from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, rollout_probs_diff, timed
+from rft.trainer.rollout_correction import CorrectionSpec, correct, engine_log_prob, spec_of
 
 from rft_plugin_verl import checkpoint, cpu_platform, environment, megatron
 from rft_plugin_verl import lora as verl_lora
@@ -128,10 +133,6 @@ class VerlTrainer(Trainer):
         if missing:
             return [f"trainer.trainer_type: {line}" for line in missing], []
         c = config
-        correction = c.algorithm.rollout_correction
-        if correction != type(correction)():
-            return [("algorithm.rollout_correction: not applied by the verl trainer yet (its "
-                     "loss hook takes no importance weights); use trainer_type: torch")], []
         if not c.buffer.train_batch_size or not c.model.model_path:
             return [], []  # reported by the core's checks
         settings = build_verl_config(model=c.model, algorithm=c.algorithm, trainer=c.trainer,
@@ -158,6 +159,8 @@ class VerlTrainer(Trainer):
         self.settings: VerlConfig = settings
         self.preset = plan.preset
         self.fns = plan.loss
+        self.correction: CorrectionSpec = spec_of(plan.algorithm.rollout_correction)
+        """``algorithm.rollout_correction`` parsed (:mod:`rft.trainer.rollout_correction`)."""
         if self.cpu:
             cpu_platform.activate()
         self.groups: Any = None
@@ -479,10 +482,17 @@ class VerlTrainer(Trainer):
 
     def _prepare_rollout(self, batch: Batch, extra: dict[str, torch.Tensor],
                          metrics: dict[str, float]) -> None:
-        """Old / reference log-probs, values, KL penalty, advantages and data metrics."""
+        """Old / reference log-probs, values, KL penalty, off-policy correction, advantages
+        and data metrics (the native trainer's order and rules,
+        :mod:`rft.trainer.rollout_prep`)."""
         mask = batch.response_mask  # (B, T)
         rows = batch.input_ids.shape[0]
-        if self._updates(rows) > 1 or self.fns.uses_kl_penalty or self._dropout:
+        bypass = self.plan.algorithm.rollout_correction.bypass_mode
+        behaviour = engine_log_prob(self.correction, bypass, batch.rollout_log_prob)  # (B, T)
+        if bypass and behaviour is not None:  # old_log_prob := μ, no proximal forward pass
+            extra["old_log_probs"] = behaviour
+        elif (self.correction.active or self._updates(rows) > 1 or self.fns.uses_kl_penalty
+              or self._dropout):
             with timed(metrics, "old_log_prob"):
                 extra["old_log_probs"] = self._log_probs(self.actor_worker, batch)
             if batch.rollout_log_prob is not None:
@@ -503,12 +513,25 @@ class VerlTrainer(Trainer):
                                                    extra["ref_log_prob"], mask,
                                                    self.fns.kl_penalty)
             metrics.update(kl_metrics)
+        corrected = mask  # (B, T) the response mask without rejected tokens
+        if self.correction.active:  # veRL's order: after the KL penalty, before the advantages
+            assert behaviour is not None
+            with timed(metrics, "rollout_corr"):
+                result = correct(extra["old_log_probs"], behaviour.to(mask.dtype), mask,
+                                 self.correction)
+            if result.weights is not None:  # the actor loss hook: pg_loss · w per token
+                extra["rollout_is_weights"] = result.weights.to(torch.float32)  # (B, T)
+            metrics.update(result.metrics)
+            corrected = result.response_mask
         with timed(metrics, "adv"):
-            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, mask, values)
-        if kept is not mask:
+            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, corrected,
+                                                         values)
+        if kept is not corrected:
             raise RftError(f"algorithm.advantage_fn: {self.plan.algorithm.advantage_fn!r} drops "
                            "tokens from the update, which the verl trainer does not support yet "
                            "(use trainer_type: torch)")
+        if kept is not mask:  # rejected tokens leave the loss and veRL's token counts
+            extra["response_mask"] = kept
         extra["advantages"], extra["returns"] = advantages, returns
         response_lengths = batch.attention_mask[:, batch.prompt_width:].sum(-1)  # (B,)
         metrics.update(data_metrics(

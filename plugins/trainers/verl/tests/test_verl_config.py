@@ -378,11 +378,29 @@ def test_gpu_without_flash_attn_runs_sdpa_without_remove_padding(
         "or false)"]
 
 
-def test_rollout_correction_is_refused_in_one_line(registry, rft_tiny_model: Path,
-                                                   installed) -> None:
-    """``algorithm.rollout_correction`` is applied by the torch trainer only; the verl
-    trainer refuses it rather than train uncorrected."""
-    config = plain(str(rft_tiny_model), **{"algorithm.rollout_correction.rollout_is": "token"})
-    assert problems_of(registry, config) == [
-        "algorithm.rollout_correction: not applied by the verl trainer yet (its loss hook "
-        "takes no importance weights); use trainer_type: torch"]
+@pytest.mark.parametrize("correction", [
+    {"rollout_is": "token", "rollout_is_threshold": 2.0},
+    {"rollout_is": "sequence", "rollout_is_threshold": "0.5_5.0",
+     "rollout_is_batch_normalize": True, "rollout_rs": "seq_mean_k1,token_k3",
+     "rollout_rs_threshold": "0.5_2.0,4.0"},
+    {"bypass_mode": True}])
+def test_rollout_correction_is_accepted(registry, rft_tiny_model: Path, installed,
+                                        correction: dict[str, Any]) -> None:
+    """The verl trainer applies ``algorithm.rollout_correction`` (its effect:
+    ``test_verl_trainer.py::test_rollout_correction_equals_the_native_trainer``): every
+    form validates, and the trainer reads the parsed section."""
+    config = plain(str(rft_tiny_model), **{"algorithm.rollout_correction": correction})
+    stage = build_stages(config, registry).stages[0]
+    assert stage.config.trainer.trainer_type == "verl"
+    read = dataclasses.asdict(stage.config.algorithm.rollout_correction)
+    assert {key: read[key] for key in correction} == correction
+
+
+def test_reinforce_bypass_loss_is_one_line(registry, rft_tiny_model: Path, installed) -> None:
+    """What no trainer can do yet (veRL's bypass REINFORCE loss) stays one line naming the
+    key."""
+    config = plain(str(rft_tiny_model), **{"algorithm.rollout_correction": {
+        "bypass_mode": True, "loss_type": "reinforce"}})
+    problems = problems_of(registry, config)
+    assert len(problems) == 1 and problems[0].startswith(
+        "algorithm.rollout_correction.loss_type: ") and "reinforce" in problems[0], problems

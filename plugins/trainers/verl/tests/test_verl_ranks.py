@@ -34,10 +34,13 @@ from rft.config import build_stages
 from rft.errors import RftError
 from rft.plugins import PluginRegistry
 from rft.testing.runs import apply_overrides
+from rft.trainer.torch_trainer import TorchTrainer
 from test_verl_trainer import (  # noqa: F401  (runnable_verl: a fixture)
+    CORRECTION,
     assert_metrics_close,
     full_state,
     max_difference,
+    off_policy,
     plain,
     rollouts,
     runnable_verl,
@@ -134,6 +137,36 @@ def test_grpo_steps_on_two_ranks_equal_one_rank(registry, rft_tiny_model, tmp_pa
         assert max_difference(dict(restored.named_weights()), weights) == 0.0
     finally:
         restored.close()
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_rollout_correction_on_two_ranks_equals_one_rank(registry, rft_tiny_model,
+                                                         tmp_path) -> None:
+    """``algorithm.rollout_correction`` (truncated token IS, ``seq_mean_k3`` rejection) on
+    off-policy rows: each rank's loss hook gets its rows' weights and rejection mask from
+    veRL's dispatch; the step's loss, grad norm and ``rollout_corr/…`` metrics equal one
+    rank's (which equals the native trainer's:
+    ``test_verl_trainer.py::test_rollout_correction_equals_the_native_trainer``), the
+    parameters within 1e-5."""
+    config = config_of(rft_tiny_model, tmp_path, "grpo",
+                       **{"algorithm.rollout_correction": CORRECTION})
+    native = TorchTrainer(build_stages(apply_overrides(config, {"trainer.trainer_type": "torch"}),
+                                       registry).stages[0].plan.trainer_plan())
+    batch = off_policy(native, rollouts(seed=0), {0: -3.0, 1: 0.5, 3: -1.0})
+    single, ranked = one_and_two_ranks(registry, config)
+    try:
+        got, expected = ranked.train_step(batch), single.train_step(batch)
+        corr = sorted(k for k in expected if k.startswith("rollout_corr/"))
+        assert corr and sorted(k for k in got if k.startswith("rollout_corr/")) == corr
+        assert got["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(1 / 6)
+        assert_metrics_close(got, expected, *corr, "actor/pg_loss", "actor/grad_norm",
+                             "actor/kl_loss")
+        apart = max_difference(dict(ranked.named_weights()), dict(single.named_weights()))
+        print(f"rollout correction: 2 ranks vs 1 rank, largest difference {apart:.3g}")
+        assert apart < TOLERANCE
+    finally:
+        ranked.close()
+        single.close()
 
 
 @pytest.mark.usefixtures("ray_cluster")

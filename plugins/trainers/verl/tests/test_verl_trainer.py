@@ -31,7 +31,7 @@ import torch
 from rft import hookimpl
 from rft.config import build_stages, load_config
 from rft.contracts import PolicyLossInputs
-from rft.experience import EID, Experience
+from rft.experience import EID, Experience, pad_batch
 from rft.plugins import PluginRegistry
 from rft.testing.runs import apply_overrides, tiny_run_config, write_taskset
 from rft.testing.tiny_model import build_tiny_model
@@ -228,6 +228,101 @@ def test_a_plugin_policy_loss_is_what_verls_worker_calls(rft_tiny_model, tmp_pat
     assert PROBE_STEPS == [1, 1, 1]  # the step being taken reaches the loss
     assert all(path.endswith("verl/workers/engine/fsdp/transformer_impl.py")
                for path in PROBE_CALLS), PROBE_CALLS
+
+
+CORRECTION = {"rollout_is": "token", "rollout_is_threshold": 2.0,
+              "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": 5.0}
+"""Truncated token IS and a sequence-level rejection (``algorithm.rollout_correction``)."""
+
+
+def off_policy(native: TorchTrainer, experiences: list[Experience],
+               shift: dict[int, float]) -> list[Experience]:
+    """``experiences`` whose engine log-probs are the native trainer's own, row ``i``
+    shifted by ``shift[i]`` (``log ρ = −shift[i]``)."""
+    tensors = native._tensor_batch(pad_batch(experiences, native.pad_token_id))
+    old = native._infer_logprobs(native.actor, tensors)  # (B, T)
+    for i, exp in enumerate(experiences):
+        exp.logprobs = old[i, : exp.response_length].clone() + shift.get(i, 0.0)
+    return experiences
+
+
+def native_gradient_step(trainer: TorchTrainer, experiences: list[Experience]
+                         ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """The native trainer's step without its optimizer update: the (clipped) gradient it
+    would apply, by parameter name, and the step's metrics."""
+    grads: dict[str, torch.Tensor] = {}
+
+    def capture(*args: object, **kwargs: object) -> None:
+        grads.update({name: p.grad.detach().clone()
+                      for name, p in trainer.actor.named_parameters() if p.grad is not None})
+
+    trainer.optimizer.step = capture  # type: ignore[method-assign]
+    return grads, trainer.train_step(experiences)
+
+
+def verl_gradient_step(trainer: Any, experiences: list[Experience]
+                       ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """As :func:`native_gradient_step` for veRL's actor engine (its FSDP2 parameters'
+    ``.grad`` as full tensors, when the engine calls its optimizer's ``step``)."""
+    from torch.distributed.tensor import DTensor
+
+    engine = trainer.actor_engine
+    grads: dict[str, torch.Tensor] = {}
+
+    def capture(*args: object, **kwargs: object) -> None:
+        for name, p in engine.module.named_parameters():
+            if p.grad is not None:
+                grad = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+                grads[name] = grad.detach().clone()
+
+    engine.optimizer.step = capture
+    return grads, trainer.train_step(experiences)
+
+
+GRADIENT_TOLERANCE = 1e-6
+"""Largest gradient difference allowed between the two backends (fp32; the largest
+gradient entries are ~1e-1)."""
+
+
+@pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.parametrize("correction", [CORRECTION, {"bypass_mode": True}],
+                         ids=["decoupled", "bypass"])
+def test_rollout_correction_equals_the_native_trainer(registry, rft_tiny_model, tmp_path,
+                                                      correction: dict[str, Any]) -> None:
+    """GRPO with ``algorithm.rollout_correction`` on off-policy rows: row 0 sampled by a
+    much older policy (``log μ − 3``), row 1 by ``log μ + 0.5``, row 3 by ``log μ − 1``.
+    Decoupled (:data:`CORRECTION`): row 0 is rejected (``seq_mean_k3`` ≈ 16 > 5), row 1
+    weighted ``e^{-0.5}``, row 3 ``e^{1}`` truncated to 2; bypass: ``old_log_prob`` is the
+    engine's, the PPO ratio ``π_θ / μ``. veRL's worker receives the weights, the rejection
+    mask and the old log-probs: its step equals the native trainer's (gradient within
+    1e-6, loss, grad norm and every ``rollout_corr/…`` metric), and differs from the step
+    without the correction."""
+    config = plain(rft_tiny_model, tmp_path, "grpo",
+                   **{"algorithm.rollout_correction": correction})
+    verl, native = trainers(registry, config)
+    uncorrected = TorchTrainer(build_stages(apply_overrides(
+        plain(rft_tiny_model, tmp_path, "grpo"), {"trainer.trainer_type": "torch"}),
+        registry).stages[0].plan.trainer_plan())
+    try:
+        batch = off_policy(native, rollouts(seed=0), {0: -3.0, 1: 0.5, 3: -1.0})
+        grad, got = verl_gradient_step(verl, batch)
+        expected_grad, expected = native_gradient_step(native, batch)
+        plain_grad, plain_step = native_gradient_step(uncorrected, batch)
+        corr = sorted(k for k in expected if k.startswith("rollout_corr/"))
+        assert sorted(k for k in got if k.startswith("rollout_corr/")) == corr
+        assert_metrics_close(got, expected, *corr, "actor/pg_loss", "actor/grad_norm",
+                             "actor/kl_loss", "critic/advantages/mean")
+        if correction is CORRECTION:
+            assert got["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(1 / 6)
+            assert got["rollout_corr/rollout_is_max"] == pytest.approx(2.0)
+        else:
+            assert not corr and got["actor/pg_clipfrac"] > 0  # π_θ / μ: off-policy rows clip
+        assert max_difference(grad, expected_grad) < GRADIENT_TOLERANCE
+        # the correction changed the step: loss and gradient
+        assert abs(got["actor/pg_loss"] - plain_step["actor/pg_loss"]) > 1e-3
+        assert max_difference(grad, plain_grad) > 1000 * GRADIENT_TOLERANCE
+    finally:
+        verl.close()
 
 
 def test_state_round_trip_and_hugging_face_export(registry, rft_tiny_model, tmp_path) -> None:
