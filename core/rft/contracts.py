@@ -131,16 +131,15 @@ PROVIDED_BY: dict[str, str] = {
                         "sampling log-probs",
     "global_step": "global_step is set by the trainer",
     "entropy": "entropy comes from the trainer's forward pass before the update, for an "
-               "advantage fn that declares needs_entropy = True (the torch trainer computes "
-               "it; the verl trainer does not hand it over)",
+               "advantage fn that declares needs_entropy = True (the torch and verl trainers "
+               "compute it)",
     "old_log_prob": "old_log_prob comes from the trainer's forward pass before the update "
                     "that computes entropy, for an advantage fn that declares needs_entropy "
-                    "= True (the torch trainer computes it; the verl trainer does not hand "
-                    "it over)",
+                    "= True (the torch and verl trainers compute it)",
     "expected_entropy_signal": "expected_entropy_signal comes from the trainer's forward pass "
                                "before the update, for an advantage fn that declares "
-                               "needs_expected_entropy_signal = True (the torch trainer "
-                               "computes it; the verl trainer does not hand it over)",
+                               "needs_expected_entropy_signal = True (the torch and verl "
+                               "trainers compute it)",
 }
 """What provides each optional input of :class:`AdvantageInputs` (for error messages)."""
 

@@ -48,15 +48,8 @@ class RolloutPreparation(RowPlanning):
         if self._checked_first_step:
             return
         self._checked_first_step = True  # on every rank (its forward pass is a collective)
-        checked = first_step_check(metrics)
-        if checked is None or not self.is_rank0:
-            return
-        line, ok = checked
-        (logger.info if ok else logger.warning)("%s", line)
-        if ok:
-            print(f"[trainer] {line}", file=sys.stdout, flush=True)
-        else:
-            print(f"rft: warning: {line}", file=sys.stderr, flush=True)
+        if self.is_rank0:
+            report_first_step(metrics)
 
     def _infer_logprobs(self, model: nn.Module, tensors: TensorBatch) -> torch.Tensor:
         """``(B, R)`` response log-probs of ``model`` over the whole batch, micro-batched."""
@@ -211,6 +204,23 @@ class RolloutPreparation(RowPlanning):
             max_response_length=self.plan.model.max_response_tokens or tensors.response_width,
             max_prompt_length=self.plan.model.max_prompt_tokens or batch.prompt_width,
             values=values))
+
+
+def report_first_step(metrics: dict[str, float]) -> None:
+    """The first step's engine / trainer log-prob check
+    (:func:`~rft.trainer.metrics.first_step_check` on ``metrics``) as one line: on stdout as
+    ``[trainer] first step: …`` when it agrees, on stderr as ``rft: warning: first step: …``
+    when not; nothing without :func:`~rft.trainer.metrics.rollout_probs_diff` metrics. Every
+    trainer backend reports it with this function."""
+    checked = first_step_check(metrics)
+    if checked is None:
+        return
+    line, ok = checked
+    (logger.info if ok else logger.warning)("%s", line)
+    if ok:
+        print(f"[trainer] {line}", file=sys.stdout, flush=True)
+    else:
+        print(f"rft: warning: {line}", file=sys.stderr, flush=True)
 
 
 def sequence_advantages(batch: Batch, advantages: torch.Tensor, mask: torch.Tensor

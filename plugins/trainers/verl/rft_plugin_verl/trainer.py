@@ -81,6 +81,7 @@ from typing import Any
 
 import torch
 from rft.adapter import AdapterWeights
+from rft.contracts import needs_entropy, needs_expected_entropy_signal
 from rft.config.plan import TrainerPlan
 from rft.config.schema import RftConfig
 from rft.errors import RftError
@@ -91,12 +92,14 @@ from rft.trainer.base import Trainer
 from rft.trainer.fsdp import unique_state_names
 from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, rollout_probs_diff, timed
+from rft.trainer.rollout_prep import report_first_step
 from rft.trainer.rollout_correction import CorrectionSpec, correct, engine_log_prob, spec_of
 
 from rft_plugin_verl import checkpoint, cpu_platform, environment, megatron
 from rft_plugin_verl import lora as verl_lora
 from rft_plugin_verl.batch import check_experiences, response_tensor, to_tensordict
 from rft_plugin_verl.config import VerlConfig, build_verl_config
+from rft_plugin_verl.entropy import SIGNAL_KEY, expected_signal_as_sum_pi_squared
 from rft_plugin_verl.engine_state import (
     LoraActor,
     engine_state,
@@ -157,6 +160,12 @@ class VerlTrainer(Trainer):
         if settings.problems:
             raise RftError(settings.problems[0])
         self.settings: VerlConfig = settings
+        advantage = plan.loss.advantage
+        if (settings.strategy == megatron.STRATEGY and advantage is not None
+                and needs_expected_entropy_signal(advantage.implementation)):
+            raise RftError(f"algorithm.advantage_fn: {plan.algorithm.advantage_fn!r} needs the "
+                           "policy's expected entropy signals, which veRL's Megatron engine "
+                           "does not compute (use trainer_strategy: fsdp / fsdp2)")
         self.preset = plan.preset
         self.fns = plan.loss
         self.correction: CorrectionSpec = spec_of(plan.algorithm.rollout_correction)
@@ -188,6 +197,8 @@ class VerlTrainer(Trainer):
         self.pad_token_id: int = facts.pad_token_id
         self.vocab_size: int | None = facts.vocab_size
         self._dropout = facts.dropout
+        self._checked_first_step = False
+        """Whether the first step's engine / trainer log-prob check has been reported."""
 
     def _start_ranks(self, scale: float | None) -> None:
         """``trainer.ranks`` veRL ranks on rft's Ray placement
@@ -480,24 +491,81 @@ class VerlTrainer(Trainer):
         values = response_tensor(tu.get(output, "values"), data)  # (B, T)
         return values * batch.response_mask
 
+    def _policy_pass(self, batch: Batch, *, entropy: bool, signal: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """veRL's ``compute_log_prob`` of the actor: ``(B, T)`` log-probs, with ``entropy``
+        also the ``(B, T)`` entropies, with ``signal`` also the ``(B, T)`` expected entropy
+        signals (both from the same pass, :mod:`rft_plugin_verl.entropy`)."""
+        from verl.utils import tensordict_utils as tu
+
+        data = self._data(batch, {}, calculate_entropy=entropy or signal,
+                          calculate_sum_pi_squared=signal, compute_loss=False)
+        if not signal:
+            output = self.actor_worker.compute_log_prob(data)
+        elif self.groups is not None:  # the ranks run the engine: the swap happens there
+            output = self.actor_worker.rft_compute_log_prob_with_signal(data)
+        else:
+            with expected_signal_as_sum_pi_squared():
+                output = self.actor_worker.compute_log_prob(data)
+        log_probs = response_tensor(tu.get(output, "log_probs"), data)  # (B, T)
+        entropies = (response_tensor(tu.get(output, "entropy"), data)
+                     if entropy or signal else None)  # (B, T)
+        signals = (response_tensor(tu.get(output, SIGNAL_KEY), data)
+                   if signal else None)  # (B, T)
+        return log_probs, entropies, signals
+
+    def _first_step_check(self, metrics: dict[str, float]) -> None:
+        """Once per trainer, at the first step with the engine's log-probs compared to the
+        trainer's: the torch trainer's line (:func:`rft.trainer.rollout_prep.
+        report_first_step`)."""
+        if self._checked_first_step:
+            return
+        self._checked_first_step = True
+        report_first_step(metrics)
+
     def _prepare_rollout(self, batch: Batch, extra: dict[str, torch.Tensor],
                          metrics: dict[str, float]) -> None:
-        """Old / reference log-probs, values, KL penalty, off-policy correction, advantages
-        and data metrics (the native trainer's order and rules,
-        :mod:`rft.trainer.rollout_prep`)."""
+        """Old / reference log-probs, values, KL penalty, off-policy correction, the
+        policy's entropies for an advantage fn that declares it, advantages and data
+        metrics (the native trainer's order and rules, :mod:`rft.trainer.rollout_prep`)."""
         mask = batch.response_mask  # (B, T)
         rows = batch.input_ids.shape[0]
         bypass = self.plan.algorithm.rollout_correction.bypass_mode
         behaviour = engine_log_prob(self.correction, bypass, batch.rollout_log_prob)  # (B, T)
+        selected = self.plan.loss.advantage
+        signal = selected is not None and needs_expected_entropy_signal(
+            selected.implementation)
+        with_entropy = signal or (selected is not None
+                                  and needs_entropy(selected.implementation))
+        policy_log_prob = entropy = expected_signal = None
         if bypass and behaviour is not None:  # old_log_prob := μ, no proximal forward pass
             extra["old_log_probs"] = behaviour
         elif (self.correction.active or self._updates(rows) > 1 or self.fns.uses_kl_penalty
               or self._dropout):
+            with timed(metrics, "old_log_prob"):  # one pass, with the entropies if asked
+                old, entropy, expected_signal = self._policy_pass(
+                    batch, entropy=with_entropy, signal=signal)
+            extra["old_log_probs"] = old
+            if with_entropy:
+                policy_log_prob = old
+            if batch.rollout_log_prob is not None:  # the engine's: do they match ours?
+                metrics.update(rollout_probs_diff(batch.rollout_log_prob, old, mask))
+                self._first_step_check(metrics)
+        elif batch.rollout_log_prob is not None and self.global_steps == 0:
+            # one update per step needs no old log-probs: the run's first step computes them
+            # for the check alone (as the torch trainer; nothing else uses them unless the
+            # advantage fn wants this pass's entropies)
             with timed(metrics, "old_log_prob"):
-                extra["old_log_probs"] = self._log_probs(self.actor_worker, batch)
-            if batch.rollout_log_prob is not None:
-                metrics.update(rollout_probs_diff(batch.rollout_log_prob,
-                                                  extra["old_log_probs"], mask))
+                first, entropy, expected_signal = self._policy_pass(
+                    batch, entropy=with_entropy, signal=signal)
+            if with_entropy:
+                policy_log_prob = first
+            metrics.update(rollout_probs_diff(batch.rollout_log_prob, first, mask))
+            self._first_step_check(metrics)
+        if with_entropy and entropy is None:
+            with timed(metrics, "entropy"):
+                policy_log_prob, entropy, expected_signal = self._policy_pass(
+                    batch, entropy=True, signal=signal)
         if self.ref_worker is not None:
             with timed(metrics, "ref"):
                 extra["ref_log_prob"] = self._log_probs(self.ref_worker, batch, ref=True)
@@ -524,13 +592,10 @@ class VerlTrainer(Trainer):
             metrics.update(result.metrics)
             corrected = result.response_mask
         with timed(metrics, "adv"):
-            advantages, returns, kept = batch_advantages(self.plan, batch, rewards, corrected,
-                                                         values)
-        if kept is not corrected:
-            raise RftError(f"algorithm.advantage_fn: {self.plan.algorithm.advantage_fn!r} drops "
-                           "tokens from the update, which the verl trainer does not support yet "
-                           "(use trainer_type: torch)")
-        if kept is not mask:  # rejected tokens leave the loss and veRL's token counts
+            advantages, returns, kept = batch_advantages(
+                self.plan, batch, rewards, corrected, values, entropy,
+                old_log_prob=policy_log_prob, expected_entropy_signal=expected_signal)
+        if kept is not mask:  # rejected / dropped tokens leave the loss and veRL's counts
             extra["response_mask"] = kept
         extra["advantages"], extra["returns"] = advantages, returns
         response_lengths = batch.attention_mask[:, batch.prompt_width:].sum(-1)  # (B,)

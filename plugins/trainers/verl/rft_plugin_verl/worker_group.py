@@ -52,12 +52,17 @@ from typing import Any
 
 import torch
 from rft.errors import RftError
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import (
+    Dispatch,
+    make_nd_compute_dataproto_dispatch_fn,
+    register,
+)
 from verl.single_controller.ray.base import RayWorkerGroup
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from rft_plugin_verl import cpu_platform
 from rft_plugin_verl import engine_state as states
+from rft_plugin_verl.entropy import expected_signal_as_sum_pi_squared
 
 log = logging.getLogger("rft_plugin_verl.worker_group")
 
@@ -160,6 +165,13 @@ class ActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_where(self) -> RankPlace:
         return _where(self.rank)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def rft_compute_log_prob_with_signal(self, data: Any) -> Any:
+        """veRL's ``compute_log_prob`` on this rank's share of ``data`` with the expected
+        entropy signals under ``sum_pi_squared`` (:mod:`rft_plugin_verl.entropy`)."""
+        with expected_signal_as_sum_pi_squared():
+            return self.compute_log_prob(data)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rft_model_facts(self) -> ModelFacts:

@@ -21,8 +21,9 @@ Skipped, with the reason, where veRL's workers cannot run
 from __future__ import annotations
 
 import inspect
-import os
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +326,46 @@ def test_rollout_correction_equals_the_native_trainer(registry, rft_tiny_model, 
         verl.close()
 
 
+@pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.parametrize("advantage", [{"advantage_fn": "clipb", "advantage_fn_args": {"mu": 0.5}},
+                                       {"advantage_fn": "clipv",
+                                        "advantage_fn_args": {"mu": 0.0, "max_frac": 1.0}}],
+                         ids=["clipb", "clipv"])
+def test_token_dropping_advantage_fns_equal_the_native_trainer(
+        registry, rft_tiny_model, tmp_path, advantage: dict[str, Any]) -> None:
+    """GRPO with Clip_B (the policy's entropies from veRL's log-prob pass) and Clip_V (also
+    the expected entropy signals): the fn drops tokens from the update, veRL's actor
+    receives the reduced response mask, and its step equals the native trainer's (gradient
+    within 1e-6, ``pg_loss``, grad norm) while differing from plain GRPO's."""
+    config = plain(rft_tiny_model, tmp_path, "grpo",
+                   **{f"algorithm.{k}": v for k, v in advantage.items()})
+    verl, native = trainers(registry, config)
+    plain_grpo = TorchTrainer(build_stages(apply_overrides(
+        plain(rft_tiny_model, tmp_path, "grpo"), {"trainer.trainer_type": "torch"}),
+        registry).stages[0].plan.trainer_plan())
+    masks: list[tuple[int, int]] = []
+    update = verl._update_actor
+
+    def recording(batch: Any, extra: dict[str, torch.Tensor]) -> dict[str, float]:
+        masks.append((int(extra["response_mask"].sum()), int(batch.response_mask.sum())))
+        return update(batch, extra)
+
+    verl._update_actor = recording
+    try:
+        batch = rollouts(seed=0)
+        grad, got = verl_gradient_step(verl, batch)
+        expected_grad, expected = native_gradient_step(native, batch)
+        plain_grad, plain_step = native_gradient_step(plain_grpo, batch)
+        assert_metrics_close(got, expected, "actor/pg_loss", "actor/grad_norm", "actor/kl_loss",
+                             "critic/advantages/mean")
+        assert max_difference(grad, expected_grad) < GRADIENT_TOLERANCE
+        ((kept, total),) = masks
+        assert 0 < kept < total  # tokens were dropped, and veRL's loss got the reduced mask
+        assert max_difference(grad, plain_grad) > 1000 * GRADIENT_TOLERANCE
+    finally:
+        verl.close()
+
+
 def test_state_round_trip_and_hugging_face_export(registry, rft_tiny_model, tmp_path) -> None:
     """A trainer restored from another's ``state_dict`` takes the same next step (model,
     AdamW moments and LR schedule restored); ``save_pretrained`` writes the weights that
@@ -361,14 +402,25 @@ def test_state_round_trip_and_hugging_face_export(registry, rft_tiny_model, tmp_
     assert after_second["actor/lr"] == after_first["actor/lr"] < 1e-3  # still warming up
 
 
-def test_colocate_run_trains_through_the_launcher(rft_run) -> None:
+def test_colocate_run_trains_through_the_launcher(rft_run, capfd) -> None:
     """``rft run`` in mode ``colocate`` (hf engine in the same process, weights handed over
     in memory after each step) with ``trainer_type: verl``: metrics every step, the final
-    checkpoint's Hugging Face export written by :meth:`VerlTrainer.save_pretrained`."""
+    checkpoint's Hugging Face export written by :meth:`VerlTrainer.save_pretrained`. One
+    update per step needs no old log-probs, yet the first step compares the engine's
+    log-probs with veRL's (one ``compute_log_prob``), as the torch trainer does: one line."""
     outcome = rft_run({"trainer.trainer_type": "verl"}, steps=2)
     assert [sorted(k for k in m if k in ("actor/pg_loss", "actor/grad_norm"))
             for m in outcome.metrics] == [["actor/grad_norm", "actor/pg_loss"]] * 2
     assert (outcome.job_dir / "global_step_2" / "hf" / "model.safetensors").is_file()
+    assert "training/rollout_probs_diff_mean" in outcome.metrics[0]
+    assert "training/rollout_probs_diff_mean" not in outcome.metrics[1]
+    captured = capfd.readouterr()
+    assert "first step" not in captured.err  # agreeing: no rft: warning line
+    checks = [line for line in captured.out.splitlines()
+              if line.startswith("[trainer] first step:")]
+    assert len(checks) == 1 and re.fullmatch(
+        r"\[trainer\] first step: engine vs trainer probabilities of the sampled tokens: mean gap "
+        r"\S+ \(max \S+\), threshold 0.01: agree", checks[0]), checks
 
 
 # ---- mode both ---------------------------------------------------------------------------
