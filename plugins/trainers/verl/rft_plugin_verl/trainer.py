@@ -21,13 +21,18 @@ native trainer's choices (what is computed when):
 2. old log-probs (``compute_log_prob``) when more than one optimizer step uses them, with
    a KL penalty, with dropout or with an off-policy correction — otherwise the first
    update's ``log_prob.detach()`` is the same value (``algorithm.rollout_correction.
-   bypass_mode``: the engine's log-probs instead); reference log-probs
+   bypass_mode``: the engine's log-probs instead), and at the run's first step to compare
+   the engine's log-probs with them (the torch trainer's check and line,
+   :func:`rft.trainer.rollout_prep.report_first_step`); the policy's entropies (and
+   expected entropy signals) from the same ``compute_log_prob`` for an advantage fn that
+   declares it (:mod:`rft_plugin_verl.entropy`); reference log-probs
    (``compute_ref_log_prob``); critic values (``infer_batch``);
 3. KL penalty, off-policy correction (``algorithm.rollout_correction``:
    :func:`rft.trainer.rollout_correction.correct`, the torch trainer's; its importance
    weights go to the loss hook as veRL's ``rollout_is_weights``, its rejection mask
    replaces the response mask) and advantages with rft's functions
-   (:mod:`rft.trainer.loss`), on this process, as veRL's driver does;
+   (:mod:`rft.trainer.loss`), on this process, as veRL's driver does; a fn that drops
+   tokens from the update (``clipb``, ``clipv``) hands veRL's loss its reduced mask;
 4. ``update_critic`` then ``update_actor`` (veRL's ``train_mini_batch``: mini-batches of
    ``ppo_mini_batch_size × repeat_times`` rows, ``ppo_epochs`` passes, micro-batches,
    gradient clipping, optimizer and scheduler steps), the actor skipped during

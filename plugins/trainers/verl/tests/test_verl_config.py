@@ -404,3 +404,22 @@ def test_reinforce_bypass_loss_is_one_line(registry, rft_tiny_model: Path, insta
     problems = problems_of(registry, config)
     assert len(problems) == 1 and problems[0].startswith(
         "algorithm.rollout_correction.loss_type: ") and "reinforce" in problems[0], problems
+
+
+def test_megatron_refuses_an_advantage_fn_needing_the_expected_entropy_signal(
+        registry, rft_tiny_model: Path, installed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``clipv`` reads the expected entropy signals, which the verl trainer gets from veRL's
+    FSDP engine (:mod:`rft_plugin_verl.entropy`); veRL's Megatron engine computes its
+    ``Σ p²`` with a kernel of its own, so the trainer refuses the pair in one line, before
+    any worker starts (Megatron answered as installed, as on a GPU machine)."""
+    from rft.errors import RftError
+
+    monkeypatch.setattr(megatron, "environment_problem", lambda cpu, vanilla: None)
+    plan = build_stages(plain(str(rft_tiny_model), **{
+        "trainer.trainer_strategy": "megatron", "algorithm.advantage_fn": "clipv"}),
+        registry).stages[0].plan
+    with pytest.raises(RftError) as caught:
+        VerlTrainer(plan.trainer_plan())
+    assert str(caught.value) == (
+        "algorithm.advantage_fn: 'clipv' needs the policy's expected entropy signals, which "
+        "veRL's Megatron engine does not compute (use trainer_strategy: fsdp / fsdp2)")
