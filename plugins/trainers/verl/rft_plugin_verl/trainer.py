@@ -86,9 +86,9 @@ from typing import Any
 
 import torch
 from rft.adapter import AdapterWeights
-from rft.contracts import needs_entropy, needs_expected_entropy_signal
 from rft.config.plan import TrainerPlan
 from rft.config.schema import RftConfig
+from rft.contracts import needs_entropy, needs_expected_entropy_signal
 from rft.errors import RftError
 from rft.experience import Batch, Experience, pad_batch
 from rft.multimodal.processor import is_multimodal_model
@@ -97,14 +97,13 @@ from rft.trainer.base import Trainer
 from rft.trainer.fsdp import unique_state_names
 from rft.trainer.loss import apply_kl_penalty, batch_advantages
 from rft.trainer.metrics import data_metrics, rollout_probs_diff, timed
-from rft.trainer.rollout_prep import report_first_step
 from rft.trainer.rollout_correction import CorrectionSpec, correct, engine_log_prob, spec_of
+from rft.trainer.rollout_prep import report_first_step
 
 from rft_plugin_verl import checkpoint, cpu_platform, environment, megatron
 from rft_plugin_verl import lora as verl_lora
 from rft_plugin_verl.batch import check_experiences, response_tensor, to_tensordict
 from rft_plugin_verl.config import VerlConfig, build_verl_config
-from rft_plugin_verl.entropy import SIGNAL_KEY, expected_signal_as_sum_pi_squared
 from rft_plugin_verl.engine_state import (
     LoraActor,
     engine_state,
@@ -115,6 +114,7 @@ from rft_plugin_verl.engine_state import (
     lora_named_weights,
     lora_state,
 )
+from rft_plugin_verl.entropy import SIGNAL_KEY, expected_signal_as_sum_pi_squared
 from rft_plugin_verl.losses import ActorLoss, CriticLoss
 from rft_plugin_verl.vision import VisionRows
 
