@@ -176,3 +176,41 @@ def test_settings_packing_does_not_cover_keep_verls_forward(
         assert packed_engine.packed_layout(actor, data) is None
     assert "prefix sharing off (trainer.prefix_sharing: auto): veRL's fused kernels" \
         in caplog.text
+
+
+def test_two_ranks_packed_train_as_one_rank_unpacked(rft_tiny_model: Path, tmp_path: Path
+                                                     ) -> None:
+    """GRPO (reference model, KL loss) on veRL's worker group of 2 CPU ranks (gloo), each
+    rank packing its 6 rows: two steps leave the actor within 1e-5 of one rank with
+    ``trainer.prefix_sharing: off`` (reached: ~7e-6, AdamW's first step turning rounding
+    of near-zero gradients into ``lr``-scale moves), the same loss metrics."""
+    import ray
+    from rft.distributed.cluster import loopback_only
+    from test_verl_ranks import config_of, one_and_two_ranks
+    from test_verl_trainer import max_difference
+
+    restore = loopback_only()
+    ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
+             namespace="rft-verl-packing-tests",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    try:
+        config = apply_overrides(config_of(rft_tiny_model, tmp_path, "grpo"), {
+            "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 6,
+            "algorithm.repeat_times": 4, "model.max_prompt_tokens": 12})
+        single, ranked = one_and_two_ranks(PluginRegistry.create(), config)
+        single.prefix_sharing = "off"
+        assert ranked.prefix_sharing == "auto"
+        try:
+            for step in range(2):
+                batch = grouped_rollouts(seed=step)
+                got, expected = ranked.train_step(batch), single.train_step(batch)
+                for name in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+                    assert got[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-7), name
+                assert max_difference(dict(ranked.named_weights()),
+                                      dict(single.named_weights())) < TOLERANCE
+        finally:
+            ranked.close()
+            single.close()
+    finally:
+        ray.shutdown()
+        restore()
