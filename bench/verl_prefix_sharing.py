@@ -1,8 +1,10 @@
 """``trainer_type: verl`` with ``trainer.prefix_sharing`` on vs off, on CPU (veRL 0.9.1's
-FSDP2 engines on rft's CPU platform, one rank, eager attention, float32).
+FSDP2 engines on rft's CPU platform, one rank, float32; ``--attention``: the models'
+``attn_implementation``, eager as the plugin sets it on CPU by default, or sdpa).
 
     .venv/bin/python bench/verl_prefix_sharing.py [--hidden 256] [--layers 4] [--prompt 64]
         [--response 64] [--prompts 2] [--samples 8] [--steps 5] [--algorithms grpo,ppo]
+        [--attention eager|sdpa]
 
 A tiny Qwen2 (``rft.testing.tiny_model``, ``--hidden`` wide, ``--layers`` deep) and one GRPO
 batch: ``--prompts`` prompts of ``--prompt`` random tokens, each with ``--samples``
@@ -71,8 +73,13 @@ def trainer_of(model: Path, folder: Path, algorithm: str, args: argparse.Namespa
                                   "path": str(folder / "exp.db")}}},
         "synchronizer": {"sync_method": "checkpoint"},
         "trainer": {"trainer_type": "verl", "use_dynamic_bsz": False,
-                    "trainer_config": {"actor_rollout_ref": {"actor": {
-                        "ppo_micro_batch_size_per_gpu": rows}}}},
+                    "trainer_config": {
+                        "actor_rollout_ref": {
+                            "actor": {"ppo_micro_batch_size_per_gpu": rows},
+                            "model": {"override_config": {
+                                "attn_implementation": args.attention}}},
+                        "critic": {"model": {"override_config": {
+                            "attn_implementation": args.attention}}}}},
         "monitor": {"monitor_type": "jsonl"},
     }
     plan = build_stages(apply_overrides(config, {}), PluginRegistry.create()).stages[0].plan
@@ -122,6 +129,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--algorithms", default="grpo,ppo")
+    parser.add_argument("--attention", default="eager", choices=("eager", "sdpa"),
+                        help="the models' attention (the plugin's CPU default: eager)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from rft.testing.tiny_model import build_tiny_model
@@ -135,7 +144,8 @@ def main() -> None:
     share = args.prompt / (args.prompt + args.response)
     print(f"\nverl backend, hidden {args.hidden} × {args.layers} layers, {args.prompts} prompts "
           f"× {args.samples} samples, prompt {args.prompt} + response {args.response} "
-          f"(prompt {share:.0%} of a row), median of {args.steps} steps, 1 thread")
+          f"(prompt {share:.0%} of a row), {args.attention} attention, median of {args.steps} "
+          "steps, 1 thread")
     print(f"{'algorithm':<10}{'off s/step':>12}{'on s/step':>12}{'speed-up':>10}"
           f"{'tokens off':>12}{'tokens on':>11}")
     for r in rows:

@@ -201,7 +201,7 @@ def value_outputs(engine: Any, micro_batch: Any, layout: PackedLayout
     return {"values": nested_outputs(micro_batch, layout, values)}
 
 
-def _packed_class(base: type, outputs: Any, name: str) -> type:
+def _packed_class(base: Any, outputs: Any, name: str) -> type:
     """``base`` (a veRL FSDP engine class) whose ``forward_step`` runs the packs where
     :func:`packed_layout` gives them, ``outputs(engine, micro_batch, layout)`` building the
     model-output dict; veRL's own ``forward_step`` otherwise."""
@@ -233,7 +233,7 @@ def lm_engine_class() -> type:
     return _packed_class(FSDPEngineWithLMHead, lm_outputs, "PackedLMEngine")
 
 
-def value_engine_class(base: type) -> type:
+def value_engine_class(base: Any) -> type:
     """``base`` (veRL's value-model FSDP engine or a subclass of it) with the packed
     forward."""
     return _packed_class(base, value_outputs, f"Packed{base.__name__}")
