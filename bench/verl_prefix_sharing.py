@@ -17,7 +17,9 @@ one trainer (load on the machine slows both alike), one thread.
 
 Columns: median seconds per step off and on and their ratio (speed-up); *tokens*: the
 tokens one forward computes (off: every row's valid tokens; on: the prefix tree's
-nodes). Nothing is asserted.
+nodes); *actor pass*: median seconds of the actor engine's ``forward_step`` and backward
+alone over the same rows (the part of a step packing changes; the rest — veRL's batch
+handling, FSDP, the optimizer — is the same either way). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -112,11 +114,43 @@ def run(algorithm: str, model: Path, folder: Path, args: argparse.Namespace) -> 
                 if step:
                     times[mode].append(time.perf_counter() - start)
         plain, packed = tokens(batch, trainer.pad_token_id)
+        passes = actor_pass_times(trainer, batch, args.steps)
     finally:
         trainer.close()
     off, on = statistics.median(times["off"]), statistics.median(times["auto"])
     return {"algorithm": algorithm, "off": off, "on": on, "ratio": off / on,
-            "tokens_off": plain, "tokens_on": packed}
+            "tokens_off": plain, "tokens_on": packed, "pass_off": passes["off"],
+            "pass_on": passes["auto"]}
+
+
+def actor_pass_times(trainer: Any, rows: list[Any], repeats: int) -> dict[str, float]:
+    """Median seconds of the actor engine's ``forward_step`` and backward over the batch as
+    one micro-batch (a loss summing its log-probs), off and on alternating."""
+    from rft.experience import pad_batch
+    from verl.utils import tensordict_utils as tu
+
+    engine = trainer.actor_engine
+    batch = pad_batch(rows, trainer.pad_token_id)
+
+    def loss_function(model_output: dict[str, Any], data: Any, dp_group: Any = None
+                      ) -> tuple[torch.Tensor, dict[str, Any]]:
+        return model_output["log_probs"].values().sum(), {}
+
+    times: dict[str, list[float]] = {"off": [], "auto": []}
+    for repeat in range(repeats + 1):
+        for mode in ("off", "auto") if repeat % 2 else ("auto", "off"):
+            trainer.prefix_sharing = mode
+            data = trainer._data(batch, {}, calculate_entropy=False, compute_loss=False)
+            tu.assign_non_tensor(data, use_remove_padding=False, use_fused_kernels=False)
+            with engine.train_mode():
+                start = time.perf_counter()
+                loss, _ = engine.forward_step(data, loss_function=loss_function,
+                                              forward_only=False)
+                loss.backward()
+                if repeat:
+                    times[mode].append(time.perf_counter() - start)
+            engine.module.zero_grad()
+    return {mode: statistics.median(values) for mode, values in times.items()}
 
 
 def main() -> None:
@@ -147,10 +181,11 @@ def main() -> None:
           f"(prompt {share:.0%} of a row), {args.attention} attention, median of {args.steps} "
           "steps, 1 thread")
     print(f"{'algorithm':<10}{'off s/step':>12}{'on s/step':>12}{'speed-up':>10}"
-          f"{'tokens off':>12}{'tokens on':>11}")
+          f"{'tokens off':>12}{'tokens on':>11}{'actor pass off':>16}{'on':>8}{'speed-up':>10}")
     for r in rows:
         print(f"{r['algorithm']:<10}{r['off']:>12.3f}{r['on']:>12.3f}{r['ratio']:>9.2f}×"
-              f"{r['tokens_off']:>12}{r['tokens_on']:>11}")
+              f"{r['tokens_off']:>12}{r['tokens_on']:>11}{r['pass_off']:>16.3f}"
+              f"{r['pass_on']:>8.3f}{r['pass_off'] / r['pass_on']:>9.2f}×")
     sys.stdout.flush()
 
 
