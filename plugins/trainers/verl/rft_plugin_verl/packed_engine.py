@@ -33,6 +33,7 @@ on GPUs veRL's own engines run, as shipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -135,10 +136,11 @@ def nested_outputs(micro_batch: Any, layout: PackedLayout, scored: torch.Tensor
 
 
 def _forward_step(engine: Any, micro_batch: Any, loss_function: Any,
-                  outputs: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-    """veRL's ``forward_step`` with ``outputs(logits (b, R, ·))`` → its model-output dict
-    in place of the model call and ``prepare_model_outputs`` (same autocast, loss call and
-    returned dict as veRL's)."""
+                  outputs: Callable[[], dict[str, torch.Tensor]]
+                  ) -> tuple[torch.Tensor, dict[str, Any]]:
+    """veRL's ``forward_step`` with ``outputs()`` (the packed forward and its outputs in
+    veRL's nested layout) in place of the model call and ``prepare_model_outputs``: the
+    same autocast, loss call and returned dict as veRL's."""
     from verl.utils.device import get_device_name
     from verl.workers.engine.utils import detach_tree
 
@@ -201,7 +203,8 @@ def value_outputs(engine: Any, micro_batch: Any, layout: PackedLayout
     return {"values": nested_outputs(micro_batch, layout, values)}
 
 
-def _packed_class(base: Any, outputs: Any, name: str) -> type:
+def _packed_class(base: Any, outputs: Callable[[Any, Any, PackedLayout],
+                                                dict[str, torch.Tensor]], name: str) -> type:
     """``base`` (a veRL FSDP engine class) whose ``forward_step`` runs the packs where
     :func:`packed_layout` gives them, ``outputs(engine, micro_batch, layout)`` building the
     model-output dict; veRL's own ``forward_step`` otherwise."""

@@ -97,8 +97,7 @@ def forward_and_grads(engine: Any, data: Any, names: tuple[str, ...]
     gradients of a weighted sum of them (a weight per token)."""
     def loss_function(model_output: dict[str, Any], data: Any, dp_group: Any = None
                       ) -> tuple[torch.Tensor, dict[str, Any]]:
-        mask = data["response_mask"].to_padded_tensor(0.0) if data["response_mask"].is_nested \
-            else data["response_mask"]
+        mask = data["response_mask"]  # (B, T)
         total = torch.zeros(())
         for name in names:
             out = response_tensor(model_output[name], data)  # (B, T)
