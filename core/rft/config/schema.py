@@ -1153,13 +1153,15 @@ class TrainerConfig:
     """Clip the gradient norm of the actor to this value. ``None``: validation fills in
     ``algorithm.optimizer.clip_grad``, else :data:`DEFAULT_GRAD_CLIP` (1.0)."""
     prefix_sharing: Literal["auto", "off"] = field(default="auto", metadata=consumed(
-        OPTIONS, note="torch trainer: shared prefixes (GRPO prompts, multi-turn histories) "
-                      "computed once (rft.trainer.packed_forward); auto falls back with a "
-                      "log line"))
-    """Torch trainer: ``auto`` runs the tokens that a micro-batch's rows share (a GRPO
-    group's prompt, the history of an episode's turns) once, packing the rows as a prefix
-    tree through the model's own attention with a 4-D mask (:mod:`rft.trainer.
-    packed_forward`; the same logits and gradients to rounding); where the model, the
+        OPTIONS, note="torch trainer (actor, reference, critic) and verl on CPU: shared "
+                      "prefixes (GRPO prompts, multi-turn histories) computed once "
+                      "(rft.trainer.packed_forward); auto falls back with a log line"))
+    """Torch trainer (log-prob and critic value forwards) and the ``verl`` trainer on rft's
+    CPU platform (``rft_plugin_verl.packed_engine``): ``auto`` runs the tokens that a
+    micro-batch's rows share (a GRPO group's prompt, the history of an episode's turns)
+    once, packing the rows as a prefix tree through the model's own attention with a 4-D
+    mask (:mod:`rft.trainer.packed_forward`; the same logits and gradients to rounding);
+    where the model, the
     versions (torch >= 2.5, transformers >= 4.53) or the batch do not allow it, the plain
     forward runs and one log line says why. ``off``: always the plain forward."""
     use_dynamic_bsz: bool = field(default=True, metadata=consumed(OPTIONS))

@@ -4,9 +4,9 @@ Shifts: the logit (or value) at column ``c`` predicts token ``c + 1``, so the re
 tokens at columns ``P … P+R−1`` are scored by the outputs at ``P−1 … P+R−2`` — the last
 ``R + 1`` outputs minus the final one (veRL's ``[:, -R-1:-1]``). Only those positions go
 through the LM head (``logits_to_keep``). With ``trainer.prefix_sharing: auto`` the torch
-trainer's log-prob passes run each shared prefix of the batch once where the model allows
-it (:mod:`rft.trainer.packed_forward`: GRPO batches hold every prompt ``repeat_times``
-times, multi-turn batches every turn's history).
+trainer's log-prob passes and the critic's value passes run each shared prefix of the batch
+once where the model allows it (:mod:`rft.trainer.packed_forward`: GRPO batches hold every
+prompt ``repeat_times`` times, multi-turn batches every turn's history).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
                      logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
-from rft.trainer.packed_forward import fallback_reason, log_fallback, saves_tokens
+from rft.trainer.packed_forward import (fallback_reason, log_fallback, packed_logits,
+                                        saves_tokens)
 from rft.trainer.packed_forward import shared_prompt_logits as shared_prompt_logits
-from rft.trainer.prefix_tree import pack_rows
+from rft.trainer.prefix_tree import PackedLayout, pack_rows
 
 
 def save_pretrained(model: nn.Module, path: str) -> None:
@@ -156,12 +157,7 @@ def response_logits(model: nn.Module, batch: TensorBatch, *, device: torch.devic
     :func:`response_logprobs`."""
     width = batch.response_width
     inputs = _model_inputs(batch, device, model)
-    layout = None
-    if shared_prompts and uses_shared_prompts(model, batch, dtype):
-        layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
-                           inputs["position_ids"], batch.prompt_width)
-        if not saves_tokens(inputs["attention_mask"], layout):
-            layout = None  # nothing shared: the plain forward without the packs' masks
+    layout = _shared_layout(model, batch, inputs, dtype) if shared_prompts else None
     if layout is not None:
         with autocast_context(device, dtype):
             logits = shared_prompt_logits(model, inputs["input_ids"], inputs["attention_mask"],
@@ -197,6 +193,21 @@ def response_entropy_signals(model: nn.Module, batch: TensorBatch, *, device: to
     return logps, entropy, expected_entropy_signal_from_logits(logits)  # (B, R) each
 
 
+def _shared_layout(model: nn.Module, batch: TensorBatch, inputs: dict[str, torch.Tensor],
+                   dtype: torch.dtype | None) -> PackedLayout | None:
+    """The prefix-tree packs of ``batch``'s rows (``inputs``: its ``(B, P+R)`` model
+    inputs) when the model and the batch allow them (:func:`uses_shared_prompts`) and they
+    compute enough fewer tokens (:func:`rft.trainer.packed_forward.saves_tokens`);
+    ``None``: the model's plain forward."""
+    if not uses_shared_prompts(model, batch, dtype):
+        return None
+    layout = pack_rows(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"],
+                       batch.prompt_width)
+    if not saves_tokens(inputs["attention_mask"], layout):
+        return None  # nothing shared: the plain forward without the packs' masks
+    return layout
+
+
 def uses_shared_prompts(model: nn.Module, batch: TensorBatch,
                         dtype: torch.dtype | None) -> bool:
     """Whether :func:`response_logprobs` may run ``batch`` through
@@ -228,11 +239,19 @@ def chunked_entropy(logits: torch.Tensor, chunk: int) -> torch.Tensor:
 
 
 def response_values(critic: nn.Module, batch: TensorBatch, *, device: torch.device,
-                    dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Critic values ``(B, R)`` of the states before each response token."""
+                    dtype: torch.dtype | None = None, shared_prompts: bool = False
+                    ) -> torch.Tensor:
+    """Critic values ``(B, R)`` of the states before each response token: the value
+    head's output at column ``P + j − 1`` for response column ``P + j``. ``shared_prompts``:
+    each shared prefix runs once (:func:`rft.trainer.packed_forward.packed_logits` over the
+    value head's one output per token) where the critic and the batch allow it, as
+    :func:`response_logprobs`; else the critic's plain forward."""
     width = batch.response_width
     inputs = _model_inputs(batch, device, critic)
+    layout = _shared_layout(critic, batch, inputs, dtype) if shared_prompts else None
     with autocast_context(device, dtype):
+        if layout is not None:
+            return packed_logits(critic, layout)[..., 0].float()  # (B, R)
         output = critic(**inputs, use_cache=False)
     scores = output.logits  # (B, P + R, 1)
     return scores[:, -width - 1: -1, 0].float()  # (B, R)

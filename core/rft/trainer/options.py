@@ -126,7 +126,8 @@ class TorchTrainerOptions:
     entropy_chunk_size: int | None = None
     """Positions per chunk of the entropy computation; ``None``: all at once."""
     prefix_sharing: bool = True
-    """``trainer.prefix_sharing: auto``: log-prob forwards run shared prefixes once."""
+    """``trainer.prefix_sharing: auto``: log-prob and critic value forwards run shared
+    prefixes once."""
 
     @classmethod
     def from_plan(cls, plan: TrainerPlan) -> TorchTrainerOptions:

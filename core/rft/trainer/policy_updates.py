@@ -119,8 +119,9 @@ class PolicyUpdates(RowPlanning):
                 for rows, real in self._my_micro_batches(tensors, mini_rows):
                     micro = tensors.select(rows)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
-                    vpreds = response_values(self.critic, micro, device=device,
-                                             dtype=self.options.dtype)  # (b, r)
+                    vpreds = response_values(
+                        self.critic, micro, device=device, dtype=self.options.dtype,
+                        shared_prompts=self.options.prefix_sharing)  # (b, r)
                     vf_loss, vf_clipfrac = clipped_value_loss(
                         vpreds, on["values"], on["returns"], on["response_mask"],
                         cliprange_value=self.options.cliprange_value, loss_agg_mode=agg.mode,

@@ -110,7 +110,8 @@ class RolloutPreparation(RowPlanning):
             for rows, real in self._my_inference_batches(tensors):
                 micro = tensors.select(rows)
                 values = response_values(self.critic, micro, device=self.options.device,
-                                         dtype=self.options.dtype)
+                                         dtype=self.options.dtype,
+                                         shared_prompts=self.options.prefix_sharing)
                 if real:
                     out[rows, : micro.response_width] = values.cpu()
         finally:

@@ -13,7 +13,8 @@ veRL's own extension points only (no edit to, and no monkey-patching of, veRL's 
 2. veRL's FSDP engines are registered for device ``"cpu"`` with veRL's
    ``EngineRegistry.register`` (the language-model engine as it is; the value-model engine
    as :class:`CPUValueEngine`, which loads the critic with the model's configured attention
-   instead of veRL's hard-wired FlashAttention 2);
+   instead of veRL's hard-wired FlashAttention 2), both with rft's prefix-tree packed
+   ``forward_step`` (:mod:`rft_plugin_verl.packed_engine`, ``trainer.prefix_sharing``);
 3. a gloo process group is opened before the worker starts (veRL skips its own
    ``cpu:gloo,<device>:<backend>`` initialisation when one exists, which on CPU would name
    the device twice).
@@ -240,16 +241,17 @@ def activate() -> None:
 def _register_engines() -> None:
     """veRL's FSDP engines under device ``cpu`` in its ``EngineRegistry``."""
     from verl.workers.engine.base import EngineRegistry
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    from rft_plugin_verl import packed_engine
 
     registered = EngineRegistry._engines
     backends = ["fsdp", "fsdp2"]
     if CPU_PLATFORM not in registered.get("language_model", {}).get("fsdp2", {}):
         EngineRegistry.register(model_type="language_model", backend=backends,
-                                device=CPU_PLATFORM)(FSDPEngineWithLMHead)
+                                device=CPU_PLATFORM)(packed_engine.lm_engine_class())
     if CPU_PLATFORM not in registered.get("value_model", {}).get("fsdp2", {}):
-        EngineRegistry.register(model_type="value_model", backend=backends,
-                                device=CPU_PLATFORM)(_value_engine_class())
+        EngineRegistry.register(model_type="value_model", backend=backends, device=CPU_PLATFORM)(
+            packed_engine.value_engine_class(_value_engine_class()))
 
 
 def _value_engine_class() -> type:

@@ -116,6 +116,7 @@ from rft_plugin_verl.engine_state import (
 )
 from rft_plugin_verl.entropy import SIGNAL_KEY, expected_signal_as_sum_pi_squared
 from rft_plugin_verl.losses import ActorLoss, CriticLoss
+from rft_plugin_verl.packed_engine import prefix_sharing_flag
 from rft_plugin_verl.vision import VisionRows
 
 STATE_FORMAT = "rft-verl"
@@ -184,6 +185,9 @@ class VerlTrainer(Trainer):
         scale = float(plan.model.max_response_tokens) if plan.model.max_response_tokens else None
         self.loss_scale_factor = scale
         self.temperature = plan.model.temperature if plan.model.temperature > 0 else 1.0
+        self.prefix_sharing: str = plan.trainer.prefix_sharing
+        """``trainer.prefix_sharing``: ``auto`` packs shared prefixes in veRL's forward on rft's
+        CPU engines (:mod:`rft_plugin_verl.packed_engine`)."""
         self.critic_warmup = int(settings.get("trainer.critic_warmup", 0) or 0)
         self.vision = (VisionRows(str(plan.model.model_path))
                        if is_multimodal_model(str(plan.model.model_path)) else None)
@@ -476,7 +480,8 @@ class VerlTrainer(Trainer):
         from verl.utils import tensordict_utils as tu
 
         data = to_tensordict(batch, extra, self.vision)
-        tu.assign_non_tensor(data, temperature=self.temperature, **meta)
+        tu.assign_non_tensor(data, temperature=self.temperature,
+                             **prefix_sharing_flag(self.prefix_sharing), **meta)
         return data
 
     def _log_probs(self, worker: Any, batch: Batch, *, ref: bool = False) -> torch.Tensor:
