@@ -42,6 +42,7 @@ from rft.rollout.auxiliary import (
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.endpoint.settings import EndpointSettings
 from rft.engines.reply_parsing import reply_parser_of
+from rft.rollout.carry_over import CarryOver, Unit, unit_of_state
 from rft.rollout.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.rollout.runner_states import start_reporter
 from rft.rollout.workflows import Taskset, WorkflowMaker, open_taskset
@@ -149,6 +150,13 @@ class Explorer:
                                                             if e.dynamic_timeout.enable else None))
         self.state_reporter = start_reporter(self.runner.states,
                                              e.runner_state_report_interval, log)
+        s = config.synchronizer
+        self.carry: CarryOver | None = (CarryOver(self.runner)
+                                        if s.partial_rollout and s.streaming_batches else None)
+        """Fully async (``partial_rollout`` + ``streaming_batches``): tasks in flight across
+        explore steps (:mod:`rft.rollout.carry_over`)."""
+        self._resubmit: list[Unit] = []
+        """Units carried over by the step a resumed run goes on from: submitted first."""
 
     @property
     def train_size(self) -> int:
@@ -202,9 +210,15 @@ class Explorer:
                 if on_result is not None:
                     on_result(result.experiences)
         results = [r for r in ordered if r is not None]
+        return self._kept([task for task, _ in units], results, batch_id), results
+
+    def _kept(self, tasks: Sequence[Task], results: Sequence[TaskResult],
+              batch_id: int | str) -> list[Experience]:
+        """The experiences of the tasks that succeeded; failures recorded and logged, and a
+        fatal error raised once the rest is counted (see :meth:`run`)."""
         experiences: list[Experience] = []
         not_run = 0
-        for (task, _), result in zip(units, results, strict=True):
+        for task, result in zip(tasks, results, strict=True):
             if result.cut_off:  # explorer.over_rollout: dropped, counted in the metrics
                 continue
             if not result.ok:
@@ -229,15 +243,60 @@ class Explorer:
                 log.warning("%d task(s) of batch %s not run: the batch stops on the error "
                             "below", not_run, batch_id)
             raise self.runner.fatal_error
-        return experiences, results
+        return experiences
+
+    def _carry_step(self, step: int) -> tuple[list[Experience], list[TaskResult], dict[str, float]]:
+        """Fully async: top the tasks in flight up to two batches, take the first
+        ``batch_size`` tasks to end (:mod:`rft.rollout.carry_over`); their experiences
+        (labelled with the step that submitted each), results and the carry-over metrics.
+        A task runs whole (``max_repeat_times_per_runner`` does not split it: its group
+        reaches the buffer in one write)."""
+        assert self.carry is not None
+        batch_size = self.config.buffer.batch_size
+        if self._resubmit:
+            self.carry.submit(self._resubmit)
+            self._resubmit = []
+        while len(self.carry.in_flight()) < 2 * batch_size:
+            tasks = self.next_tasks(batch_size)
+            if not tasks:
+                break
+            self.carry.submit([Unit(task, 0, step) for task in tasks])
+        taken = self.carry.collect(batch_size)
+        for unit, result in taken:
+            if result.ok:
+                label(result, unit.step, first_run=unit.first_run)
+        experiences = self._kept([u.task for u, _ in taken], [r for _, r in taken], step)
+        metrics = {"rollout/carried_over": float(len(self.carry.in_flight())),
+                   "rollout/carried_in": float(sum(u.step < step for u, _ in taken))}
+        return experiences, [r for _, r in taken], metrics
+
+    def carried_state(self) -> list[list[Any]]:
+        """The units in flight (fully async), as the run state records them."""
+        units = self.carry.in_flight() if self.carry is not None else []
+        return [unit.to_state() for unit in units + self._resubmit]
+
+    def restore_carried(self, saved: Sequence[Sequence[Any]]) -> None:
+        """A resumed run: the units the checkpoint's step carried over are submitted first
+        at the next explore step (the selectors, restored, are past them)."""
+        by_name = {t.config.name: t.tasks for t in self.train_sets}
+        units = [unit_of_state(entry, by_name) for entry in saved]
+        if self.greedy_baseline:
+            units = [dataclasses.replace(u, task=dataclasses.replace(u.task, greedy_baseline=True))
+                     for u in units]
+        self._resubmit = units
 
     def explore_step(self, step: int) -> dict[str, float]:
         """One step: run a batch of tasks and write the experiences to the buffer."""
         started = time.monotonic()
-        tasks = self.next_tasks(self.config.buffer.batch_size)
-        experiences, results = self.run(tasks, step, over_rollout=True)
+        carried: dict[str, float] = {}
+        if self.carry is not None:  # fully async: tasks may end in a later step
+            experiences, results, carried = self._carry_step(step)
+        else:
+            tasks = self.next_tasks(self.config.buffer.batch_size)
+            experiences, results = self.run(tasks, step, over_rollout=True)
         self.feed_back(experiences)
         metrics = rollout_metrics(experiences, results)
+        metrics.update(carried)
         if self.pipeline_input is not None and experiences:
             self.pipeline_input.write(experiences)
         for name, source in self.pipeline_sources:  # experience_pipeline.inputs
@@ -281,6 +340,8 @@ class Explorer:
     def close(self) -> None:
         if self.state_reporter is not None:
             self.state_reporter.close()
+        if self.carry is not None:
+            self.carry.close()
         self.runner.close()
         close_models(self.auxiliary_models)
         self.auxiliary_models = []
