@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
-from rft.buffer.storage import SQLITE_URL_PREFIX, ExperienceStorage, open_storage
+from rft.buffer.storage import (SQLITE_URL_PREFIX, ExperienceStorage, explore_step_key,
+                                open_storage)
 from rft.config.plan import RunPlan
 from rft.errors import RftError
 from rft.experience import EID, Experience
@@ -155,6 +156,8 @@ class Explorer:
                                         if s.partial_rollout and s.streaming_batches else None)
         """Fully async (``partial_rollout`` + ``streaming_batches``): tasks in flight across
         explore steps (:mod:`rft.rollout.carry_over`)."""
+        self.job_dir = plan.job_dir
+        """The run the buffer's write keys belong to (:func:`explore_step_key`)."""
         self._resubmit: list[Unit] = []
         """Units carried over by the step a resumed run goes on from: submitted first."""
 
@@ -277,6 +280,22 @@ class Explorer:
                    "rollout/carried_in": float(sum(u.step < step for u, _ in taken))}
         return experiences, [r for _, r in taken], metrics
 
+    def _write_by_task(self, experiences: list[Experience]) -> None:
+        """Fully async: each task's experiences as a write of its own, keyed by the step
+        that submitted the task and the task (``explore step <s> of <job dir> task
+        <taskset>[<index>]``): whichever step ends it, a durable buffer holds it once — a
+        run resumed from a checkpoint submits again the tasks that were in flight, some of
+        which the failed run may have written already."""
+        groups: dict[tuple[Any, str, Any], list[Experience]] = {}
+        for exp in experiences:
+            key = (exp.eid.batch, str(exp.info.get("taskset", "")), exp.eid.task)
+            groups.setdefault(key, []).append(exp)
+        for (batch, taskset, task), group in groups.items():
+            step_key = (explore_step_key(self.job_dir, batch) if isinstance(batch, int)
+                        else f"explore {batch} of {self.job_dir}")
+            with self.storage.idempotent_writes(f"{step_key} task {taskset}[{task}]"):
+                self.storage.write(group)
+
     def carried_state(self) -> list[list[Any]]:
         """The units in flight (fully async), as the run state records them."""
         units = self.carry.in_flight() if self.carry is not None else []
@@ -312,7 +331,10 @@ class Explorer:
             experiences = experiences + extra
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
         metrics.update(pipeline_metrics)
-        self.storage.write(experiences)
+        if self.carry is not None:
+            self._write_by_task(experiences)
+        else:
+            self.storage.write(experiences)
         self.last_step = experiences
         metrics["timing_s/explore"] = time.monotonic() - started
         metrics["rollout/abandoned_threads"] = float(self.runner.abandoned_alive())
