@@ -36,7 +36,8 @@ Three runs, the same samples each:
 Trained samples/s = samples per step / the trainer's seconds per step, from the ``time``
 of the jsonl monitor's records between its first and last step (start-up and the first
 step's warm-up are left out). Printed side by side with the ratios, the reward of the
-first and of the last explore step (after the same number of samples in every run), and
+first and of the last explore step (after the same number of samples in every run) and
+the mean over the steps, and
 the staleness histogram of the trained tokens (``t − 1 − version`` for a token
 trained at step ``t``; from the SQLite buffer's rows and the step that read each).
 """
@@ -240,12 +241,14 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
           f"{os.cpu_count()} cores")
     base = results.get("sync")
     print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>13} "
+          f"{'mean':>6} "
           f"{'explore s':>9} {'train s':>8} {'mid-step syncs':>14} {'interrupted':>12} "
           f"{'run s':>7}")
     for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
         ratio = f"{r['samples_s'] / base['samples_s']:.2f}" if base else "-"
         print(f"{name:<14} {r['step_s']:8.3f} {r['samples_s']:10.2f} {ratio:>7} "
-              f"{r['first']:6.3f}>{r['last']:6.3f} {r['explore_s']:9.3f} {r['train_s']:8.3f} "
+              f"{r['first']:6.3f}>{r['last']:6.3f} {r['reward']:6.3f} "
+              f"{r['explore_s']:9.3f} {r['train_s']:8.3f} "
               f"{r['syncs']:14.0f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
     if "async_partial" in results and "one_step_off" in results:
         print(f"async_partial / one_step_off: "
