@@ -12,7 +12,9 @@ running in ``rollout/abandoned_threads``; with ``explorer.over_rollout`` a step 
 stops the batch and is raised once the finished tasks were handed over. Evaluation runs
 every task of every eval taskset and reports accuracy and pass@k per taskset; with an
 :class:`EvalRecord` (``bench``) each task's results are kept as it finishes, and an
-evaluation that stopped midway goes on from them.
+evaluation that stopped midway goes on from them. Fully async (``partial_rollout`` +
+``streaming_batches``) an explore step returns once ``batch_size`` tasks ended and the rest
+carry over into later steps (:mod:`rft.rollout.carry_over`).
 """
 
 from __future__ import annotations
