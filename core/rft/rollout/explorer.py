@@ -12,7 +12,9 @@ running in ``rollout/abandoned_threads``; with ``explorer.over_rollout`` a step 
 stops the batch and is raised once the finished tasks were handed over. Evaluation runs
 every task of every eval taskset and reports accuracy and pass@k per taskset; with an
 :class:`EvalRecord` (``bench``) each task's results are kept as it finishes, and an
-evaluation that stopped midway goes on from them.
+evaluation that stopped midway goes on from them. Fully async (``partial_rollout`` +
+``streaming_batches``) an explore step returns once ``batch_size`` tasks ended and the rest
+carry over into later steps (:mod:`rft.rollout.carry_over`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from typing import Any, Protocol
 
 from rft.buffer.operators import ExperienceOperator, run_pipeline
 from rft.buffer.selector import TaskSelector
-from rft.buffer.storage import SQLITE_URL_PREFIX, ExperienceStorage, open_storage
+from rft.buffer.storage import (SQLITE_URL_PREFIX, ExperienceStorage, explore_step_key,
+                                open_storage)
 from rft.config.plan import RunPlan
 from rft.errors import RftError
 from rft.experience import EID, Experience
@@ -42,6 +45,7 @@ from rft.rollout.auxiliary import (
 from rft.rollout.model_wrapper import ModelWrapper
 from rft.endpoint.settings import EndpointSettings
 from rft.engines.reply_parsing import reply_parser_of
+from rft.rollout.carry_over import CarryOver, Unit, unit_of_state
 from rft.rollout.runner import TaskResult, WorkflowRunner, split_repeats
 from rft.rollout.runner_states import start_reporter
 from rft.rollout.workflows import Taskset, WorkflowMaker, open_taskset
@@ -149,6 +153,15 @@ class Explorer:
                                                             if e.dynamic_timeout.enable else None))
         self.state_reporter = start_reporter(self.runner.states,
                                              e.runner_state_report_interval, log)
+        s = config.synchronizer
+        self.carry: CarryOver | None = (CarryOver(self.runner)
+                                        if s.partial_rollout and s.streaming_batches else None)
+        """Fully async (``partial_rollout`` + ``streaming_batches``): tasks in flight across
+        explore steps (:mod:`rft.rollout.carry_over`)."""
+        self.job_dir = plan.job_dir
+        """The run the buffer's write keys belong to (:func:`explore_step_key`)."""
+        self._resubmit: list[Unit] = []
+        """Units carried over by the step a resumed run goes on from: submitted first."""
 
     @property
     def train_size(self) -> int:
@@ -202,9 +215,15 @@ class Explorer:
                 if on_result is not None:
                     on_result(result.experiences)
         results = [r for r in ordered if r is not None]
+        return self._kept([task for task, _ in units], results, batch_id), results
+
+    def _kept(self, tasks: Sequence[Task], results: Sequence[TaskResult],
+              batch_id: int | str) -> list[Experience]:
+        """The experiences of the tasks that succeeded; failures recorded and logged, and a
+        fatal error raised once the rest is counted (see :meth:`run`)."""
         experiences: list[Experience] = []
         not_run = 0
-        for (task, _), result in zip(units, results, strict=True):
+        for task, result in zip(tasks, results, strict=True):
             if result.cut_off:  # explorer.over_rollout: dropped, counted in the metrics
                 continue
             if not result.ok:
@@ -229,15 +248,83 @@ class Explorer:
                 log.warning("%d task(s) of batch %s not run: the batch stops on the error "
                             "below", not_run, batch_id)
             raise self.runner.fatal_error
-        return experiences, results
+        return experiences
+
+    def _carry_step(self, step: int) -> tuple[list[Experience], list[TaskResult], dict[str, float]]:
+        """Fully async: a new batch while at most one is in flight, take the first
+        ``batch_size`` tasks to end and those ``max_staleness`` makes due
+        (:mod:`rft.rollout.carry_over`); their experiences
+        (labelled with the step that submitted each), results and the carry-over metrics.
+        A task runs whole (``max_repeat_times_per_runner`` does not split it: its group
+        reaches the buffer in one write)."""
+        assert self.carry is not None
+        batch_size = self.config.buffer.batch_size
+        if self._resubmit:
+            self.carry.submit(self._resubmit)
+            self._resubmit = []
+        while len(self.carry.in_flight()) <= batch_size:  # at most one batch ahead
+            tasks = self.next_tasks(batch_size)
+            if not tasks:
+                break
+            self.carry.submit([Unit(task, 0, step, self.model.model_version) for task in tasks])
+        bound = self.config.synchronizer.max_staleness
+        lag = None if bound is None else max(bound - 1, 0)
+
+        def due(unit: Unit) -> bool:  # synchronizer.max_staleness: not carried further
+            return lag is not None and self.model.model_version - unit.version >= lag
+
+        taken = self.carry.collect(batch_size, due)
+        for unit, result in taken:
+            if result.ok:
+                label(result, unit.step, first_run=unit.first_run)
+        experiences = self._kept([u.task for u, _ in taken], [r for _, r in taken], step)
+        metrics = {"rollout/carried_over": float(len(self.carry.in_flight())),
+                   "rollout/carried_in": float(sum(u.step < step for u, _ in taken))}
+        return experiences, [r for _, r in taken], metrics
+
+    def _write_by_task(self, experiences: list[Experience]) -> None:
+        """Fully async: each task's experiences as a write of its own, keyed by the step
+        that submitted the task and the task (``explore step <s> of <job dir> task
+        <taskset>[<index>]``): whichever step ends it, a durable buffer holds it once — a
+        run resumed from a checkpoint submits again the tasks that were in flight, some of
+        which the failed run may have written already."""
+        groups: dict[tuple[Any, str, Any], list[Experience]] = {}
+        for exp in experiences:
+            key = (exp.eid.batch, str(exp.info.get("taskset", "")), exp.eid.task)
+            groups.setdefault(key, []).append(exp)
+        for (batch, taskset, task), group in groups.items():
+            step_key = (explore_step_key(self.job_dir, batch) if isinstance(batch, int)
+                        else f"explore {batch} of {self.job_dir}")
+            with self.storage.idempotent_writes(f"{step_key} task {taskset}[{task}]"):
+                self.storage.write(group)
+
+    def carried_state(self) -> list[list[Any]]:
+        """The units in flight (fully async), as the run state records them."""
+        units = self.carry.in_flight() if self.carry is not None else []
+        return [unit.to_state() for unit in units + self._resubmit]
+
+    def restore_carried(self, saved: Sequence[Sequence[Any]]) -> None:
+        """A resumed run: the units the checkpoint's step carried over are submitted first
+        at the next explore step (the selectors, restored, are past them)."""
+        by_name = {t.config.name: t.tasks for t in self.train_sets}
+        units = [unit_of_state(entry, by_name) for entry in saved]
+        if self.greedy_baseline:
+            units = [dataclasses.replace(u, task=dataclasses.replace(u.task, greedy_baseline=True))
+                     for u in units]
+        self._resubmit = units
 
     def explore_step(self, step: int) -> dict[str, float]:
         """One step: run a batch of tasks and write the experiences to the buffer."""
         started = time.monotonic()
-        tasks = self.next_tasks(self.config.buffer.batch_size)
-        experiences, results = self.run(tasks, step, over_rollout=True)
+        carried: dict[str, float] = {}
+        if self.carry is not None:  # fully async: tasks may end in a later step
+            experiences, results, carried = self._carry_step(step)
+        else:
+            tasks = self.next_tasks(self.config.buffer.batch_size)
+            experiences, results = self.run(tasks, step, over_rollout=True)
         self.feed_back(experiences)
         metrics = rollout_metrics(experiences, results)
+        metrics.update(carried)
         if self.pipeline_input is not None and experiences:
             self.pipeline_input.write(experiences)
         for name, source in self.pipeline_sources:  # experience_pipeline.inputs
@@ -246,7 +333,10 @@ class Explorer:
             experiences = experiences + extra
         experiences, pipeline_metrics = run_pipeline(self.operators, experiences)
         metrics.update(pipeline_metrics)
-        self.storage.write(experiences)
+        if self.carry is not None:
+            self._write_by_task(experiences)
+        else:
+            self.storage.write(experiences)
         self.last_step = experiences
         metrics["timing_s/explore"] = time.monotonic() - started
         metrics["rollout/abandoned_threads"] = float(self.runner.abandoned_alive())
@@ -281,6 +371,8 @@ class Explorer:
     def close(self) -> None:
         if self.state_reporter is not None:
             self.state_reporter.close()
+        if self.carry is not None:
+            self.carry.close()
         self.runner.close()
         close_models(self.auxiliary_models)
         self.auxiliary_models = []
