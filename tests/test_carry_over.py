@@ -211,5 +211,30 @@ def test_a_resumed_explorer_writes_each_task_once_to_a_durable_buffer(tmp_path, 
     assert all(sorted(runs) == [0, 1] for runs in groups.values()), groups  # each once
     # steps 1-4 submitted 5 batches; 4 steps took 16 tasks, at least the failed run's 12
     assert len(groups) >= 16
-    carried = {(t[0], f"{t[4]}/{t[1]}") for t in state.carried_tasks}
+    # several tasksets: a group's id names its taskset (step/taskset:task)
+    carried = {(t[0], f"{t[4]}/{t[0]}:{t[1]}") for t in state.carried_tasks}
     assert carried <= set(groups)  # the tasks in flight at the checkpoint: none lost
+
+
+def test_tasks_of_several_tasksets_with_one_index_are_separate_groups(tmp_path, tiny_model_dir):
+    """Four tasksets over one file: a step's 4 tasks all have index 0. Each is its own GRPO
+    group (its 2 runs), with ids naming the taskset; a pad_batch of the step has 4 group
+    ids, and the ids survive the buffer codec (they had all been group ``1/0``, so the
+    advantage baseline mixed four tasks)."""
+    from rft.buffer.experience_codec import experience_from_dict, experience_to_dict
+    from rft.experience import pad_batch
+
+    explorer, storage = _explorer(_config(tmp_path, tiny_model_dir, carry=False))
+    try:
+        explorer.explore_step(1)
+    finally:
+        explorer.close()
+    experiences = [e for write in storage.writes for e in write]
+    assert len(experiences) == 8 and {e.eid.task for e in experiences} == {0}
+    groups = {e.eid.group for e in experiences}
+    assert groups == {"1/t0:0", "1/t1:0", "1/t2:0", "1/t3:0"}
+    assert len({e.eid.uid for e in experiences}) == 8
+    assert len(set(pad_batch(experiences, 0).group_ids)) == 4
+    decoded = [experience_from_dict(json.loads(json.dumps(experience_to_dict(e))))
+               for e in experiences]
+    assert [e.eid for e in decoded] == [e.eid for e in experiences]

@@ -36,16 +36,25 @@ class EID:
     ``batch`` / ``task`` / ``run``."""
     suffix: str = ""
     """Extra id for several experiences of one rollout (multi-turn, DPO pairs)."""
+    taskset: str = ""
+    """The training taskset's name when the explorer reads several (``""`` with one, so
+    the ids stay ``batch/task/…``): task 3 of one taskset and task 3 of another, explored
+    in the same step, are two groups."""
+
+    @property
+    def task_key(self) -> str:
+        """The task within its step: ``task``, or ``taskset:task`` with several tasksets."""
+        return f"{self.taskset}:{self.task}" if self.taskset else str(self.task)
 
     @property
     def group(self) -> str:
         """Rollouts of the same task in the same step share a group (GRPO baseline)."""
-        return f"{self.batch}/{self.task}"
+        return f"{self.batch}/{self.task_key}"
 
     @property
     def uid(self) -> str:
         """Unique id of this experience."""
-        return f"{self.batch}/{self.task}/{self.run}/{self.suffix}"
+        return f"{self.batch}/{self.task_key}/{self.run}/{self.suffix}"
 
 
 @dataclass

@@ -109,6 +109,9 @@ class Explorer:
         e = config.explorer
         self.train_sets: list[Taskset] = [open_taskset(t) for t in plan.tasksets]
         self.eval_sets: list[Taskset] = [open_taskset(t) for t in plan.eval_tasksets]
+        self.several_tasksets = len(self.train_sets) > 1
+        """Several training tasksets: the experiences' ids name their taskset
+        (:attr:`rft.experience.EID.taskset`), so equal task indices stay apart."""
         self.selectors: list[TaskSelector] = []
         for taskset, taskset_plan in zip(self.train_sets, plan.tasksets, strict=True):
             selected = taskset_plan.selector
@@ -211,7 +214,8 @@ class Explorer:
                                       wait_after_min=self.over_rollout.wait_after_min):
             ordered[result.order] = result
             if result.ok:
-                label(result, batch_id, first_run=units[result.order][1])
+                label(result, batch_id, first_run=units[result.order][1],
+                      taskset_in_id=self.several_tasksets and isinstance(batch_id, int))
                 if on_result is not None:
                     on_result(result.experiences)
         results = [r for r in ordered if r is not None]
@@ -276,7 +280,8 @@ class Explorer:
         taken = self.carry.collect(batch_size, due)
         for unit, result in taken:
             if result.ok:
-                label(result, unit.step, first_run=unit.first_run)
+                label(result, unit.step, first_run=unit.first_run,
+                      taskset_in_id=self.several_tasksets)
         experiences = self._kept([u.task for u, _ in taken], [r for _, r in taken], step)
         metrics = {"rollout/carried_over": float(len(self.carry.in_flight())),
                    "rollout/carried_in": float(sum(u.step < step for u, _ in taken))}
@@ -390,13 +395,16 @@ class Explorer:
             self._owns_server = False
 
 
-def label(result: TaskResult, batch_id: int | str, *, first_run: int) -> None:
+def label(result: TaskResult, batch_id: int | str, *, first_run: int,
+          taskset_in_id: bool = False) -> None:
     """Give each experience of a task that succeeded its id (batch / task / run, the runs
-    numbered from ``first_run``: the task's part under ``max_repeat_times_per_runner``)
-    and its taskset."""
+    numbered from ``first_run``: the task's part under ``max_repeat_times_per_runner``;
+    ``taskset_in_id``: the explorer reads several training tasksets, so the id names the
+    task's taskset, :attr:`EID.taskset`) and its taskset."""
     for run, exp in enumerate(result.experiences, start=first_run):
         exp.eid = EID(batch=batch_id, task=result.task.index, run=run,
-                      step=exp.eid.step, suffix=exp.eid.suffix)
+                      step=exp.eid.step, suffix=exp.eid.suffix,
+                      taskset=result.task.taskset if taskset_in_id else "")
         exp.info.setdefault("taskset", result.task.taskset)
 
 
