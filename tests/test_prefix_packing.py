@@ -201,6 +201,39 @@ def test_response_logprobs_takes_the_packed_path_where_it_applies(tiny_model_dir
     assert not uses_shared_prompts(model, no_prompt, None)
 
 
+@pytest.mark.parametrize(("temperature", "entropy_grad", "chunk"),
+                         [(1.0, False, None), (0.7, True, None), (0.7, True, 5)],
+                         ids=["metric-entropy", "entropy-loss", "chunked-entropy"])
+def test_log_probs_and_entropies_from_the_scoring_nodes_equal_the_plain_ones(
+        tiny_model_dir: Path, temperature: float, entropy_grad: bool,
+        chunk: int | None) -> None:
+    """The packed path computes the log-softmax and the entropy once per scoring node
+    (``(M, V)``, not ``(B, R, V)``): the same log-probs, entropies and gradients as the
+    plain forward's on every response token (float32 within 1e-5)."""
+    model = qwen2(tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    valid = batch["response_mask"].bool()
+    results = []
+    for shared in (True, False):
+        model.zero_grad(set_to_none=True)
+        logps, entropy = response_logprobs(
+            model, batch, device=torch.device("cpu"), temperature=temperature,
+            with_entropy=True, entropy_grad=entropy_grad, entropy_chunk=chunk,
+            shared_prompts=shared)
+        assert entropy is not None and entropy.requires_grad == entropy_grad
+        loss = (logps * valid).sum() + ((entropy * valid).sum() if entropy_grad else 0.0)
+        loss.backward()
+        results.append((logps.detach(), entropy.detach(),
+                        {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (logps, entropy, grads), (plain_logps, plain_entropy, plain_grads) = results
+    torch.testing.assert_close(logps[valid], plain_logps[valid], rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy[valid], plain_entropy[valid], rtol=0, atol=1e-5)
+    assert not torch.equal(logps[valid], plain_logps[valid])  # the packed path ran
+    for name, grad in plain_grads.items():
+        scale = grad.abs().max().item()
+        assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale + 1e-7, name
+
+
 def test_models_it_cannot_pack_keep_their_own_forward_and_say_why(
         tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     import logging

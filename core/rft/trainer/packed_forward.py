@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from dataclasses import dataclass
 
 import torch
 from packaging.version import Version
@@ -171,11 +172,34 @@ def _mask(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
                        device=allowed.device).masked_fill(~allowed, blocked)
 
 
-def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
-    """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
-    scoring each response token (zeros at padding columns). Only the pack columns that
-    score some token go through the LM head (``logits_to_keep`` as an index tensor; a
-    model without it computes every column)."""
+@dataclass(frozen=True)
+class NodeLogits:
+    """The model's outputs at the pack columns that score some response token, each
+    computed once, and where every response column of the rows reads its own."""
+
+    logits: torch.Tensor
+    """``(M, V)``: one row per scoring node (a shared prompt's last node scores the first
+    token of each of its responses, so ``M ≤`` the valid response tokens)."""
+    index: torch.Tensor
+    """``(B, R)`` long: the row of :attr:`logits` scoring response column ``P + j`` of row
+    ``b`` (``0`` where that column is padding)."""
+    valid: torch.Tensor
+    """``(B, R)`` bool: the response columns that hold a token."""
+
+    def expand(self) -> torch.Tensor:
+        """The logits per response column, ``(B, R, V)``, zeros at padding columns."""
+        rows, width = self.index.shape
+        picked = self.logits.index_select(0, self.index.reshape(-1))  # (B·R, V)
+        picked = picked.reshape(rows, width, -1)  # (B, R, V)
+        return picked * self.valid.unsqueeze(-1).to(picked.dtype)
+
+
+def packed_node_logits(model: nn.Module, layout: PackedLayout) -> NodeLogits:
+    """The model's logits over ``layout``'s packs at the nodes that score a response token
+    (:class:`NodeLogits`): only those pack columns go through the LM head
+    (``logits_to_keep`` as an index tensor; a model without it computes every column and
+    the others are dropped). Per-token losses computed on ``(M, V)`` instead of
+    ``(B, R, V)`` skip the padding columns and the copies of a node's row."""
     columns = layout.input_ids.shape[1]
     valid = layout.source >= 0  # (B, R)
     keep = torch.unique(layout.source[valid] % columns)  # (K,) sorted pack columns
@@ -184,17 +208,21 @@ def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
     try:
         logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
     except TypeError:  # custom modelling code without ``logits_to_keep``
-        logits = model(**inputs).logits  # (G, N, V)
+        logits = model(**inputs).logits[:, keep]  # (G, K, V)
+    # renumber the pack columns: flat g·N + n → g·K + (n's place in ``keep``)
+    place = torch.zeros(columns, dtype=torch.long, device=keep.device)
+    place[keep] = torch.arange(keep.numel(), device=keep.device)
     source = layout.source.clamp(min=0)  # (B, R) flat g·N + n
-    if logits.shape[1] == keep.numel():  # renumber the columns: n → its place in ``keep``
-        place = torch.zeros(columns, dtype=torch.long, device=keep.device)
-        place[keep] = torch.arange(keep.numel(), device=keep.device)
-        source = (source // columns) * keep.numel() + place[source % columns]
+    index = (source // columns) * keep.numel() + place[source % columns]  # (B, R)
     flat = logits.reshape(-1, logits.shape[-1])  # (G·K, V)
-    rows, width = layout.source.shape
-    picked = flat.index_select(0, source.reshape(-1))  # (B·R, V)
-    picked = picked.reshape(rows, width, -1)  # (B, R, V)
-    return picked * valid.unsqueeze(-1).to(picked.dtype)
+    return NodeLogits(logits=flat, index=index.masked_fill(~valid, 0), valid=valid)
+
+
+def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
+    """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
+    scoring each response token (zeros at padding columns); :func:`packed_node_logits`
+    expanded."""
+    return packed_node_logits(model, layout).expand()
 
 
 def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
