@@ -161,12 +161,12 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
         slot[b] = seen[pack_of[b]]
         seen[pack_of[b]] += 1
     member = torch.zeros(count, max(seen, default=0), longest)  # (G, rows, N)
-    row_of = pack_index[:, None].expand(rows, span)[on_path]  # (T,) per path step
-    member[row_of, slot[:, None].expand(rows, span)[on_path], path[on_path]] = 1.0
+    pack_at = pack_index[:, None].expand(rows, span)[on_path]  # (T,) per path step
+    member[pack_at, slot[:, None].expand(rows, span)[on_path], path[on_path]] = 1.0
     depth = torch.zeros(count, longest, dtype=torch.long)  # (G, N)
-    depth[row_of, path[on_path]] = steps[None, :].expand(rows, span)[on_path]
-    shared = torch.bmm(member.transpose(1, 2), member) > 0  # (G, N, N)
-    allowed = (shared & (depth[:, None, :] <= depth[:, :, None])) | torch.eye(
+    depth[pack_at, path[on_path]] = steps[None, :].expand(rows, span)[on_path]
+    together = torch.bmm(member.transpose(1, 2), member) > 0  # (G, N, N)
+    allowed = (together & (depth[:, None, :] <= depth[:, :, None])) | torch.eye(
         longest, dtype=torch.bool)  # (G, N, N)
     # the output at a row's sequence index ℓ_p − 1 + j scores its response column P + j
     first = torch.tensor(prompt_lengths, dtype=torch.long) - 1  # (B,)
