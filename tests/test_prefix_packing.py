@@ -184,6 +184,46 @@ def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Pa
         assert (grads[name] - grad).abs().max().item() <= 2 * bound + 1e-6, name
 
 
+def test_the_cost_rule_packs_only_where_the_saved_tokens_outweigh_the_added_attention() -> None:
+    """``trainer.prefix_sharing: auto``'s cost rule (:func:`packing_cost_reason`): tokens
+    plus ``α`` per attention pair, the shapes as they run. A GRPO group whose prompt is
+    most of each row packs on any model; a group of long responses behind a short prompt
+    packs on a wide model (attention is cheap next to its linear layers) but not on a
+    narrow one, and the fallback says why in one line."""
+    from types import SimpleNamespace
+
+    from rft.trainer.packed_forward import attention_weight, packing_cost_reason
+
+    narrow = SimpleNamespace(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=256)
+    wide = SimpleNamespace(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
+                           intermediate_size=18944)
+    # (4·64 + 8·4) / (2·(64·(64 + 64) + 64·64 + 3·64·256)) = 288 / 122880
+    assert attention_weight(narrow) == pytest.approx(288 / 122880)
+    assert attention_weight(wide) < attention_weight(narrow) / 50
+    assert attention_weight(SimpleNamespace()) == 0.0
+
+    def group(prompt: int, response: int, samples: int = 8) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(0)
+        ids = torch.cat([torch.arange(3, 3 + prompt).repeat(samples, 1),
+                         torch.randint(3, 500, (samples, response), generator=g)], dim=1)
+        mask = torch.ones_like(ids)
+        return ids, mask, torch.arange(prompt + response).repeat(samples, 1)
+
+    ids, mask, positions = group(prompt=48, response=8)
+    layout = pack_rows(ids, mask, positions, 48)
+    for config in (narrow, wide):
+        assert packing_cost_reason(mask, layout, attention_weight(config)) is None
+    ids, mask, positions = group(prompt=100, response=200, samples=4)
+    layout = pack_rows(ids, mask, positions, 100)
+    assert layout.input_ids.shape[0] == 1
+    assert layout.tokens < 0.9 * int(mask.sum())  # it does save tokens
+    assert packing_cost_reason(mask, layout, attention_weight(wide)) is None
+    reason = packing_cost_reason(mask, layout, attention_weight(narrow))
+    assert reason is not None and "\n" not in reason and "cost more" in reason
+    assert packing_cost_reason(mask, layout, 0.0) is None  # tokens alone: it would pack
+
+
 # ---- the trainer's path ----------------------------------------------------------------
 
 

@@ -28,8 +28,9 @@ from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
                      logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
-from rft.trainer.packed_forward import (NodeLogits, fallback_reason, log_fallback,
-                                        packed_node_logits, saves_tokens)
+from rft.trainer.packed_forward import (NodeLogits, attention_weight, fallback_reason,
+                                        log_fallback, packed_node_logits,
+                                        packing_cost_reason, saves_tokens)
 from rft.trainer.packed_forward import shared_prompt_logits as shared_prompt_logits
 from rft.trainer.prefix_tree import PackedLayout, pack_rows
 
@@ -252,7 +253,14 @@ def _layout(model: nn.Module, batch: TensorBatch, inputs: dict[str, torch.Tensor
         return None
     layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
                        inputs["position_ids"], batch.prompt_width)
-    return layout if saves_tokens(inputs["attention_mask"], layout) else None
+    if not saves_tokens(inputs["attention_mask"], layout):
+        return None  # nothing shared: silently the plain forward
+    reason = packing_cost_reason(inputs["attention_mask"], layout,
+                                 attention_weight(getattr(model, "config", None)))
+    if reason is not None:
+        log_fallback(reason)
+        return None
+    return layout
 
 
 def uses_shared_prompts(model: nn.Module, batch: TensorBatch,

@@ -238,6 +238,50 @@ def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
     return packed_logits(model, layout)
 
 
+def attention_weight(config: object) -> float:
+    """``α``: the cost of one query-key pair of attention relative to one token through
+    the linear layers, per layer, from the model's shape (0 if it does not say)::
+
+        α = (4·d + 8·H) / (2·W),   W = h·(d + 2·d_kv) + d·h + 3·h·i
+
+    with ``h`` the hidden size, ``H`` query heads of ``d / H`` dims, ``d_kv`` the key /
+    value width, ``i`` the MLP width (gated: three matrices): a pair costs ``q·k`` and
+    ``p·v`` (``2d`` FLOPs each) plus the softmax and mask per head; a token ``2W`` FLOPs.
+    """
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    if hidden <= 0 or heads <= 0:
+        return 0.0
+    head_dim = int(getattr(config, "head_dim", 0) or 0) or hidden // heads
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or 0) or heads
+    inner = int(getattr(config, "intermediate_size", 0) or 0) or 4 * hidden
+    width, kv_width = heads * head_dim, kv_heads * head_dim
+    weights = hidden * (width + 2 * kv_width) + width * hidden + 3 * hidden * inner
+    return (4 * width + 8 * heads) / (2 * weights)
+
+
+def packing_cost_reason(attention_mask: torch.Tensor, layout: PackedLayout,
+                        alpha: float) -> str | None:
+    """Why the plain forward is the cheaper one for these rows (``None``: pack them), by
+    the cost of what each computes — tokens through the linear layers plus ``α`` (see
+    :func:`attention_weight`) per attention pair, the shapes as they run::
+
+        plain  = B·W + α·B·W²            (B rows padded to W columns)
+        packed = G·N + α·G·N²            (G packs padded to N nodes, dense masks)
+
+    Packing must cost at most ``1 −`` :data:`MIN_SAVING` of the plain forward: the
+    prompt tokens it saves outweigh the attention its dense masks add."""
+    rows, width = attention_mask.shape
+    packs, nodes = layout.input_ids.shape
+    plain = rows * width * (1.0 + alpha * width)
+    packed = packs * nodes * (1.0 + alpha * nodes)
+    if packed <= (1.0 - MIN_SAVING) * plain:
+        return None
+    return ("a micro-batch's packs would cost more than its rows (shared prefixes too "
+            "short for the attention the packs' dense masks add; trainer.prefix_sharing's "
+            "cost rule)")
+
+
 def saves_tokens(attention_mask: torch.Tensor, layout: PackedLayout) -> bool:
     """Whether ``layout`` computes at least :data:`MIN_SAVING` fewer tokens than the plain
     forward's valid ones (else the packing's quadratic mask is not worth it)."""
