@@ -32,7 +32,9 @@ of steps. Each contestant runs in its own subprocess (fresh process: fair peak R
 
 The contestants:
 
-- ``rft`` (explorer defaults: ``concurrent_mode: sequential``) and ``rft_mt``
+- ``rft`` (explorer defaults: ``concurrent_mode: sequential``, but ``runner_per_model``
+  at least the prompts of a step, so that their model calls meet in one engine call as
+  the other contestants generate every row at once) and ``rft_mt``
   (``concurrent_mode: multi-threading``: the tasks of a step run in threads and their
   model calls are merged into one engine call): the real embedded colocate run — ``rft.config.load_config`` on a YAML written
   here + ``rft.launcher.run`` (explorer with the ``hf`` engine and ``simple_workflow``,
@@ -267,7 +269,11 @@ def run_rft(args: argparse.Namespace, model_dir: Path, work: Path,
                 "default_reward_fn_type": "bench_vowels"}},
             "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
         },
+        # one runner per task: a step's tasks meet in one engine call, as the bare loop's and
+        # TRL's one generate over every row (rft's default, 8 runners, makes two decode
+        # calls of 8 prompts at 16 prompts: each step's per-token overhead twice)
         "explorer": {"concurrent_mode": concurrent_mode,
+                     "runner_per_model": max(8, args.prompts),
                      "rollout_model": {"engine_type": "hf", "dtype": "float32",
                                        "seed": args.seed}},
         "synchronizer": {"sync_method": "memory", "sync_interval": 1},

@@ -184,6 +184,46 @@ def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Pa
         assert (grads[name] - grad).abs().max().item() <= 2 * bound + 1e-6, name
 
 
+def test_the_cost_rule_packs_only_where_the_saved_tokens_outweigh_the_added_attention() -> None:
+    """``trainer.prefix_sharing: auto``'s cost rule (:func:`packing_cost_reason`): tokens
+    plus ``α`` per attention pair, the shapes as they run. A GRPO group whose prompt is
+    most of each row packs on any model; a group of long responses behind a short prompt
+    packs on a wide model (attention is cheap next to its linear layers) but not on a
+    narrow one, and the fallback says why in one line."""
+    from types import SimpleNamespace
+
+    from rft.trainer.packed_forward import attention_weight, packing_cost_reason
+
+    narrow = SimpleNamespace(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=256)
+    wide = SimpleNamespace(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
+                           intermediate_size=18944)
+    # (4·64 + 8·4) / (2·(64·(64 + 64) + 64·64 + 3·64·256)) = 288 / 122880
+    assert attention_weight(narrow) == pytest.approx(288 / 122880)
+    assert attention_weight(wide) < attention_weight(narrow) / 50
+    assert attention_weight(SimpleNamespace()) == 0.0
+
+    def group(prompt: int, response: int, samples: int = 8) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(0)
+        ids = torch.cat([torch.arange(3, 3 + prompt).repeat(samples, 1),
+                         torch.randint(3, 500, (samples, response), generator=g)], dim=1)
+        mask = torch.ones_like(ids)
+        return ids, mask, torch.arange(prompt + response).repeat(samples, 1)
+
+    ids, mask, positions = group(prompt=48, response=8)
+    layout = pack_rows(ids, mask, positions, 48)
+    for config in (narrow, wide):
+        assert packing_cost_reason(mask, layout, attention_weight(config)) is None
+    ids, mask, positions = group(prompt=100, response=200, samples=4)
+    layout = pack_rows(ids, mask, positions, 100)
+    assert layout.input_ids.shape[0] == 1
+    assert layout.tokens < 0.9 * int(mask.sum())  # it does save tokens
+    assert packing_cost_reason(mask, layout, attention_weight(wide)) is None
+    reason = packing_cost_reason(mask, layout, attention_weight(narrow))
+    assert reason is not None and "\n" not in reason and "cost more" in reason
+    assert packing_cost_reason(mask, layout, 0.0) is None  # tokens alone: it would pack
+
+
 # ---- the trainer's path ----------------------------------------------------------------
 
 
@@ -199,6 +239,39 @@ def test_response_logprobs_takes_the_packed_path_where_it_applies(tiny_model_dir
     assert uses_shared_prompts(model, batch, torch.bfloat16)  # autocast packs too
     no_prompt = TensorBatch(0, dict(batch.tensors))
     assert not uses_shared_prompts(model, no_prompt, None)
+
+
+@pytest.mark.parametrize(("temperature", "entropy_grad", "chunk"),
+                         [(1.0, False, None), (0.7, True, None), (0.7, True, 5)],
+                         ids=["metric-entropy", "entropy-loss", "chunked-entropy"])
+def test_log_probs_and_entropies_from_the_scoring_nodes_equal_the_plain_ones(
+        tiny_model_dir: Path, temperature: float, entropy_grad: bool,
+        chunk: int | None) -> None:
+    """The packed path computes the log-softmax and the entropy once per scoring node
+    (``(M, V)``, not ``(B, R, V)``): the same log-probs, entropies and gradients as the
+    plain forward's on every response token (float32 within 1e-5)."""
+    model = qwen2(tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    valid = batch["response_mask"].bool()
+    results = []
+    for shared in (True, False):
+        model.zero_grad(set_to_none=True)
+        logps, entropy = response_logprobs(
+            model, batch, device=torch.device("cpu"), temperature=temperature,
+            with_entropy=True, entropy_grad=entropy_grad, entropy_chunk=chunk,
+            shared_prompts=shared)
+        assert entropy is not None and entropy.requires_grad == entropy_grad
+        loss = (logps * valid).sum() + ((entropy * valid).sum() if entropy_grad else 0.0)
+        loss.backward()
+        results.append((logps.detach(), entropy.detach(),
+                        {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (logps, entropy, grads), (plain_logps, plain_entropy, plain_grads) = results
+    torch.testing.assert_close(logps[valid], plain_logps[valid], rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy[valid], plain_entropy[valid], rtol=0, atol=1e-5)
+    assert not torch.equal(logps[valid], plain_logps[valid])  # the packed path ran
+    for name, grad in plain_grads.items():
+        scale = grad.abs().max().item()
+        assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale + 1e-7, name
 
 
 def test_models_it_cannot_pack_keep_their_own_forward_and_say_why(

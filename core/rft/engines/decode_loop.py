@@ -108,15 +108,16 @@ def draw_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
 
         C_i = Σ_{j ≤ i} p_j  (float64),   u ~ U[0, 1),   y = min{ i : C_i > u · C_{V−1} }
 
-    A token with ``p_i = 0`` has ``C_i = C_{i−1}`` and is never drawn (the index is capped
-    at the last token with ``p > 0`` in case rounding puts ``u · C_{V−1}`` at the total).
+    A token with ``p_i = 0`` has ``C_i = C_{i−1}`` and is never drawn: the threshold is
+    capped just below the total (the next float64 towards 0, in case rounding puts
+    ``u · C_{V−1}`` at it), so the first ``C_i`` above it is a step of the CDF.
     """
     cdf = probs.to(torch.float64).cumsum(dim=-1)  # (B, V)
+    total = cdf[:, -1:]  # (B, 1)
     threshold = torch.rand(probs.shape[0], 1, dtype=torch.float64,
-                           device=probs.device) * cdf[:, -1:]  # (B, 1)
-    chosen = torch.searchsorted(cdf, threshold, right=True)  # (B, 1)
-    last_drawable = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1, keepdim=True)
-    return torch.minimum(chosen, last_drawable).squeeze(1)
+                           device=probs.device) * total  # (B, 1)
+    threshold = torch.minimum(threshold, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, threshold, right=True).squeeze(1)  # (B,)
 
 
 def draw_multinomial(probs: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,8 +28,8 @@ from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
                      logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
-from rft.trainer.packed_forward import (fallback_reason, log_fallback, packed_logits,
-                                        saves_tokens)
+from rft.trainer.packed_forward import (NodeLogits, fallback_reason, log_fallback,
+                                        packed_logits, packed_node_logits, worth_packing)
 from rft.trainer.packed_forward import shared_prompt_logits as shared_prompt_logits
 from rft.trainer.prefix_tree import PackedLayout, pack_rows
 
@@ -127,25 +128,74 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
 
     ``logits / temperature`` (the sampling temperature, as veRL) in float32.
     ``shared_prompts``: run each shared prefix once
-    (:func:`rft.trainer.packed_forward.shared_prompt_logits`) where the model and the
+    (:func:`rft.trainer.packed_forward.packed_node_logits`; the log-probs and entropies
+    then come from each scoring node once, :func:`_node_logprobs`) where the model and the
     batch allow it (:func:`uses_shared_prompts`) and the rows share enough
     (:func:`rft.trainer.packed_forward.saves_tokens`); else the model's plain forward.
     """
+    inputs = _model_inputs(batch, device, model)
+    layout = _shared_layout(model, batch, inputs, dtype) if shared_prompts else None
+    if layout is not None:
+        with autocast_context(device, dtype):
+            nodes = packed_node_logits(model, layout)
+        return _node_logprobs(nodes, inputs["input_ids"][:, batch.prompt_width:],
+                              temperature, with_entropy, entropy_grad, entropy_chunk)
     logits, labels = response_logits(model, batch, device=device, temperature=temperature,
-                                     dtype=dtype, shared_prompts=shared_prompts)
+                                     dtype=dtype, shared_prompts=False)
+    return _logprobs_and_entropy(logits, labels, with_entropy, entropy_grad, entropy_chunk)
+
+
+def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, with_entropy: bool,
+                          entropy_grad: bool, entropy_chunk: int | None
+                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`response_logprobs`' log-probs and entropies from float32 ``logits``
+    ``(..., V)`` and ``labels`` ``(...)``."""
     metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
     if metric_entropy and entropy_chunk is None:  # one logsumexp for both (the same values)
-        lse = torch.logsumexp(logits, dim=-1)  # (B, R)
-        logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (B, R)
+        lse = torch.logsumexp(logits, dim=-1)  # (...)
+        logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (...)
         with torch.no_grad():
-            metric = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (B, R)
+            metric = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (...)
         return logps, metric
-    logps = logprobs_from_logits(logits, labels)  # (B, R)
+    logps = logprobs_from_logits(logits, labels)  # (...)
     entropy: torch.Tensor | None = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = (entropy_from_logits(logits) if entropy_chunk is None
-                       else chunked_entropy(logits, entropy_chunk))  # (B, R)
+                       else chunked_entropy(logits, entropy_chunk))  # (...)
+    return logps, entropy
+
+
+def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
+                   with_entropy: bool, entropy_grad: bool, entropy_chunk: int | None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs and entropies ``(B, R)`` of the response tokens ``labels`` ``(B, R)``
+    from the packs' scoring nodes: ``log softmax(z_i / T)_y`` with ``z_i`` the node
+    ``i = index[b, j]`` (``logsumexp`` and entropy once per node, not per response
+    column). Padding columns read the values of an all-zero logit row (``−log V``,
+    ``log V``), as the expanded logits of :meth:`NodeLogits.expand` give."""
+    logits = nodes.logits.float()  # (M, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    vocab = logits.shape[-1]
+    valid = nodes.valid  # (B, R)
+    label_logits = logits[nodes.index, labels]  # (B, R)
+    metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
+    lse = torch.logsumexp(logits, dim=-1)  # (M,)
+    entropy: torch.Tensor | None = None
+    if metric_entropy and entropy_chunk is None:  # one logsumexp for both
+        with torch.no_grad():
+            entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (M,)
+    if with_entropy and entropy is None:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = (entropy_from_logits(logits) if entropy_chunk is None
+                       else chunked_entropy(logits.unsqueeze(0), entropy_chunk)[0])  # (M,)
+    logps = label_logits - lse[nodes.index]  # (B, R)
+    uniform = math.log(vocab)
+    logps = torch.where(valid, logps, logps.new_full((), -uniform))
+    if entropy is not None:
+        entropy = entropy[nodes.index]  # (B, R)
+        entropy = torch.where(valid, entropy, entropy.new_full((), uniform))
     return logps, entropy
 
 
@@ -196,16 +246,15 @@ def response_entropy_signals(model: nn.Module, batch: TensorBatch, *, device: to
 def _shared_layout(model: nn.Module, batch: TensorBatch, inputs: dict[str, torch.Tensor],
                    dtype: torch.dtype | None) -> PackedLayout | None:
     """The prefix-tree packs of ``batch``'s rows (``inputs``: its ``(B, P+R)`` model
-    inputs) when the model and the batch allow them (:func:`uses_shared_prompts`) and they
-    compute enough fewer tokens (:func:`rft.trainer.packed_forward.saves_tokens`);
-    ``None``: the model's plain forward."""
+    inputs) when the model and the batch allow them (:func:`uses_shared_prompts`), they
+    compute fewer tokens (:func:`rft.trainer.packed_forward.saves_tokens`) and cost less
+    than the plain rows (:func:`rft.trainer.packed_forward.packing_cost_reason`, logged
+    when not); ``None``: the model's plain forward."""
     if not uses_shared_prompts(model, batch, dtype):
         return None
-    layout = pack_rows(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"],
-                       batch.prompt_width)
-    if not saves_tokens(inputs["attention_mask"], layout):
-        return None  # nothing shared: the plain forward without the packs' masks
-    return layout
+    layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
+                       inputs["position_ids"], batch.prompt_width)
+    return layout if worth_packing(model, inputs["attention_mask"], layout) else None
 
 
 def uses_shared_prompts(model: nn.Module, batch: TensorBatch,

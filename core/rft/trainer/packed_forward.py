@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from dataclasses import dataclass
 
 import torch
 from packaging.version import Version
@@ -171,11 +172,34 @@ def _mask(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
                        device=allowed.device).masked_fill(~allowed, blocked)
 
 
-def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
-    """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
-    scoring each response token (zeros at padding columns). Only the pack columns that
-    score some token go through the LM head (``logits_to_keep`` as an index tensor; a
-    model without it computes every column)."""
+@dataclass(frozen=True)
+class NodeLogits:
+    """The model's outputs at the pack columns that score some response token, each
+    computed once, and where every response column of the rows reads its own."""
+
+    logits: torch.Tensor
+    """``(M, V)``: one row per scoring node (a shared prompt's last node scores the first
+    token of each of its responses, so ``M ≤`` the valid response tokens)."""
+    index: torch.Tensor
+    """``(B, R)`` long: the row of :attr:`logits` scoring response column ``P + j`` of row
+    ``b`` (``0`` where that column is padding)."""
+    valid: torch.Tensor
+    """``(B, R)`` bool: the response columns that hold a token."""
+
+    def expand(self) -> torch.Tensor:
+        """The logits per response column, ``(B, R, V)``, zeros at padding columns."""
+        rows, width = self.index.shape
+        picked = self.logits.index_select(0, self.index.reshape(-1))  # (B·R, V)
+        picked = picked.reshape(rows, width, -1)  # (B, R, V)
+        return picked * self.valid.unsqueeze(-1).to(picked.dtype)
+
+
+def packed_node_logits(model: nn.Module, layout: PackedLayout) -> NodeLogits:
+    """The model's logits over ``layout``'s packs at the nodes that score a response token
+    (:class:`NodeLogits`): only those pack columns go through the LM head
+    (``logits_to_keep`` as an index tensor; a model without it computes every column and
+    the others are dropped). Per-token losses computed on ``(M, V)`` instead of
+    ``(B, R, V)`` skip the padding columns and the copies of a node's row."""
     columns = layout.input_ids.shape[1]
     valid = layout.source >= 0  # (B, R)
     keep = torch.unique(layout.source[valid] % columns)  # (K,) sorted pack columns
@@ -184,17 +208,21 @@ def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
     try:
         logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
     except TypeError:  # custom modelling code without ``logits_to_keep``
-        logits = model(**inputs).logits  # (G, N, V)
+        logits = model(**inputs).logits[:, keep]  # (G, K, V)
+    # renumber the pack columns: flat g·N + n → g·K + (n's place in ``keep``)
+    place = torch.zeros(columns, dtype=torch.long, device=keep.device)
+    place[keep] = torch.arange(keep.numel(), device=keep.device)
     source = layout.source.clamp(min=0)  # (B, R) flat g·N + n
-    if logits.shape[1] == keep.numel():  # renumber the columns: n → its place in ``keep``
-        place = torch.zeros(columns, dtype=torch.long, device=keep.device)
-        place[keep] = torch.arange(keep.numel(), device=keep.device)
-        source = (source // columns) * keep.numel() + place[source % columns]
+    index = (source // columns) * keep.numel() + place[source % columns]  # (B, R)
     flat = logits.reshape(-1, logits.shape[-1])  # (G·K, V)
-    rows, width = layout.source.shape
-    picked = flat.index_select(0, source.reshape(-1))  # (B·R, V)
-    picked = picked.reshape(rows, width, -1)  # (B, R, V)
-    return picked * valid.unsqueeze(-1).to(picked.dtype)
+    return NodeLogits(logits=flat, index=index.masked_fill(~valid, 0), valid=valid)
+
+
+def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
+    """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
+    scoring each response token (zeros at padding columns); :func:`packed_node_logits`
+    expanded."""
+    return packed_node_logits(model, layout).expand()
 
 
 def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
@@ -208,6 +236,67 @@ def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
     if layout is None:
         layout = pack_rows(input_ids, attention_mask, position_ids, prompt_width)
     return packed_logits(model, layout)
+
+
+def attention_weight(config: object) -> float:
+    """``α``: the cost of one query-key pair of attention relative to one token through
+    the linear layers, per layer, from the model's shape (0 if it does not say)::
+
+        α = (4·d + 8·H) / (2·W),   W = h·(d + 2·d_kv) + d·h + 3·h·i
+
+    with ``h`` the hidden size, ``H`` query heads of ``d / H`` dims, ``d_kv`` the key /
+    value width, ``i`` the MLP width (gated: three matrices): a pair costs ``q·k`` and
+    ``p·v`` (``2d`` FLOPs each) plus the softmax and mask per head; a token ``2W`` FLOPs.
+    """
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    if hidden <= 0 or heads <= 0:
+        return 0.0
+    head_dim = int(getattr(config, "head_dim", 0) or 0) or hidden // heads
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or 0) or heads
+    inner = int(getattr(config, "intermediate_size", 0) or 0) or 4 * hidden
+    width, kv_width = heads * head_dim, kv_heads * head_dim
+    weights = hidden * (width + 2 * kv_width) + width * hidden + 3 * hidden * inner
+    return (4 * width + 8 * heads) / (2 * weights)
+
+
+def packing_cost_reason(attention_mask: torch.Tensor, layout: PackedLayout,
+                        alpha: float) -> str | None:
+    """Why the plain forward is the cheaper one for these rows (``None``: pack them), by
+    the cost of what each computes — tokens through the linear layers plus ``α`` (see
+    :func:`attention_weight`) per attention pair, the shapes as they run::
+
+        plain  = B·W + α·B·W²            (B rows padded to W columns)
+        packed = G·N + α·G·N²            (G packs padded to N nodes, dense masks)
+
+    Packing must cost at most ``1 −`` :data:`MIN_SAVING` of the plain forward: the
+    prompt tokens it saves outweigh the attention its dense masks add."""
+    rows, width = attention_mask.shape
+    packs, nodes = layout.input_ids.shape
+    plain = rows * width * (1.0 + alpha * width)
+    packed = packs * nodes * (1.0 + alpha * nodes)
+    if packed <= (1.0 - MIN_SAVING) * plain:
+        return None
+    return ("a micro-batch's packs would cost more than its rows (shared prefixes too "
+            "short for the attention the packs' dense masks add; trainer.prefix_sharing's "
+            "cost rule)")
+
+
+def worth_packing(model: nn.Module, attention_mask: torch.Tensor,
+                  layout: PackedLayout) -> bool:
+    """Whether ``layout``'s packs should run instead of ``model``'s plain rows
+    (``attention_mask`` ``(B, W)``): they compute enough fewer tokens
+    (:func:`saves_tokens`, else silently not) and cost less by the cost rule
+    (:func:`packing_cost_reason` with :func:`attention_weight` of the model's config;
+    when not, the reason is logged once). The torch and verl trainers' one rule."""
+    if not saves_tokens(attention_mask, layout):
+        return False
+    reason = packing_cost_reason(attention_mask, layout,
+                                 attention_weight(getattr(model, "config", None)))
+    if reason is not None:
+        log_fallback(reason)
+        return False
+    return True
 
 
 def saves_tokens(attention_mask: torch.Tensor, layout: PackedLayout) -> bool:

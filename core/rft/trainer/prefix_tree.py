@@ -133,24 +133,49 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
         previous = b
     longest = max((len(p) for p in packs), default=0)
     count = len(packs)
+    flat_nodes = [node for pack in packs for node in pack]
+    starts = [0] * count  # each pack's first node in ``flat_nodes``
+    for g in range(1, count):
+        starts[g] = starts[g - 1] + len(packs[g - 1])
+    lengths = torch.tensor([len(p) for p in packs], dtype=torch.long)  # (G,)
+    columns = torch.arange(longest)  # (N,)
+    real = columns[None, :] < lengths[:, None]  # (G, N)
+    nodes = torch.tensor(flat_nodes, dtype=torch.long).reshape(-1, 2)  # (ΣN_g, 2)
     pack_ids = torch.zeros(count, longest, dtype=input_ids.dtype)
     pack_pos = torch.zeros(count, longest, dtype=position_ids.dtype)
-    allowed = torch.eye(longest, dtype=torch.bool).repeat(count, 1, 1)  # (G, N, N)
-    for g, pack in enumerate(packs):
-        if pack:
-            pack_ids[g, : len(pack)] = torch.tensor([i for i, _ in pack], dtype=input_ids.dtype)
-            pack_pos[g, : len(pack)] = torch.tensor([p for _, p in pack],
-                                                    dtype=position_ids.dtype)
-    source = torch.full((rows, width), -1, dtype=torch.long)
+    pack_ids[real] = nodes[:, 0].to(input_ids.dtype)
+    pack_pos[real] = nodes[:, 1].to(position_ids.dtype)
+    # every row's path as one padded (B, L) tensor. Key k is an ancestor of query q (or q)
+    # iff some row's path holds both and k is no deeper: allowed = (MᵀM > 0) ∧ (d_k ≤ d_q)
+    # with M (G, rows, N) the rows' membership of their pack's nodes, d a node's depth.
+    path_lengths = torch.tensor([len(p) for p in paths], dtype=torch.long)  # (B,)
+    span = int(path_lengths.max()) if rows else 0
+    path = torch.zeros(rows, span, dtype=torch.long)  # (B, L)
+    steps = torch.arange(span)  # (L,)
+    on_path = steps[None, :] < path_lengths[:, None]  # (B, L)
+    path[on_path] = torch.tensor([n for p in paths for n in p], dtype=torch.long)
+    pack_index = torch.tensor(pack_of, dtype=torch.long)  # (B,)
+    slot = torch.zeros(rows, dtype=torch.long)  # (B,) the row's place among its pack's rows
+    seen = [0] * count
     for b in range(rows):
-        path = torch.tensor(paths[b], dtype=torch.long)
-        length = len(paths[b])
-        tril = torch.ones(length, length, dtype=torch.bool).tril()  # (L, L)
-        block = allowed[pack_of[b]]
-        block[path[:, None], path[None, :]] |= tril
-        first = prompt_lengths[b] - 1
-        scored = response_lengths[b]
-        source[b, :scored] = pack_of[b] * longest + path[first: first + scored]
+        slot[b] = seen[pack_of[b]]
+        seen[pack_of[b]] += 1
+    member = torch.zeros(count, max(seen, default=0), longest)  # (G, rows, N)
+    pack_at = pack_index[:, None].expand(rows, span)[on_path]  # (T,) per path step
+    member[pack_at, slot[:, None].expand(rows, span)[on_path], path[on_path]] = 1.0
+    depth = torch.zeros(count, longest, dtype=torch.long)  # (G, N)
+    depth[pack_at, path[on_path]] = steps[None, :].expand(rows, span)[on_path]
+    together = torch.bmm(member.transpose(1, 2), member) > 0  # (G, N, N)
+    allowed = (together & (depth[:, None, :] <= depth[:, :, None])) | torch.eye(
+        longest, dtype=torch.bool)  # (G, N, N)
+    # the output at a row's sequence index ℓ_p − 1 + j scores its response column P + j
+    first = torch.tensor(prompt_lengths, dtype=torch.long) - 1  # (B,)
+    scored = torch.tensor(response_lengths, dtype=torch.long)  # (B,)
+    offsets = torch.arange(width)  # (R,)
+    at = (first[:, None] + offsets[None, :]).clamp(max=max(span - 1, 0))  # (B, R)
+    node = path.gather(1, at) if span else at  # (B, R)
+    source = pack_index[:, None] * longest + node  # (B, R)
+    source = source.masked_fill(offsets[None, :] >= scored[:, None], -1)
     return PackedLayout(input_ids=pack_ids.to(input_ids.device),
                         position_ids=pack_pos.to(position_ids.device),
                         allowed=allowed[:, None].to(input_ids.device),

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 from rft.trainer.packed_forward import (fallback_reason, log_fallback, packed_logits,
-                                        saves_tokens)
+                                        worth_packing)
 from rft.trainer.prefix_tree import PackedLayout, pack_rows
 
 PREFIX_SHARING = "rft_prefix_sharing"
@@ -92,7 +92,8 @@ def padded_rows(micro_batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def packed_layout(engine: Any, micro_batch: Any) -> PackedLayout | None:
     """The prefix-tree packs of the micro-batch's rows, or ``None`` for veRL's forward (the
-    batch does not ask for packing, a reason logged once, or too little is shared)."""
+    batch does not ask for packing, a reason logged once, too little is shared, or the
+    cost rule prefers the rows: :func:`rft.trainer.packed_forward.worth_packing`)."""
     from verl.utils import tensordict_utils as tu
 
     if not tu.get_non_tensor_data(data=micro_batch, key=PREFIX_SHARING, default=False):
@@ -107,7 +108,7 @@ def packed_layout(engine: Any, micro_batch: Any) -> PackedLayout | None:
         log_fallback(reason)
         return None
     layout = pack_rows(ids, mask, positions, width)
-    return layout if saves_tokens(mask, layout) else None
+    return layout if worth_packing(engine.module, mask, layout) else None
 
 
 def response_places(micro_batch: Any, layout: PackedLayout) -> torch.Tensor:
