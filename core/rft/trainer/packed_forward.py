@@ -208,7 +208,9 @@ def packed_node_logits(model: nn.Module, layout: PackedLayout) -> NodeLogits:
     try:
         logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
     except TypeError:  # custom modelling code without ``logits_to_keep``
-        logits = model(**inputs).logits[:, keep]  # (G, K, V)
+        logits = model(**inputs).logits  # (G, N, V)
+    if logits.shape[1] != keep.numel():  # every column computed (a head that takes
+        logits = logits[:, keep]  # ``logits_to_keep`` in **kwargs and ignores it: a critic)
     # renumber the pack columns: flat g·N + n → g·K + (n's place in ``keep``)
     place = torch.zeros(columns, dtype=torch.long, device=keep.device)
     place[keep] = torch.arange(keep.numel(), device=keep.device)
