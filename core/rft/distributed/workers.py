@@ -215,9 +215,15 @@ class ExplorerService:
         """Optionally sync first, then evaluate every eval taskset. The engine's seed
         sequence and the random generators are left as they were: the explore steps draw
         the same numbers whether or not an evaluation ran between them (a resumed run,
-        restored from the state after a step, does not redo the evaluation after it)."""
+        restored from the state after a step, does not redo the evaluation after it).
+        With partial rollouts the weights load as a mid-step sync does (calls in flight —
+        a fully async run's carried-over tasks — are interrupted and resume): vLLM cannot
+        reset its prefix cache under running requests."""
         if weights is not None and version is not None:
-            self.sync(weights, version)
+            if self.partial is not None:
+                self.partial.sync(lambda: self.sync(weights, version), version)
+            else:
+                self.sync(weights, version)
         seed, generators = self.engine.seed_state(), rng_state()
         try:
             return self.explorer.evaluate()
