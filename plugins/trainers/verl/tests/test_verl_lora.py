@@ -18,7 +18,6 @@ Skipped, with the reason, where veRL's workers cannot run (as ``test_verl_traine
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,13 @@ from rft.adapter import AdapterWeights, is_adapter_folder
 from rft.checkpoint import Checkpoint, load_sync_weights
 from rft.config import build_stages
 from rft.plugins import PluginRegistry
-from rft_plugin_verl import environment
 from rft_plugin_verl.lora import AdapterDisabledRef
-from test_verl_trainer import (
+from test_verl_trainer import (  # noqa: F401  (runnable_verl: an autouse fixture)
     assert_metrics_close,
     full_state,
     plain,
     rollouts,
+    runnable_verl,
     trainers,
 )
 
@@ -46,18 +45,6 @@ TOLERANCE = 1e-5
 """Largest adapter difference allowed between the two backends (fp32)."""
 
 LORA = [{"lora_rank": 4, "lora_alpha": 8}]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def runnable_verl() -> None:
-    """As in ``test_verl_trainer.py``: skipped where veRL's workers cannot run, a failure
-    under ``RFT_REQUIRE_VERL_WORKERS=1``."""
-    missing = environment.problems()
-    if missing:
-        reason = "veRL's workers cannot run in this environment: " + "; ".join(missing)
-        if os.environ.get("RFT_REQUIRE_VERL_WORKERS") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ veRL's forward (the latter with one line saying why)."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +17,15 @@ from rft.config import build_stages
 from rft.experience import EID, Experience, pad_batch
 from rft.plugins import PluginRegistry
 from rft.testing.runs import apply_overrides
-from rft_plugin_verl import environment, packed_engine
+from rft_plugin_verl import packed_engine
 from rft_plugin_verl.batch import response_tensor
+from test_verl_trainer import runnable_verl  # noqa: F401  (autouse: skipped / failed as there)
 
 pytestmark = pytest.mark.slow
 
 torch.set_num_threads(1)
 
 TOLERANCE = 1e-5
-
-
-@pytest.fixture(scope="module", autouse=True)
-def runnable_verl() -> None:
-    missing = environment.problems()
-    if missing:
-        reason = "veRL's workers cannot run in this environment: " + "; ".join(missing)
-        if os.environ.get("RFT_REQUIRE_VERL_WORKERS") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 def grouped_rollouts(seed: int, tasks: int = 3, group: int = 4, prompt: int = 12,
