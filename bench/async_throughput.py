@@ -141,19 +141,27 @@ def monitor(directory: Path, name: str, side: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def staleness(directory: Path, name: str) -> collections.Counter[int]:
+def staleness(directory: Path, name: str, bound: int | None = None
+              ) -> tuple[collections.Counter[int], int]:
     """Trained tokens per staleness ``t − 1 − version`` (``t``: the train step that read
-    the experience, the SQLite buffer's ``read_step``)."""
+    the experience, the SQLite buffer's ``read_step``), and the rows read but not trained:
+    with ``bound`` (the run's ``max_staleness``) a row whose oldest token is older than
+    it was dropped by the trainer's staleness gate (:mod:`rft.buffer.staleness`)."""
     from rft.buffer.experience_codec import experience_from_dict
 
     counts: collections.Counter[int] = collections.Counter()
+    dropped = 0
     with sqlite3.connect(directory / f"{name}.db") as db:
         rows = list(db.execute("SELECT payload, read_step FROM experiences "
                                "WHERE read_step IS NOT NULL"))
     for payload, step in rows:
-        for version in experience_from_dict(json.loads(payload)).response_versions().tolist():
-            counts[int(step) - 1 - version] += 1
-    return counts
+        lags = [int(step) - 1 - version for version in
+                experience_from_dict(json.loads(payload)).response_versions().tolist()]
+        if bound is not None and lags and max(lags) > bound:
+            dropped += 1
+            continue
+        counts.update(lags)
+    return counts, dropped
 
 
 def main() -> None:
@@ -252,7 +260,8 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
                              "final": final[-1] if final else float("nan"),
                              "wall_s": time.monotonic() - started,
                              "interrupted": interrupted,
-                             "staleness": staleness(directory, name)}
+                             "staleness": staleness(directory, name,
+                                                    sync.get("max_staleness"))}
     return results
 
 
@@ -281,10 +290,12 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
               f"{results['async_partial']['samples_s'] / results['one_step_off']['samples_s']:.2f}")
     print("staleness of the trained tokens (t - 1 - version: tokens)")
     for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
-        total = sum(r["staleness"].values()) or 1
+        counts, dropped = r["staleness"]
+        total = sum(counts.values()) or 1
         cells = ", ".join(f"{lag}: {count} ({count / total:.0%})"
-                          for lag, count in sorted(r["staleness"].items()))
-        print(f"  {name:<14} {cells}")
+                          for lag, count in sorted(counts.items()))
+        print(f"  {name:<14} {cells}" + (f"; {dropped} rows dropped as too stale"
+                                           if dropped else ""))
 
 
 if __name__ == "__main__":
