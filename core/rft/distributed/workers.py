@@ -221,7 +221,10 @@ class ExplorerService:
         reset its prefix cache under running requests."""
         if weights is not None and version is not None:
             if self.partial is not None:
-                self.partial.sync(lambda: self.sync(weights, version), version)
+                def load() -> None:
+                    self.sync(weights, version)
+
+                self.partial.sync(load, version)
             else:
                 self.sync(weights, version)
         seed, generators = self.engine.seed_state(), rng_state()
