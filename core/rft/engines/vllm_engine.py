@@ -48,6 +48,7 @@ the vLLM workers (:mod:`rft.engines.vllm_worker`).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -217,6 +218,10 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         self.tied_embeddings = bool(getattr(self.hf_config, "tie_word_embeddings", False))
         self.eos_token_ids = self._collect_eos_ids()
         self._param_shapes = _hf_parameter_shapes(self.hf_config, trust_remote_code)
+        # an earlier in-process engine that only the cyclic collector frees would, when
+        # finalized later, tear down vLLM's process-wide parallel groups under this one
+        # ("pipeline model parallel group is not initialized" mid-step): finalize it now
+        gc.collect()
         self.llm = LLM(**kwargs)
         self.weight_dtype: torch.dtype | None = getattr(
             self.llm.llm_engine.model_config, "dtype", None)
@@ -466,6 +471,8 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             if callable(shutdown):
                 shutdown()
             del llm
+            self.__dict__.pop("_stepper", None)  # it holds the LLMEngine
+            gc.collect()  # finalized here, not under a later engine (see __init__)
 
 
 def _unstarted(prompt: PreparedPrompt, sampling: SamplingArgs, version: int) -> Completion:
