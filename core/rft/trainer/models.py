@@ -150,20 +150,37 @@ def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, with_entro
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`response_logprobs`' log-probs and entropies from float32 ``logits``
     ``(..., V)`` and ``labels`` ``(...)``."""
-    metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
-    if metric_entropy and entropy_chunk is None:  # one logsumexp for both (the same values)
-        lse = torch.logsumexp(logits, dim=-1)  # (...)
+    if _metric_entropy(with_entropy, entropy_grad, entropy_chunk):
+        lse = torch.logsumexp(logits, dim=-1)  # (...) one logsumexp for both
         logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (...)
-        with torch.no_grad():
-            metric = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (...)
-        return logps, metric
+        return logps, _entropy(logits, lse, with_entropy, entropy_grad, entropy_chunk)
     logps = logprobs_from_logits(logits, labels)  # (...)
-    entropy: torch.Tensor | None = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = (entropy_from_logits(logits) if entropy_chunk is None
-                       else chunked_entropy(logits, entropy_chunk))  # (...)
-    return logps, entropy
+    return logps, _entropy(logits, None, with_entropy, entropy_grad, entropy_chunk)
+
+
+def _metric_entropy(with_entropy: bool, entropy_grad: bool, entropy_chunk: int | None) -> bool:
+    """Whether the entropy is a metric only (no gradient through it, no chunking): then it
+    is ``lse − Σ softmax(z)·z``, reusing the log-probs' ``logsumexp``."""
+    return (with_entropy and not (entropy_grad and torch.is_grad_enabled())
+            and entropy_chunk is None)
+
+
+def _entropy(logits: torch.Tensor, lse: torch.Tensor | None, with_entropy: bool,
+             entropy_grad: bool, entropy_chunk: int | None) -> torch.Tensor | None:
+    """Entropies ``(...)`` of float32 ``logits`` ``(..., V)`` (``None`` without
+    ``with_entropy``): ``H = lse − Σ_v softmax(z)_v z_v`` without gradient when it is a
+    metric only (:func:`_metric_entropy`; ``lse``: ``logsumexp(z)``, given then), else
+    :func:`rft.ops.entropy_from_logits` (``chunked_entropy`` with ``entropy_chunk``),
+    with gradient when ``entropy_grad`` and gradients are on."""
+    if not with_entropy:
+        return None
+    if _metric_entropy(with_entropy, entropy_grad, entropy_chunk):
+        assert lse is not None
+        with torch.no_grad():
+            return lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (...)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        return (entropy_from_logits(logits) if entropy_chunk is None
+                else chunked_entropy(logits, entropy_chunk))  # (...)
 
 
 def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
@@ -180,16 +197,8 @@ def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
     vocab = logits.shape[-1]
     valid = nodes.valid  # (B, R)
     label_logits = logits[nodes.index, labels]  # (B, R)
-    metric_entropy = with_entropy and not (entropy_grad and torch.is_grad_enabled())
-    lse = torch.logsumexp(logits, dim=-1)  # (M,)
-    entropy: torch.Tensor | None = None
-    if metric_entropy and entropy_chunk is None:  # one logsumexp for both
-        with torch.no_grad():
-            entropy = lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (M,)
-    if with_entropy and entropy is None:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = (entropy_from_logits(logits) if entropy_chunk is None
-                       else chunked_entropy(logits.unsqueeze(0), entropy_chunk)[0])  # (M,)
+    lse = torch.logsumexp(logits, dim=-1)  # (M,) one per node, for both
+    entropy = _entropy(logits, lse, with_entropy, entropy_grad, entropy_chunk)  # (M,)
     logps = label_logits - lse[nodes.index]  # (B, R)
     uniform = math.log(vocab)
     logps = torch.where(valid, logps, logps.new_full((), -uniform))
