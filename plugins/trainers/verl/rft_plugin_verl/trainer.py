@@ -548,30 +548,25 @@ class VerlTrainer(Trainer):
         with_entropy = signal or (selected is not None
                                   and needs_entropy(selected.implementation))
         policy_log_prob = entropy = expected_signal = None
+        needs_old = (self.correction.active or self._updates(rows) > 1
+                     or self.fns.uses_kl_penalty or self._dropout)
+        # one update per step needs no old log-probs: the run's first step computes them for
+        # the engine check alone (as the torch trainer; nothing else uses them unless the
+        # advantage fn wants this pass's entropies)
+        check_only = batch.rollout_log_prob is not None and self.global_steps == 0
         if bypass and behaviour is not None:  # old_log_prob := μ, no proximal forward pass
             extra["old_log_probs"] = behaviour
-        elif (self.correction.active or self._updates(rows) > 1 or self.fns.uses_kl_penalty
-              or self._dropout):
+        elif needs_old or check_only:
             with timed(metrics, "old_log_prob"):  # one pass, with the entropies if asked
                 old, entropy, expected_signal = self._policy_pass(
                     batch, entropy=with_entropy, signal=signal)
-            extra["old_log_probs"] = old
+            if needs_old:
+                extra["old_log_probs"] = old
             if with_entropy:
                 policy_log_prob = old
             if batch.rollout_log_prob is not None:  # the engine's: do they match ours?
                 metrics.update(rollout_probs_diff(batch.rollout_log_prob, old, mask))
                 self._first_step_check(metrics)
-        elif batch.rollout_log_prob is not None and self.global_steps == 0:
-            # one update per step needs no old log-probs: the run's first step computes them
-            # for the check alone (as the torch trainer; nothing else uses them unless the
-            # advantage fn wants this pass's entropies)
-            with timed(metrics, "old_log_prob"):
-                first, entropy, expected_signal = self._policy_pass(
-                    batch, entropy=with_entropy, signal=signal)
-            if with_entropy:
-                policy_log_prob = first
-            metrics.update(rollout_probs_diff(batch.rollout_log_prob, first, mask))
-            self._first_step_check(metrics)
         if with_entropy and entropy is None:
             with timed(metrics, "entropy"):
                 policy_log_prob, entropy, expected_signal = self._policy_pass(
