@@ -263,7 +263,8 @@ def _shared_layout(model: nn.Module, batch: TensorBatch, inputs: dict[str, torch
         return None
     layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
                        inputs["position_ids"], batch.prompt_width)
-    return layout if worth_packing(model, inputs["attention_mask"], layout) else None
+    config = getattr(model, "config", None)
+    return layout if worth_packing(config, inputs["attention_mask"], layout) else None
 
 
 def uses_shared_prompts(model: nn.Module, batch: TensorBatch,

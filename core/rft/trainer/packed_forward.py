@@ -284,17 +284,16 @@ def packing_cost_reason(attention_mask: torch.Tensor, layout: PackedLayout,
             "cost rule)")
 
 
-def worth_packing(model: nn.Module, attention_mask: torch.Tensor,
+def worth_packing(config: object, attention_mask: torch.Tensor,
                   layout: PackedLayout) -> bool:
-    """Whether ``layout``'s packs should run instead of ``model``'s plain rows
-    (``attention_mask`` ``(B, W)``): they compute enough fewer tokens
+    """Whether ``layout``'s packs should run instead of the plain rows (``attention_mask``
+    ``(B, W)``) of a model with this ``config``: they compute enough fewer tokens
     (:func:`saves_tokens`, else silently not) and cost less by the cost rule
-    (:func:`packing_cost_reason` with :func:`attention_weight` of the model's config;
-    when not, the reason is logged once). The torch and verl trainers' one rule."""
+    (:func:`packing_cost_reason` with :func:`attention_weight` of ``config``; when not,
+    the reason is logged once). The torch and verl trainers' one rule."""
     if not saves_tokens(attention_mask, layout):
         return False
-    reason = packing_cost_reason(attention_mask, layout,
-                                 attention_weight(getattr(model, "config", None)))
+    reason = packing_cost_reason(attention_mask, layout, attention_weight(config))
     if reason is not None:
         log_fallback(reason)
         return False

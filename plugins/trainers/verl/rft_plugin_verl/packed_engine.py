@@ -68,12 +68,19 @@ def config_reason(engine: Any, micro_batch: Any) -> str | None:
     if flag("calculate_sum_pi_squared"):
         return "veRL's sum-of-squared-probabilities output reads every position's logits"
     module = engine.module
-    config = getattr(getattr(module, "module", module), "config", None)
+    config = model_config(engine)
     if config is not None and hasattr(config, "vision_config"):
         return "a vision-language model (3-D rope positions and vision inputs are not packed)"
     if hasattr(module, "v_head"):
         return "a trl value-head critic (AutoModelForCausalLMWithValueHead)"
     return None
+
+
+def model_config(engine: Any) -> Any:
+    """The Hugging Face config of the engine's model (inside an FSDP1 wrapper's
+    ``.module`` where there is one); ``None`` if it has none."""
+    module = engine.module
+    return getattr(getattr(module, "module", module), "config", None)
 
 
 def padded_rows(micro_batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -108,7 +115,7 @@ def packed_layout(engine: Any, micro_batch: Any) -> PackedLayout | None:
         log_fallback(reason)
         return None
     layout = pack_rows(ids, mask, positions, width)
-    return layout if worth_packing(engine.module, mask, layout) else None
+    return layout if worth_packing(model_config(engine), mask, layout) else None
 
 
 def response_places(micro_batch: Any, layout: PackedLayout) -> torch.Tensor:
