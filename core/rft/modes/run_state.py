@@ -84,8 +84,9 @@ class RunState:
 
     carried_tasks: list[list[Any]] = field(default_factory=list)
     """Mode ``both`` fully async (:mod:`rft.rollout.carry_over`): the tasks in flight after
-    the explorer's step, ``[taskset, index, first_run, repeat_times, step]`` each; a
-    resumed run submits them again first (their experiences were not written)."""
+    the explorer's step, ``[taskset, index, first_run, repeat_times, step, version]`` each
+    (:meth:`rft.rollout.carry_over.Unit.to_state`); a resumed run submits them again first
+    (their experiences were not written)."""
 
     def explorer_part(self) -> RunState:
         """The explorer's fields alone (mode ``both``: what its actor restores and the next
