@@ -163,8 +163,9 @@ def mix_chord_policy_loss(inputs: PolicyLossInputs, args: MixChordArgs
     expert = inputs.is_expert_mask.to(device=mask.device, dtype=torch.bool).unsqueeze(-1)  # (B, 1)
     usual_mask = mask * (~expert).to(mask.dtype)  # (B, T)
     expert_mask = mask * expert.to(mask.dtype)  # (B, T)
-    rl_loss, metrics = ppo_policy_loss(dataclasses.replace(inputs, response_mask=usual_mask),
-                                       clip)  # (B, T)
+    rl_loss, ppo_metrics = ppo_policy_loss(dataclasses.replace(inputs, response_mask=usual_mask),
+                                           clip)  # (B, T)
+    metrics: dict[str, Any] = dict(ppo_metrics)
     weight = (phi(torch.exp(inputs.log_prob.detach())) if args.enable_phi_function
               else torch.ones_like(inputs.log_prob))  # (B, T)
     sft = -inputs.log_prob * weight  # (B, T)

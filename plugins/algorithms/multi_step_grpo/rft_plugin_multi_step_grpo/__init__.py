@@ -166,7 +166,7 @@ class StepWiseGRPO(ExperienceOperator):
 
 def _metrics(found: Sequence[Episode], labels: list[str], skip: torch.Tensor,
              mean: torch.Tensor, std: torch.Tensor, kept: int, dropped: int) -> dict[str, float]:
-    first = {}
+    first: dict[str, int] = {}
     for e, label in enumerate(labels):
         first.setdefault(label, e)
     rows = list(first.values())  # one episode per group

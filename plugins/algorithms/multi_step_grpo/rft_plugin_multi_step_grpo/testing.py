@@ -59,7 +59,11 @@ def assert_operator_is_trainer_side(operator: ExperienceOperator,
     rewards[:, -1] = torch.tensor([r for _, r in rows], dtype=torch.float64)
     ours, _ = advantage_fn(AdvantageInputs(rewards, torch.ones_like(rewards),
                                            [e.eid.group for e in experiences]), args)
-    close(torch.stack([e.advantages for e in out]).double(), ours)
+    given: list[torch.Tensor] = []
+    for exp in out:
+        assert exp.advantages is not None, f"{exp.eid}: the operator gave no advantages"
+        given.append(exp.advantages)
+    close(torch.stack(given).double(), ours)
 
 
 class TwoStepWorkflow(Workflow):

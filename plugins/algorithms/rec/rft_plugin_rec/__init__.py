@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -148,12 +148,12 @@ def _check(args: RECLossArgs) -> None:
         problems.append(f"epsilon_low_prime must be in (0, 1], got {args.epsilon_low_prime}")
     if not args.epsilon_high_prime > 0.0:
         problems.append(f"epsilon_high_prime must be > 0, got {args.epsilon_high_prime}")
-    if args.clip_mode not in ClipMode.__args__:
-        problems.append(f"clip_mode must be one of {ClipMode.__args__}, got {args.clip_mode!r}")
-    if args.weight not in Weight.__args__:
-        problems.append(f"weight must be one of {Weight.__args__}, got {args.weight!r}")
-    if args.regularizer not in Regularizer.__args__:
-        problems.append(f"regularizer must be one of {Regularizer.__args__}, "
+    if args.clip_mode not in get_args(ClipMode):
+        problems.append(f"clip_mode must be one of {get_args(ClipMode)}, got {args.clip_mode!r}")
+    if args.weight not in get_args(Weight):
+        problems.append(f"weight must be one of {get_args(Weight)}, got {args.weight!r}")
+    if args.regularizer not in get_args(Regularizer):
+        problems.append(f"regularizer must be one of {get_args(Regularizer)}, "
                         f"got {args.regularizer!r}")
     if not args.regularizer_coef >= 0.0:
         problems.append(f"regularizer_coef must be >= 0, got {args.regularizer_coef}")

@@ -529,7 +529,7 @@ def torch_trainer_keys() -> frozenset[str]:
     (``rft.config.support.TRAINER_CONFIG_HONOURED``), else found in its options module's
     source (without importing torch)."""
     try:
-        from rft.config.support import TRAINER_CONFIG_HONOURED  # type: ignore[attr-defined]
+        from rft.config.support import TRAINER_CONFIG_HONOURED
 
         return frozenset(TRAINER_CONFIG_HONOURED)
     except (ImportError, AttributeError):
@@ -1352,14 +1352,14 @@ def table_rows() -> list[tuple[str, str, str]]:
     for rule in DERIVED.values():
         rows.append((", ".join(f"`{k}`" for k in rule.reads) or "—",
                      ", ".join(f"`{k}`" for k in rule.writes), rule.rule))
-    for rule in DIRECT:
-        rows.append((f"`{rule.verl}`", ", ".join(f"`{k}`" for k in rule.rft), rule.note))
-    for rule in PASSTHROUGH:
-        rows.append((f"`{rule.verl}`", ", ".join(f"`{k}`" for k in rule.rft),
-                     rule.note or "kept for veRL's workers (the report lists those rft's "
+    for direct in DIRECT:
+        rows.append((f"`{direct.verl}`", ", ".join(f"`{k}`" for k in direct.rft), direct.note))
+    for kept in PASSTHROUGH:
+        rows.append((f"`{kept.verl}`", ", ".join(f"`{k}`" for k in kept.rft),
+                     kept.note or "kept for veRL's workers (the report lists those rft's "
                      "torch trainer does not read)"))
-    for rule in NO_EQUIVALENT:
-        rows.append((f"`{rule.verl}`", "— (reported)", rule.note))
+    for missing in NO_EQUIVALENT:
+        rows.append((f"`{missing.verl}`", "— (reported)", missing.note))
     return rows
 
 

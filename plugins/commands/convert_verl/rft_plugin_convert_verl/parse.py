@@ -465,9 +465,9 @@ class _ValueReader:
             return value
         if text[0] in "'\"" and len(text) >= 2:
             self.text = text
-            value = self.read_quoted()
+            quoted = self.read_quoted()
             if self.pos == len(text):
-                return value
+                return quoted
             raise self.fail("text after a quoted string")
         if re.fullmatch(r"[A-Za-z_]\w*\(.*\)", text, re.DOTALL):
             raise self.fail("Hydra functions (choice, range, ...) are not supported")
@@ -638,8 +638,8 @@ def _parse_script(text: str, source_name: str, script_path: str | None) -> Parse
         evaluation = evaluate_script(text, script_path)
     except ScriptError as exc:
         raise VerlConvertError(f"{source_name}: {exc}") from None
-    launches = [(argv, start) for argv in evaluation.commands
-                if (start := _launch_start(argv)) is not None]
+    launches = [(argv, found) for argv in evaluation.commands
+                if (found := _launch_start(argv)) is not None]
     if not launches:
         why = f": {evaluation.last_error}" if evaluation.last_error else ""
         if evaluation.status != 0:
@@ -674,11 +674,11 @@ def _parse_script(text: str, source_name: str, script_path: str | None) -> Parse
                             "during conversion, so the script's defaults were used: "
                             + ", ".join(evaluation.env_defaults))
     top_level = _outside_functions(lines)
-    for number, line in top_level:
-        if _ALL_ARGUMENTS.search(line):
+    for number, text in top_level:
+        if _ALL_ARGUMENTS.search(text):
             parsed.ignored.append((number, "$@", SCRIPT_ARGUMENTS))
-    positional = sorted({m.group(1) for _, line in top_level
-                         for m in _POSITIONAL.finditer(line)})
+    positional = sorted({m.group(1) for _, text in top_level
+                         for m in _POSITIONAL.finditer(text)})
     if positional:
         parsed.notes.append("the script reads its positional arguments ("
                             + ", ".join(f"${n}" for n in positional) + "): they were empty "

@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -273,7 +274,7 @@ class _PathMap:
 
     def __call__(self, text: str) -> str:
         for pattern, replacement in self.prefixes:
-            text = pattern.sub(lambda _m, r=replacement: r, text)
+            text = pattern.sub(_constant(replacement), text)
         text = self.root.sub(lambda m: "" if m.group(1) else "/", text)
         for marker, name in self.placeholders.items():
             text = text.replace(marker, f"${{oc.env:{name}}}")
@@ -344,3 +345,9 @@ def evaluate_script(text: str, script_path: str | os.PathLike[str] | None = None
 
 
 __all__ = ["TIMEOUT_S", "Evaluation", "ScriptError", "evaluate_script", "read_variables"]
+
+
+def _constant(replacement: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement function returning ``replacement`` as it is (no
+    backslash or group processing, unlike a replacement string)."""
+    return lambda _match: replacement

@@ -137,7 +137,7 @@ def _platform_class() -> type:
     that this module imports without veRL)."""
     from verl.plugin.platform import PlatformBase
 
-    class PlatformCPU(PlatformBase):  # type: ignore[misc, valid-type]
+    class PlatformCPU(PlatformBase):
         """veRL platform ``cpu``: device ``cpu``, gloo, :class:`CPUDeviceModule`."""
 
         _module = CPUDeviceModule()
@@ -259,7 +259,7 @@ def _value_engine_class() -> type:
     attention implementation of its config (eager on CPU)."""
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithValueHead
 
-    class CPUValueEngine(FSDPEngineWithValueHead):  # type: ignore[misc, valid-type]
+    class CPUValueEngine(FSDPEngineWithValueHead):
         """veRL's ``load_valuehead_model`` asks for FlashAttention 2, which has no CPU
         build; this engine loads ``AutoModelForTokenClassification`` (one label, no
         dropout, as veRL does) with the model config's attention instead, its fresh

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from rft.adapter import LoraSpec
@@ -79,7 +79,7 @@ def full_model_state(module: torch.nn.Module, frozen: bool = True
     trainable = None if frozen else set(verl_lora.adapter_names(module))
     for name, tensor in get_model_state_dict(module, options=options).items():
         if trainable is None or name in trainable:  # (a tied frozen weight slips through)
-            yield name, tensor
+            yield name, cast(torch.Tensor, tensor)  # full state dicts hold tensors
 
 
 def engine_state(engine: Any, model_key: str, prefix: str, frozen: bool = True

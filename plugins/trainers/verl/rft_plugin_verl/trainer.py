@@ -457,7 +457,7 @@ class VerlTrainer(Trainer):
         module.save_pretrained(path, state_dict=full)
 
     def close(self) -> None:
-        self.actor_worker = self.ref_worker = self.critic_worker = None  # type: ignore[assignment]
+        self.actor_worker = self.ref_worker = self.critic_worker = None
         if self.groups is not None:
             self.groups.close()
             self.groups = None

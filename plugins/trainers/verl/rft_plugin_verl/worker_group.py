@@ -46,7 +46,7 @@ import os
 import random
 import string
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,7 +150,7 @@ def _where(rank: int) -> RankPlace:
                      tuple(str(g) for g in ray.get_gpu_ids()), os.getpid())
 
 
-class ActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
+class ActorWorker(ActorRolloutRefWorker):
     """veRL's ``ActorRolloutRefWorker`` (role ``actor`` or ``ref``), started on rft's CPU
     shim where needed (:func:`prepare_rank`), with the ``rft_*`` methods the trainer calls
     (each runs on every rank, the result is rank 0's)."""
@@ -222,7 +222,7 @@ class ActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
             module.save_pretrained(path, state_dict=full)
 
 
-class CriticWorker(TrainingWorker):  # type: ignore[misc]
+class CriticWorker(TrainingWorker):
     """veRL's ``TrainingWorker`` (the critic's value-model engine) with the ``rft_*``
     methods of :class:`ActorWorker`."""
 
@@ -259,7 +259,7 @@ class GroupStatus:
     """The first failure's line; every later call repeats it."""
 
 
-class RankedWorkerGroup(RayWorkerGroup):  # type: ignore[misc]
+class RankedWorkerGroup(RayWorkerGroup):
     """veRL's ``RayWorkerGroup`` whose registered methods wait on the ranks one result at
     a time (see the module docstring): veRL's own dispatch and collect functions, every
     method blocking (the critic's ``infer_batch`` / ``train_mini_batch`` return their
@@ -392,7 +392,8 @@ class VerlGroups:
 def _fused_init(raw: type) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         prepare_rank()  # before veRL's Worker asks for the platform
-        raw.__init__(self, *args, **kwargs)
+        raw_init: Callable[..., None] = getattr(raw, "__init__")  # the fused class's own
+        raw_init(self, *args, **kwargs)
 
     return __init__
 
@@ -456,9 +457,10 @@ def build(*, name: str, ranks: int, cpu: bool, timeout_s: float,
         # __init__, and its Ray calls happen only when they are called
         group = RankedWorkerGroup.__new__(RankedWorkerGroup)
         group.status = status
-        RankedWorkerGroup.__init__(group, resource_pool=pool, ray_cls_with_init=cia,
-                                   name_prefix=f"{name}_{suffix}_", worker_env=env,
-                                   device_name="cpu" if cpu else "cuda")
+        group_init: Callable[..., None] = RankedWorkerGroup.__init__  # veRL's, untyped here
+        group_init(group, resource_pool=pool, ray_cls_with_init=cia,
+                   name_prefix=f"{name}_{suffix}_", worker_env=env,
+                   device_name="cpu" if cpu else "cuda")
         status.workers = list(group.workers)
         spawned = group.spawn(prefix_set=set(roles))
         places = spawned["actor"].rft_where()
