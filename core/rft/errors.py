@@ -45,3 +45,14 @@ class ServerUnavailableError(RftError):
 
     fatal = True
     """Read by :func:`rft.rollout.runner.is_fatal`."""
+
+
+class EngineFailedError(RftError):
+    """The rollout engine failed inside a step (an exception from the inference library
+    itself, not from one request): its state is lost, so every call in flight fails with
+    this error and every later one at once. Fatal (:attr:`fatal`): the workflow runner
+    stops the batch instead of retrying task after task against a broken engine, and the
+    run ends with this one line; what was written before is kept."""
+
+    fatal = True
+    """Read by :func:`rft.rollout.runner.is_fatal`."""

