@@ -218,6 +218,7 @@ class CpuParts:
     def __init__(self) -> None:
         self.current: dict[str, float] = {}
         self.inner: list[float] = []  # per open part: CPU time of the parts inside it
+        self.system: float | None = None
 
     def wrap(self, owner: Any, attr: str, part: str) -> None:
         inner = getattr(owner, attr)
@@ -257,6 +258,10 @@ class CpuParts:
             CPU_PARTS.setdefault(part, []).append(seconds)
         CPU_PARTS.setdefault("rest", []).append(step_cpu - sum(self.current.values()))
         self.current = {}
+        system = os.times().system  # of all parts: the kernel's share (page faults, …)
+        if self.system is not None:
+            CPU_PARTS.setdefault("of the step: system", []).append(system - self.system)
+        self.system = system
 
 
 def run_rft(args: argparse.Namespace, model_dir: Path, work: Path,
