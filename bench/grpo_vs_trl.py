@@ -10,6 +10,11 @@ plus requirements/bench.txt — trl 1.16.0, accelerate 1.15.0 — on the venv's 
 
     scripts/bench_venv.sh && .venv-bench/bin/python bench/grpo_vs_trl.py --grid
 
+``--cpu-parts`` adds, for rft, the median process CPU ms per step of each model part
+(decode, the rest of the engine's ``generate``, reference / actor forward, actor
+backward, optimiser step, weight sync), of the rest (rft's framework work), of Python's
+garbage collector and of the kernel (system time): :class:`CpuParts`.
+
 ``--grid`` runs the four contestants ``bare, rft, trl, trl_gc`` at every shape of
 prompts {4, 8, 16} × max new tokens {8, 16, 32} (8 completions per prompt; ``--steps``
 steps each, default 10 in this mode, ``--warmup`` 3) and prints one table: seconds per
@@ -94,6 +99,7 @@ column shows what each process held.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -219,6 +225,7 @@ class CpuParts:
         self.current: dict[str, float] = {}
         self.inner: list[float] = []  # per open part: CPU time of the parts inside it
         self.system: float | None = None
+        self.gc_started = self.gc_seconds = 0.0
 
     def wrap(self, owner: Any, attr: str, part: str) -> None:
         inner = getattr(owner, attr)
@@ -252,12 +259,22 @@ class CpuParts:
         self.wrap(torch.Tensor, "backward", "actor backward")
         self.wrap(policy_updates.PolicyUpdates, "_step", "optimizer step")
         self.wrap(hf_engine.HFEngine, "update_weights", "weight sync")
+        gc.callbacks.append(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """Python's cyclic garbage collector, timed apart (it runs inside any part)."""
+        if phase == "start":
+            self.gc_started = time.process_time()
+        else:
+            self.gc_seconds += time.process_time() - self.gc_started
 
     def close_step(self, step_cpu: float) -> None:
         for part, seconds in self.current.items():
             CPU_PARTS.setdefault(part, []).append(seconds)
         CPU_PARTS.setdefault("rest", []).append(step_cpu - sum(self.current.values()))
         self.current = {}
+        CPU_PARTS.setdefault("of the step: python gc", []).append(self.gc_seconds)
+        self.gc_seconds = 0.0
         system = os.times().system  # of all parts: the kernel's share (page faults, …)
         if self.system is not None:
             CPU_PARTS.setdefault("of the step: system", []).append(system - self.system)
