@@ -504,8 +504,9 @@ def main() -> None:
                         help="every shape of prompts {4, 8, 16} × max new tokens {8, 16, 32}")
     parser.add_argument("--cpu-parts", action="store_true",
                         help="rft: also the median process CPU ms per step of each model "
-                             "part (decode, reference / actor forward, backward, optimiser "
-                             "step, weight sync) and of the rest (rft's framework work)")
+                             "part (decode, the engine's generate besides decode, reference / "
+                             "actor forward, backward, optimiser step, weight sync), of the "
+                             "rest (rft's framework work), of Python's gc and of the kernel")
     parser.add_argument("--only", choices=CONTESTANTS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
