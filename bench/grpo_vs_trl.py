@@ -10,6 +10,11 @@ plus requirements/bench.txt — trl 1.16.0, accelerate 1.15.0 — on the venv's 
 
     scripts/bench_venv.sh && .venv-bench/bin/python bench/grpo_vs_trl.py --grid
 
+``--cpu-parts`` adds, for rft, the median process CPU ms per step of each model part
+(decode, the rest of the engine's ``generate``, reference / actor forward, actor
+backward, optimiser step, weight sync), of the rest (rft's framework work), of Python's
+garbage collector and of the kernel (system time): :class:`CpuParts`.
+
 ``--grid`` runs the four contestants ``bare, rft, trl, trl_gc`` at every shape of
 prompts {4, 8, 16} × max new tokens {8, 16, 32} (8 completions per prompt; ``--steps``
 steps each, default 10 in this mode, ``--warmup`` 3) and prints one table: seconds per
@@ -94,6 +99,7 @@ column shows what each process held.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -115,6 +121,8 @@ PARTS: dict[str, list[float]] = {}
 CPU_STAMPS: list[float] = []
 """The process's CPU time at every step boundary (beside the wall-clock stamps): on a
 shared machine CPU time per step is steadier than wall time."""
+CPU_PARTS: dict[str, list[float]] = {}
+"""``--cpu-parts``: rft's process CPU seconds per step in each model part (and the rest)."""
 HELD: dict[str, bool] = {}
 """``{"ref": …}``: whether the contestant held a reference model."""
 GRID_PROMPTS = (4, 8, 16)
@@ -201,6 +209,78 @@ def run_bare(args: argparse.Namespace, model_dir: Path) -> list[float]:
     return times
 
 
+class CpuParts:
+    """``--cpu-parts``: the process CPU time (``time.process_time``) that each of rft's model
+    parts takes per step, by wrapping the functions that run them — the hf engine's decode
+    loop (``decode_loop.sample_tokens``), the forwards with their log-probs
+    (``response_logprobs``: reference and actor), the actor's backward
+    (``torch.Tensor.backward``), the rest of the engine's ``generate`` (prompt rendering,
+    sampled log-probs, detokenising), the optimiser step (``PolicyUpdates._step``: clipping,
+    Adam) and the weight sync into the engine (``HFEngine.update_weights``). The step's CPU
+    time less these is rft's framework work (workflow, reward, experiences, buffer, batch
+    building, advantages, loss, metrics, monitors). Everything in a colocate step runs one
+    part after another, so process CPU time is the part's own."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        self.inner: list[float] = []  # per open part: CPU time of the parts inside it
+        self.system: float | None = None
+        self.gc_started = self.gc_seconds = 0.0
+
+    def wrap(self, owner: Any, attr: str, part: str) -> None:
+        inner = getattr(owner, attr)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            self.inner.append(0.0)
+            started = time.process_time()
+            try:
+                return inner(*a, **k)
+            finally:
+                elapsed = time.process_time() - started
+                own = elapsed - self.inner.pop()  # a part inside another counts once
+                self.current[part] = self.current.get(part, 0.0) + own
+                if self.inner:
+                    self.inner[-1] += elapsed
+
+        setattr(owner, attr, timed)
+
+    def install(self) -> None:
+        import torch
+
+        import rft.engines.decode_loop as decode_loop
+        import rft.engines.hf_engine as hf_engine
+        import rft.trainer.policy_updates as policy_updates
+        import rft.trainer.rollout_prep as rollout_prep
+
+        self.wrap(decode_loop, "sample_tokens", "decode")
+        self.wrap(hf_engine.HFEngine, "generate", "engine besides decode")
+        self.wrap(rollout_prep, "response_logprobs", "ref forward")
+        self.wrap(policy_updates, "response_logprobs", "actor forward")
+        self.wrap(torch.Tensor, "backward", "actor backward")
+        self.wrap(policy_updates.PolicyUpdates, "_step", "optimizer step")
+        self.wrap(hf_engine.HFEngine, "update_weights", "weight sync")
+        gc.callbacks.append(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """Python's cyclic garbage collector, timed apart (it runs inside any part)."""
+        if phase == "start":
+            self.gc_started = time.process_time()
+        else:
+            self.gc_seconds += time.process_time() - self.gc_started
+
+    def close_step(self, step_cpu: float) -> None:
+        for part, seconds in self.current.items():
+            CPU_PARTS.setdefault(part, []).append(seconds)
+        CPU_PARTS.setdefault("rest", []).append(step_cpu - sum(self.current.values()))
+        self.current = {}
+        CPU_PARTS.setdefault("of the step: python gc", []).append(self.gc_seconds)
+        self.gc_seconds = 0.0
+        system = os.times().system  # of all parts: the kernel's share (page faults, …)
+        if self.system is not None:
+            CPU_PARTS.setdefault("of the step: system", []).append(system - self.system)
+        self.system = system
+
+
 def run_rft(args: argparse.Namespace, model_dir: Path, work: Path,
             concurrent_mode: str = "sequential") -> list[float]:
     """The real embedded run (load_config + launcher.run); returns per-step wall times."""
@@ -217,6 +297,9 @@ def run_rft(args: argparse.Namespace, model_dir: Path, work: Path,
     from rft.plugins import PluginRegistry
 
     stamps: list[float] = []
+    parts = CpuParts() if args.cpu_parts else None
+    if parts is not None:
+        parts.install()
 
     class TimerMonitor(Monitor):
         """Timestamps of the trainer's per-step log calls (start = before step 1), and
@@ -231,6 +314,8 @@ def run_rft(args: argparse.Namespace, model_dir: Path, work: Path,
             if self.role == "trainer":
                 stamps.append(time.perf_counter())
                 CPU_STAMPS.append(time.process_time())
+                if parts is not None:
+                    parts.close_step(CPU_STAMPS[-1] - CPU_STAMPS[-2])
             for key, value in metrics.items():
                 if key.startswith("timing_s/"):
                     PARTS.setdefault(key[len("timing_s/"):], []).append(float(value))
@@ -385,7 +470,9 @@ def child(args: argparse.Namespace) -> None:
     Path(args.json).write_text(json.dumps({"times": times, "cpu_times": cpu_times,
                                            "rewards": rewards, "parts": parts,
                                            "total_s": total, "peak_rss_mib": peak_mib,
-                                           "ref": HELD.get("ref")}))
+                                           "ref": HELD.get("ref"),
+                                           "cpu_parts": {k: statistics.median(v)
+                                                         for k, v in CPU_PARTS.items()}}))
 
 
 # ---- the parent: build the model, run the three, print the table ------------------------
@@ -415,6 +502,11 @@ def main() -> None:
                              "gradient checkpointing)")
     parser.add_argument("--grid", action="store_true",
                         help="every shape of prompts {4, 8, 16} × max new tokens {8, 16, 32}")
+    parser.add_argument("--cpu-parts", action="store_true",
+                        help="rft: also the median process CPU ms per step of each model "
+                             "part (decode, the engine's generate besides decode, reference / "
+                             "actor forward, backward, optimiser step, weight sync), of the "
+                             "rest (rft's framework work), of Python's gc and of the kernel")
     parser.add_argument("--only", choices=CONTESTANTS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
@@ -459,7 +551,8 @@ def run_contestants(args: argparse.Namespace, model_dir: Path, tmp: Path
     results: dict[str, dict[str, Any]] = {}
     passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
               if v is not None and k not in ("which", "only", "model_dir", "json", "rounds",
-                                             "grid")]
+                                             "grid", "cpu_parts")]
+    passed += ["--cpu-parts"] if args.cpu_parts else []
     names = args.which.split(",")
     for round_ in range(args.rounds):
         shift = round_ % len(names)  # rotate the order: load drifts hit everyone alike
@@ -573,6 +666,9 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
             print(f"{name}: median s of explore {known.get('explore', 0):.4f} + train step "
                   f"{known.get('step', 0):.4f} + sync {known.get('update_weights', 0):.4f} + rest "
                   f"{other:.4f}; inside the train step: {inner}")
+        if r.get("cpu_parts") and name != "bare":
+            print(f"{name}: median CPU ms per step of " + ", ".join(
+                f"{k} {1000 * v:.1f}" for k, v in r["cpu_parts"].items()))
 
     def ratio(a: str, b: str, target: float) -> None:
         if a in results and b in results:

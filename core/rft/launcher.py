@@ -26,6 +26,7 @@ from rft.config.token_budget import budget_line
 from rft.data.stage_tasks import prepare_tasks
 from rft.distributed.ray_runtime import RAY
 from rft.errors import ConfigError, RftError
+from rft.host_memory import retain_freed_memory
 from rft.logs import configure_logging, file_note, reset_logging
 from rft.modes.bench import run_bench
 from rft.modes.both import run_both
@@ -72,6 +73,7 @@ def run(loaded: LoadedConfig) -> int:
         raise RftError(
             f"mode: {', '.join(repr(m) for m in missing)} cannot run yet: this version of rft "
             f"runs {', '.join(sorted(MODE_RUNNERS))}")
+    retain_freed_memory()  # the steps' tensors reuse freed host memory (rft.host_memory)
     try:
         return _run_stages(loaded)
     except Exception as exc:  # the log's last record says the run failed (rft studio reads it)

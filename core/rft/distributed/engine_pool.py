@@ -35,6 +35,7 @@ import torch
 from rft.adapter import AdapterWeights
 from rft.config.schema import RftConfig
 from rft.device_check import check_actor_device
+from rft.host_memory import retain_freed_memory
 from rft.distributed.actor_env import set_explorer_env
 from rft.distributed.placement import auxiliary_placement, on_gpus
 from rft.distributed.weight_broadcast import Broadcast, EngineEnd, GroupAddress
@@ -54,6 +55,7 @@ class EngineReplica:
 
     def __init__(self, config: RftConfig, engine_cls: type[InferenceEngine]) -> None:
         quiet_libraries()
+        retain_freed_memory()
         set_explorer_env(config)
         check_actor_device(f"engine actor of {config.model.model_path!r}")
         self.engine = build_engine(config, engine_cls)

@@ -55,6 +55,7 @@ from rft.distributed.weight_broadcast import (
     spec_of,
 )
 from rft.errors import RftError
+from rft.host_memory import retain_freed_memory
 from rft.engines.engine import InferenceEngine, load_weights
 from rft.engines.engine_factory import build_engine, default_sampling
 from rft.engines.partial_rollout import PartialRollouts, enable_partial_rollouts
@@ -103,6 +104,7 @@ class ExplorerService:
 
     def __init__(self, plan: RunPlan, buffer: Any) -> None:
         quiet_libraries()
+        retain_freed_memory()
         config = plan.config
         set_explorer_env(config)  # not Ray's runtime_env: its agent logs the values
         check_actor_device(f"explorer actor {config.explorer.name!r}")
@@ -272,6 +274,7 @@ class TrainerService:
 
     def __init__(self, plan: RunPlan, buffer: Any, total_steps: int) -> None:
         quiet_libraries()
+        retain_freed_memory()
         check_actor_device(f"trainer actor {plan.config.trainer.name!r}")
         self.plan = plan
         self.storage = RemoteStorage(plan.experience_buffer.name, buffer)

@@ -77,6 +77,18 @@ def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """Where a generated row ends (:meth:`HFEngine._cut`)."""
+
+    end: int
+    """Tokens kept."""
+    finish: FinishReason
+    stop_reason: int | str | None
+    text: str | None
+    """The text before a stop string that cut the row, else ``None`` (detokenised)."""
+
+
 class HFEngine(InferenceEngine):
     """Inference with ``transformers`` ``AutoModelForCausalLM.generate``.
 
@@ -247,11 +259,11 @@ class HFEngine(InferenceEngine):
         new_tokens = out.sequences[:, input_ids.shape[1]:]  # (n or 1, N)
         logprobs = (self._sampled_logprobs(out.logits, new_tokens, sampling.logprob_temperature)
                     if sampling.logprobs else None)  # (n or 1, N)
-        stop_ids = self.stop_token_ids(sampling)
-        extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
-        return [self._completion(prompt, new_tokens[0 if greedy else j].tolist(),
-                                 None if logprobs is None else logprobs[0 if greedy else j],
-                                 sampling, set(stop_ids), extra_stop_ids) for j in range(n)]
+        picked = [0 if greedy else j for j in range(n)]
+        rows = new_tokens.tolist()  # (n or 1) lists of N
+        return self._completions([prompt] * n, [rows[r] for r in picked],
+                                 None if logprobs is None else [logprobs[r] for r in picked],
+                                 sampling, set(self.stop_token_ids(sampling)))
 
     def _rng_devices(self) -> list[Any]:
         return [self.device] if self.device.type == "cuda" else []
@@ -326,17 +338,12 @@ class HFEngine(InferenceEngine):
         if sampling.logprobs:
             logprobs = self._sampled_logprobs(step_logits, new_tokens,
                                               sampling.logprob_temperature)  # (B·n, N)
-        extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
-        results: list[list[Completion]] = []
-        for b, prompt in enumerate(prompts):
-            samples = []
-            for j in range(n):
-                row = b * n + j
-                samples.append(self._completion(
-                    prompt, new_tokens[row].tolist(),
-                    logprobs[row] if logprobs is not None else None,
-                    sampling, set(stop_ids), extra_stop_ids))
-            results.append(samples)
+        # rows b·n … b·n + n − 1 answer prompt b; one tolist and one batched detokenisation
+        # for the whole call (not a tensor read and a tokenizer call per row)
+        flat = self._completions([p for p in prompts for _ in range(n)], new_tokens.tolist(),
+                                 None if logprobs is None else list(logprobs.unbind(0)),
+                                 sampling, set(stop_ids))
+        results = [flat[b * n:(b + 1) * n] for b in range(len(prompts))]
         if interrupted:  # rows cut short by a weight sync: neither stopped nor at the budget
             for prompt, samples in zip(prompts, results, strict=True):
                 for completion in samples:
@@ -355,10 +362,34 @@ class HFEngine(InferenceEngine):
         return (torch.log_softmax(stacked, dim=-1)
                 .gather(-1, tokens[..., None]).squeeze(-1).cpu())  # (B·n, N)
 
-    def _completion(self, prompt: PreparedPrompt, tokens: list[int],
-                    logprobs: torch.Tensor | None, sampling: SamplingArgs,
-                    stop_ids: set[int], extra_stop_ids: set[int]) -> Completion:
-        """Cut one generated row at its first stop token, stop string or budget."""
+    def _completions(self, prompts: Sequence[PreparedPrompt], rows: Sequence[list[int]],
+                     logprobs: Sequence[torch.Tensor] | None, sampling: SamplingArgs,
+                     stop_ids: set[int]) -> list[Completion]:
+        """Cut each generated row (``rows[i]`` answers ``prompts[i]``; ``logprobs[i]``
+        ``(N,)``) at its first stop token, stop string or budget. The texts of the rows
+        not cut by a stop string are detokenised in one ``batch_decode``."""
+        extra_stop_ids = set(sampling.stop_token_ids) - set(self.eos_token_ids)
+        cuts = [self._cut(prompt, tokens, sampling, stop_ids, extra_stop_ids)
+                for prompt, tokens in zip(prompts, rows, strict=True)]
+        to_decode = [i for i, cut in enumerate(cuts) if cut.text is None]
+        decoded = self._tokenizer.batch_decode(
+            [rows[i][:cuts[i].end] for i in to_decode],
+            skip_special_tokens=sampling.skip_special_tokens) if to_decode else []
+        texts = {i: text for i, text in zip(to_decode, decoded, strict=True)}
+        return [Completion(
+            prompt_token_ids=list(prompt.token_ids),
+            token_ids=tokens[:cut.end],
+            logprobs=logprobs[i][:cut.end].clone() if logprobs is not None else None,
+            text=cut.text if cut.text is not None else texts[i],
+            finish_reason=cut.finish,
+            prompt_truncated=prompt.truncated,
+            model_version=self.model_version,
+            stop_reason=cut.stop_reason,
+        ) for i, (prompt, tokens, cut) in enumerate(zip(prompts, rows, cuts, strict=True))]
+
+    def _cut(self, prompt: PreparedPrompt, tokens: list[int], sampling: SamplingArgs,
+             stop_ids: set[int], extra_stop_ids: set[int]) -> _Cut:
+        """Where one generated row ends: its first stop token, stop string or budget."""
         finish: FinishReason = "length"
         stop_reason: int | str | None = None
         end = len(tokens)
@@ -375,19 +406,7 @@ class HFEngine(InferenceEngine):
                 finish = "stop"
         if end > prompt.max_new_tokens:  # this prompt's budget is below the batch's
             end, finish, stop_reason, text_cut = prompt.max_new_tokens, "length", None, None
-        token_ids = tokens[:end]
-        text = text_cut if text_cut is not None else self._decode(
-            token_ids, sampling.skip_special_tokens)
-        return Completion(
-            prompt_token_ids=list(prompt.token_ids),
-            token_ids=token_ids,
-            logprobs=logprobs[:end].clone() if logprobs is not None else None,
-            text=text,
-            finish_reason=finish,
-            prompt_truncated=prompt.truncated,
-            model_version=self.model_version,
-            stop_reason=stop_reason,
-        )
+        return _Cut(end, finish, stop_reason, text_cut)
 
     def _stop_string_check(self, sampling: SamplingArgs) -> Any:
         """For the decode loop: new tokens ``(B, t)`` → ``(B,)`` bool, rows whose text now

@@ -41,6 +41,7 @@ from rft.adapter import AdapterWeights
 from rft.config.plan import TrainerPlan
 from rft.errors import RftError
 from rft.experience import Experience
+from rft.host_memory import retain_freed_memory
 from rft.trainer.base import Trainer
 from rft.trainer.options import param_offload
 from rft.trainer.parallel import RankGroup, cpu_threads, free_port
@@ -90,6 +91,7 @@ class TrainerRank:
         self.rss_at_start = _memory_status().get("VmRSS", 0)
         """Resident bytes of this process before the model was built (Linux; else 0):
         measured again in :meth:`start`, just before."""
+        retain_freed_memory()
         if not _has_gpu():
             torch.set_num_threads(cpu_threads())
 

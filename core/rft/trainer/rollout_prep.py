@@ -231,5 +231,6 @@ def sequence_advantages(batch: Batch, advantages: torch.Tensor, mask: torch.Tens
     kept = mask.to(advantages.dtype)  # (B, R)
     totals = kept.sum(-1)  # (B,)
     means = (advantages * kept).sum(-1) / totals.clamp(min=1)  # (B,)
-    return {exp.eid.uid: float(means[row]) for row, exp in enumerate(batch.experiences)
-            if float(totals[row]) > 0}
+    # one conversion of each (B,) tensor, not two scalar reads per row
+    return {exp.eid.uid: mean for exp, mean, total
+            in zip(batch.experiences, means.tolist(), totals.tolist(), strict=True) if total > 0}
