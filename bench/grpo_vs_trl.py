@@ -128,11 +128,9 @@ HELD: dict[str, bool] = {}
 GRID_PROMPTS = (4, 8, 16)
 GRID_TOKENS = (8, 16, 32)
 CONTESTANTS = ("bare", "rft", "rft_mt", "trl", "trl_gc")
-
-
-
 TARGETS = {"bare": 0.60, "trl": 0.50}
 """Issue #31's goal: rft's step at most these times the bare loop's and TRL's."""
+
 
 def vowel_reward(text: str) -> float:
     """Dense toy reward in [0, 1]: the share of the response's letters that are vowels
