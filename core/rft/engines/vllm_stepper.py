@@ -197,13 +197,9 @@ class SharedStepper:
             if self.failed is None:
                 self.failed = error
             error = self.failed
-            calls = {id(c): c for c in self._calls.values()}.values()
-            for call in calls:
-                call.error = self.failed
+            for call in self._calls.values():  # queued calls' requests are listed there too
+                call.error = error
                 call.ended.update(call.ids)
-            for queued, *_ in self._queued:
-                queued.error = self.failed
-                queued.ended.update(queued.ids)
             self._queued = []
             unfinished = list(self._calls)
             self._cond.notify_all()
