@@ -7,9 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from rft.trainer.batching import TensorBatch
-from rft.trainer.packed_forward import shared_prompt_logits
+from rft.trainer.packed_forward import packed_logits, shared_prompt_logits
+from rft.trainer.prefix_tree import pack_rows
+from rft.trainer.prompt_groups import group_rows, use_prompt_group_attention
 
 
 def qwen2(tiny_model_dir: Path, **kwargs: Any) -> torch.nn.Module:
@@ -111,6 +114,28 @@ def model_logits(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
 
 
 def packed(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
+    """The prefix-tree packs' logits ``(B, R, V)`` (dense 4-D masks)."""
+    layout = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                       batch.prompt_width)
+    return packed_logits(model, layout)
+
+
+def grouped(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
+    """The prompt groups' logits ``(B, R, V)`` (cascade attention; the model switched to
+    it first)."""
+    assert use_prompt_group_attention(model)
+    groups = group_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                        batch.prompt_width)
+    assert groups is not None
+    return packed_logits(model, groups)
+
+
+SHARED_FORWARDS = {"packs": packed, "groups": grouped}
+"""The two shared-prefix layouts, by name (tests parametrize over them)."""
+
+
+def automatic(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
+    """The layout :func:`rft.trainer.packed_forward.shared_layout` chooses."""
     return shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"],
                                 batch["position_ids"], batch.prompt_width)
 
@@ -133,12 +158,12 @@ def logits_and_grads(model: torch.nn.Module, batch: TensorBatch, forward: Any,
 
 
 def assert_equal_to_rounding(model: torch.nn.Module, batch: TensorBatch,
-                             atol: float = 1e-5) -> None:
-    """Packed logits within ``atol`` of the plain ones, every gradient within ``atol`` of
-    its largest element."""
+                             atol: float = 1e-5, forward: Any = packed) -> None:
+    """``forward``'s logits (default: the prefix-tree packs) within ``atol`` of the plain
+    ones, every gradient within ``atol`` of its largest element."""
     valid = batch["response_mask"].bool()
     reference, ref_grads = logits_and_grads(model, batch, model_logits)
-    ours, grads = logits_and_grads(model, batch, packed)
+    ours, grads = logits_and_grads(model, batch, forward)
     assert ours.shape == reference.shape and torch.isfinite(ours).all()
     torch.testing.assert_close(ours[valid], reference[valid], rtol=0, atol=atol)
     assert ref_grads.keys() == grads.keys() and ref_grads
@@ -170,11 +195,12 @@ def rank_worker(rank: int, port: int, model_dir: str, lora: bool, out: str) -> N
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
         shard_model(model, group)
-        batch = grpo_batch(model.config.vocab_size)
+        batch = grpo_batch(model.config.vocab_size, prompts=4)  # 17 rows: 8 and 9
         rows = torch.arange(rank * 8, rank * 8 + 8 if rank == 0 else len(batch))
         mine = TensorBatch(batch.prompt_width, {k: v[rows] for k, v in batch.tensors.items()})
         results = {}
-        for name, forward in (("plain", model_logits), ("packed", packed)):
+        for name, forward in (("plain", model_logits), ("packed", packed),
+                              ("groups", grouped)):
             logits, grads = logits_and_grads(model, mine, forward)
             full = {k: (g.full_tensor() if hasattr(g, "full_tensor") else g)
                     for k, g in grads.items()}
@@ -184,3 +210,24 @@ def rank_worker(rank: int, port: int, model_dir: str, lora: bool, out: str) -> N
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def shared_layouts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The layouts the trainer's shared-prefix forwards ran, in order: ``"groups"``
+    (:func:`rft.trainer.packed_forward.group_node_logits`) or ``"packs"``
+    (:func:`~rft.trainer.packed_forward.packed_node_logits`) — the CPU's cascade attention
+    can give the plain forward's values bit for bit, so equality does not tell."""
+    import rft.trainer.packed_forward as packed_forward
+
+    ran: list[str] = []
+    for kind, name in (("groups", "group_node_logits"), ("packs", "packed_node_logits")):
+        original = getattr(packed_forward, name)
+
+        def recorded(*args: Any, _original: Any = original, _kind: str = kind,
+                     **kwargs: Any) -> Any:
+            ran.append(_kind)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(packed_forward, name, recorded)
+    return ran

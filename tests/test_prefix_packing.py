@@ -27,6 +27,8 @@ from fixtures_packing import (
     packed,
     qwen2,
     rank_worker,
+    SHARED_FORWARDS,
+    shared_layouts,
 )
 from rft.trainer.packed_forward import fallback_reason, probe_reason, sliding_window
 from rft.trainer.prefix_tree import pack_rows, unpackable_reason
@@ -116,13 +118,15 @@ def test_rows_that_are_not_prompt_then_response_are_not_packed() -> None:
 # ---- equality ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("layout", sorted(SHARED_FORWARDS))
 @pytest.mark.parametrize("which", ["qwen2", "llama", "mistral"])
-def test_logits_and_gradients_equal_the_models_forward(tiny_model_dir: Path, which: str) -> None:
+def test_logits_and_gradients_equal_the_models_forward(tiny_model_dir: Path, which: str,
+                                                       layout: str) -> None:
     model = build_model(which, tiny_model_dir)
     batch = grpo_batch(model.config.vocab_size)
+    assert_equal_to_rounding(model, batch, forward=SHARED_FORWARDS[layout])
     assert fallback_reason(model, batch["input_ids"], batch["attention_mask"],
                            batch["position_ids"], batch.prompt_width) is None
-    assert_equal_to_rounding(model, batch)
 
 
 def test_a_groups_episodes_share_their_first_prompt_in_one_tree(tiny_model_dir: Path) -> None:
@@ -143,9 +147,10 @@ def test_multi_turn_tree_equals_one_row_per_turn(tiny_model_dir: Path, which: st
     assert_equal_to_rounding(model, multi_turn_batch(model.config.vocab_size))
 
 
+@pytest.mark.parametrize("layout", sorted(SHARED_FORWARDS))
 @pytest.mark.parametrize("which", ["qwen2", "mistral"])
 def test_lora_and_gradient_checkpointing_keep_the_equality(tiny_model_dir: Path,
-                                                           which: str) -> None:
+                                                           which: str, layout: str) -> None:
     from peft import LoraConfig, get_peft_model
 
     model = build_model(which, tiny_model_dir)
@@ -154,9 +159,10 @@ def test_lora_and_gradient_checkpointing_keep_the_equality(tiny_model_dir: Path,
                                             target_modules=["q_proj", "v_proj", "up_proj"]))
     lora.train()
     batch = grpo_batch(model.config.vocab_size)
-    assert_equal_to_rounding(lora, batch)
+    forward = SHARED_FORWARDS[layout]
+    assert_equal_to_rounding(lora, batch, forward=forward)
     lora.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    assert_equal_to_rounding(lora, batch)
+    assert_equal_to_rounding(lora, batch, forward=forward)
 
 
 def test_eager_attention_packs_with_an_additive_mask(tiny_model_dir: Path) -> None:
@@ -164,9 +170,10 @@ def test_eager_attention_packs_with_an_additive_mask(tiny_model_dir: Path) -> No
     assert_equal_to_rounding(model, grpo_batch(model.config.vocab_size))
 
 
+@pytest.mark.parametrize("layout", sorted(SHARED_FORWARDS))
 @pytest.mark.parametrize("which", ["qwen2", "llama"])
 def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Path,
-                                                              which: str) -> None:
+                                                              which: str, layout: str) -> None:
     """Under bfloat16 autocast the packed forward is as close to the float32 forward as
     the plain bfloat16 forward is (bfloat16's own rounding noise, within 2×), for logits
     and every gradient; and it is not the plain bfloat16 result bit for bit (it ran)."""
@@ -175,7 +182,7 @@ def test_bf16_autocast_is_within_the_plain_forwards_own_noise(tiny_model_dir: Pa
     valid = batch["response_mask"].bool()
     exact, exact_grads = logits_and_grads(model, batch, model_logits)
     plain, plain_grads = logits_and_grads(model, batch, model_logits, torch.bfloat16)
-    ours, grads = logits_and_grads(model, batch, packed, torch.bfloat16)
+    ours, grads = logits_and_grads(model, batch, SHARED_FORWARDS[layout], torch.bfloat16)
     noise = (plain - exact)[valid].abs().max().item()
     assert noise > 10 * 1e-5  # bfloat16 rounding, far above float32's
     assert (ours - exact)[valid].abs().max().item() <= 2 * noise
@@ -227,14 +234,17 @@ def test_the_cost_rule_packs_only_where_the_saved_tokens_outweigh_the_added_atte
 # ---- the trainer's path ----------------------------------------------------------------
 
 
-def test_response_logprobs_takes_the_packed_path_where_it_applies(tiny_model_dir: Path) -> None:
+def test_response_logprobs_takes_the_packed_path_where_it_applies(
+        tiny_model_dir: Path, shared_layouts: list[str]) -> None:
     model = qwen2(tiny_model_dir)
     batch = grpo_batch(model.config.vocab_size)
     shared, _ = response_logprobs(model, batch, device=torch.device("cpu"), shared_prompts=True)
+    assert shared_layouts[-1] == "groups"  # GRPO rows: the prompt groups ran
+    ran = len(shared_layouts)
     plain, _ = response_logprobs(model, batch, device=torch.device("cpu"))
+    assert len(shared_layouts) == ran  # the plain forward ran
     valid = batch["response_mask"].bool()
     torch.testing.assert_close(shared[valid], plain[valid], rtol=0, atol=1e-5)
-    assert not torch.equal(shared[valid], plain[valid])  # the packed path ran
     assert uses_shared_prompts(model, batch, None)
     assert uses_shared_prompts(model, batch, torch.bfloat16)  # autocast packs too
     no_prompt = TensorBatch(0, dict(batch.tensors))
@@ -246,7 +256,7 @@ def test_response_logprobs_takes_the_packed_path_where_it_applies(tiny_model_dir
                          ids=["metric-entropy", "entropy-loss", "chunked-entropy"])
 def test_log_probs_and_entropies_from_the_scoring_nodes_equal_the_plain_ones(
         tiny_model_dir: Path, temperature: float, entropy_grad: bool,
-        chunk: int | None) -> None:
+        chunk: int | None, shared_layouts: list[str]) -> None:
     """The packed path computes the log-softmax and the entropy once per scoring node
     (``(M, V)``, not ``(B, R, V)``): the same log-probs, entropies and gradients as the
     plain forward's on every response token (float32 within 1e-5)."""
@@ -268,7 +278,7 @@ def test_log_probs_and_entropies_from_the_scoring_nodes_equal_the_plain_ones(
     (logps, entropy, grads), (plain_logps, plain_entropy, plain_grads) = results
     torch.testing.assert_close(logps[valid], plain_logps[valid], rtol=0, atol=1e-5)
     torch.testing.assert_close(entropy[valid], plain_entropy[valid], rtol=0, atol=1e-5)
-    assert not torch.equal(logps[valid], plain_logps[valid])  # the packed path ran
+    assert shared_layouts and shared_layouts[-1] == "groups"  # the shared path ran
     for name, grad in plain_grads.items():
         scale = grad.abs().max().item()
         assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale + 1e-7, name
@@ -366,10 +376,12 @@ def test_two_fsdp2_ranks_keep_the_equality(tiny_model_dir: Path, tmp_path: Path,
              join=True)
     saved = torch.load(out)
     valid = saved["valid"]
-    (plain, plain_grads), (ours, grads) = saved["results"]["plain"], saved["results"]["packed"]
-    torch.testing.assert_close(ours[valid], plain[valid], rtol=0, atol=1e-5)
-    assert plain_grads.keys() == grads.keys() and plain_grads
-    for name, grad in plain_grads.items():
-        scale = grad.abs().max().item()
-        assert scale > 0, name
-        assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale, name
+    plain, plain_grads = saved["results"]["plain"]
+    for layout in ("packed", "groups"):
+        ours, grads = saved["results"][layout]
+        torch.testing.assert_close(ours[valid], plain[valid], rtol=0, atol=1e-5)
+        assert plain_grads.keys() == grads.keys() and plain_grads
+        for name, grad in plain_grads.items():
+            scale = grad.abs().max().item()
+            assert scale > 0, name
+            assert (grads[name] - grad).abs().max().item() <= 1e-5 * scale, (layout, name)

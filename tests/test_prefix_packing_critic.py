@@ -12,7 +12,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
-from fixtures_packing import grpo_batch, multi_turn_batch
+from fixtures_packing import grpo_batch, multi_turn_batch, shared_layouts
 from rft.trainer.batching import TensorBatch
 from rft.trainer.models import load_value_model, response_values
 
@@ -39,7 +39,7 @@ def _values_and_grads(critic: torch.nn.Module, batch: TensorBatch, shared: bool
 
 @pytest.mark.parametrize("rows", ["grpo", "multi_turn"])
 def test_packed_critic_values_and_gradients_equal_the_plain_forward(
-        tiny_model_dir: Path, rows: str) -> None:
+        tiny_model_dir: Path, rows: str, shared_layouts: list[str]) -> None:
     torch.manual_seed(0)
     critic = load_value_model(str(tiny_model_dir)).train()
     vocab = critic.config.vocab_size
@@ -49,7 +49,8 @@ def test_packed_critic_values_and_gradients_equal_the_plain_forward(
     packed, grads = _values_and_grads(critic, batch, shared=True)
     assert packed.shape == plain.shape == valid.shape
     torch.testing.assert_close(packed[valid], plain[valid], rtol=0, atol=1e-5)
-    assert not torch.equal(packed[valid], plain[valid])  # the packed path ran
+    # the shared path ran: prompt groups for GRPO rows, the prefix tree for turns
+    assert shared_layouts[-1] == ("groups" if rows == "grpo" else "packs")
     assert grads.keys() == plain_grads.keys() and "score.weight" in grads
     for name, grad in plain_grads.items():
         scale = grad.abs().max().item()

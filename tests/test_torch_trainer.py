@@ -581,10 +581,10 @@ def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
                 tokens=torch.cat([prompt, response]), prompt_length=len(prompt),
                 reward=float(run), eid=EID(batch=0, task=task, run=run)))
     calls = []
-    shared = models.packed_node_logits
+    shared = models.shared_node_logits
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[1].input_ids.shape)
+        calls.append(type(args[1]).__name__)
         return shared(*args, **kwargs)
 
     grads: list[dict[str, torch.Tensor]] = []  # the accumulated gradient of every step
@@ -597,10 +597,11 @@ def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
     monkeypatch.setattr(TorchTrainer, "_step", recorded)
     kl = {"kl_loss_fn": "low_var_kl", "kl_loss_fn_args": {"kl_coef": 0.1},
           "optimizer": {"lr": 1e-2}}
-    monkeypatch.setattr(models, "packed_node_logits", counted)
+    monkeypatch.setattr(models, "shared_node_logits", counted)
     lean = make_trainer(registry, model_dir, tmp_path, algorithm=kl)
     lean_metrics = [lean.train_step(experiences) for _ in range(2)]
-    assert len(calls) == 4  # reference and actor forwards of both steps
+    # reference and actor forwards of both steps, as prompt groups (cascade attention)
+    assert calls == ["PromptGroups"] * 4
     plain = make_trainer(registry, model_dir, tmp_path, algorithm=kl,
                          trainer={"prefix_sharing": "off"})  # the model's plain forward
     initial = params(plain)

@@ -28,10 +28,11 @@ from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
                      logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
-from rft.trainer.packed_forward import (NodeLogits, fallback_reason, log_fallback,
-                                        packed_logits, packed_node_logits, worth_packing)
+from rft.trainer.packed_forward import (NodeLogits, SharedLayout, fallback_reason,
+                                        log_fallback, packed_logits, shared_layout,
+                                        shared_node_logits, worth_packing)
 from rft.trainer.packed_forward import shared_prompt_logits as shared_prompt_logits
-from rft.trainer.prefix_tree import PackedLayout, pack_rows
+from rft.trainer.prompt_groups import PromptGroups, use_prompt_group_attention
 
 
 def save_pretrained(model: nn.Module, path: str) -> None:
@@ -137,7 +138,7 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     layout = _shared_layout(model, batch, inputs, dtype) if shared_prompts else None
     if layout is not None:
         with autocast_context(device, dtype):
-            nodes = packed_node_logits(model, layout)
+            nodes = shared_node_logits(model, layout)
         return _node_logprobs(nodes, inputs["input_ids"][:, batch.prompt_width:],
                               temperature, with_entropy, entropy_grad, entropy_chunk)
     logits, labels = response_logits(model, batch, device=device, temperature=temperature,
@@ -253,16 +254,20 @@ def response_entropy_signals(model: nn.Module, batch: TensorBatch, *, device: to
 
 
 def _shared_layout(model: nn.Module, batch: TensorBatch, inputs: dict[str, torch.Tensor],
-                   dtype: torch.dtype | None) -> PackedLayout | None:
-    """The prefix-tree packs of ``batch``'s rows (``inputs``: its ``(B, P+R)`` model
-    inputs) when the model and the batch allow them (:func:`uses_shared_prompts`), they
-    compute fewer tokens (:func:`rft.trainer.packed_forward.saves_tokens`) and cost less
-    than the plain rows (:func:`rft.trainer.packed_forward.packing_cost_reason`, logged
-    when not); ``None``: the model's plain forward."""
+                   dtype: torch.dtype | None) -> SharedLayout | None:
+    """The layout that computes ``batch``'s shared prefixes once (``inputs``: its
+    ``(B, P+R)`` model inputs) when the model and the batch allow it
+    (:func:`uses_shared_prompts`): prompt groups (:mod:`rft.trainer.prompt_groups`) where
+    whole prompts are shared, else prefix-tree packs when they compute fewer tokens
+    (:func:`rft.trainer.packed_forward.saves_tokens`) and cost less than the plain rows
+    (:func:`rft.trainer.packed_forward.packing_cost_reason`, logged when not); ``None``:
+    the model's plain forward."""
     if not uses_shared_prompts(model, batch, dtype):
         return None
-    layout = pack_rows(inputs["input_ids"], inputs["attention_mask"],
-                       inputs["position_ids"], batch.prompt_width)
+    layout = shared_layout(model, inputs["input_ids"], inputs["attention_mask"],
+                           inputs["position_ids"], batch.prompt_width)
+    if isinstance(layout, PromptGroups):
+        return layout
     config = getattr(model, "config", None)
     return layout if worth_packing(config, inputs["attention_mask"], layout) else None
 
@@ -278,6 +283,7 @@ def uses_shared_prompts(model: nn.Module, batch: TensorBatch,
     if batch.vision_inputs() is not None:
         log_fallback("rows with images (3-D rope positions and vision inputs are not packed)")
         return False
+    use_prompt_group_attention(model)  # sdpa models: cascade attention for prompt groups
     reason = fallback_reason(model, batch["input_ids"], batch["attention_mask"],
                              batch["position_ids"], batch.prompt_width)
     if reason is not None:

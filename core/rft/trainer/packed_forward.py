@@ -1,6 +1,9 @@
 """The trainer's forward over prefix-tree packs (:mod:`rft.trainer.prefix_tree`): rows
 that share a prefix (GRPO's ``n`` rollouts of a prompt, the turns of an episode) run it
-once, through the model's own forward and attention.
+once, through the model's own forward and attention. Rows that share whole prompts
+(GRPO) run as prompt groups instead where the model has sdpa attention
+(:mod:`rft.trainer.prompt_groups`: cascade attention, no dense mask;
+:func:`shared_layout` chooses).
 
 Each pack is one sequence of the model's input, ``(G, N)``; its 4-D attention mask
 ``(G, 1, N, N)`` lets every token see its ancestors in the tree and itself, and its
@@ -34,6 +37,8 @@ from packaging.version import Version
 from torch import nn
 
 from rft.trainer.prefix_tree import PackedLayout, pack_rows, unpackable_reason
+from rft.trainer.prompt_groups import NAME as PROMPT_GROUPS
+from rft.trainer.prompt_groups import PromptGroups, group_rows
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +47,7 @@ MIN_TORCH = (2, 5)
 MIN_TRANSFORMERS = (4, 53)
 """Oldest transformers that passes a 4-D attention mask to every layer unchanged
 (``masking_utils``)."""
-MASKED_IMPLEMENTATIONS = frozenset({"sdpa", "eager"})
+MASKED_IMPLEMENTATIONS = frozenset({"sdpa", "eager", PROMPT_GROUPS})
 """Attention implementations that read an explicit 4-D mask."""
 MIN_SAVING = 0.1
 """Pack only when it computes at least this share fewer tokens than the plain forward."""
@@ -135,10 +140,16 @@ def probe_reason(model: nn.Module) -> str | None:
         with torch.no_grad():
             plain = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                           use_cache=False).logits[:, 2:4].float()  # (2, 2, V)
+            layouts: list[SharedLayout] = [pack_rows(ids, mask, positions, 3)]
+            groups = (group_rows(ids, mask, positions, 3)
+                      if _implementation(model) == PROMPT_GROUPS else None)
+            if groups is not None:
+                layouts.append(groups)
             try:
-                packed = shared_prompt_logits(model, ids, mask, positions, 3)  # (2, 2, V)
+                outputs = [packed_logits(model, layout) for layout in layouts]  # (2, 2, V)
             except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                failure = (f"{type(model).__name__} does not take a 4-D mask "
+                failure = (f"{type(model).__name__} does not take a 4-D mask or the prompt "
+                           "groups' keyword "
                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
                 _PROBED[model] = failure
                 return failure
@@ -146,7 +157,7 @@ def probe_reason(model: nn.Module) -> str | None:
         model.train(was_training)
     valid = mask[:, 3:].bool()  # (2, 2): the response columns scored
     scale = float(plain.abs().max()) + 1e-6
-    error = float((packed - plain)[valid].abs().max())
+    error = max(float((packed - plain)[valid].abs().max()) for packed in outputs)
     verdict = (None if error <= 1e-3 * scale else
                f"packed logits differ from {type(model).__name__}'s forward by {error:.2g}")
     _PROBED[model] = verdict
@@ -165,7 +176,7 @@ def log_fallback(reason: str) -> None:
 def _mask(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
     """``allowed`` ``(G, 1, N, N)`` as the mask the model's attention implementation reads:
     boolean for sdpa, additive float32 for eager."""
-    if _implementation(model) == "sdpa":
+    if _implementation(model) != "eager":  # sdpa and the prompt groups' sdpa
         return allowed
     blocked = torch.finfo(torch.float32).min
     return torch.zeros(allowed.shape, dtype=torch.float32,
@@ -220,23 +231,82 @@ def packed_node_logits(model: nn.Module, layout: PackedLayout) -> NodeLogits:
     return NodeLogits(logits=flat, index=index.masked_fill(~valid, 0), valid=valid)
 
 
-def packed_logits(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
-    """The model's logits over ``layout``'s packs, gathered to ``(B, R, V)``: the output
-    scoring each response token (zeros at padding columns); :func:`packed_node_logits`
+SharedLayout = PackedLayout | PromptGroups
+"""The two layouts that compute a shared prefix once: prefix-tree packs with a dense 4-D
+mask (any tree: multi-turn episodes) and prompt groups with cascade attention (whole
+prompts shared: GRPO)."""
+
+
+def group_node_logits(model: nn.Module, groups: PromptGroups) -> NodeLogits:
+    """The model's logits over ``groups`` (:mod:`rft.trainer.prompt_groups`) at the columns
+    that score some response token (:class:`NodeLogits`): a group's last prompt column
+    scores the first token of each of its slots; slot ``s``'s column ``j`` its token
+    ``j + 1`` — only the columns some row needs go through the LM head."""
+    masks = groups.masks
+    P, S, R = masks.prompt_width, masks.slots, masks.response_width
+    device = groups.input_ids.device
+    valid = groups.response_valid  # (B, R)
+    needed = torch.zeros(S, R, dtype=torch.long, device=device).index_add_(
+        0, groups.slot, valid.long()) > 0  # (S, R): some row of the slot has token j
+    slot_columns = P + torch.arange(S, device=device)[:, None] * R + torch.arange(
+        R, device=device)[None, :] - 1  # (S, R): the column scoring token j (j ≥ 1)
+    first = torch.tensor([P - 1], device=device)
+    keep = torch.cat([first, slot_columns[:, 1:][needed[:, 1:]]])  # (K,) ascending
+    columns = groups.input_ids.shape[1]
+    count = groups.input_ids.shape[0]
+    placeholder = torch.ones(count, 1, 1, 1, dtype=torch.bool, device=device)
+    inputs = {"input_ids": groups.input_ids, "attention_mask": placeholder,
+              "position_ids": groups.position_ids, "use_cache": False,
+              "prompt_groups": masks}
+    logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
+    if logits.shape[1] != keep.numel():  # a head that computes every column
+        logits = logits[:, keep]
+    place = torch.zeros(columns, dtype=torch.long, device=device)
+    place[keep] = torch.arange(keep.numel(), device=device)
+    column = slot_columns[groups.slot]  # (B, R)
+    column[:, 0] = P - 1
+    index = groups.group[:, None] * keep.numel() + place[column]  # (B, R)
+    flat = logits.reshape(-1, logits.shape[-1])  # (G·K, V)
+    return NodeLogits(logits=flat, index=index.masked_fill(~valid, 0), valid=valid)
+
+
+def shared_node_logits(model: nn.Module, layout: SharedLayout) -> NodeLogits:
+    """:func:`group_node_logits` or :func:`packed_node_logits`, by the layout."""
+    if isinstance(layout, PromptGroups):
+        return group_node_logits(model, layout)
+    return packed_node_logits(model, layout)
+
+
+def packed_logits(model: nn.Module, layout: SharedLayout) -> torch.Tensor:
+    """The model's logits over ``layout``, gathered to ``(B, R, V)``: the output scoring
+    each response token (zeros at padding columns); :func:`shared_node_logits`
     expanded."""
-    return packed_node_logits(model, layout).expand()
+    return shared_node_logits(model, layout).expand()
+
+
+def shared_layout(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  position_ids: torch.Tensor, prompt_width: int) -> SharedLayout:
+    """The layout of ``(B, P+R)`` rows: prompt groups where the model has the cascade
+    attention (:func:`rft.trainer.prompt_groups.use_prompt_group_attention`) and whole
+    prompts are shared enough (:func:`rft.trainer.prompt_groups.group_rows`), else the
+    prefix-tree packs."""
+    if _implementation(model) == PROMPT_GROUPS:
+        groups = group_rows(input_ids, attention_mask, position_ids, prompt_width)
+        if groups is not None:
+            return groups
+    return pack_rows(input_ids, attention_mask, position_ids, prompt_width)
 
 
 def shared_prompt_logits(model: nn.Module, input_ids: torch.Tensor,
                          attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                         prompt_width: int, layout: PackedLayout | None = None
+                         prompt_width: int, layout: SharedLayout | None = None
                          ) -> torch.Tensor:
     """Logits ``(B, R, V)`` scoring the response tokens of ``(B, P+R)`` rows, shared
     prefixes computed once (module docstring); the batch must pass
-    :func:`~rft.trainer.prefix_tree.unpackable_reason`. ``layout``: the rows' packs when
-    already built (:func:`~rft.trainer.prefix_tree.pack_rows`)."""
+    :func:`~rft.trainer.prefix_tree.unpackable_reason`. ``layout``: the rows' layout when
+    already built (:func:`shared_layout`)."""
     if layout is None:
-        layout = pack_rows(input_ids, attention_mask, position_ids, prompt_width)
+        layout = shared_layout(model, input_ids, attention_mask, position_ids, prompt_width)
     return packed_logits(model, layout)
 
 

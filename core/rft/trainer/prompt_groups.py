@@ -1,0 +1,231 @@
+"""GRPO's shared prompts computed once by cascade attention, through the model's own
+attention interface.
+
+A GRPO batch holds each prompt ``n`` times. :func:`group_rows` lays the ``B`` rows out as
+``G`` *groups* — the rows whose whole prompt (ids and positions) is the same — each one
+sequence of the model's input: the prompt's ``P`` columns once, then ``S`` response
+*slots* of ``R`` columns (the batch's own widths; a group with fewer rows than ``S`` has
+empty slots)::
+
+    rows   [pad p1 p2 | a1 a2 a3]        group   [pad p1 p2 | a1 a2 a3 | b1 b2 pad]
+           [pad p1 p2 | b1 b2 pad]               positions 0 0 1 | 2 3 4 | 2 3 ·
+
+The model runs its own forward over the groups (``(G, P + S·R)``: ``G·P + G·S·R`` tokens
+instead of the plain ``B·(P + R)``); :func:`prompt_group_attention`, registered in
+``transformers``' attention interface, computes each layer's attention in two parts
+(cascade attention, as veRL's PrefixGrouper and FlashInfer's cascade kernels)::
+
+    prompt  :  O_p = softmax(Q_p K_pᵀ·s + causal ∧ prompt mask) V_p            (G, H, P, d)
+    response:  O_r = softmax(Q_r [K_p; K_r]ᵀ·s + [prompt mask, causal]) [V_p; V_r]
+                                                                              (G·S, H, R, d)
+
+— every query sees the keys of its row in the plain forward, at the row's positions, so
+the outputs are the plain forward's (to float rounding: other shapes, another summation
+order); the gradients of the shared prompt's keys and values sum over the ``S`` slots
+through autograd. Unlike a dense ``(N, N)`` mask over one packed sequence
+(:mod:`rft.trainer.prefix_tree`, kept for multi-turn trees) the attention computes only
+the pairs that exist: ``G·P² + B·R·(P + R)`` instead of ``G·(P + S·R)²``.
+
+The layout travels to every layer as the forward's keyword argument ``prompt_groups``
+(``transformers`` hands a forward's extra keyword arguments to the attention function;
+gradient checkpointing replays them); a forward without it — the plain one, the
+prefix-tree packs — goes to ``transformers``' own ``sdpa_attention_forward`` unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+NAME = "rft_prompt_groups"
+"""The attention implementation's name in ``transformers``' registries (masks as sdpa)."""
+MIN_SAVING = 0.1
+"""Group only when the groups hold at least this share fewer columns than the rows."""
+
+
+@dataclass(frozen=True)
+class PromptGroupMasks:
+    """What :func:`prompt_group_attention` needs of the layout, per layer."""
+
+    prompt_width: int
+    """``P``: the prompt columns of every group."""
+    slots: int
+    """``S``: the response slots of every group."""
+    response_width: int
+    """``R``: the columns of each slot."""
+    prompt: torch.Tensor
+    """``(G, 1, P, P)`` bool: causal over the group's prompt tokens (a left-padding query
+    sees itself only, so no softmax row is empty)."""
+    response: torch.Tensor
+    """``(G·S, 1, R, P + R)`` bool: a response query sees its group's prompt tokens and
+    its slot's columns up to itself."""
+
+
+@dataclass(frozen=True)
+class PromptGroups:
+    """``B`` rows as ``G`` groups of up to ``S`` rows sharing their prompt."""
+
+    input_ids: torch.Tensor
+    """``(G, P + S·R)``: each group's prompt, then its rows' responses slot by slot."""
+    position_ids: torch.Tensor
+    """``(G, P + S·R)``: the rows' own positions."""
+    masks: PromptGroupMasks
+    group: torch.Tensor
+    """``(B,)`` long: each row's group."""
+    slot: torch.Tensor
+    """``(B,)`` long: each row's slot in its group."""
+    response_valid: torch.Tensor
+    """``(B, R)`` bool: the rows' response tokens."""
+
+    @property
+    def columns(self) -> int:
+        """Columns the forward computes, ``G·(P + S·R)``."""
+        return int(self.input_ids.numel())
+
+
+def group_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               position_ids: torch.Tensor, prompt_width: int) -> PromptGroups | None:
+    """The prompt groups of ``(B, P+R)`` rows (left-padded prompts, right-padded
+    responses: :func:`rft.trainer.prefix_tree.unpackable_reason` passes), or ``None`` when
+    they would not compute at least :data:`MIN_SAVING` fewer columns than the rows."""
+    rows, total = input_ids.shape
+    width = total - prompt_width
+    if rows < 2 or width <= 0 or prompt_width <= 0:
+        return None
+    mask = attention_mask.bool()  # (B, P+R)
+    prompt_mask = mask[:, :prompt_width]  # (B, P)
+    key = torch.cat([input_ids[:, :prompt_width] * prompt_mask,
+                     position_ids[:, :prompt_width] * prompt_mask, prompt_mask.long()], 1)
+    _, group = torch.unique(key, dim=0, return_inverse=True)  # (B,) group of each row
+    count = int(group.max()) + 1
+    sizes = torch.bincount(group, minlength=count)  # (G,)
+    slots = int(sizes.max())
+    if count * (prompt_width + slots * width) > (1.0 - MIN_SAVING) * rows * total:
+        return None
+    order = torch.argsort(group, stable=True)  # (B,) rows, group by group
+    starts = torch.cumsum(sizes, 0) - sizes  # (G,) each group's first place in ``order``
+    slot = torch.empty_like(group)
+    slot[order] = torch.arange(rows, device=group.device) - starts[group[order]]
+    first = order[starts]  # (G,) a row of each group
+
+    def lay_out(values: torch.Tensor) -> torch.Tensor:  # (B, P+R) → (G, P + S·R)
+        responses = values.new_zeros(count, slots, width)  # (G, S, R)
+        responses[group, slot] = values[:, prompt_width:]
+        return torch.cat([values[first, :prompt_width], responses.reshape(count, -1)], 1)
+
+    return PromptGroups(
+        input_ids=lay_out(input_ids), position_ids=lay_out(position_ids),
+        masks=_masks(prompt_mask[first], slots, width), group=group, slot=slot,
+        response_valid=mask[:, prompt_width:])
+
+
+def _masks(prompt_valid: torch.Tensor, slots: int, width: int) -> PromptGroupMasks:
+    """The two attention masks of groups whose prompt tokens are ``prompt_valid``
+    ``(G, P)``."""
+    count, prompt_width = prompt_valid.shape
+    device = prompt_valid.device
+    causal_p = torch.ones(prompt_width, prompt_width, dtype=torch.bool,
+                          device=device).tril()  # (P, P)
+    eye = torch.eye(prompt_width, dtype=torch.bool, device=device)  # (P, P)
+    prompt = (causal_p & prompt_valid[:, None, :]) | eye  # (G, P, P)
+    causal_r = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # (R, R)
+    seen = prompt_valid[:, None, None, :].expand(count, slots, width, prompt_width)
+    own = causal_r.expand(count, slots, width, width)  # (G, S, R, R)
+    response = torch.cat([seen, own], -1).reshape(count * slots, 1, width,
+                                                  prompt_width + width)  # (G·S, 1, R, P+R)
+    return PromptGroupMasks(prompt_width=prompt_width, slots=slots, response_width=width,
+                            prompt=prompt[:, None], response=response)
+
+
+def prompt_group_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                           value: torch.Tensor, attention_mask: torch.Tensor | None,
+                           dropout: float = 0.0, scaling: float | None = None,
+                           is_causal: bool | None = None, **kwargs: Any
+                           ) -> tuple[torch.Tensor, None]:
+    """One layer's attention of ``query`` ``(G, H, N, d)`` over ``key`` / ``value``
+    ``(G, KV, N, d)``, ``N = P + S·R``, in the two parts of the module docstring when the
+    forward carries ``prompt_groups`` (:class:`PromptGroupMasks`; ``attention_mask`` is then
+    a placeholder); otherwise ``transformers``' sdpa attention. Returns ``(G, N, H, d)`` and
+    no weights (the contract of ``transformers``' attention functions)."""
+    from transformers.integrations.sdpa_attention import (repeat_kv, sdpa_attention_forward,
+                                                          use_gqa_in_sdpa)
+
+    layout = kwargs.get("prompt_groups")
+    if not isinstance(layout, PromptGroupMasks):
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, is_causal=is_causal,
+                                      **kwargs)
+    heads, kv_heads = query.shape[1], key.shape[1]
+    grouped_heads = heads != kv_heads
+    if grouped_heads and not (query.device.type == "cpu"
+                              or use_gqa_in_sdpa(layout.response, key, value)):
+        key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
+        grouped_heads = False
+    count, _, _, dim = query.shape
+    kv = key.shape[1]
+    P, S, R = layout.prompt_width, layout.slots, layout.response_width
+    attend = torch.nn.functional.scaled_dot_product_attention
+    prompt_out = attend(query[:, :, :P], key[:, :, :P], value[:, :, :P],
+                        attn_mask=layout.prompt, dropout_p=dropout, scale=scaling,
+                        enable_gqa=grouped_heads)  # (G, H, P, d)
+
+    def slot_rows(states: torch.Tensor, width_heads: int) -> torch.Tensor:
+        # (G, h, S·R, d) → (G, S, h, R, d)
+        return states[:, :, P:].reshape(count, width_heads, S, R, dim).transpose(1, 2)
+
+    def with_prompt(states: torch.Tensor) -> torch.Tensor:
+        # (G, KV, N, d) → (G·S, KV, P + R, d): the group's prompt before each slot's own
+        prompt = states[:, None, :, :P].expand(count, S, kv, P, dim)
+        return torch.cat([prompt, slot_rows(states, kv)], 3).reshape(count * S, kv, P + R, dim)
+
+    response_query = slot_rows(query, heads).reshape(count * S, heads, R, dim)
+    response_out = attend(response_query, with_prompt(key), with_prompt(value),
+                          attn_mask=layout.response, dropout_p=dropout, scale=scaling,
+                          enable_gqa=grouped_heads)  # (G·S, H, R, d)
+    response_out = response_out.reshape(count, S, heads, R, dim).permute(0, 1, 3, 2, 4)
+    return torch.cat([prompt_out.transpose(1, 2),
+                      response_out.reshape(count, S * R, heads, dim)], 1).contiguous(), None
+
+
+def unavailable_reason(model: nn.Module) -> str | None:
+    """Why ``model`` cannot take :func:`prompt_group_attention` (``None``: it can): an
+    attention backend other than sdpa, a torch without ``enable_gqa`` (< 2.5), a
+    ``transformers`` without the attention registries or a way to switch a model's
+    attention."""
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation == NAME:
+        return None
+    if implementation != "sdpa":
+        return f"attention implementation {implementation!r} is not sdpa"
+    if tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5):
+        return f"torch {torch.__version__} has no enable_gqa"
+    try:
+        from transformers import AttentionInterface  # noqa: F401
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        return "this transformers has no attention interface"
+    if not callable(getattr(model, "set_attn_implementation", None)):
+        return "this transformers cannot switch a model's attention"
+    return None
+
+
+def use_prompt_group_attention(model: nn.Module) -> bool:
+    """Give ``model`` :func:`prompt_group_attention` (every forward without
+    ``prompt_groups`` stays ``transformers``' sdpa, masks included) when
+    :func:`unavailable_reason` allows it; returns whether the model has it."""
+    if unavailable_reason(model) is not None:
+        return False
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation == NAME:
+        return True
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(NAME, prompt_group_attention)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+    set_implementation: Any = getattr(model, "set_attn_implementation")
+    set_implementation(NAME)
+    return getattr(model.config, "_attn_implementation", None) == NAME
