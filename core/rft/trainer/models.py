@@ -129,7 +129,8 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
 
     ``logits / temperature`` (the sampling temperature, as veRL) in float32.
     ``shared_prompts``: run each shared prefix once
-    (:func:`rft.trainer.packed_forward.packed_node_logits`; the log-probs and entropies
+    (:func:`rft.trainer.packed_forward.shared_node_logits`: prompt groups or prefix-tree
+    packs; the log-probs and entropies
     then come from each scoring node once, :func:`_node_logprobs`) where the model and the
     batch allow it (:func:`uses_shared_prompts`) and the rows share enough
     (:func:`rft.trainer.packed_forward.saves_tokens`); else the model's plain forward.
