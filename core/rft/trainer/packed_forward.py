@@ -243,12 +243,13 @@ def group_node_logits(model: nn.Module, groups: PromptGroups) -> NodeLogits:
     scores the first token of each of its slots; slot ``s``'s column ``j`` its token
     ``j + 1`` — only the columns some row needs go through the LM head."""
     masks = groups.masks
-    P, S, R = masks.prompt_width, masks.slots, masks.response_width
+    P, S, span = masks.prompt_width, masks.slots, masks.response_width
     device = groups.input_ids.device
-    valid = groups.response_valid  # (B, R)
+    valid = groups.response_valid  # (B, R): R = span + 1 response tokens
+    R = valid.shape[1]
     needed = torch.zeros(S, R, dtype=torch.long, device=device).index_add_(
         0, groups.slot, valid.long()) > 0  # (S, R): some row of the slot has token j
-    slot_columns = P + torch.arange(S, device=device)[:, None] * R + torch.arange(
+    slot_columns = P + torch.arange(S, device=device)[:, None] * span + torch.arange(
         R, device=device)[None, :] - 1  # (S, R): the column scoring token j (j ≥ 1)
     first = torch.tensor([P - 1], device=device)
     keep = torch.cat([first, slot_columns[:, 1:][needed[:, 1:]]])  # (K,) ascending

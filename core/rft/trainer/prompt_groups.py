@@ -4,14 +4,15 @@ attention interface.
 A GRPO batch holds each prompt ``n`` times. :func:`group_rows` lays the ``B`` rows out as
 ``G`` *groups* — the rows whose whole prompt (ids and positions) is the same — each one
 sequence of the model's input: the prompt's ``P`` columns once, then ``S`` response
-*slots* of ``R`` columns (the batch's own widths; a group with fewer rows than ``S`` has
-empty slots)::
+*slots* of ``R`` columns (the batch's own widths, ``R`` one less than its response width:
+the output at a response's last column would score nothing, and no other token attends
+it; a group with fewer rows than ``S`` has empty slots)::
 
-    rows   [pad p1 p2 | a1 a2 a3]        group   [pad p1 p2 | a1 a2 a3 | b1 b2 pad]
-           [pad p1 p2 | b1 b2 pad]               positions 0 0 1 | 2 3 4 | 2 3 ·
+    rows   [pad p1 p2 | a1 a2 a3]        group   [pad p1 p2 | a1 a2 | b1 b2]
+           [pad p1 p2 | b1 b2 pad]               positions 0 0 1 | 2 3 | 2 3
 
 The model runs its own forward over the groups (``(G, P + S·R)``: ``G·P + G·S·R`` tokens
-instead of the plain ``B·(P + R)``); :func:`prompt_group_attention`, registered in
+instead of the plain ``B·(P + R + 1)``); :func:`prompt_group_attention`, registered in
 ``transformers``' attention interface, computes each layer's attention in two parts
 (cascade attention, as veRL's PrefixGrouper and FlashInfer's cascade kernels)::
 
@@ -78,7 +79,7 @@ class PromptGroups:
     slot: torch.Tensor
     """``(B,)`` long: each row's slot in its group."""
     response_valid: torch.Tensor
-    """``(B, R)`` bool: the rows' response tokens."""
+    """``(B, R + 1)`` bool: the rows' response tokens."""
 
     @property
     def columns(self) -> int:
@@ -88,11 +89,12 @@ class PromptGroups:
 
 def group_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
                position_ids: torch.Tensor, prompt_width: int) -> PromptGroups | None:
-    """The prompt groups of ``(B, P+R)`` rows (left-padded prompts, right-padded
-    responses: :func:`rft.trainer.prefix_tree.unpackable_reason` passes), or ``None`` when
-    they would not compute at least :data:`MIN_SAVING` fewer columns than the rows."""
+    """The prompt groups of ``(B, P+R+1)`` rows (left-padded prompts, right-padded
+    responses of up to ``R + 1`` tokens: :func:`rft.trainer.prefix_tree.unpackable_reason`
+    passes), or ``None`` when they would not compute at least :data:`MIN_SAVING` fewer
+    columns than the rows (or the responses are one token wide)."""
     rows, total = input_ids.shape
-    width = total - prompt_width
+    width = total - prompt_width - 1  # a response's last token scores nothing: not run
     if rows < 2 or width <= 0 or prompt_width <= 0:
         return None
     mask = attention_mask.bool()  # (B, P+R)
@@ -111,9 +113,9 @@ def group_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     slot[order] = torch.arange(rows, device=group.device) - starts[group[order]]
     first = order[starts]  # (G,) a row of each group
 
-    def lay_out(values: torch.Tensor) -> torch.Tensor:  # (B, P+R) → (G, P + S·R)
-        responses = values.new_zeros(count, slots, width)  # (G, S, R)
-        responses[group, slot] = values[:, prompt_width:]
+    def lay_out(values: torch.Tensor) -> torch.Tensor:  # (B, P+R) → (G, P + S·(R−1))
+        responses = values.new_zeros(count, slots, width)  # (G, S, R−1)
+        responses[group, slot] = values[:, prompt_width:-1]
         return torch.cat([values[first, :prompt_width], responses.reshape(count, -1)], 1)
 
     return PromptGroups(
