@@ -240,32 +240,25 @@ prompts shared: GRPO)."""
 def group_node_logits(model: nn.Module, groups: PromptGroups) -> NodeLogits:
     """The model's logits over ``groups`` (:mod:`rft.trainer.prompt_groups`) at the columns
     that score some response token (:class:`NodeLogits`): a group's last prompt column
-    scores the first token of each of its slots; slot ``s``'s column ``j`` its token
+    scores the first token of each of its rows; a row's response column ``j`` its token
     ``j + 1`` — only the columns some row needs go through the LM head."""
-    masks = groups.masks
-    P, S, span = masks.prompt_width, masks.slots, masks.response_width
+    P = groups.masks.prompt_width
     device = groups.input_ids.device
-    valid = groups.response_valid  # (B, R): R = span + 1 response tokens
-    R = valid.shape[1]
-    needed = torch.zeros(S, R, dtype=torch.long, device=device).index_add_(
-        0, groups.slot, valid.long()) > 0  # (S, R): some row of the slot has token j
-    slot_columns = P + torch.arange(S, device=device)[:, None] * span + torch.arange(
-        R, device=device)[None, :] - 1  # (S, R): the column scoring token j (j ≥ 1)
-    first = torch.tensor([P - 1], device=device)
-    keep = torch.cat([first, slot_columns[:, 1:][needed[:, 1:]]])  # (K,) ascending
-    columns = groups.input_ids.shape[1]
-    count = groups.input_ids.shape[0]
+    valid = groups.response_valid  # (B, R)
+    count, columns = groups.input_ids.shape
+    steps = torch.arange(valid.shape[1], device=device)  # (R,)
+    column = (groups.offset[:, None] + steps[None, :] - 1).clamp(max=columns - 1)  # (B, R)
+    column[:, 0] = P - 1  # the column scoring token j
+    keep = torch.unique(column[valid])  # (K,) ascending
     placeholder = torch.ones(count, 1, 1, 1, dtype=torch.bool, device=device)
     inputs = {"input_ids": groups.input_ids, "attention_mask": placeholder,
               "position_ids": groups.position_ids, "use_cache": False,
-              "prompt_groups": masks}
+              "prompt_groups": groups.masks}
     logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
     if logits.shape[1] != keep.numel():  # a head that computes every column
         logits = logits[:, keep]
     place = torch.zeros(columns, dtype=torch.long, device=device)
     place[keep] = torch.arange(keep.numel(), device=device)
-    column = slot_columns[groups.slot]  # (B, R)
-    column[:, 0] = P - 1
     index = groups.group[:, None] * keep.numel() + place[column]  # (B, R)
     flat = logits.reshape(-1, logits.shape[-1])  # (G·K, V)
     return NodeLogits(logits=flat, index=index.masked_fill(~valid, 0), valid=valid)
