@@ -32,6 +32,8 @@ from fixtures_packing import (
 )
 from rft.trainer.packed_forward import fallback_reason, probe_reason, sliding_window
 from rft.trainer.prefix_tree import pack_rows, unpackable_reason
+from rft.trainer.prompt_groups import group_rows, use_prompt_group_attention
+from rft.trainer.prompt_groups import unavailable_reason as prompt_group_unavailable_reason
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +66,70 @@ def test_grpo_rows_share_their_prompt_once() -> None:
             assert int(flat_ids[node]) == int(batch["input_ids"][row, column])
             assert int(flat_pos[node]) == int(batch["position_ids"][row, column])
         assert (layout.source[row, int(response_lengths[row]):] == -1).all()
+
+
+def test_grpo_rows_form_prompt_groups_with_their_responses_back_to_back() -> None:
+    """Prompt groups (:mod:`rft.trainer.prompt_groups`): one group per distinct prompt,
+    the prompt once, then each row's response tokens but its last, without padding; the
+    slot gather and scatter indices point at those columns."""
+    batch = grpo_batch(300)
+    groups = group_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                        batch.prompt_width)
+    assert groups is not None
+    P = batch.prompt_width
+    response_lengths = batch["response_mask"].sum(-1)  # (B,)
+    runs = (response_lengths - 1).clamp(min=0)
+    assert groups.input_ids.shape[0] == 4  # 3 prompts × 4 rows, one row alone
+    used = torch.zeros(4, dtype=torch.long).index_add_(0, groups.group, runs)
+    assert groups.input_ids.shape[1] == P + int(used.max())  # no padding inside a group
+    masks = groups.masks
+    assert masks.slots == 4 and masks.slot_width == int(runs.max())
+    assert masks.scatter_to.numel() == int(runs.sum())
+    flat_ids, flat_pos = groups.input_ids.reshape(-1), groups.position_ids.reshape(-1)
+    columns = groups.input_ids.shape[1]
+    for row in range(len(batch)):
+        g = int(groups.group[row])
+        assert torch.equal(groups.input_ids[g, :P], batch["input_ids"][row, :P])
+        for j in range(int(runs[row])):  # the row's response column j, in its group
+            at = g * columns + int(groups.offset[row]) + j
+            assert int(flat_ids[at]) == int(batch["input_ids"][row, P + j])
+            assert int(flat_pos[at]) == int(batch["position_ids"][row, P + j])
+            assert at in masks.slot_index.tolist()
+    assert torch.equal(masks.slot_index[masks.scatter_from], masks.scatter_to)
+    # rows that share nothing, or responses of one token, are not grouped
+    alone = grpo_batch(300, repeats=1)
+    assert group_rows(alone["input_ids"], alone["attention_mask"], alone["position_ids"],
+                      alone.prompt_width) is None
+    short = TensorBatch(P, {k: v[:, : P + 1] for k, v in batch.tensors.items()
+                            if k != "response_mask"})
+    assert group_rows(short["input_ids"], short["attention_mask"], short["position_ids"],
+                      P) is None
+
+
+def test_prompt_group_attention_keeps_sdpa_for_other_forwards_and_checkpoints(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The switch to the cascade attention: a plain forward afterwards is sdpa's bit for
+    bit, a saved checkpoint still names sdpa (loads without rft), and an eager model keeps
+    its own attention with a reason."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    model = qwen2(tiny_model_dir)
+    batch = grpo_batch(model.config.vocab_size)
+    with torch.no_grad():
+        before = model_logits(model, batch)
+        assert use_prompt_group_attention(model)
+        assert model.config._attn_implementation == "rft_prompt_groups"
+        assert torch.equal(model_logits(model, batch), before)
+    model.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert not any("attn" in key for key in saved)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    assert reloaded.config._attn_implementation == "sdpa"
+    eager = qwen2(tiny_model_dir, attn_implementation="eager")
+    assert not use_prompt_group_attention(eager)
+    assert prompt_group_unavailable_reason(eager) == "attention implementation 'eager' is not sdpa"
 
 
 def test_multi_turn_rows_pack_as_one_tree_per_episode() -> None:
