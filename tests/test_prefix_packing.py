@@ -107,10 +107,10 @@ def test_grpo_rows_form_prompt_groups_with_their_responses_back_to_back() -> Non
 
 
 def test_prompt_group_attention_keeps_sdpa_for_other_forwards_and_checkpoints(
-        tiny_model_dir: Path, tmp_path: Path) -> None:
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The switch to the cascade attention: a plain forward afterwards is sdpa's bit for
-    bit, a saved checkpoint still names sdpa (loads without rft), and an eager model keeps
-    its own attention with a reason."""
+    bit, a saved checkpoint still names sdpa (loads without rft), and an eager model or an
+    old torch keeps the model's own attention with a reason."""
     import json
 
     from transformers import AutoModelForCausalLM
@@ -130,6 +130,10 @@ def test_prompt_group_attention_keeps_sdpa_for_other_forwards_and_checkpoints(
     eager = qwen2(tiny_model_dir, attn_implementation="eager")
     assert not use_prompt_group_attention(eager)
     assert prompt_group_unavailable_reason(eager) == "attention implementation 'eager' is not sdpa"
+    monkeypatch.setattr(torch, "__version__", "2.4.1")
+    old = qwen2(tiny_model_dir)
+    assert prompt_group_unavailable_reason(old) == "torch 2.4.1 has no enable_gqa"
+    assert not use_prompt_group_attention(old) and old.config._attn_implementation == "sdpa"
 
 
 def test_multi_turn_rows_pack_as_one_tree_per_episode() -> None:

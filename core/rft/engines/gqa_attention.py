@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from rft.attention_switch import switch_attention, switch_unavailable_reason
+
 NAME = "rft_sdpa_gqa"
 """The attention implementation's name in ``transformers``' registries."""
 
@@ -62,16 +64,7 @@ def unavailable_reason(model: nn.Module) -> str | None:
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type != "cpu":
         return "the model is not on the CPU"
-    if tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5):
-        return f"torch {torch.__version__} has no enable_gqa"
-    try:
-        from transformers import AttentionInterface  # noqa: F401
-        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
-    except ImportError:
-        return "this transformers has no attention interface"
-    if not callable(getattr(model, "set_attn_implementation", None)):
-        return "this transformers cannot switch a model's attention"
-    return None
+    return switch_unavailable_reason(model)
 
 
 def use_gqa_attention(model: nn.Module) -> bool:
@@ -79,11 +72,4 @@ def use_gqa_attention(model: nn.Module) -> bool:
     :func:`unavailable_reason` allows it (masks as for ``sdpa``); returns whether it did."""
     if unavailable_reason(model) is not None:
         return False
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, gqa_sdpa_forward)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
-    set_implementation: Any = getattr(model, "set_attn_implementation")
-    set_implementation(NAME)
-    return True
+    return switch_attention(model, NAME, gqa_sdpa_forward)

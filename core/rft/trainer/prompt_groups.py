@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from rft.attention_switch import switch_attention, switch_unavailable_reason
+
 NAME = "rft_prompt_groups"
 """The attention implementation's name in ``transformers``' registries (masks as sdpa)."""
 MIN_SAVING = 0.1
@@ -233,24 +235,14 @@ def prompt_group_attention(module: nn.Module, query: torch.Tensor, key: torch.Te
 
 def unavailable_reason(model: nn.Module) -> str | None:
     """Why ``model`` cannot take :func:`prompt_group_attention` (``None``: it can): an
-    attention backend other than sdpa, a torch without ``enable_gqa`` (< 2.5), a
-    ``transformers`` without the attention registries or a way to switch a model's
-    attention."""
+    attention backend other than sdpa, or what
+    :func:`rft.attention_switch.switch_unavailable_reason` names."""
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if implementation == NAME:
         return None
     if implementation != "sdpa":
         return f"attention implementation {implementation!r} is not sdpa"
-    if tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5):
-        return f"torch {torch.__version__} has no enable_gqa"
-    try:
-        from transformers import AttentionInterface  # noqa: F401
-        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
-    except ImportError:
-        return "this transformers has no attention interface"
-    if not callable(getattr(model, "set_attn_implementation", None)):
-        return "this transformers cannot switch a model's attention"
-    return None
+    return switch_unavailable_reason(model)
 
 
 def use_prompt_group_attention(model: nn.Module) -> bool:
@@ -259,14 +251,6 @@ def use_prompt_group_attention(model: nn.Module) -> bool:
     :func:`unavailable_reason` allows it; returns whether the model has it."""
     if unavailable_reason(model) is not None:
         return False
-    implementation = getattr(model.config, "_attn_implementation", None)
-    if implementation == NAME:
+    if getattr(model.config, "_attn_implementation", None) == NAME:
         return True
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, prompt_group_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
-    set_implementation: Any = getattr(model, "set_attn_implementation")
-    set_implementation(NAME)
-    return getattr(model.config, "_attn_implementation", None) == NAME
+    return switch_attention(model, NAME, prompt_group_attention)

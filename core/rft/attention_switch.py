@@ -1,0 +1,42 @@
+"""Switching a ``transformers`` model to an attention function of rft's, through
+``transformers``' own registries (``AttentionInterface`` for the function,
+``AttentionMaskInterface`` for its masks: sdpa's) — the model's layers stay its own.
+Used by the ``hf`` engine's grouped-query attention (:mod:`rft.engines.gqa_attention`)
+and the trainer's prompt groups (:mod:`rft.trainer.prompt_groups`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def switch_unavailable_reason(model: nn.Module) -> str | None:
+    """Why ``model``'s sdpa attention cannot be switched (``None``: it can): a torch
+    without ``enable_gqa`` (< 2.5), a ``transformers`` without the attention registries
+    or without a way to switch a model's attention."""
+    if tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5):
+        return f"torch {torch.__version__} has no enable_gqa"
+    try:
+        from transformers import AttentionInterface  # noqa: F401
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        return "this transformers has no attention interface"
+    if not callable(getattr(model, "set_attn_implementation", None)):
+        return "this transformers cannot switch a model's attention"
+    return None
+
+
+def switch_attention(model: nn.Module, name: str, function: Callable[..., Any]) -> bool:
+    """Register ``function`` as attention implementation ``name`` (masks as sdpa's) and
+    switch ``model`` to it; returns whether the model now runs it."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(name, function)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    set_implementation: Any = getattr(model, "set_attn_implementation")
+    set_implementation(name)
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == name
