@@ -254,7 +254,10 @@ def group_node_logits(model: nn.Module, groups: PromptGroups) -> NodeLogits:
     inputs = {"input_ids": groups.input_ids, "attention_mask": placeholder,
               "position_ids": groups.position_ids, "use_cache": False,
               "prompt_groups": groups.masks}
-    logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
+    try:
+        logits = model(**inputs, logits_to_keep=keep).logits  # (G, K, V)
+    except TypeError:  # custom modelling code without ``logits_to_keep``
+        logits = model(**inputs).logits  # (G, N, V)
     if logits.shape[1] != keep.numel():  # a head that computes every column
         logits = logits[:, keep]
     place = torch.zeros(columns, dtype=torch.long, device=device)
