@@ -485,7 +485,11 @@ def test_memory_controls_change_memory_not_results(ray_two_cpus, registry, tmp_p
             assert metrics[2]["actor/kl_loss"] == pytest.approx(metrics[0]["actor/kl_loss"],
                                                                 abs=1e-6)
         assert max_difference(one.named_weights(), plain_gc.named_weights()) == 0.0
-        assert max_difference(one.named_weights(), two.named_weights()) <= 1e-6
+        # each rank forms its own prompt groups: float32 sums over other shapes, which
+        # Adam turns into weight differences up to ~1.4e-6 where a gradient is nearly
+        # rounding noise (k_proj's bias: exactly 0 in exact arithmetic) — ~1 % of one
+        # step at lr 1e-4, where a wrong gradient moves weights by up to ~1e-4
+        assert max_difference(one.named_weights(), two.named_weights()) <= 3e-6
         limit = 1 << 20
         two.call_all(_gather_peak, limit)  # the first gathering also opens the connections
         largest, peak, total = two.call_all(_gather_peak, limit)[0]
