@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from rft.trainer.batching import TensorBatch
-from rft.trainer.packed_forward import packed_logits, shared_prompt_logits
+from rft.trainer.packed_forward import packed_logits
 from rft.trainer.prefix_tree import pack_rows
 from rft.trainer.prompt_groups import group_rows, use_prompt_group_attention
 
@@ -132,12 +132,6 @@ def grouped(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
 
 SHARED_FORWARDS = {"packs": packed, "groups": grouped}
 """The two shared-prefix layouts, by name (tests parametrize over them)."""
-
-
-def automatic(model: torch.nn.Module, batch: TensorBatch) -> torch.Tensor:
-    """The layout :func:`rft.trainer.packed_forward.shared_layout` chooses."""
-    return shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"],
-                                batch["position_ids"], batch.prompt_width)
 
 
 def logits_and_grads(model: torch.nn.Module, batch: TensorBatch, forward: Any,

@@ -136,6 +136,31 @@ def test_prompt_group_attention_keeps_sdpa_for_other_forwards_and_checkpoints(
     assert not use_prompt_group_attention(old) and old.config._attn_implementation == "sdpa"
 
 
+def test_prompt_groups_repeat_kv_heads_where_transformers_would_and_keep_the_equality(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU-side decision, on CPU: with a mask, a CUDA device repeats grouped key /
+    value heads (as ``transformers``' sdpa does) and the CPU hands them to SDPA as they
+    are; the repeated-heads path, forced here, keeps logits and gradients equal."""
+    import rft.trainer.prompt_groups as prompt_groups
+
+    model = qwen2(tiny_model_dir)
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    mask = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    key = value = torch.zeros(2, 1, 5, 8)
+    assert not prompt_groups.shares_kv_heads(torch.device("cuda"), mask, key, value)
+    assert prompt_groups.shares_kv_heads(torch.device("cpu"), mask, key, value)
+    repeated: list[bool] = []
+
+    def repeats(*args: object) -> bool:
+        repeated.append(True)
+        return False
+
+    monkeypatch.setattr(prompt_groups, "shares_kv_heads", repeats)
+    assert_equal_to_rounding(model, grpo_batch(model.config.vocab_size),
+                             forward=SHARED_FORWARDS["groups"])
+    assert repeated  # the repeated-heads path ran
+
+
 def test_multi_turn_rows_pack_as_one_tree_per_episode() -> None:
     """Five turns per episode: the tree holds each episode's last row's tokens once,
     against one row per turn (the ≥ 2× fewer tokens of #31's goal)."""

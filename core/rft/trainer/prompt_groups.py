@@ -22,7 +22,7 @@ response columns gathered into ``S`` slots of ``W`` columns for the second::
 
 — every query sees the keys of its row in the plain forward, at the row's positions, so
 the outputs are the plain forward's (to float rounding: other shapes, another summation
-order; on CPU bit for bit on the tested batches); the gradients of the shared prompt's
+order; on CPU bit for bit on the tests' GRPO batch); the gradients of the shared prompt's
 keys and values sum over the rows through autograd. Unlike a dense ``(N, N)`` mask over
 one packed sequence (:mod:`rft.trainer.prefix_tree`, kept for multi-turn trees) the
 attention computes only the pairs that exist: ``G·P² + G·S·W·(P + W)`` instead of
@@ -91,11 +91,6 @@ class PromptGroups:
     """``(B,)`` long: the group column of each row's first response token."""
     response_valid: torch.Tensor
     """``(B, R)`` bool: the rows' response tokens."""
-
-    @property
-    def columns(self) -> int:
-        """Columns the forward computes, ``G·N``."""
-        return int(self.input_ids.numel())
 
 
 def group_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -175,6 +170,17 @@ def _masks(prompt_valid: torch.Tensor, slots: int, width: int
     return prompt[:, None], response
 
 
+def shares_kv_heads(device: torch.device, mask: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor) -> bool:
+    """Whether grouped-query heads go to SDPA as they are (``enable_gqa``) rather than
+    repeated to the query heads: always on the CPU (the same values, no copies); elsewhere
+    as ``transformers``' sdpa decides for a masked call (``use_gqa_in_sdpa``: CUDA's
+    efficient kernels take no GQA with a mask, so the heads are repeated there)."""
+    from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
+
+    return device.type == "cpu" or use_gqa_in_sdpa(mask, key, value)
+
+
 def prompt_group_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                            value: torch.Tensor, attention_mask: torch.Tensor | None,
                            dropout: float = 0.0, scaling: float | None = None,
@@ -187,8 +193,7 @@ def prompt_group_attention(module: nn.Module, query: torch.Tensor, key: torch.Te
     for the second part and its outputs put back; otherwise ``transformers``' sdpa
     attention. Returns ``(G, N, H, d)`` and no weights (the contract of ``transformers``'
     attention functions)."""
-    from transformers.integrations.sdpa_attention import (repeat_kv, sdpa_attention_forward,
-                                                          use_gqa_in_sdpa)
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
     layout = kwargs.get("prompt_groups")
     if not isinstance(layout, PromptGroupMasks):
@@ -197,8 +202,7 @@ def prompt_group_attention(module: nn.Module, query: torch.Tensor, key: torch.Te
                                       **kwargs)
     heads, kv_heads = query.shape[1], key.shape[1]
     grouped_heads = heads != kv_heads
-    if grouped_heads and not (query.device.type == "cpu"
-                              or use_gqa_in_sdpa(layout.response, key, value)):
+    if grouped_heads and not shares_kv_heads(query.device, layout.response, key, value):
         key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
         grouped_heads = False
     count, _, columns, dim = query.shape
