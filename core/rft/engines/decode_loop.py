@@ -26,6 +26,14 @@ Per step ``t`` with raw logits ``z_t`` ``(B, V)``::
     s[s < kth_largest(s, k)] = −inf             if k > 0          (top-k)
     drop the smallest-probability tokens whose cumulative mass ≤ 1 − p (keep ≥ 1)   (top-p)
     y_t ~ softmax(s)  (greedy: argmax s)
+    log π(y_t) = z_t[y_t] / T' − logsumexp(z_t / T')   if logprob_temperature T' is set
+
+**Host work per step** (it is most of a small model's step, on a GPU too): the decode
+steps of an sdpa model without sliding windows take a boolean key mask ``(R, 1, 1, L)``
+sliced from one buffer (``transformers`` returns a 4-D mask as given) instead of a 2-D
+mask that ``transformers`` turns into a 4-D one at every step; the sampled tokens'
+log-probabilities are taken in the loop (one ``logsumexp`` per step) instead of keeping
+``N`` logits ``(R, V)`` for afterwards; no step copies its logits.
 """
 
 from __future__ import annotations
@@ -61,6 +69,12 @@ class DecodeSettings:
     interrupt: Callable[[], bool] | None = None
     """Checked before each decode step after the first: ``True`` stops the loop there
     (a weight sync of partial rollouts; :attr:`DecodeResult.interrupted`)."""
+    logprob_temperature: float | None = None
+    """``T'``: return each drawn token's ``log_softmax(z_t / T')`` (:attr:`DecodeResult.logprobs`);
+    ``None``: none."""
+    keep_logits: bool = True
+    """Return every step's raw logits (:attr:`DecodeResult.logits`); ``False``: an empty list
+    (no ``N × (R, V)`` kept)."""
 
 
 def covers(sampling: SamplingArgs) -> bool:
@@ -73,16 +87,21 @@ class DecodeResult:
     tokens: torch.Tensor
     """``(B, N)`` new tokens, the pad id after a row's stop token; ``N ≤ max_new_tokens``."""
     logits: list[torch.Tensor]
-    """``N`` raw (unfiltered) float32 logits ``(B, V)``, one per step."""
+    """``N`` raw (unfiltered) float32 logits ``(B, V)``, one per step (empty unless
+    :attr:`DecodeSettings.keep_logits`)."""
+    logprobs: torch.Tensor | None = None
+    """``(B, N)`` float32, each drawn token's log-probability at
+    :attr:`DecodeSettings.logprob_temperature` (``None`` when that is)."""
     interrupted: bool = False
     """The loop stopped on :attr:`DecodeSettings.interrupt` with rows unfinished."""
 
 
 def filter_scores(scores: torch.Tensor, step: int, settings: DecodeSettings) -> torch.Tensor:
     """The step's sampling scores from raw logits ``scores`` ``(B, V)`` float32 (see the
-    module docstring for the formulas); returns a new tensor."""
-    scores = scores.clone()
+    module docstring for the formulas); ``scores`` is not modified (without a filter to
+    apply it is returned as it is)."""
     if step < settings.min_new_tokens and settings.stop_token_ids:
+        scores = scores.clone()
         scores[:, settings.stop_token_ids] = -float("inf")
     if settings.temperature == 0:
         return scores
@@ -112,7 +131,7 @@ def draw_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
     capped just below the total (the next float64 towards 0, in case rounding puts
     ``u · C_{V−1}`` at it), so the first ``C_i`` above it is a step of the CDF.
     """
-    cdf = probs.to(torch.float64).cumsum(dim=-1)  # (B, V)
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # (B, V)
     total = cdf[:, -1:]  # (B, 1)
     threshold = torch.rand(probs.shape[0], 1, dtype=torch.float64,
                            device=probs.device) * total  # (B, 1)
@@ -150,15 +169,30 @@ def _accepts(function: Callable[..., object], name: str) -> bool:
         return False
 
 
+def takes_key_mask(model: nn.Module) -> bool:
+    """Whether ``model``'s decode steps can take a boolean key mask ``(R, 1, 1, L)`` as it
+    is: an sdpa attention (``transformers``' own or :mod:`rft.engines.gqa_attention`'s,
+    which take boolean masks and get a 4-D one unchanged) and no sliding window (whose
+    mask ``transformers`` would have to build)."""
+    from rft.engines.gqa_attention import NAME as GQA_ATTENTION
+
+    config = getattr(model, "config", None)
+    return (getattr(config, "_attn_implementation", None) in ("sdpa", GQA_ATTENTION)
+            and getattr(config, "sliding_window", None) is None)
+
+
 class _CachedForward:
     """The model's own forward over a :class:`transformers.DynamicCache`.
 
     :meth:`prefill` runs the ``B`` prompt rows once, then expands the cache, the mask and
     the last logits to the ``R`` sample rows with ``batch_select_indices`` (sample row ``r``
     continues prompt row ``source[r]``); :meth:`step` decodes the ``R`` rows together.
+    Where :func:`takes_key_mask` (``key_mask=None``) or ``key_mask=True``, a step's mask is
+    the boolean key mask ``(R, 1, 1, L)``, a slice of one buffer that grows by doubling;
+    otherwise the 2-D mask ``(R, L)`` that ``transformers`` expands at every step.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, key_mask: bool | None = None) -> None:
         from transformers import DynamicCache
 
         self.model = model
@@ -167,7 +201,11 @@ class _CachedForward:
         self.cache: Any = (DynamicCache(config=config)
                            if config is not None and _accepts(DynamicCache, "config")
                            else DynamicCache())
-        self.mask = torch.zeros(0, 0, dtype=torch.long)
+        self.mask = torch.zeros(0, 0, dtype=torch.long)  # (R, L): 2-D mode
+        self.uses_key_mask = takes_key_mask(model) if key_mask is None else key_mask
+        self.key_mask = torch.zeros(0, 1, 1, 0, dtype=torch.bool)  # (R, 1, 1, capacity)
+        self.length = 0
+        """``L``: the columns the cache holds."""
         self.keep: dict[str, int] = ({"logits_to_keep": 1}
                                      if _accepts(model.forward, "logits_to_keep") else {})
 
@@ -177,20 +215,34 @@ class _CachedForward:
         the cache holding ``R`` rows: ``source`` ``(R,)`` long, the prompt row of each
         sample row (``None``: the ``B`` rows as they are)."""
         self.mask = attention_mask  # (B, P)
-        logits = self._forward(input_ids, position_ids)  # (B, V)
+        logits = self._forward(input_ids, position_ids, attention_mask)  # (B, V)
         if source is not None:
             self.cache.batch_select_indices(source)  # (R, kv, P, d) per layer
             self.mask = self.mask.index_select(0, source)  # (R, P)
             logits = logits.index_select(0, source)  # (R, V)
+        self.length = self.mask.shape[1]
+        if self.uses_key_mask:
+            self.key_mask = self.mask.new_ones(self.mask.shape[0], 1, 1, 2 * self.length,
+                                               dtype=torch.bool)  # (R, 1, 1, 2P)
+            self.key_mask[:, 0, 0, :self.length] = self.mask.bool()
         return logits
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``input_ids`` ``(B·n, 1)``; returns logits ``(B·n, V)``."""
-        self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
-        return self._forward(input_ids, position_ids)
+        self.length += 1
+        if not self.uses_key_mask:
+            self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
+            return self._forward(input_ids, position_ids, self.mask)
+        if self.length > self.key_mask.shape[-1]:
+            grown = self.key_mask.new_ones(*self.key_mask.shape[:-1],
+                                           2 * self.key_mask.shape[-1])  # (R, 1, 1, 2C)
+            grown[..., :self.key_mask.shape[-1]] = self.key_mask
+            self.key_mask = grown
+        return self._forward(input_ids, position_ids, self.key_mask[..., :self.length])
 
-    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, attention_mask=self.mask,
+    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                 attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True,
                          **self.keep)
         self.cache = out.past_key_values
@@ -237,6 +289,7 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (R,)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []
+    logprobs: list[torch.Tensor] = []  # (B,) per step
     interrupted = False
     for step in range(settings.max_new_tokens):
         if step and settings.interrupt is not None and settings.interrupt():
@@ -244,8 +297,9 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
             break
         if step:
             step_logits = forward.step(tokens[-1][:, None], positions)  # (B, V)
-        raw = step_logits.to(copy=True, dtype=torch.float32)  # (B, V)
-        logits.append(raw)
+        raw = step_logits.float()  # (B, V), never modified
+        if settings.keep_logits:
+            logits.append(raw)
         scores = filter_scores(raw, step, settings)
         if settings.temperature == 0:
             chosen = torch.argmax(scores, dim=-1)  # (B,)
@@ -255,10 +309,27 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
             chosen = chosen * unfinished + settings.pad_token_id * (1 - unfinished)
             unfinished = unfinished & ~torch.isin(chosen, stop_ids)
         tokens.append(chosen)
+        if settings.logprob_temperature is not None:
+            logprobs.append(chosen_logprobs(raw, chosen, settings.logprob_temperature))
         if settings.stop_check is not None:
             hit = settings.stop_check(torch.stack(tokens, dim=1)).to(device)  # (B,)
             unfinished = unfinished & ~hit.long()
         if can_stop and int(unfinished.max()) == 0:
             break
         positions = positions[:, -1:] + 1  # (B, 1)
-    return DecodeResult(torch.stack(tokens, dim=1), logits, interrupted=interrupted)
+    return DecodeResult(torch.stack(tokens, dim=1), logits,
+                        logprobs=(torch.stack(logprobs, dim=1)  # (B, N)
+                                  if settings.logprob_temperature is not None else None),
+                        interrupted=interrupted)
+
+
+def chosen_logprobs(logits: torch.Tensor, chosen: torch.Tensor,
+                    temperature: float) -> torch.Tensor:
+    """The drawn tokens' log-probabilities at ``temperature`` ``T'``::
+
+        log π(y) = z_y / T' − logsumexp(z / T')
+
+    ``logits`` ``(B, V)`` float32, ``chosen`` ``(B,)`` → ``(B,)``."""
+    scaled = logits if temperature == 1.0 else logits / temperature  # (B, V)
+    return (scaled.gather(1, chosen[:, None]).squeeze(1)
+            - torch.logsumexp(scaled, dim=-1))  # (B,)

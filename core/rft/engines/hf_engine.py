@@ -301,7 +301,7 @@ class HFEngine(InferenceEngine):
         interrupted: bool
         max_new = max(p.max_new_tokens for p in prompts)
         stop_ids = self.stop_token_ids(sampling)
-        step_logits: Sequence[torch.Tensor]  # N × (B·n, V)
+        logprobs: torch.Tensor | None  # (B·n, N)
         if self.shares_prompts and decode_loop.covers(sampling):
             # each distinct prompt once; its KV cache is expanded over the rows that continue
             # it (row b·n + j continues prompt b; the same prompt twice in a call: one prefill)
@@ -317,10 +317,13 @@ class HFEngine(InferenceEngine):
                 top_p=sampling.top_p, stop_token_ids=stop_ids,
                 pad_token_id=self.pad_token_id,
                 stop_check=self._stop_string_check(sampling) if sampling.stop else None,
-                interrupt=self.interrupt.is_set)
+                interrupt=self.interrupt.is_set,
+                logprob_temperature=(sampling.logprob_temperature if sampling.logprobs
+                                     else None),
+                keep_logits=False)  # the log-probs are taken in the loop
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
                                                 rows=source)
-            new_tokens, step_logits = decoded.tokens, decoded.logits  # (B·n, N), N × (B·n, V)
+            new_tokens, logprobs = decoded.tokens, decoded.logprobs  # (B·n, N) each
             interrupted = decoded.interrupted
         else:
             # Sampling draws n rows per prompt with num_return_sequences (prompt-major order,
@@ -332,12 +335,11 @@ class HFEngine(InferenceEngine):
             extra: dict[str, Any] = {"tokenizer": self._tokenizer} if sampling.stop else {}
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                       generation_config=config, **extra)
-            new_tokens, step_logits = out.sequences[:, input_ids.shape[1]:], out.logits
+            new_tokens = out.sequences[:, input_ids.shape[1]:]  # (B·n, N)
             interrupted = False  # transformers' generate is not interruptible
-        logprobs = None
-        if sampling.logprobs:
-            logprobs = self._sampled_logprobs(step_logits, new_tokens,
-                                              sampling.logprob_temperature)  # (B·n, N)
+            logprobs = (self._sampled_logprobs(out.logits, new_tokens,
+                                               sampling.logprob_temperature)
+                        if sampling.logprobs else None)  # (B·n, N)
         # rows b·n … b·n + n − 1 answer prompt b; one tolist and one batched detokenisation
         # for the whole call (not a tensor read and a tokenizer call per row)
         flat = self._completions([p for p in prompts for _ in range(n)], new_tokens.tolist(),
