@@ -6,6 +6,7 @@ and the trainer's prompt groups (:mod:`rft.trainer.prompt_groups`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -13,12 +14,25 @@ import torch
 from torch import nn
 
 
+MIN_TORCH = (2, 5)
+"""Oldest torch whose SDPA takes grouped key / value heads (``enable_gqa``)."""
+
+
+def old_torch_reason() -> str | None:
+    """``"torch X < 2.5"`` when the installed torch predates :data:`MIN_TORCH`, else ``None``."""
+    release = tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2])
+    if release < MIN_TORCH:
+        return f"torch {torch.__version__} < {'.'.join(map(str, MIN_TORCH))}"
+    return None
+
+
 def switch_unavailable_reason(model: nn.Module) -> str | None:
     """Why ``model``'s sdpa attention cannot be switched (``None``: it can): a torch
-    without ``enable_gqa`` (< 2.5), a ``transformers`` without the attention registries
-    or without a way to switch a model's attention."""
-    if tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5):
-        return f"torch {torch.__version__} has no enable_gqa"
+    without ``enable_gqa`` (:func:`old_torch_reason`), a ``transformers`` without the
+    attention registries or without a way to switch a model's attention."""
+    too_old = old_torch_reason()
+    if too_old is not None:
+        return f"{too_old} (no enable_gqa)"
     try:
         from transformers import AttentionInterface  # noqa: F401
         from transformers.masking_utils import AttentionMaskInterface  # noqa: F401

@@ -36,21 +36,18 @@ import torch
 from packaging.version import Version
 from torch import nn
 
+from rft.attention_switch import old_torch_reason
 from rft.trainer.prefix_tree import PackedLayout, pack_rows, unpackable_reason
 from rft.trainer.prompt_groups import NAME as PROMPT_GROUPS
-from rft.trainer.prompt_groups import PromptGroups, group_rows
+from rft.trainer.prompt_groups import MIN_SAVING, PromptGroups, group_rows
 
 logger = logging.getLogger(__name__)
 
-MIN_TORCH = (2, 5)
-"""Oldest torch with the SDPA features the packed masks rely on (GQA without repeats)."""
 MIN_TRANSFORMERS = (4, 53)
 """Oldest transformers that passes a 4-D attention mask to every layer unchanged
 (``masking_utils``)."""
 MASKED_IMPLEMENTATIONS = frozenset({"sdpa", "eager", PROMPT_GROUPS})
 """Attention implementations that read an explicit 4-D mask."""
-MIN_SAVING = 0.1
-"""Pack only when it computes at least this share fewer tokens than the plain forward."""
 
 _PROBED: weakref.WeakKeyDictionary[nn.Module, str | None] = weakref.WeakKeyDictionary()
 _LOGGED: set[str] = set()
@@ -66,8 +63,9 @@ def version_reason() -> str | None:
     they can."""
     import transformers
 
-    if _version(torch.__version__) < MIN_TORCH:
-        return f"torch {torch.__version__} < {'.'.join(map(str, MIN_TORCH))}"
+    too_old = old_torch_reason()  # the SDPA features the packed masks rely on
+    if too_old is not None:
+        return too_old
     if _version(transformers.__version__) < MIN_TRANSFORMERS:
         return (f"transformers {transformers.__version__} < "
                 f"{'.'.join(map(str, MIN_TRANSFORMERS))}")

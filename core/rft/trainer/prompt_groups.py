@@ -47,7 +47,8 @@ from rft.attention_switch import switch_attention, switch_unavailable_reason
 NAME = "rft_prompt_groups"
 """The attention implementation's name in ``transformers``' registries (masks as sdpa)."""
 MIN_SAVING = 0.1
-"""Group only when the groups hold at least this share fewer columns than the rows."""
+"""Group (or pack, :mod:`rft.trainer.packed_forward`) only when it computes at least this
+share fewer columns (tokens) than the plain forward."""
 
 
 @dataclass(frozen=True)
