@@ -334,6 +334,9 @@ def test_decode_steps_with_a_key_mask_equal_the_two_d_mask(tiny_model_dir: Path,
     assert runs[0].tokens.shape == (6, 14)  # 5 prompt columns + 14: the buffer grew once
     assert torch.equal(runs[0].tokens, runs[1].tokens)
     assert all(torch.equal(a, b) for a, b in zip(runs[0].logits, runs[1].logits, strict=True))
+    if which == "qwen2":  # a hybrid's linear-attention layers read the 2-D mask
+        model.config.layer_types = ["full_attention", "linear_attention"]
+        assert not decode_loop.takes_key_mask(model)
     model.config._attn_implementation = "eager"
     assert not decode_loop.takes_key_mask(model)
 

@@ -172,13 +172,17 @@ def _accepts(function: Callable[..., object], name: str) -> bool:
 def takes_key_mask(model: nn.Module) -> bool:
     """Whether ``model``'s decode steps can take a boolean key mask ``(R, 1, 1, L)`` as it
     is: an sdpa attention (``transformers``' own or :mod:`rft.engines.gqa_attention`'s,
-    which take boolean masks and get a 4-D one unchanged) and no sliding window (whose
-    mask ``transformers`` would have to build)."""
+    which take boolean masks and get a 4-D one unchanged), every layer full attention (a
+    sliding window or attention chunks need masks ``transformers`` builds; linear-attention
+    or state-space layers of hybrid models read the 2-D mask)."""
     from rft.engines.gqa_attention import NAME as GQA_ATTENTION
 
     config = getattr(model, "config", None)
+    layer_types = getattr(config, "layer_types", None) or ()
     return (getattr(config, "_attn_implementation", None) in ("sdpa", GQA_ATTENTION)
-            and getattr(config, "sliding_window", None) is None)
+            and getattr(config, "sliding_window", None) is None
+            and getattr(config, "attention_chunk_size", None) is None
+            and all(kind == "full_attention" for kind in layer_types))
 
 
 class _CachedForward:
