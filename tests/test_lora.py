@@ -376,7 +376,7 @@ def test_lora_sft_then_lora_grpo_as_two_stages(tmp_path, tiny_model_dir):
 
 @pytest.mark.slow
 def test_lora_dpo_reference_is_the_base_and_the_margin_grows(tiny_model_dir, tmp_path):
-    """mode train, DPO with an adapter: the first loss is exactly log 2 (a fresh adapter
+    """mode train, DPO with an adapter: the first loss is log 2, to rounding (a fresh adapter
     is the base model, which the adapter-disabled reference is), and the pair's margin
     grows while the reference stays the base."""
     import math
@@ -396,7 +396,9 @@ def test_lora_dpo_reference_is_the_base_and_the_margin_grows(tiny_model_dir, tmp
     losses = [m["actor/pg_loss"] for m in out.metrics]
     margins = [m["actor/margin"] for m in out.metrics]
     assert len(losses) == 4 and losses[0] == pytest.approx(math.log(2), abs=1e-6)
-    assert margins[0] == 0.0 and all(b > a for a, b in itertools.pairwise(margins))
+    # the policy (adapter on, B = 0) and the reference (adapter off) are separate forwards:
+    # equal to rounding (-4.8e-8 on one CPU, 0.0 on another)
+    assert abs(margins[0]) <= 1e-6 and all(b > a for a, b in itertools.pairwise(margins))
     assert is_adapter_folder(str(out.job_dir / "global_step_4" / "hf"))
 
 
