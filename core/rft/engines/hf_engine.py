@@ -13,7 +13,8 @@ heads; bit for bit the same logits). Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
-step as ``log_softmax(z_t / T)[y_t]`` — the
+step as ``log_softmax(z_t / T)[y_t]`` (by the decode loop at each step, as
+``z_t[y_t] / T − logsumexp(z_t / T)``; from ``generate``'s kept logits otherwise) — the
 convention of :mod:`rft.engines.engine`, which :meth:`HFEngine.compute_logprobs`
 reproduces by teacher forcing.
 
