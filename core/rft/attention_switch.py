@@ -6,11 +6,11 @@ and the trainer's prompt groups (:mod:`rft.trainer.prompt_groups`)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from packaging.version import Version
 from torch import nn
 
 
@@ -18,10 +18,14 @@ MIN_TORCH = (2, 5)
 """Oldest torch whose SDPA takes grouped key / value heads (``enable_gqa``)."""
 
 
+def major_minor(version: str) -> tuple[int, ...]:
+    """``(major, minor)`` of a version string (``2.13.0+cpu`` → ``(2, 13)``)."""
+    return Version(version).release[:2]
+
+
 def old_torch_reason() -> str | None:
     """``"torch X < 2.5"`` when the installed torch predates :data:`MIN_TORCH`, else ``None``."""
-    release = tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2])
-    if release < MIN_TORCH:
+    if major_minor(torch.__version__) < MIN_TORCH:
         return f"torch {torch.__version__} < {'.'.join(map(str, MIN_TORCH))}"
     return None
 

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from rft.engines.engine import SamplingArgs
+from rft.engines.gqa_attention import NAME as GQA_ATTENTION
 
 
 @dataclass
@@ -175,8 +176,6 @@ def takes_key_mask(model: nn.Module) -> bool:
     which take boolean masks and get a 4-D one unchanged), every layer full attention (a
     sliding window or attention chunks need masks ``transformers`` builds; linear-attention
     or state-space layers of hybrid models read the 2-D mask)."""
-    from rft.engines.gqa_attention import NAME as GQA_ATTENTION
-
     config = getattr(model, "config", None)
     layer_types = getattr(config, "layer_types", None) or ()
     return (getattr(config, "_attn_implementation", None) in ("sdpa", GQA_ATTENTION)

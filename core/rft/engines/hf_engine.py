@@ -357,13 +357,11 @@ class HFEngine(InferenceEngine):
     @staticmethod
     def _sampled_logprobs(logits: Sequence[torch.Tensor], tokens: torch.Tensor,
                           temperature: float) -> torch.Tensor:
-        """``log_softmax(z_t / T)[y_t]`` per step; ``logits``: ``N`` tensors ``(B·n, V)``,
-        ``tokens``: ``(B·n, N)`` → ``(B·n, N)`` float32."""
-        stacked = torch.stack(list(logits), dim=1).float()  # (B·n, N, V)
-        if temperature != 1.0:
-            stacked = stacked / temperature
-        return (torch.log_softmax(stacked, dim=-1)
-                .gather(-1, tokens[..., None]).squeeze(-1).cpu())  # (B·n, N)
+        """``log_softmax(z_t / T)[y_t]`` per step (:func:`decode_loop.chosen_logprobs`, as
+        the decode loop takes them); ``logits``: ``N`` tensors ``(B·n, V)``, ``tokens``:
+        ``(B·n, N)`` → ``(B·n, N)`` float32."""
+        return torch.stack([decode_loop.chosen_logprobs(step.float(), tokens[:, t], temperature)
+                            for t, step in enumerate(logits)], dim=1).cpu()  # (B·n, N)
 
     def _completions(self, prompts: Sequence[PreparedPrompt], rows: Sequence[list[int]],
                      logprobs: Sequence[torch.Tensor] | None, sampling: SamplingArgs,

@@ -33,10 +33,9 @@ import weakref
 from dataclasses import dataclass
 
 import torch
-from packaging.version import Version
 from torch import nn
 
-from rft.attention_switch import old_torch_reason
+from rft.attention_switch import major_minor, old_torch_reason
 from rft.trainer.prefix_tree import PackedLayout, pack_rows, unpackable_reason
 from rft.trainer.prompt_groups import NAME as PROMPT_GROUPS
 from rft.trainer.prompt_groups import MIN_SAVING, PromptGroups, group_rows
@@ -53,11 +52,6 @@ _PROBED: weakref.WeakKeyDictionary[nn.Module, str | None] = weakref.WeakKeyDicti
 _LOGGED: set[str] = set()
 
 
-def _version(text: str) -> tuple[int, ...]:
-    """``(major, minor)`` of a version string (``2.13.0+cpu`` → ``(2, 13)``)."""
-    return Version(text).release[:2]
-
-
 def version_reason() -> str | None:
     """Why the installed torch / transformers cannot run packed forwards; ``None`` if
     they can."""
@@ -66,7 +60,7 @@ def version_reason() -> str | None:
     too_old = old_torch_reason()  # the SDPA features the packed masks rely on
     if too_old is not None:
         return too_old
-    if _version(transformers.__version__) < MIN_TRANSFORMERS:
+    if major_minor(transformers.__version__) < MIN_TRANSFORMERS:
         return (f"transformers {transformers.__version__} < "
                 f"{'.'.join(map(str, MIN_TRANSFORMERS))}")
     return None
