@@ -838,9 +838,10 @@ class InferenceModelConfig:
     seed: int = field(default=42, metadata=consumed(ENGINE_FACTORY, VLLM))
     """Sampling seed of the engine."""
     extra_engine_args: dict[str, Any] = field(default_factory=dict, metadata=consumed(
-        VLLM_SETTINGS, EXTERNAL_ENGINE, note="vllm and external engines"))
+        VLLM_SETTINGS, EXTERNAL_ENGINE, ENGINE_FACTORY, note="vllm, hf and external engines"))
     """Engine-specific keyword arguments passed through (e.g. vLLM's
-    ``kv_cache_memory_bytes``)."""
+    ``kv_cache_memory_bytes``; the ``hf`` engine's ``device``, ``max_batch_size``,
+    ``attn_implementation``, ``compile_decode``: :class:`rft.engines.hf_engine.HFEngineArgs`)."""
     max_model_len: int | None = field(default=None, metadata=consumed(ENGINE_FACTORY, VLLM))
     """Override of ``model.max_model_len`` for this engine; ``None``: inherit."""
     max_prompt_tokens: int | None = field(default=None, metadata=consumed(ENGINE_FACTORY, VLLM))

@@ -195,10 +195,14 @@ class _CachedForward:
     otherwise the 2-D mask ``(R, L)`` that ``transformers`` expands at every step.
     """
 
-    def __init__(self, model: nn.Module, key_mask: bool | None = None) -> None:
+    def __init__(self, model: nn.Module, key_mask: bool | None = None,
+                 step_forward: Callable[..., Any] | None = None) -> None:
         from transformers import DynamicCache
 
         self.model = model
+        self.step_forward: Callable[..., Any] = model if step_forward is None else step_forward
+        """What runs the decode steps: the model, or the model's forward compiled
+        (:class:`rft.engines.compiled_step.CompiledStep`); the prefill runs the model."""
         config = getattr(model, "config", None)
         # with the model's config the cache knows sliding-window layers, as generate's does
         self.cache: Any = (DynamicCache(config=config)
@@ -218,7 +222,7 @@ class _CachedForward:
         the cache holding ``R`` rows: ``source`` ``(R,)`` long, the prompt row of each
         sample row (``None``: the ``B`` rows as they are)."""
         self.mask = attention_mask  # (B, P)
-        logits = self._forward(input_ids, position_ids, attention_mask)  # (B, V)
+        logits = self._forward(self.model, input_ids, position_ids, attention_mask)  # (B, V)
         if source is not None:
             self.cache.batch_select_indices(source)  # (R, kv, P, d) per layer
             self.mask = self.mask.index_select(0, source)  # (R, P)
@@ -235,19 +239,20 @@ class _CachedForward:
         self.length += 1
         if not self.uses_key_mask:
             self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
-            return self._forward(input_ids, position_ids, self.mask)
+            return self._forward(self.step_forward, input_ids, position_ids, self.mask)
         if self.length > self.key_mask.shape[-1]:
             grown = self.key_mask.new_ones(*self.key_mask.shape[:-1],
                                            2 * self.key_mask.shape[-1])  # (R, 1, 1, 2C)
             grown[..., :self.key_mask.shape[-1]] = self.key_mask
             self.key_mask = grown
-        return self._forward(input_ids, position_ids, self.key_mask[..., :self.length])
+        return self._forward(self.step_forward, input_ids, position_ids,
+                             self.key_mask[..., :self.length])
 
-    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                 attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, past_key_values=self.cache, use_cache=True,
-                         **self.keep)
+    def _forward(self, forward: Callable[..., Any], input_ids: torch.Tensor,
+                 position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = forward(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids, past_key_values=self.cache, use_cache=True,
+                      **self.keep)
         self.cache = out.past_key_values
         return out.logits[:, -1]  # (B, V)
 
@@ -257,7 +262,8 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
                   settings: DecodeSettings, *,
                   draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf,
                   repeats: int = 1, rows: torch.Tensor | None = None,
-                  share_prompts: bool = True) -> DecodeResult:
+                  share_prompts: bool = True,
+                  step_forward: Callable[..., Any] | None = None) -> DecodeResult:
     """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
     repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
     prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
@@ -270,6 +276,9 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     :param share_prompts: prefill each prompt row once and expand its cache over its
         completions (``False``: prefill one row per completion — the same logits, more
         work; kept for comparison).
+    :param step_forward: what runs the decode steps, called as the model is (``None``: the
+        model; the ``hf`` engine's ``compile_decode``: its forward compiled,
+        :class:`rft.engines.compiled_step.CompiledStep`).
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
@@ -284,7 +293,7 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         input_ids, mask, positions = (t.index_select(0, source)  # (R, P) each
                                       for t in (input_ids, mask, positions))
         source = None
-    forward = _CachedForward(model)
+    forward = _CachedForward(model, step_forward=step_forward)
     step_logits = forward.prefill(input_ids, mask, positions, source)  # (R, V)
     positions = positions[:, -1:]  # (B, 1)
     if source is not None:

@@ -6,14 +6,18 @@ auxiliary one (:func:`rft.rollout.auxiliary.engine_config`), for auxiliary model
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
 
 from rft.adapter import AdapterWeights
 from rft.chat_template import model_chat_template
+from rft.config.convert import INVALID, to_dataclass
 from rft.config.schema import RftConfig
 from rft.engines.engine import InferenceEngine, SamplingArgs
+from rft.errors import RftError
+from rft.plugins import args_type_of
 
 
 def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
@@ -30,6 +34,9 @@ def build_engine(config: RftConfig, engine_cls: type[InferenceEngine]) -> Infere
 
 
 def _build(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEngine:
+    """``engine_cls.from_config(config)`` where the class has it; otherwise its constructor
+    with the model path and the base settings, plus the fields of ``extra_engine_args``
+    built into the class's ``Args`` dataclass (:func:`engine_arguments`)."""
     factory = getattr(engine_cls, "from_config", None)
     if factory is not None:
         return factory(config)
@@ -52,7 +59,28 @@ def _build(config: RftConfig, engine_cls: type[InferenceEngine]) -> InferenceEng
         chat_template=model_chat_template(config),
         enable_thinking=rm.enable_thinking if rm.enable_thinking is not None else m.enable_thinking,
         seed=rm.seed,
+        **engine_arguments(engine_cls, rm.extra_engine_args),
     )
+
+
+EXTRA_ARGS_KEY = "explorer.rollout_model.extra_engine_args"
+
+
+def engine_arguments(engine_cls: type[InferenceEngine],
+                     extra_engine_args: dict[str, Any] | None) -> dict[str, Any]:
+    """The keyword arguments an engine class declaring an ``Args`` dataclass takes from
+    ``extra_engine_args`` (every field of ``Args``, defaults filled in; ``{}`` for a class
+    without one). Validation has checked the keys against ``Args``.
+
+    :raises RftError: an unknown key or a bad value (one line naming it)."""
+    args_type = args_type_of(engine_cls)
+    if args_type is None or not dataclasses.is_dataclass(args_type):
+        return {}
+    problems: list[str] = []
+    built = to_dataclass(args_type, dict(extra_engine_args or {}), EXTRA_ARGS_KEY, problems)
+    if problems or built is INVALID:
+        raise RftError("; ".join(problems) or f"{EXTRA_ARGS_KEY}: invalid")
+    return {f.name: getattr(built, f.name) for f in dataclasses.fields(built) if f.init}
 
 
 def default_sampling(config: RftConfig) -> SamplingArgs:

@@ -9,7 +9,8 @@ the loop does not cover), or a transformers without the cache API it needs
 (:func:`~rft.engines.decode_loop.missing_cache_api`, logged once), ``generate`` draws
 them, each prompt repeated ``n`` times. On the CPU a model with ``sdpa`` attention gets
 :mod:`rft.engines.gqa_attention` (the same attention without copying grouped key / value
-heads; bit for bit the same logits). Each call seeds
+heads; bit for bit the same logits); ``compile_decode`` runs the decode steps through
+``torch.compile`` (:mod:`rft.engines.compiled_step`). Each call seeds
 torch's RNG (inside ``torch.random.fork_rng``, so the caller's RNG is untouched) with
 :meth:`InferenceEngine.next_seed`, hence a call with the same seed, prompts and weights
 returns the same tokens. Per-token log-probs are computed from the *raw* logits of each
@@ -39,6 +40,7 @@ from rft.errors import RftError
 from rft.multimodal.inputs import (MultiModalInputs, VisionPrompt, forward_inputs,
                                    join_inputs, vision_token_ids)
 from rft.engines import decode_loop, gqa_attention
+from rft.engines.compiled_step import CompiledStep
 from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
                                 SamplingArgs)
 from rft.rope import apply_rope
@@ -64,6 +66,11 @@ class HFEngineArgs:
     """transformers attention backend (``sdpa``, ``eager``); ``None``: its default. On the
     CPU, ``sdpa`` runs as :mod:`rft.engines.gqa_attention` (the same attention, without
     copying grouped key / value heads)."""
+    compile_decode: bool = False
+    """Run the decode steps through ``torch.compile`` (:mod:`rft.engines.compiled_step`):
+    on the CPU ~1.5–2× faster steps for small models or few rows, for one compile of
+    ~20–30 s at the first decode; falls back to eager decoding, with one warning line,
+    when compiling fails. Not run on a GPU."""
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
@@ -96,7 +103,8 @@ class HFEngine(InferenceEngine):
     :param model_path: local directory (or hub id) of the checkpoint and its tokenizer.
     :param dtype: ``auto`` / ``float32`` / ``bfloat16`` / ``float16``. ``float32`` on CPU
         reproduces the trainer's log-probs to ~1e-6.
-    :param device, max_batch_size, attn_implementation: see :class:`HFEngineArgs`.
+    :param device, max_batch_size, attn_implementation, compile_decode: see
+        :class:`HFEngineArgs`.
     :param trust_remote_code: allow modelling code shipped with the checkpoint.
     :param rope_scaling, rope_theta: ``model.rope_scaling`` / ``model.rope_theta``
         overrides of the checkpoint's config (:mod:`rft.rope`).
@@ -115,6 +123,7 @@ class HFEngine(InferenceEngine):
         device: str = "cpu",
         max_batch_size: int | None = None,
         attn_implementation: str | None = None,
+        compile_decode: bool = False,
         trust_remote_code: bool = False,
         rope_scaling: dict[str, Any] | None = None,
         rope_theta: float | None = None,
@@ -151,6 +160,9 @@ class HFEngine(InferenceEngine):
                                                                              **load_kwargs))
         self.model.to(self.device).eval()
         gqa_attention.use_gqa_attention(self.model)  # CPU sdpa without copied kv heads
+        self.step_forward: CompiledStep | None = (CompiledStep(self.model) if compile_decode
+                                                  else None)
+        """The decode steps' compiled forward (``compile_decode``; ``None``: the model)."""
         self.eos_token_ids = self._collect_eos_ids()
         self.pad_token_id = self._pick_pad_id()
         self._lock = threading.RLock()
@@ -323,7 +335,7 @@ class HFEngine(InferenceEngine):
                                      else None),
                 keep_logits=False)  # the log-probs are taken in the loop
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
-                                                rows=source)
+                                                rows=source, step_forward=self.step_forward)
             new_tokens, logprobs = decoded.tokens, decoded.logprobs  # (B·n, N) each
             interrupted = decoded.interrupted
         else:

@@ -199,7 +199,9 @@ def register_engines() -> dict[str, type[InferenceEngine]]:
         ``wake_up``; vLLM's sleep mode). A class with ``remote = True`` serves a model on
         a server elsewhere (the built-in ``external``): chat only, no weights, never the
         policy being trained (validation reads the flag). A class with an ``Args``
-        dataclass gets ``extra_engine_args`` checked against it at validation. One with
+        dataclass gets ``extra_engine_args`` checked against it at validation and, unless it
+        has a ``from_config(config)`` classmethod building it, the fields of ``Args`` as
+        keyword arguments of its constructor. One with
         ``serves_lora = True`` implements ``update_adapter(adapter, version)`` and serves
         ``model.lora_configs`` adapters (:class:`rft.adapter.AdapterWeights`); validation
         refuses LoRA with any other. ``required_modules`` (with ``install_hint``) name the
