@@ -20,6 +20,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
+from rft.errors import RftError
 from rft.suggest import closest, did_you_mean
 
 if TYPE_CHECKING:
@@ -239,3 +240,13 @@ def to_dataclass(cls: type[T], data: dict[str, Any], key: str, problems: list[st
     except (TypeError, ValueError) as exc:  # a __post_init__ check of the dataclass
         problems.append(f"{key or cls.__name__}: {exc}")
         return INVALID
+
+
+def to_dataclass_checked(cls: type[T], data: dict[str, Any] | None, key: str) -> T:
+    """:func:`to_dataclass`, its problems (an unknown key, a bad value) raised as one
+    :class:`~rft.errors.RftError` line naming ``key``."""
+    problems: list[str] = []
+    built = to_dataclass(cls, dict(data or {}), key, problems)
+    if problems or built is INVALID:
+        raise RftError("; ".join(problems) or f"{key}: invalid")
+    return built

@@ -13,10 +13,9 @@ from typing import Any
 
 from rft.adapter import AdapterWeights
 from rft.chat_template import model_chat_template
-from rft.config.convert import INVALID, to_dataclass
+from rft.config.convert import to_dataclass_checked
 from rft.config.schema import RftConfig
 from rft.engines.engine import InferenceEngine, SamplingArgs
-from rft.errors import RftError
 from rft.plugins import args_type_of
 
 
@@ -76,10 +75,7 @@ def engine_arguments(engine_cls: type[InferenceEngine],
     args_type = args_type_of(engine_cls)
     if args_type is None or not dataclasses.is_dataclass(args_type):
         return {}
-    problems: list[str] = []
-    built = to_dataclass(args_type, dict(extra_engine_args or {}), EXTRA_ARGS_KEY, problems)
-    if problems or built is INVALID:
-        raise RftError("; ".join(problems) or f"{EXTRA_ARGS_KEY}: invalid")
+    built = to_dataclass_checked(args_type, extra_engine_args, EXTRA_ARGS_KEY)
     return {f.name: getattr(built, f.name) for f in dataclasses.fields(built) if f.init}
 
 

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 import torch
 
 from rft.chat_template import model_chat_template
-from rft.config.convert import INVALID, to_dataclass
+from rft.config.convert import to_dataclass_checked
 from rft.config.schema import ExternalModelConfig, RftConfig
 from rft.errors import RftError, ServerUnavailableError
 from rft.engines.engine import Completion, FinishReason, InferenceEngine, SamplingArgs
@@ -107,10 +107,7 @@ class ExternalEngineArgs:
 def engine_args(values: dict[str, Any] | None, key: str) -> ExternalEngineArgs:
     """:class:`ExternalEngineArgs` from ``extra_engine_args``; one-line :class:`RftError`
     naming ``key`` for an unknown key or a bad value."""
-    problems: list[str] = []
-    built = to_dataclass(ExternalEngineArgs, dict(values or {}), key, problems)
-    if problems or built is INVALID:
-        raise RftError("; ".join(problems) or f"{key}: invalid")
+    built = to_dataclass_checked(ExternalEngineArgs, values, key)
     if built.max_concurrency < 1:
         raise RftError(f"{key}.max_concurrency: must be >= 1, got {built.max_concurrency}")
     return built
