@@ -46,7 +46,7 @@ The contestants:
   model calls are merged into one engine call) and ``rft_compiled`` (the ``hf`` engine's
   ``extra_engine_args: {compile_decode: true}``: decode steps through ``torch.compile``;
   its first step holds the compile, ~20–30 s cold, a few seconds from inductor's on-disk
-  cache, and is printed apart; the medians hold it as one step of many):
+  cache: a warm-up step, printed apart):
   the real embedded colocate run — ``rft.config.load_config`` on a YAML written
   here + ``rft.launcher.run`` (explorer with the ``hf`` engine and ``simple_workflow``,
   queue experience buffer, ``torch`` trainer, memory weight sync, monitors). The reward
@@ -525,7 +525,8 @@ def main() -> None:
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    defaults = ({"steps": 10, "warmup": 3, "rounds": 1, "which": "bare,rft,rft_compiled,trl,trl_gc"}
+    defaults = ({"steps": 10, "warmup": 3, "rounds": 1,
+                 "which": "bare,rft,rft_compiled,trl,trl_gc"}
                 if args.grid else
                 {"steps": 80, "warmup": 5, "rounds": 2, "which": ",".join(CONTESTANTS)})
     for key, value in defaults.items():

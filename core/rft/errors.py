@@ -12,6 +12,13 @@ class RftError(Exception):
     """Base class of user-facing errors: the message is one line naming the culprit."""
 
 
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of ``exc`` (``Type`` alone for an empty
+    message): how a caught error is named inside one-line messages."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
 class PluginError(RftError):
     """A plugin misbehaved: bad hook return value, failing import, duplicate names."""
 

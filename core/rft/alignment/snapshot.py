@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from rft.errors import RftError
+from rft.errors import RftError, first_line
 
 FORMAT = 1
 """Version of the snapshot layout written by :func:`save_snapshot`."""
@@ -178,13 +178,8 @@ def save_snapshot(snapshot: StepSnapshot, directory: str | os.PathLike[str]) -> 
             write(path)
         except (OSError, TypeError, ValueError) as exc:
             raise RftError(f"alignment snapshot {path}: cannot write: "
-                           f"{_first_line(exc)}") from exc
+                           f"{first_line(exc)}") from exc
     return root
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -199,7 +194,7 @@ def _read(path: Path) -> dict[str, Any]:
             data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated / foreign files
         raise RftError(f"alignment snapshot {path} is corrupt or unreadable: "
-                       f"{_first_line(exc)}") from exc
+                       f"{first_line(exc)}") from exc
     if not isinstance(data, dict):
         raise RftError(f"alignment snapshot {path} is corrupt: expected a mapping, got "
                        f"{type(data).__name__}")
@@ -223,7 +218,7 @@ def load_snapshot(directory: str | os.PathLike[str]) -> StepSnapshot:
         settings = StepSettings(**meta["settings"])
     except TypeError as exc:
         raise RftError(f"alignment snapshot {root / META_FILE} is corrupt: settings: "
-                       f"{_first_line(exc)}") from exc
+                       f"{first_line(exc)}") from exc
     batch = _read(root / BATCH_FILE)
     state = _read(root / STATE_FILE)
     return StepSnapshot(

@@ -8,7 +8,8 @@ the CPU a hidden-64, 2-layer Qwen2 spends ~1.5 ms per step at 32 rows whatever t
 arithmetic. :class:`CompiledStep` hands the same forward to ``torch.compile`` (inductor)
 with dynamic shapes, which fuses the elementwise operators into a few kernels; one compile
 covers every row count and cache length (sizes 0 and 1 are specialised, so a call with a
-single row compiles once more). Nothing of the model is copied: it is the model's own
+single row compiles once more; the decode loop's key-mask buffer changes its stride when
+it first grows, which compiles once more too). Nothing of the model is copied: it is the model's own
 forward, traced.
 
 - **Cost.** The first decode step compiles: ~20–30 s on this project's 2-core CPUs for a
@@ -33,6 +34,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from rft.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +65,3 @@ class CompiledStep:
                 log.warning("hf engine: compile_decode: compiling the decode step failed "
                             "(%s); decoding eagerly", self.failure)
         return self.model(**inputs)
-
-
-def first_line(error: BaseException) -> str:
-    """``Type: first line of the message`` of ``error`` (the message's own ``Type:``
-    prefix, as inductor writes it, is not repeated)."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return text if ":" in text.split(" ", 1)[0] else f"{type(error).__name__}: {text}"

@@ -68,7 +68,7 @@ class HFEngineArgs:
     copying grouped key / value heads)."""
     compile_decode: bool = False
     """Run the decode steps through ``torch.compile`` (:mod:`rft.engines.compiled_step`):
-    on the CPU ~1.5–2× faster steps for small models or few rows, for one compile of
+    on the CPU ~1.5–2× faster decode steps for small models or few rows, for one compile of
     ~20–30 s at the first decode; falls back to eager decoding, with one warning line,
     when compiling fails. Not run on a GPU."""
 

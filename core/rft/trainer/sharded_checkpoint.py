@@ -43,7 +43,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
 from rft.checkpoint import SHARDED_FORMAT, HashingFile, save_hashed, write_digests
-from rft.errors import RftError
+from rft.errors import RftError, first_line
 from rft.trainer.save_turns import SaveTurn, SaveWindow
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def save_sharded(trainer: TorchTrainer, directory: str, turn: SaveTurn | None = 
     except OSError as exc:
         raise RftError(f"checkpoint {directory}: cannot write: {exc.strerror or exc}") from exc
     except dcp.api.CheckpointException as exc:  # a rank's write failed (DCP gathers them)
-        failed = "; ".join(f"rank {r}: {type(e).__name__}: {_first_line(e)}"
+        failed = "; ".join(f"rank {r}: {first_line(e)}"
                            for r, (e, _) in sorted(exc.failures.items()))
         raise RftError(f"checkpoint {directory}: cannot write the sharded trainer state "
                        f"({failed})") from exc
@@ -217,7 +217,7 @@ def load_sharded(trainer: TorchTrainer, directory: str) -> None:
         dcp.load(state, checkpoint_id=directory, no_dist=trainer.ranks is None)
     except (Exception, dcp.api.CheckpointException) as exc:  # DCP: several types (a BaseException)
         raise RftError(f"checkpoint {directory}: cannot read the sharded trainer state: "
-                       f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                       f"{first_line(exc)}") from exc
     for prefix, model, optimizer, scheduler in _models(trainer):
         set_state_dict(model, optimizer, model_state_dict=state[prefix],
                        optim_state_dict=state[f"{prefix}_optimizer"], options=_options(trainer))
@@ -415,11 +415,6 @@ def _model_class_name(model: torch.nn.Module) -> str:
         if cls is not FSDPModule and not issubclass(cls, FSDPModule):
             return cls.__name__
     return type(model).__name__
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 __all__ = ["SHARDED_DIR", "TurnTakingWriter", "full_state", "is_sharded_marker",
