@@ -16,6 +16,10 @@ Each check prints one line ``RESULT <name> ok|FAIL <figures>``:
 - ``colocate_t1`` / ``colocate_t0.7``: mode ``colocate`` with the ``hf`` engine on the
   device: generation, the weight sync, and the engine's log-probs against the trainer's
   (``training/rollout_logprobs_diff_max``) at temperature 1 and 0.7;
+- ``compile_decode``: the ``hf`` engine with ``compile_decode`` (inductor: Triton kernels
+  on CUDA) against the same engine eager, fp32 on the device: sampled tokens agreeing,
+  the compiled engine's log-probs against eager teacher forcing, the compile's seconds and
+  the decode's s/call after it (a fallback to eager is a FAIL naming its error);
 - ``prefix_sharing``: response log-probs with each prompt run once vs per row (fp32: the
   shared-prompt forward needs plain fp32 parameters; under the trainer's bf16 autocast it
   is not used, which the line reports).
@@ -251,6 +255,51 @@ def check_prefix_sharing(args: argparse.Namespace, model: Path) -> tuple[bool, s
                          f"s_per_row={times[False]:.3f} shares_in_bf16={bf16}")
 
 
+def check_compile_decode(args: argparse.Namespace, model: Path) -> tuple[bool, str]:
+    """The ``hf`` engine's decode steps through ``torch.compile`` against eager decoding,
+    both fp32 on the device with one seed: greedy tokens, and the compiled engine's sampled
+    log-probs against the eager engine's teacher forcing."""
+    import torch
+
+    from rft.engines import SamplingArgs
+    from rft.engines.compiled_step import CompiledStep
+    from rft.engines.hf_engine import HFEngine
+
+    engines = {compiled: HFEngine(str(model), seed=0, device=args.device,
+                                  compile_decode=compiled) for compiled in (True, False)}
+    g = torch.Generator().manual_seed(0)
+    vocab = engines[False].model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (args.prompt,), generator=g).tolist()
+               for _ in range(4)]
+    greedy = SamplingArgs(temperature=0, max_tokens=32)
+    sampled = SamplingArgs(temperature=1.0, max_tokens=32)
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    tokens: dict[bool, list[list[int]]] = {}
+    for compiled, engine in engines.items():
+        for _ in range(3):  # the first compiled call holds the compile
+            started = time.perf_counter()
+            results = engine.generate(prompts, greedy, 8)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            seconds[compiled].append(time.perf_counter() - started)
+        tokens[compiled] = [c.token_ids for group in results for c in group]
+    same = sum(a == b for a, b in zip(tokens[True], tokens[False], strict=True))
+    completions = [c for group in engines[True].generate(prompts, sampled, 8) for c in group]
+    forced = engines[False].compute_logprobs([c.tokens for c in completions],
+                                             [len(c.prompt_token_ids) for c in completions])
+    gap = max(float((c.logprobs - f).abs().max()) for c, f in zip(completions, forced,
+                                                                    strict=True)
+              if c.logprobs is not None)
+    step = engines[True].step_forward
+    assert isinstance(step, CompiledStep)
+    ok = step.failure is None and step.compiled_calls > 0 and gap <= 1e-3
+    return ok, (f"compiled_calls={step.compiled_calls} failure={step.failure!r} "
+                f"greedy_rows_equal={same}/{len(tokens[True])} max_logprob_gap={gap:.3g} "
+                f"s_first_compiled={seconds[True][0]:.1f} "
+                f"s_per_call_compiled={min(seconds[True][1:]):.3f} "
+                f"s_per_call_eager={min(seconds[False][1:]):.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -282,6 +331,7 @@ def main() -> int:
             guarded("fsdp2_offload", lambda: check_fsdp2_offload(args, small)),
             guarded("colocate_t1", lambda: check_colocate(args, small, work, 1.0)),
             guarded("colocate_t0.7", lambda: check_colocate(args, small, work, 0.7)),
+            guarded("compile_decode", lambda: check_compile_decode(args, small)),
             guarded("prefix_sharing", lambda: check_prefix_sharing(args, big)),
         ]
     return 0 if all(outcomes) else 1

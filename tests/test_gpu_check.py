@@ -29,7 +29,7 @@ def test_gpu_check_smoke_run_on_cpu():
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     names = [line.split()[1] for line in lines]
     assert names == ["import", "trainer", "fsdp2_offload", "colocate_t1", "colocate_t0.7",
-                     "prefix_sharing"], run.stdout + run.stderr[-2000:]
+                     "compile_decode", "prefix_sharing"], run.stdout + run.stderr[-2000:]
     assert all(line.split()[2] == "ok" for line in lines), "\n".join(lines)
     assert run.returncode == 0
 

@@ -174,12 +174,12 @@ def expected_entropy_signal_from_logits(logits: torch.Tensor) -> torch.Tensor:
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Log-probability of each label, ``log softmax(z)_y = z_y − logsumexp(z)``.
 
-    ``logits``: ``(..., V)``, ``labels``: ``(...)`` integer ids → ``(...)``. In bfloat16 /
-    float16 it goes through ``log_softmax`` (``logsumexp`` loses too much precision there).
+    ``logits``: ``(..., V)``, ``labels``: ``(...)`` integer ids → ``(...)``. Through the
+    fused ``log_softmax`` in every dtype: on the CPU its forward and backward
+    (``g − softmax(z) · Σ g``) are one vectorised pass each, where ``logsumexp``'s are
+    several (1–2 against ~6 ms forward and backward at ``(800, 964)``, one thread), and in
+    bfloat16 / float16 ``logsumexp`` loses too much precision.
     """
-    if logits.dtype in (torch.float32, torch.float64):
-        label_logits = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (...)
-        return label_logits - torch.logsumexp(logits, dim=-1)
     return F.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
 

@@ -151,35 +151,33 @@ def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, with_entro
                           entropy_grad: bool, entropy_chunk: int | None
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`response_logprobs`' log-probs and entropies from float32 ``logits``
-    ``(..., V)`` and ``labels`` ``(...)``."""
-    if _metric_entropy(with_entropy, entropy_grad, entropy_chunk):
-        lse = torch.logsumexp(logits, dim=-1)  # (...) one logsumexp for both
-        logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (...)
-        return logps, _entropy(logits, lse, with_entropy, entropy_grad, entropy_chunk)
-    logps = logprobs_from_logits(logits, labels)  # (...)
-    return logps, _entropy(logits, None, with_entropy, entropy_grad, entropy_chunk)
+    ``(..., V)`` and ``labels`` ``(...)``: ``log p = log_softmax(z)`` once
+    (:func:`rft.ops.logprobs_from_logits`), read for both."""
+    log_p = F.log_softmax(logits, dim=-1)  # (..., V)
+    logps = log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (...)
+    return logps, _entropy(logits, log_p, with_entropy, entropy_grad, entropy_chunk)
 
 
 def _metric_entropy(with_entropy: bool, entropy_grad: bool, entropy_chunk: int | None) -> bool:
     """Whether the entropy is a metric only (no gradient through it, no chunking): then it
-    is ``lse − Σ softmax(z)·z``, reusing the log-probs' ``logsumexp``."""
+    is ``−Σ p·log p`` from the log-probs' ``log_softmax``."""
     return (with_entropy and not (entropy_grad and torch.is_grad_enabled())
             and entropy_chunk is None)
 
 
-def _entropy(logits: torch.Tensor, lse: torch.Tensor | None, with_entropy: bool,
+def _entropy(logits: torch.Tensor, log_p: torch.Tensor, with_entropy: bool,
              entropy_grad: bool, entropy_chunk: int | None) -> torch.Tensor | None:
     """Entropies ``(...)`` of float32 ``logits`` ``(..., V)`` (``None`` without
-    ``with_entropy``): ``H = lse − Σ_v softmax(z)_v z_v`` without gradient when it is a
-    metric only (:func:`_metric_entropy`; ``lse``: ``logsumexp(z)``, given then), else
-    :func:`rft.ops.entropy_from_logits` (``chunked_entropy`` with ``entropy_chunk``),
-    with gradient when ``entropy_grad`` and gradients are on."""
+    ``with_entropy``): ``H = −Σ_v p_v log p_v`` from ``log_p = log_softmax(z)`` without
+    gradient when it is a metric only (:func:`_metric_entropy`), else
+    :func:`rft.ops.entropy_from_logits` (veRL's ``logsumexp(z) − Σ_v softmax(z)_v z_v``;
+    ``chunked_entropy`` with ``entropy_chunk``), with gradient when ``entropy_grad`` and
+    gradients are on."""
     if not with_entropy:
         return None
     if _metric_entropy(with_entropy, entropy_grad, entropy_chunk):
-        assert lse is not None
         with torch.no_grad():
-            return lse.detach() - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)  # (...)
+            return -(log_p.exp() * log_p).sum(dim=-1)  # (...)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         return (entropy_from_logits(logits) if entropy_chunk is None
                 else chunked_entropy(logits, entropy_chunk))  # (...)
@@ -190,7 +188,7 @@ def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies ``(B, R)`` of the response tokens ``labels`` ``(B, R)``
     from the packs' scoring nodes: ``log softmax(z_i / T)_y`` with ``z_i`` the node
-    ``i = index[b, j]`` (``logsumexp`` and entropy once per node, not per response
+    ``i = index[b, j]`` (``log_softmax`` and entropy once per node, not per response
     column). Padding columns read the values of an all-zero logit row (``−log V``,
     ``log V``), as the expanded logits of :meth:`NodeLogits.expand` give."""
     logits = nodes.logits.float()  # (M, V)
@@ -198,10 +196,10 @@ def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
         logits = logits / temperature
     vocab = logits.shape[-1]
     valid = nodes.valid  # (B, R)
-    label_logits = logits[nodes.index, labels]  # (B, R)
-    lse = torch.logsumexp(logits, dim=-1)  # (M,) one per node, for both
-    entropy = _entropy(logits, lse, with_entropy, entropy_grad, entropy_chunk)  # (M,)
-    logps = label_logits - lse[nodes.index]  # (B, R)
+    log_p = F.log_softmax(logits, dim=-1)  # (M, V)
+    flat = (nodes.index * vocab + labels).reshape(-1)  # (B·R,) into log_p's flat view
+    logps = log_p.reshape(-1).index_select(0, flat).reshape(labels.shape)  # (B, R)
+    entropy = _entropy(logits, log_p, with_entropy, entropy_grad, entropy_chunk)  # (M,)
     uniform = math.log(vocab)
     logps = torch.where(valid, logps, logps.new_full((), -uniform))
     if entropy is not None:
