@@ -122,6 +122,8 @@ def test_entropy_and_logprobs_from_logits(batch: Batch, vocab: int, scale: float
     logits = batch.randn(batch.B, batch.T, vocab, scale=scale).requires_grad_()
     labels = torch.randint(0, vocab, (batch.B, batch.T), generator=batch.gen)
     pairs = [(ops.entropy_from_logits(logits), verl_F.entropy_from_logits(logits)),
+             (ops.entropy_from_log_probs(torch.log_softmax(logits, dim=-1)),  # the trainer's
+              verl_F.entropy_from_logits(logits)),
              (ops.logprobs_from_logits(logits, labels), verl_F.logprobs_from_logits(logits, labels))]
     for ours, ref in pairs:
         close(ours, ref)

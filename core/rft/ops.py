@@ -149,6 +149,17 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
 
 
+def entropy_from_log_probs(log_p: torch.Tensor) -> torch.Tensor:
+    """Entropy from log-probabilities, ``H = −Σ_v p_v log p_v`` with ``p = exp(log p)``;
+    equal to :func:`entropy_from_logits` of ``z`` when ``log_p = log_softmax(z)``.
+
+    ``log_p``: ``(..., V)`` → entropy ``(...)``. With ``log_p`` kept for the log-probs'
+    backward anyway, its autograd holds ``p`` beside it, where :func:`entropy_from_logits`
+    holds ``z`` and ``softmax(z)``: one ``(..., V)`` tensor less.
+    """
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
 def expected_entropy_signal_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """The expected entropy signal of the softmax distribution ``p = softmax(z)`` (Trinity-RFT's
     ``necs``, used by Clip_V), in float32 or wider::

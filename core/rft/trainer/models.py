@@ -24,8 +24,8 @@ from torch import nn
 from rft.errors import RftError
 from rft.multimodal.inputs import forward_inputs
 from rft.multimodal.models import auto_model_class
-from rft.ops import (entropy_from_logits, expected_entropy_signal_from_logits,
-                     logprobs_from_logits)
+from rft.ops import (entropy_from_log_probs, entropy_from_logits,
+                     expected_entropy_signal_from_logits, logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
 from rft.trainer.packed_forward import (NodeLogits, SharedLayout, fallback_reason,
@@ -155,32 +155,21 @@ def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, with_entro
     (:func:`rft.ops.logprobs_from_logits`), read for both."""
     log_p = F.log_softmax(logits, dim=-1)  # (..., V)
     logps = log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (...)
-    return logps, _entropy(logits, log_p, with_entropy, entropy_grad, entropy_chunk)
+    return logps, _entropy(log_p, with_entropy, entropy_grad, entropy_chunk)
 
 
-def _metric_entropy(with_entropy: bool, entropy_grad: bool, entropy_chunk: int | None) -> bool:
-    """Whether the entropy is a metric only (no gradient through it, no chunking): then it
-    is ``−Σ p·log p`` from the log-probs' ``log_softmax``."""
-    return (with_entropy and not (entropy_grad and torch.is_grad_enabled())
-            and entropy_chunk is None)
-
-
-def _entropy(logits: torch.Tensor, log_p: torch.Tensor, with_entropy: bool,
-             entropy_grad: bool, entropy_chunk: int | None) -> torch.Tensor | None:
-    """Entropies ``(...)`` of float32 ``logits`` ``(..., V)`` (``None`` without
-    ``with_entropy``): ``H = −Σ_v p_v log p_v`` from ``log_p = log_softmax(z)`` without
-    gradient when it is a metric only (:func:`_metric_entropy`), else
-    :func:`rft.ops.entropy_from_logits` (veRL's ``logsumexp(z) − Σ_v softmax(z)_v z_v``;
-    ``chunked_entropy`` with ``entropy_chunk``), with gradient when ``entropy_grad`` and
-    gradients are on."""
+def _entropy(log_p: torch.Tensor, with_entropy: bool, entropy_grad: bool,
+             entropy_chunk: int | None) -> torch.Tensor | None:
+    """Entropies ``(...)`` from the log-probs' ``log_p = log_softmax(z)`` ``(..., V)``
+    (``None`` without ``with_entropy``): ``H = −Σ_v p_v log p_v``
+    (:func:`rft.ops.entropy_from_log_probs`; over chunks of ``entropy_chunk`` positions
+    when set, :func:`chunked_entropy`), with gradient when ``entropy_grad`` and gradients
+    are on (else a metric)."""
     if not with_entropy:
         return None
-    if _metric_entropy(with_entropy, entropy_grad, entropy_chunk):
-        with torch.no_grad():
-            return -(log_p.exp() * log_p).sum(dim=-1)  # (...)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        return (entropy_from_logits(logits) if entropy_chunk is None
-                else chunked_entropy(logits, entropy_chunk))  # (...)
+        return (entropy_from_log_probs(log_p) if entropy_chunk is None
+                else chunked_entropy(log_p, entropy_chunk))  # (...)
 
 
 def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
@@ -199,7 +188,7 @@ def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
     log_p = F.log_softmax(logits, dim=-1)  # (M, V)
     flat = (nodes.index * vocab + labels).reshape(-1)  # (B·R,) into log_p's flat view
     logps = log_p.reshape(-1).index_select(0, flat).reshape(labels.shape)  # (B, R)
-    entropy = _entropy(logits, log_p, with_entropy, entropy_grad, entropy_chunk)  # (M,)
+    entropy = _entropy(log_p, with_entropy, entropy_grad, entropy_chunk)  # (M,)
     uniform = math.log(vocab)
     logps = torch.where(valid, logps, logps.new_full((), -uniform))
     if entropy is not None:
@@ -290,16 +279,16 @@ def uses_shared_prompts(model: nn.Module, batch: TensorBatch,
     return reason is None
 
 
-def chunked_entropy(logits: torch.Tensor, chunk: int) -> torch.Tensor:
-    """:func:`rft.ops.entropy_from_logits` over ``chunk`` positions at a time (veRL's
-    ``entropy_from_logits_with_chunking``): the ``(chunk, V)`` softmax temporaries
-    instead of ``(B·R, V)`` ones; the same values (the entropy is per position).
-    ``logits``: ``(B, R, V)`` → ``(B, R)``."""
-    flat = logits.reshape(-1, logits.shape[-1])  # (B·R, V)
-    parts = [entropy_from_logits(flat[start: start + chunk])
+def chunked_entropy(log_p: torch.Tensor, chunk: int) -> torch.Tensor:
+    """:func:`rft.ops.entropy_from_log_probs` over ``chunk`` positions at a time (veRL's
+    ``entropy_from_logits_with_chunking``): ``(chunk, V)`` temporaries instead of
+    ``(B·R, V)`` ones; the same values (the entropy is per position).
+    ``log_p``: ``(..., V)`` log-softmax → ``(...)``."""
+    flat = log_p.reshape(-1, log_p.shape[-1])  # (N, V)
+    parts = [entropy_from_log_probs(flat[start: start + chunk])
              for start in range(0, flat.shape[0], max(1, chunk))]
     out = torch.cat(parts) if parts else flat.new_zeros(0)
-    return out.reshape(logits.shape[:-1])
+    return out.reshape(log_p.shape[:-1])
 
 
 def response_values(critic: nn.Module, batch: TensorBatch, *, device: torch.device,
