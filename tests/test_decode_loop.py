@@ -366,3 +366,26 @@ def test_log_probs_taken_in_the_loop_equal_the_kept_logits_log_softmax(
     assert lean.logprobs.shape == (6, full.tokens.shape[1])
     torch.testing.assert_close(lean.logprobs, want, rtol=0, atol=1e-6)
     assert sample_tokens(model, ids, mask, SETTINGS).logprobs is None
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@torch.no_grad()
+def test_log_probs_read_from_the_draws_probabilities_equal_log_softmax(
+        tiny_model_dir: Path, temperature: float) -> None:
+    """Sampling at the log-prob temperature with no filter: the drawn tokens' log-probs are
+    read from the probabilities they were drawn from (``log p_y``, no second pass over the
+    logits) and equal ``log_softmax(z / T')`` of the kept logits to 1e-6; with a top-k
+    filter the loop takes the exact formula, and that equals it too."""
+    model = _qwen2(tiny_model_dir)
+    ids, mask = _batch(model.config.vocab_size)
+    for top_k in (0, 5):
+        settings = DecodeSettings(max_new_tokens=6, min_new_tokens=0, temperature=temperature,
+                                  top_k=top_k, top_p=1.0, stop_token_ids=[], pad_token_id=0,
+                                  logprob_temperature=temperature, keep_logits=True)
+        assert decode_loop.unfiltered(0, settings) == (top_k == 0)
+        torch.manual_seed(5)
+        result = sample_tokens(model, ids, mask, settings, repeats=3)
+        stacked = torch.stack(result.logits, dim=1) / temperature  # (6, N, V)
+        want = torch.log_softmax(stacked, -1).gather(-1, result.tokens[..., None]).squeeze(-1)
+        assert result.logprobs is not None
+        torch.testing.assert_close(result.logprobs, want, rtol=0, atol=1e-6)

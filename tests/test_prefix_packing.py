@@ -15,6 +15,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest
 import torch
 from rft.trainer.batching import TensorBatch
+from rft.trainer.layout_memo import LayoutMemo
 from rft.trainer.models import response_logprobs, uses_shared_prompts
 from fixtures_packing import (
     assert_equal_to_rounding,
@@ -344,6 +345,36 @@ def test_response_logprobs_takes_the_packed_path_where_it_applies(
     assert uses_shared_prompts(model, batch, torch.bfloat16)  # autocast packs too
     no_prompt = TensorBatch(0, dict(batch.tensors))
     assert not uses_shared_prompts(model, no_prompt, None)
+
+
+def test_the_layout_memo_finds_equal_rows_again_and_builds_for_others(
+        tiny_model_dir: Path) -> None:
+    """:class:`LayoutMemo`: rows equal in content (new tensors, as ``select`` makes them)
+    get the layout built before, the same object; a changed token, another prompt width or
+    another attention implementation builds anew; the oldest layouts leave past the
+    capacity; the log-probs through a found layout equal those through a fresh one."""
+    model = qwen2(tiny_model_dir)
+    use_prompt_group_attention(model)
+    batch = grpo_batch(model.config.vocab_size)
+    memo = LayoutMemo(capacity=2)
+    keys = ("input_ids", "attention_mask", "position_ids")
+
+    def layout(rows: TensorBatch, on: torch.nn.Module = model) -> object:
+        return memo.layout(on, *(rows[k] for k in keys), rows.prompt_width)
+
+    first = layout(batch)
+    again = TensorBatch(batch.prompt_width, {k: v.clone() for k, v in batch.tensors.items()})
+    assert layout(again) is first and (memo.builds, memo.hits) == (1, 1)
+    changed = TensorBatch(batch.prompt_width, {k: v.clone() for k, v in batch.tensors.items()})
+    changed["input_ids"][0, -1] += 1
+    assert layout(changed) is not first and memo.builds == 2
+    eager = qwen2(tiny_model_dir, attn_implementation="eager")
+    assert type(layout(batch, eager)).__name__ == "PackedLayout" and memo.builds == 3
+    assert layout(batch) is not first and memo.builds == 4  # pushed out (capacity 2)
+    cpu = torch.device("cpu")
+    found, _ = response_logprobs(model, again, device=cpu, shared_prompts=True, layouts=memo)
+    fresh, _ = response_logprobs(model, again, device=cpu, shared_prompts=True)
+    assert memo.hits == 2 and torch.equal(found, fresh)
 
 
 @pytest.mark.parametrize(("temperature", "entropy_grad", "chunk"),

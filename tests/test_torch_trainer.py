@@ -602,6 +602,9 @@ def test_shared_prompt_forward_gives_the_step_of_the_models_forward(
     lean_metrics = [lean.train_step(experiences) for _ in range(2)]
     # reference and actor forwards of both steps, as prompt groups (cascade attention)
     assert calls == ["PromptGroups"] * 4
+    # the rows' layout is built once: the reference forward builds it, the actor's forward
+    # and the second step (the same rows) find it again
+    assert (lean.layouts.builds, lean.layouts.hits) == (1, 3)
     plain = make_trainer(registry, model_dir, tmp_path, algorithm=kl,
                          trainer={"prefix_sharing": "off"})  # the model's plain forward
     initial = params(plain)

@@ -28,6 +28,7 @@ from rft.ops import (entropy_from_log_probs, entropy_from_logits,
                      expected_entropy_signal_from_logits, logprobs_from_logits)
 from rft.rope import apply_rope
 from rft.trainer.batching import TensorBatch
+from rft.trainer.layout_memo import LayoutMemo
 from rft.trainer.packed_forward import (NodeLogits, SharedLayout, fallback_reason,
                                         log_fallback, packed_logits, shared_layout,
                                         shared_node_logits, worth_packing)
@@ -121,7 +122,8 @@ def _model_inputs(batch: TensorBatch, device: torch.device, model: nn.Module
 def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.device,
                       temperature: float = 1.0, with_entropy: bool = False,
                       entropy_grad: bool = True, dtype: torch.dtype | None = None,
-                      entropy_chunk: int | None = None, shared_prompts: bool = False
+                      entropy_chunk: int | None = None, shared_prompts: bool = False,
+                      layouts: LayoutMemo | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs ``(B, R)`` of the response tokens and, optionally, entropies
     (computed without autograd when ``entropy_grad`` is false: metric only; over chunks
@@ -134,9 +136,11 @@ def response_logprobs(model: nn.Module, batch: TensorBatch, *, device: torch.dev
     then come from each scoring node once, :func:`_node_logprobs`) where the model and the
     batch allow it (:func:`uses_shared_prompts`) and the rows share enough
     (:func:`rft.trainer.packed_forward.saves_tokens`); else the model's plain forward.
+    ``layouts``: where the layout of rows run before is found again (the trainer's
+    :class:`~rft.trainer.layout_memo.LayoutMemo`; ``None``: built for this call).
     """
     inputs = _model_inputs(batch, device, model)
-    layout = _shared_layout(model, batch, inputs, dtype) if shared_prompts else None
+    layout = _shared_layout(model, batch, inputs, dtype, layouts) if shared_prompts else None
     if layout is not None:
         with autocast_context(device, dtype):
             nodes = shared_node_logits(model, layout)
@@ -199,13 +203,14 @@ def _node_logprobs(nodes: NodeLogits, labels: torch.Tensor, temperature: float,
 
 def response_logits(model: nn.Module, batch: TensorBatch, *, device: torch.device,
                     temperature: float = 1.0, dtype: torch.dtype | None = None,
-                    shared_prompts: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                    shared_prompts: bool = False, layouts: LayoutMemo | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The logits ``(B, R, V)`` that predict the response tokens, ``logits / temperature``
-    in float32, and those tokens ``(B, R)`` (the labels); ``shared_prompts`` as in
-    :func:`response_logprobs`."""
+    in float32, and those tokens ``(B, R)`` (the labels); ``shared_prompts`` and
+    ``layouts`` as in :func:`response_logprobs`."""
     width = batch.response_width
     inputs = _model_inputs(batch, device, model)
-    layout = _shared_layout(model, batch, inputs, dtype) if shared_prompts else None
+    layout = _shared_layout(model, batch, inputs, dtype, layouts) if shared_prompts else None
     if layout is not None:
         with autocast_context(device, dtype):
             logits = shared_prompt_logits(model, inputs["input_ids"], inputs["attention_mask"],
@@ -228,32 +233,35 @@ def response_logits(model: nn.Module, batch: TensorBatch, *, device: torch.devic
 @torch.no_grad()
 def response_entropy_signals(model: nn.Module, batch: TensorBatch, *, device: torch.device,
                              temperature: float = 1.0, dtype: torch.dtype | None = None,
-                             shared_prompts: bool = False
+                             shared_prompts: bool = False, layouts: LayoutMemo | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """From one forward pass without gradients (:func:`response_logits`): the response
     tokens' log-probs, the entropies ``H`` and the expected entropy signals ``N``
     (:func:`rft.ops.expected_entropy_signal_from_logits`, Trinity-RFT's ``necs``), each
     ``(B, R)`` in float32."""
     logits, labels = response_logits(model, batch, device=device, temperature=temperature,
-                                     dtype=dtype, shared_prompts=shared_prompts)  # (B, R, V)
+                                     dtype=dtype, shared_prompts=shared_prompts,
+                                     layouts=layouts)  # (B, R, V)
     logps = logprobs_from_logits(logits, labels)  # (B, R)
     entropy = entropy_from_logits(logits)  # (B, R)
     return logps, entropy, expected_entropy_signal_from_logits(logits)  # (B, R) each
 
 
 def _shared_layout(model: nn.Module, batch: TensorBatch, inputs: dict[str, torch.Tensor],
-                   dtype: torch.dtype | None) -> SharedLayout | None:
+                   dtype: torch.dtype | None, layouts: LayoutMemo | None
+                   ) -> SharedLayout | None:
     """The layout that computes ``batch``'s shared prefixes once (``inputs``: its
     ``(B, P+R)`` model inputs) when the model and the batch allow it
     (:func:`uses_shared_prompts`): prompt groups (:mod:`rft.trainer.prompt_groups`) where
     whole prompts are shared, else prefix-tree packs when they compute fewer tokens
     (:func:`rft.trainer.packed_forward.saves_tokens`) and cost less than the plain rows
     (:func:`rft.trainer.packed_forward.packing_cost_reason`, logged when not); ``None``:
-    the model's plain forward."""
+    the model's plain forward. ``layouts``: found there when built before."""
     if not uses_shared_prompts(model, batch, dtype):
         return None
-    layout = shared_layout(model, inputs["input_ids"], inputs["attention_mask"],
-                           inputs["position_ids"], batch.prompt_width)
+    build = shared_layout if layouts is None else layouts.layout
+    layout = build(model, inputs["input_ids"], inputs["attention_mask"],
+                   inputs["position_ids"], batch.prompt_width)
     if isinstance(layout, PromptGroups):
         return layout
     config = getattr(model, "config", None)
@@ -292,16 +300,16 @@ def chunked_entropy(log_p: torch.Tensor, chunk: int) -> torch.Tensor:
 
 
 def response_values(critic: nn.Module, batch: TensorBatch, *, device: torch.device,
-                    dtype: torch.dtype | None = None, shared_prompts: bool = False
-                    ) -> torch.Tensor:
+                    dtype: torch.dtype | None = None, shared_prompts: bool = False,
+                    layouts: LayoutMemo | None = None) -> torch.Tensor:
     """Critic values ``(B, R)`` of the states before each response token: the value
     head's output at column ``P + j − 1`` for response column ``P + j``. ``shared_prompts``:
     each shared prefix runs once (:func:`rft.trainer.packed_forward.packed_logits` over the
     value head's one output per token) where the critic and the batch allow it, as
-    :func:`response_logprobs`; else the critic's plain forward."""
+    :func:`response_logprobs` (``layouts`` too); else the critic's plain forward."""
     width = batch.response_width
     inputs = _model_inputs(batch, device, critic)
-    layout = _shared_layout(critic, batch, inputs, dtype) if shared_prompts else None
+    layout = _shared_layout(critic, batch, inputs, dtype, layouts) if shared_prompts else None
     with autocast_context(device, dtype):
         if layout is not None:
             return packed_logits(critic, layout)[..., 0].float()  # (B, R)

@@ -66,7 +66,9 @@ def version_reason() -> str | None:
     return None
 
 
-def _implementation(model: nn.Module) -> str | None:
+def attention_implementation(model: nn.Module) -> str | None:
+    """The attention implementation ``model`` runs (its config's ``_attn_implementation``;
+    ``None`` without a config)."""
     config = getattr(model, "config", None)
     return getattr(config, "_attn_implementation", None) if config is not None else None
 
@@ -79,7 +81,7 @@ def fallback_reason(model: nn.Module, batch_input_ids: torch.Tensor,
     reason = version_reason()
     if reason is not None:
         return reason
-    implementation = _implementation(model)
+    implementation = attention_implementation(model)
     if implementation not in MASKED_IMPLEMENTATIONS:
         return f"attention implementation {implementation!r} is not sdpa or eager"
     # the probe before the batch's own checks: under FSDP2 every rank runs its forwards at
@@ -134,7 +136,7 @@ def probe_reason(model: nn.Module) -> str | None:
                           use_cache=False).logits[:, 2:4].float()  # (2, 2, V)
             layouts: list[SharedLayout] = [pack_rows(ids, mask, positions, 3)]
             groups = (group_rows(ids, mask, positions, 3)
-                      if _implementation(model) == PROMPT_GROUPS else None)
+                      if attention_implementation(model) == PROMPT_GROUPS else None)
             if groups is not None:
                 layouts.append(groups)
             try:
@@ -168,7 +170,7 @@ def log_fallback(reason: str) -> None:
 def _mask(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
     """``allowed`` ``(G, 1, N, N)`` as the mask the model's attention implementation reads:
     boolean for sdpa, additive float32 for eager."""
-    if _implementation(model) != "eager":  # sdpa and the prompt groups' sdpa
+    if attention_implementation(model) != "eager":  # sdpa and the prompt groups' sdpa
         return allowed
     blocked = torch.finfo(torch.float32).min
     return torch.zeros(allowed.shape, dtype=torch.float32,
@@ -279,7 +281,7 @@ def shared_layout(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     attention (:func:`rft.trainer.prompt_groups.use_prompt_group_attention`) and whole
     prompts are shared enough (:func:`rft.trainer.prompt_groups.group_rows`), else the
     prefix-tree packs."""
-    if _implementation(model) == PROMPT_GROUPS:
+    if attention_implementation(model) == PROMPT_GROUPS:
         groups = group_rows(input_ids, attention_mask, position_ids, prompt_width)
         if groups is not None:
             return groups

@@ -86,7 +86,8 @@ class PolicyUpdates(RowPlanning):
                         self.actor, micro, device=device, temperature=self.options.temperature,
                         with_entropy=True, entropy_grad=entropy_grad, dtype=self.options.dtype,
                         entropy_chunk=self.options.entropy_chunk_size,
-                        shared_prompts=self.options.prefix_sharing)
+                        shared_prompts=self.options.prefix_sharing,
+                        layouts=self.layouts)
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     out = actor_loss(self.fns, LossInputs(
                         log_prob=log_prob, response_mask=on["response_mask"],
@@ -121,7 +122,8 @@ class PolicyUpdates(RowPlanning):
                     on = {k: v.to(device) for k, v in micro.tensors.items()}
                     vpreds = response_values(
                         self.critic, micro, device=device, dtype=self.options.dtype,
-                        shared_prompts=self.options.prefix_sharing)  # (b, r)
+                        shared_prompts=self.options.prefix_sharing,
+                        layouts=self.layouts)  # (b, r)
                     vf_loss, vf_clipfrac = clipped_value_loss(
                         vpreds, on["values"], on["returns"], on["response_mask"],
                         cliprange_value=self.options.cliprange_value, loss_agg_mode=agg.mode,

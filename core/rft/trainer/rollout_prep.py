@@ -79,13 +79,15 @@ class RolloutPreparation(RowPlanning):
                     logps, entropy, micro_signal = response_entropy_signals(
                         model, micro, device=self.options.device,
                         temperature=self.options.temperature, dtype=self.options.dtype,
-                        shared_prompts=self.options.prefix_sharing)
+                        shared_prompts=self.options.prefix_sharing,
+                        layouts=self.layouts)
                 else:
                     logps, entropy = response_logprobs(
                         model, micro, device=self.options.device,
                         temperature=self.options.temperature, with_entropy=with_entropy,
                         entropy_grad=False, dtype=self.options.dtype,
-                        shared_prompts=self.options.prefix_sharing)
+                        shared_prompts=self.options.prefix_sharing,
+                        layouts=self.layouts)
                 if real:
                     width = micro.response_width
                     out[rows, :width] = logps.cpu()
@@ -111,7 +113,8 @@ class RolloutPreparation(RowPlanning):
                 micro = tensors.select(rows)
                 values = response_values(self.critic, micro, device=self.options.device,
                                          dtype=self.options.dtype,
-                                         shared_prompts=self.options.prefix_sharing)
+                                         shared_prompts=self.options.prefix_sharing,
+                                         layouts=self.layouts)
                 if real:
                     out[rows, : micro.response_width] = values.cpu()
         finally:

@@ -8,6 +8,7 @@ import torch
 
 from rft.algorithm import AlgorithmPreset
 from rft.trainer.batching import TensorBatch, split_by_tokens, split_fixed, unit_rows
+from rft.trainer.layout_memo import LayoutMemo
 from rft.trainer.options import TorchTrainerOptions
 from rft.trainer.parallel import RankGroup, balance_units
 
@@ -23,6 +24,8 @@ class RowPlanning:
     preset: AlgorithmPreset
     options: TorchTrainerOptions
     ranks: RankGroup | None
+    layouts: LayoutMemo
+    """The shared-prefix layouts of the step's rows, built once for all its forwards."""
 
     @property
     def is_rank0(self) -> bool:

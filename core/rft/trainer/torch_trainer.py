@@ -53,6 +53,7 @@ from rft.trainer.batching import TensorBatch
 from rft.trainer.fsdp import full_tensor, shard_model, unique_state_names
 from rft.trainer.vision_step import keep_vision_in_models
 from rft.trainer.input_checks import check_experiences
+from rft.trainer.layout_memo import LayoutMemo
 from rft.trainer.metrics import timed
 from rft.trainer.models import (has_dropout, load_causal_lm, load_value_model, save_pretrained,
                                 unique_tensors)
@@ -107,6 +108,7 @@ class TorchTrainer(PolicyUpdates, RolloutPreparation, Trainer):
         self.fns: LossPlan = plan.loss
         self.options = TorchTrainerOptions.from_plan(plan)
         self.ranks = ranks
+        self.layouts = LayoutMemo()
         self.correction = spec_of(plan.algorithm.rollout_correction)
         """``algorithm.rollout_correction`` parsed (:mod:`rft.trainer.rollout_correction`)."""
         self._checked_first_step = False
