@@ -74,18 +74,31 @@ def _compiled_calls(engine: HFEngine) -> int:
     return engine.step_forward.compiled_calls
 
 
+def _graphs_compiled() -> int:
+    """Frames dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["ok"])
+
+
 def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, prompts) -> None:
     compiled, eager = engines
     assert eager.step_forward is None
     before = _compiled_calls(compiled)
     assert _tokens(compiled, prompts, GREEDY) == _tokens(eager, prompts, GREEDY)
     assert _compiled_calls(compiled) == before + GREEDY.max_tokens - 1  # every decode step
+    graphs = _graphs_compiled()
+    assert graphs >= 1
     sampled = compiled.generate(prompts, SamplingArgs(max_tokens=12, seed=3), n=4)
+    assert _graphs_compiled() == graphs  # 4× the rows, other lengths: the same graph
     assert [len(group) for group in sampled] == [4, 4, 4]
     _assert_teacher_forced(compiled, sampled, eager)
-    # another row count and cache length: the same graph (dynamic shapes), no failure
+    # another row count and cache length: the same graph (rows and cache length marked
+    # dynamic), no compile, no failure
+    graphs = _graphs_compiled()
     _assert_teacher_forced(compiled, compiled.generate(prompts[:1], SamplingArgs(
         max_tokens=20, seed=4), n=3), eager)
+    assert _graphs_compiled() == graphs
     assert compiled.step_forward is not None and compiled.step_forward.failure is None
 
 

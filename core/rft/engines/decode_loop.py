@@ -242,7 +242,7 @@ class _CachedForward:
         if not self.uses_key_mask:
             self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
             return self._forward(self.step_forward, input_ids, position_ids, self.mask)
-        if self.length > self.key_mask.shape[-1]:
+        if self.length >= self.key_mask.shape[-1]:  # never the whole buffer: one stride kind
             grown = self.key_mask.new_ones(*self.key_mask.shape[:-1],
                                            2 * self.key_mask.shape[-1])  # (R, 1, 1, 2C)
             grown[..., :self.key_mask.shape[-1]] = self.key_mask
