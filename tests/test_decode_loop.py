@@ -389,3 +389,23 @@ def test_log_probs_read_from_the_draws_probabilities_equal_log_softmax(
         want = torch.log_softmax(stacked, -1).gather(-1, result.tokens[..., None]).squeeze(-1)
         assert result.logprobs is not None
         torch.testing.assert_close(result.logprobs, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_unfiltered_holds_exactly_where_filter_scores_only_divides_by_t(
+        temperature: float) -> None:
+    """:func:`decode_loop.unfiltered` and :func:`filter_scores` agree: a step is unfiltered
+    exactly when its scores are the raw logits over ``T'`` (so reading ``log p_y`` from the
+    draw's probabilities is ``log_softmax(z / T')``); each filter, or another sampling
+    temperature, alone makes it filtered."""
+    raw = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    base = dict(max_new_tokens=4, min_new_tokens=0, temperature=temperature, top_k=0,
+                top_p=1.0, stop_token_ids=[1], pad_token_id=0,
+                logprob_temperature=temperature)
+    cases = [({}, 0), ({"top_k": 5}, 0), ({"top_p": 0.9}, 0), ({"min_new_tokens": 2}, 1),
+             ({"min_new_tokens": 2}, 2), ({"logprob_temperature": 0.5}, 0)]
+    for change, step in cases:
+        settings = DecodeSettings(**{**base, **change})
+        scores = decode_loop.filter_scores(raw, step, settings)
+        same = torch.equal(scores, raw / settings.logprob_temperature)
+        assert decode_loop.unfiltered(step, settings) == same, (change, step)
