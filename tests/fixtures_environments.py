@@ -115,6 +115,15 @@ class Unseeded(Guess):
         return f"Guess ({self.secret}).", {}
 
 
+class UnseededLate(Unseeded):
+    """:class:`Unseeded` whose first observations differ only after a long common start (as
+    ScienceWorld's did: the room's objects listed in another order)."""
+
+    def reset(self, task: Any, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        observation, info = super().reset(task, seed)
+        return "You are in a room. " * 6 + observation, info
+
+
 class CrashingOnOdd(Guess):
     """Runs in a child process that dies on the first step of tasks with an odd index."""
 

@@ -43,6 +43,7 @@ def test_an_out_of_process_environment_passes_through_its_child():
     (envs.Raising, "step raised ValueError: the board is on fire"),
     (envs.Unseeded, "not deterministic: a second reset with the same seed on the same "
                     "instance played differently (first observation"),
+    (envs.UnseededLate, "(first observation at character 121: 'e in a room. Guess ("),
     (envs.ClosesOnce, "close raised RuntimeError: already closed"),
     (envs.Hanging, "step did not return within 0.5 s (check_environment's timeout)"),
     (envs.PicklesBadly, "out of process: "),

@@ -157,11 +157,20 @@ def _in_a_child(check: _Check, env_class: type[Environment], args: Any, task: Ta
 
 def _difference(a: Trajectory, b: Trajectory) -> str:
     if a[0] != b[0]:
-        return f"first observation {a[0]!r:.60} vs {b[0]!r:.60}"
+        return f"first observation {_where_texts_differ(a[0], b[0])}"
     for number, (x, y) in enumerate(zip(a[1], b[1])):
         if x != y:
-            return f"step {number}: {x!r:.80} vs {y!r:.80}"
+            if x[0] != y[0]:
+                return f"step {number}: observation {_where_texts_differ(x[0], y[0])}"
+            return f"step {number}: {x[1:]!r:.80} vs {y[1:]!r:.80}"
     return f"{len(a[1])} vs {len(b[1])} steps"
+
+
+def _where_texts_differ(a: str, b: str, context: int = 20, shown: int = 40) -> str:
+    """Both texts from ``context`` characters before their first difference on."""
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, at - context)
+    return f"at character {at}: {a[start:start + shown]!r} vs {b[start:start + shown]!r}"
 
 
 __all__ = ["DEFAULT_ACTIONS", "Trajectory", "check_environment"]

@@ -255,3 +255,27 @@ def test_a_jvm_dying_in_a_run_fails_its_task_in_one_line_and_the_others_go_on(rf
     assert fine.ok and len(fine.experiences) == 1
     assert fine.experiences[0].metrics["env/steps"] == 2.0
     assert java_children() == before
+
+
+def test_a_room_is_listed_in_the_same_order_on_every_reset(env):
+    """ScienceWorld keys a room's objects by identity hash; ``stable_order`` (the default)
+    makes those hashes constant, so reset after reset of one JVM shows the same room (before
+    it, the paint cups of ``boil`` 1 came in another order on the second reset)."""
+    actions = ("look around", "open cupboard", "look around", "inventory")
+    plays = []
+    for _ in range(3):
+        first, _ = env.reset(task({"task_name": "boil", "var_num": 1}))
+        plays.append([first] + [env.step(action).observation for action in actions])
+    assert plays[1] == plays[0] and plays[2] == plays[0]
+    assert "wood cup (containing red paint)" in plays[0][0]
+
+
+@pytest.mark.parametrize("stable_order", [True, False])
+def test_stable_order_is_a_jvm_option(stable_order):
+    environment = SciWorldEnvironment(SciWorldArgs(stable_order=stable_order))
+    try:
+        environment.reset(task({"task_name": "boil"}))
+        command_line = psutil.Process(environment.jvm.pid).cmdline()
+        assert ("-XX:hashCode=2" in command_line) is stable_order
+    finally:
+        environment.close()
