@@ -7,6 +7,7 @@ and fall back to eager decoding with one warning line when compiling fails. Also
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -137,6 +138,24 @@ def test_weights_and_adapters_synced_in_place_reach_the_compiled_steps(
     _assert_teacher_forced(compiled, compiled.generate(prompts, SamplingArgs(
         max_tokens=12, seed=6), n=2), eager)
     assert compiled.step_forward is not None and compiled.step_forward.failure is None
+
+
+def test_two_compiled_engines_keep_graphs_of_their_own(prompts,
+                                                      tiny_model_dir: Path) -> None:  # noqa: F811
+    """Every HF model's forward is one decorator's code, on which dynamo keeps its graphs and
+    its recompile limit; each :class:`CompiledStep` compiles apart (``isolate_recompiles``),
+    so with a limit of one graph two more engines still compile their own (sharing the
+    limit, both would decode eagerly, silently)."""
+    if "isolate_recompiles" not in inspect.signature(torch.compile).parameters:
+        pytest.skip(f"torch {torch.__version__} has no isolate_recompiles")
+    eager = HFEngine(str(tiny_model_dir), seed=7)  # the fixture's engines hold an adapter
+    with torch._dynamo.config.patch(recompile_limit=1):
+        more = [HFEngine(str(tiny_model_dir), seed=7, compile_decode=True) for _ in range(2)]
+        graphs = _graphs_compiled()
+        for engine in more:
+            assert _tokens(engine, prompts, GREEDY) == _tokens(eager, prompts, GREEDY)
+    assert _graphs_compiled() == graphs + 2
+    assert all(_compiled_calls(engine) == GREEDY.max_tokens - 1 for engine in more)
 
 
 def test_a_failed_compile_is_one_warning_line_and_decoding_goes_on_eagerly(

@@ -172,6 +172,56 @@ def test_grouped_query_attention_without_copied_heads_is_sdpa_bit_for_bit(
                        reference(input_ids=ids, attention_mask=mask).logits)
 
 
+@pytest.mark.parametrize("heads, kv_heads", [(8, 2), (4, 4)], ids=["grouped", "plain"])
+@pytest.mark.parametrize("boolean", [True, False], ids=["bool-mask", "float-mask"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_one_query_attention_is_sdpa(heads: int, kv_heads: int, boolean: bool,
+                                     dtype: torch.dtype) -> None:
+    """The compiled decode steps' attention (one query per row as batched products) equals
+    SDPA's, with a boolean or an additive mask wider than the keys (its first ``T``
+    columns count), grouped or not; in bf16 within one bf16 rounding of SDPA's."""
+    from rft.engines.gqa_attention import one_query_attention
+
+    generator = torch.Generator().manual_seed(0)
+    rows, keys, width = 5, 11, 16
+    query = torch.randn(rows, heads, 1, width, generator=generator)
+    key, value = (torch.randn(rows, kv_heads, keys, width, generator=generator)
+                  for _ in range(2))
+    attend = torch.rand(rows, 1, 1, keys + 3, generator=generator) > 0.3  # (B, 1, 1, T + 3)
+    attend[..., keys - 1] = True
+    mask = attend if boolean else torch.zeros(attend.shape).masked_fill(~attend, -1e9)
+    query, key, value = (t.to(dtype) for t in (query, key, value))
+    mask = mask if boolean else mask.to(dtype)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask[..., :keys], scale=0.3,
+        enable_gqa=heads != kv_heads).transpose(1, 2)  # (B, 1, H, d)
+    got = one_query_attention(query, key, value, mask, scaling=0.3)
+    assert got.shape == (rows, 1, heads, width) and got.dtype == dtype
+    torch.testing.assert_close(got, expected, rtol=0,
+                               atol=1e-6 if dtype == torch.float32 else 2 ** -7)
+
+
+def test_one_query_attention_serves_compiled_steps_only(tiny_model_dir: Path,
+                                                        monkeypatch) -> None:
+    """Eager decode steps keep SDPA (bit for bit, above); inside ``torch.compile``'s trace
+    a one-query step takes :func:`one_query_attention`."""
+    from rft.engines import gqa_attention
+
+    calls: list[bool] = []
+    monkeypatch.setattr(gqa_attention, "one_query_attention",
+                        lambda *a: calls.append(True) or torch.zeros(1))
+    query = torch.zeros(2, 4, 1, 8)
+    key = value = torch.zeros(2, 2, 3, 8)
+    mask = torch.ones(2, 1, 1, 3, dtype=torch.bool)
+    module = torch.nn.Module()
+    module.num_key_value_groups = 2  # type: ignore[assignment]
+    out, _ = gqa_attention.gqa_sdpa_forward(module, query, key, value, mask)
+    assert not calls and out.shape == (2, 1, 4, 8)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    gqa_attention.gqa_sdpa_forward(module, query, key, value, mask)
+    assert calls == [True]
+
+
 def test_grouped_query_attention_stays_off_where_it_does_not_apply(tiny_model_dir: Path) -> None:
     eager = _qwen2(tiny_model_dir, attn_implementation="eager")
     assert unavailable_reason(eager) == "the attention backend is not sdpa"

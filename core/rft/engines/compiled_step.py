@@ -15,6 +15,19 @@ One compile covers every row count and cache length (sizes 0 and 1 are specialis
 call with a single row compiles once more). Nothing of the model is copied: it is the
 model's own forward, traced.
 
+On the CPU two more cuts of the per-step overhead:
+
+- inductor's C++ wrapper (``cpp_wrapper``): the compiled graph calls its kernels and
+  matrix products from generated C++ instead of a generated Python function (~40 calls
+  per step for a 2-layer model, a few µs of Python each);
+- the attention of one query per row is written as batched products inside the graph
+  (:func:`rft.engines.gqa_attention.one_query_attention`) rather than SDPA's CPU kernel.
+
+Dynamo keeps compiled graphs, and its limit of 8 per function, on the traced code; every
+Hugging Face model's ``forward`` is one decorator's code, so two compiled engines of one
+process would share that limit. Where torch has ``isolate_recompiles`` (2.13), each
+:class:`CompiledStep` keeps graphs of its own.
+
 - **Cost.** The first decode step compiles: ~20–30 s on this project's 2-core CPUs for a
   2-layer model, more for deeper ones; inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``)
   brings a later start of the same model down to seconds. A run of few steps loses.
@@ -32,6 +45,7 @@ model's own forward, traced.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -72,7 +86,14 @@ class CompiledStep:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self._compiled = torch.compile(model.forward)
+        parameter = next(model.parameters(), None)
+        on_cpu = parameter is None or parameter.device.type == "cpu"
+        isolated: dict[str, Any] = ({"isolate_recompiles": True}
+                                    if "isolate_recompiles"
+                                    in inspect.signature(torch.compile).parameters else {})
+        self._compiled = torch.compile(model.forward,
+                                       options={"cpp_wrapper": True} if on_cpu else None,
+                                       **isolated)
         self.failure: str | None = None
         """Why the steps run eagerly (``None``: compiled)."""
         self.compiled_calls = 0
