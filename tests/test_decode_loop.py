@@ -201,8 +201,7 @@ def test_one_query_attention_is_sdpa(heads: int, kv_heads: int, boolean: bool,
                                atol=1e-6 if dtype == torch.float32 else 2 ** -7)
 
 
-def test_one_query_attention_serves_compiled_steps_only(tiny_model_dir: Path,
-                                                        monkeypatch) -> None:
+def test_one_query_attention_serves_compiled_steps_only(monkeypatch) -> None:
     """Eager decode steps keep SDPA (bit for bit, above); inside ``torch.compile``'s trace
     a one-query step takes :func:`one_query_attention`."""
     from rft.engines import gqa_attention

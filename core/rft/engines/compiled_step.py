@@ -45,13 +45,13 @@ process would share that limit. Where torch has ``isolate_recompiles`` (2.13), e
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
 import torch
 from torch import nn
 
+from rft.engines.decode_loop import accepts_keyword
 from rft.errors import first_line
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,8 @@ class CompiledStep:
         parameter = next(model.parameters(), None)
         on_cpu = parameter is None or parameter.device.type == "cpu"
         isolated: dict[str, Any] = ({"isolate_recompiles": True}
-                                    if "isolate_recompiles"
-                                    in inspect.signature(torch.compile).parameters else {})
+                                    if accepts_keyword(torch.compile, "isolate_recompiles")
+                                    else {})
         self._compiled = torch.compile(model.forward,
                                        options={"cpp_wrapper": True} if on_cpu else None,
                                        **isolated)

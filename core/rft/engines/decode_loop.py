@@ -164,7 +164,7 @@ def missing_cache_api(cache_type: type | None = None) -> str | None:
     return None
 
 
-def _accepts(function: Callable[..., object], name: str) -> bool:
+def accepts_keyword(function: Callable[..., object], name: str) -> bool:
     """Whether ``function`` takes a keyword argument ``name``."""
     try:
         return name in inspect.signature(function).parameters
@@ -208,7 +208,7 @@ class _CachedForward:
         config = getattr(model, "config", None)
         # with the model's config the cache knows sliding-window layers, as generate's does
         self.cache: Any = (DynamicCache(config=config)
-                           if config is not None and _accepts(DynamicCache, "config")
+                           if config is not None and accepts_keyword(DynamicCache, "config")
                            else DynamicCache())
         self.mask = torch.zeros(0, 0, dtype=torch.long)  # (R, L): 2-D mode
         self.uses_key_mask = takes_key_mask(model) if key_mask is None else key_mask
@@ -216,7 +216,7 @@ class _CachedForward:
         self.length = 0
         """``L``: the columns the cache holds."""
         self.keep: dict[str, int] = ({"logits_to_keep": 1}
-                                     if _accepts(model.forward, "logits_to_keep") else {})
+                                     if accepts_keyword(model.forward, "logits_to_keep") else {})
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor, source: torch.Tensor | None = None) -> torch.Tensor:

@@ -73,9 +73,9 @@ def one_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         out_{kv,g} = softmax(q_{kv,g} K_kvᵀ · scale + m) V_kv
 
     ``attention_mask`` ``(B, 1, 1, ≥T)`` (its first ``T`` columns are used): boolean
-    (``True``: attend; ``m = 0`` or ``−∞``) or additive float; ``scale`` defaults to ``d^−½``. Computed in float32 whatever the
-    inputs' dtype (as SDPA's CPU kernel accumulates bf16); returns ``(B, 1, H, d)`` in the
-    query's dtype."""
+    (``True``: attend; ``m = 0`` or ``−∞``) or additive float; ``scale`` defaults to
+    ``d^−½``. Computed in float32 whatever the inputs' dtype (as SDPA's CPU kernel
+    accumulates bf16); returns ``(B, 1, H, d)`` in the query's dtype."""
     rows, heads, _, width = query.shape
     kv_heads = key.shape[1]
     grouped = query.reshape(rows, kv_heads, heads // kv_heads, width).float()  # (B, KV, G, d)
