@@ -258,7 +258,8 @@ def check_prefix_sharing(args: argparse.Namespace, model: Path) -> tuple[bool, s
 def check_compile_decode(args: argparse.Namespace, model: Path) -> tuple[bool, str]:
     """The ``hf`` engine's decode steps through ``torch.compile`` against eager decoding,
     both fp32 on the device with one seed: greedy tokens, and the compiled engine's sampled
-    log-probs against the eager engine's teacher forcing."""
+    log-probs (drawn in the compiled graph: ``compiled_draws``) against the eager engine's
+    teacher forcing."""
     import torch
 
     from rft.engines import SamplingArgs
@@ -292,8 +293,10 @@ def check_compile_decode(args: argparse.Namespace, model: Path) -> tuple[bool, s
               if c.logprobs is not None)
     step = engines[True].step_forward
     assert isinstance(step, CompiledStep)
-    ok = step.failure is None and step.compiled_calls > 0 and gap <= 1e-3
-    return ok, (f"compiled_calls={step.compiled_calls} failure={step.failure!r} "
+    ok = (step.failure is None and step.compiled_calls > 0 and step.compiled_draws > 0
+          and gap <= 1e-3)
+    return ok, (f"compiled_calls={step.compiled_calls} compiled_draws={step.compiled_draws} "
+                f"failure={step.failure!r} "
                 f"greedy_rows_equal={same}/{len(tokens[True])} max_logprob_gap={gap:.3g} "
                 f"s_first_compiled={seconds[True][0]:.1f} "
                 f"s_per_call_compiled={min(seconds[True][1:]):.3f} "

@@ -85,14 +85,22 @@ def _graphs_compiled() -> int:
 def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, prompts) -> None:
     compiled, eager = engines
     assert eager.step_forward is None
+    step = compiled.step_forward
+    assert isinstance(step, CompiledStep)
     before = _compiled_calls(compiled)
     assert _tokens(compiled, prompts, GREEDY) == _tokens(eager, prompts, GREEDY)
     assert _compiled_calls(compiled) == before + GREEDY.max_tokens - 1  # every decode step
+    assert step.compiled_draws == 0  # greedy: the loop picks the tokens
     graphs = _graphs_compiled()
     assert graphs >= 1
-    sampled = compiled.generate(prompts, SamplingArgs(max_tokens=12, seed=3), n=4)
-    assert _graphs_compiled() == graphs  # 4× the rows, other lengths: the same graph
+    # sampling: each step after the first draws in its graph (one more graph), from the
+    # uniform numbers the eager loop draws, so the tokens are the eager engine's
+    sampling = SamplingArgs(max_tokens=12, seed=3)
+    sampled = compiled.generate(prompts, sampling, n=4)
+    assert _graphs_compiled() == graphs + 1
+    assert step.compiled_draws == sampling.max_tokens - 1
     assert [len(group) for group in sampled] == [4, 4, 4]
+    assert [c.token_ids for c in _flat(sampled)] == _tokens(eager, prompts, sampling, n=4)
     _assert_teacher_forced(compiled, sampled, eager)
     # another row count and cache length: the same graph (rows and cache length marked
     # dynamic), no compile, no failure
@@ -100,7 +108,28 @@ def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, pro
     _assert_teacher_forced(compiled, compiled.generate(prompts[:1], SamplingArgs(
         max_tokens=20, seed=4), n=3), eager)
     assert _graphs_compiled() == graphs
-    assert compiled.step_forward is not None and compiled.step_forward.failure is None
+    assert step.failure is None
+
+
+def test_steps_draw_in_their_graph_only_for_the_settings_it_serves(engines, prompts) -> None:
+    """The graph that draws serves ``T > 0`` without top-k / top-p, a minimum length
+    included (its stop tokens held back); a top-p step runs the plain compiled forward and
+    the loop's own filters and draw."""
+    compiled, eager = engines
+    step = compiled.step_forward
+    assert isinstance(step, CompiledStep)
+    stop = compiled.stop_token_ids(GREEDY)
+    held = SamplingArgs(max_tokens=8, min_tokens=8, temperature=1.5, seed=8)
+    draws, calls = step.compiled_draws, step.compiled_calls
+    results = compiled.generate(prompts, held, n=2)
+    assert step.compiled_draws == draws + held.max_tokens - 1
+    completions = _flat(results)
+    assert all(len(c.token_ids) == 8 and not set(c.token_ids) & set(stop) for c in completions)
+    assert [c.token_ids for c in completions] == _tokens(eager, prompts, held, n=2)
+    nucleus = SamplingArgs(max_tokens=8, top_p=0.9, seed=9)
+    draws, calls = step.compiled_draws, step.compiled_calls
+    assert _tokens(compiled, prompts, nucleus, n=2) == _tokens(eager, prompts, nucleus, n=2)
+    assert step.compiled_draws == draws and step.compiled_calls > calls
 
 
 def test_weights_and_adapters_synced_in_place_reach_the_compiled_steps(

@@ -458,3 +458,76 @@ def test_unfiltered_holds_exactly_where_filter_scores_only_divides_by_t(
         scores = decode_loop.filter_scores(raw, step, settings)
         same = torch.equal(scores, raw / settings.logprob_temperature)
         assert decode_loop.unfiltered(step, settings) == same, (change, step)
+
+
+@pytest.mark.parametrize("temperature,min_new_tokens,step", [
+    (1.0, 0, 1), (0.7, 0, 1), (1.3, 3, 1), (1.3, 3, 3)])
+def test_draw_from_logits_is_the_loops_own_draw(temperature: float, min_new_tokens: int,
+                                                step: int) -> None:
+    """:func:`decode_loop.draw_from_logits` (what a step that draws in its graph runs) picks,
+    at the same uniform numbers, the tokens of the loop's filters, softmax and inverse-CDF
+    draw, bit for bit when run eagerly, the held-back stop tokens included; its log-probs
+    are :func:`chosen_logprobs`' formula."""
+    generator = torch.Generator().manual_seed(1)
+    raw = 3 * torch.randn(64, 50, generator=generator)  # (R, V)
+    raw[:, 7] += 8.0  # the stop token: drawn almost always unless held back
+    settings = DecodeSettings(max_new_tokens=4, min_new_tokens=min_new_tokens,
+                              temperature=temperature, top_k=0, top_p=1.0,
+                              stop_token_ids=[7], pad_token_id=0, logprob_temperature=0.9)
+    assert decode_loop.draws_in_step(settings)
+    draws = decode_loop._StepDraws(settings, vocab=50, device=torch.device("cpu"))
+    torch.manual_seed(4)
+    draw = draws.at(step, rows=64)
+    torch.manual_seed(4)
+    want = draw_inverse_cdf(decode_loop.filter_scores(raw, step, settings).softmax(-1))
+    chosen, logprobs = decode_loop.draw_from_logits(
+        raw, draw.uniforms, draw.temperature, draw.held_back, draw.logprob_temperature)
+    assert torch.equal(chosen, want)
+    if step < min_new_tokens:  # held back
+        assert not bool((chosen == 7).any())
+    else:
+        assert float((chosen == 7).float().mean()) > 0.5
+    torch.testing.assert_close(logprobs, decode_loop.chosen_logprobs(raw, chosen, 0.9),
+                               rtol=0, atol=0)
+
+
+def test_a_step_that_draws_serves_only_the_settings_it_covers() -> None:
+    base = dict(max_new_tokens=4, min_new_tokens=2, temperature=0.8, top_k=0, top_p=1.0,
+                stop_token_ids=[1], pad_token_id=0)
+    assert decode_loop.draws_in_step(DecodeSettings(**base))
+    for change in ({"temperature": 0.0}, {"top_k": 5}, {"top_p": 0.9}):
+        assert not decode_loop.draws_in_step(DecodeSettings(**{**base, **change}))
+    assert not decode_loop.draws_in_step(DecodeSettings(**base), draw_multinomial)
+
+
+@torch.no_grad()
+def test_sampling_with_a_step_that_draws_equals_the_loops_own_draws(
+        tiny_model_dir: Path) -> None:
+    """``draw_step`` (run eagerly here: :func:`decode_loop.forward_and_draw`; the ``hf``
+    engine compiles it, tests/test_compiled_decode.py) takes every step after the first
+    and gives the loop's own tokens from the same RNG stream, its log-probs within 1e-6,
+    its kept logits bit for bit, and the minimum length's held-back stop tokens; with
+    top-k the loop draws itself."""
+    model = _qwen2(tiny_model_dir)
+    ids, mask = _batch(model.config.vocab_size)
+    calls = []
+
+    def draw_step(**inputs: object) -> tuple:
+        calls.append(inputs["uniforms"])
+        return decode_loop.forward_and_draw(model, **inputs)
+
+    for top_k in (0, 5):
+        settings = DecodeSettings(max_new_tokens=6, min_new_tokens=6, temperature=1.2,
+                                  top_k=top_k, top_p=1.0, stop_token_ids=[2, 5],
+                                  pad_token_id=0, logprob_temperature=1.0, keep_logits=True)
+        calls.clear()
+        torch.manual_seed(6)
+        own = sample_tokens(model, ids, mask, settings, repeats=3)
+        torch.manual_seed(6)
+        drawn = sample_tokens(model, ids, mask, settings, repeats=3, draw_step=draw_step)
+        assert len(calls) == (5 if top_k == 0 else 0)
+        assert torch.equal(own.tokens, drawn.tokens)
+        assert not bool(torch.isin(drawn.tokens, torch.tensor([2, 5])).any())
+        assert all(torch.equal(a, b) for a, b in zip(own.logits, drawn.logits, strict=True))
+        assert own.logprobs is not None and drawn.logprobs is not None
+        torch.testing.assert_close(drawn.logprobs, own.logprobs, rtol=0, atol=1e-6)

@@ -34,7 +34,9 @@ steps of an sdpa model without sliding windows take a boolean key mask ``(R, 1, 
 sliced from one buffer (``transformers`` returns a 4-D mask as given) instead of a 2-D
 mask that ``transformers`` turns into a 4-D one at every step; the sampled tokens'
 log-probabilities are taken in the loop (one ``logsumexp`` per step) instead of keeping
-``N`` logits ``(R, V)`` for afterwards; no step copies its logits.
+``N`` logits ``(R, V)`` for afterwards; no step copies its logits. A compiled step can
+also draw (``draw_step``, :func:`draw_from_logits`): the step's sampling then runs inside
+its graph, from the uniform numbers the loop draws.
 """
 
 from __future__ import annotations
@@ -126,9 +128,19 @@ def filter_scores(scores: torch.Tensor, step: int, settings: DecodeSettings) -> 
 
 def draw_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
     """One token per row of ``probs`` ``(B, V)`` (non-negative, not necessarily summing
-    to 1) by inverting the cumulative distribution; returns ``(B,)`` ids::
+    to 1) by inverting the cumulative distribution at one uniform number per row,
+    ``u ~ U[0, 1)`` float64 from the global RNG (:func:`inverse_cdf_index`); returns
+    ``(B,)`` ids."""
+    uniforms = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device)  # (B, 1)
+    return inverse_cdf_index(probs, uniforms)
 
-        C_i = Σ_{j ≤ i} p_j  (float64),   u ~ U[0, 1),   y = min{ i : C_i > u · C_{V−1} }
+
+def inverse_cdf_index(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The token each row of ``probs`` ``(B, V)`` (non-negative, not necessarily summing
+    to 1) draws at its uniform number ``uniforms`` ``(B, 1)`` float64 in ``[0, 1)``;
+    returns ``(B,)`` ids::
+
+        C_i = Σ_{j ≤ i} p_j  (float64),   y = min{ i : C_i > u · C_{V−1} }
 
     A token with ``p_i = 0`` has ``C_i = C_{i−1}`` and is never drawn: the threshold is
     capped just below the total (the next float64 towards 0, in case rounding puts
@@ -136,10 +148,72 @@ def draw_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
     """
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # (B, V)
     total = cdf[:, -1:]  # (B, 1)
-    threshold = torch.rand(probs.shape[0], 1, dtype=torch.float64,
-                           device=probs.device) * total  # (B, 1)
-    threshold = torch.minimum(threshold, torch.nextafter(total, torch.zeros_like(total)))
+    threshold = torch.minimum(uniforms * total,
+                              torch.nextafter(total, torch.zeros_like(total)))  # (B, 1)
     return torch.searchsorted(cdf, threshold, right=True).squeeze(1)  # (B,)
+
+
+@dataclass(frozen=True)
+class StepDraw:
+    """The tensors a decode step that also draws (:data:`DrawingStep`) draws with, as
+    :func:`draw_from_logits` takes them (tensors, not numbers, so that a compiled graph
+    is not specialised to one temperature)."""
+
+    uniforms: torch.Tensor
+    """``(R, 1)`` float64, ``U[0, 1)``: one per row, drawn by the loop from the global RNG
+    (the numbers :func:`draw_inverse_cdf` draws at the same step)."""
+    temperature: torch.Tensor
+    """``()`` float32: ``T``."""
+    held_back: torch.Tensor
+    """``(V,)`` float32: ``−inf`` at the stop tokens while the minimum length holds them
+    back, else ``0``."""
+    logprob_temperature: torch.Tensor
+    """``()`` float32: ``T'``."""
+
+
+DrawingStep = Callable[..., tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]]
+"""A decode step that also draws, called with :class:`StepDraw`'s fields and the model's
+keyword inputs (``uniforms=…, temperature=…, held_back=…, logprob_temperature=…,
+input_ids=…, …``); returns ``(past_key_values, logits (R, V) float32, tokens (R,),
+log-probs (R,))`` as :func:`forward_and_draw` does (the ``hf`` engine's
+``compile_decode``: :meth:`rft.engines.compiled_step.CompiledStep.forward_and_draw`, the
+forward and the draw in one compiled graph)."""
+
+
+def draw_from_logits(logits: torch.Tensor, uniforms: torch.Tensor, temperature: torch.Tensor,
+                     held_back: torch.Tensor, logprob_temperature: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's tokens and their log-probs from raw logits ``z`` ``(R, V)`` float32, for
+    the settings a :data:`DrawingStep` serves (temperature ``T > 0``, no top-k, no top-p,
+    the inverse-CDF draw); returns ``(tokens (R,), log-probs (R,))``::
+
+        s = z / T + b            b_v = −inf for a stop token held back (minimum length), else 0
+        y = inverse_cdf_index(softmax(s), u)
+        log π(y) = z_y / T' − logsumexp(z / T')
+
+    The tokens equal the loop's own draw at the same uniforms ``u`` (:func:`filter_scores`,
+    ``softmax``, :func:`draw_inverse_cdf`: the same operations, bit for bit when run
+    eagerly); the log-probs are :func:`chosen_logprobs`' formula."""
+    probs = (logits / temperature + held_back).softmax(dim=-1)  # (R, V)
+    chosen = inverse_cdf_index(probs, uniforms)  # (R,)
+    scaled = logits / logprob_temperature  # (R, V)
+    logprobs = (scaled.gather(1, chosen[:, None]).squeeze(1)
+                - torch.logsumexp(scaled, dim=-1))  # (R,)
+    return chosen, logprobs
+
+
+def forward_and_draw(model: nn.Module, uniforms: torch.Tensor, temperature: torch.Tensor,
+                     held_back: torch.Tensor, logprob_temperature: torch.Tensor,
+                     **inputs: Any) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A decode step and its draw (:data:`DrawingStep`, run as it is or compiled): the
+    model's own forward over ``inputs``, then :func:`draw_from_logits` on the last
+    position's logits; returns ``(past_key_values, logits (R, V), tokens (R,),
+    log-probs (R,))``."""
+    out = model.forward(**inputs)
+    logits = out.logits[:, -1].float()  # (R, V)
+    chosen, logprobs = draw_from_logits(logits, uniforms, temperature, held_back,
+                                        logprob_temperature)
+    return out.past_key_values, logits, chosen, logprobs
 
 
 def draw_multinomial(probs: torch.Tensor) -> torch.Tensor:
@@ -238,23 +312,45 @@ class _CachedForward:
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``input_ids`` ``(B·n, 1)``; returns logits ``(B·n, V)``."""
+        out = self.step_forward(**self._step_inputs(input_ids, position_ids))
+        self.cache = out.past_key_values
+        return out.logits[:, -1]  # (B·n, V)
+
+    def step_and_draw(self, draw_step: DrawingStep, input_ids: torch.Tensor,
+                      position_ids: torch.Tensor, draw: StepDraw
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`step` and its draw in one call of ``draw_step``; returns ``(logits (B·n, V),
+        tokens (B·n,), log-probs (B·n,))``."""
+        self.cache, logits, chosen, logprobs = draw_step(
+            uniforms=draw.uniforms, temperature=draw.temperature, held_back=draw.held_back,
+            logprob_temperature=draw.logprob_temperature,
+            **self._step_inputs(input_ids, position_ids))
+        return logits, chosen, logprobs
+
+    def _step_inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor
+                     ) -> dict[str, Any]:
+        """The keyword inputs of the next decode step's forward (the cache grows by one
+        column)."""
         self.length += 1
         if not self.uses_key_mask:
             self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
-            return self._forward(self.step_forward, input_ids, position_ids, self.mask)
+            return self._inputs(input_ids, position_ids, self.mask)
         if self.length >= self.key_mask.shape[-1]:  # never the whole buffer: one stride kind
             grown = self.key_mask.new_ones(*self.key_mask.shape[:-1],
                                            2 * self.key_mask.shape[-1])  # (R, 1, 1, 2C)
             grown[..., :self.key_mask.shape[-1]] = self.key_mask
             self.key_mask = grown
-        return self._forward(self.step_forward, input_ids, position_ids,
-                             self.key_mask[..., :self.length])
+        return self._inputs(input_ids, position_ids, self.key_mask[..., :self.length])
+
+    def _inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> dict[str, Any]:
+        return dict(input_ids=input_ids, attention_mask=attention_mask,
+                    position_ids=position_ids, past_key_values=self.cache, use_cache=True,
+                    **self.keep)
 
     def _forward(self, forward: Callable[..., Any], input_ids: torch.Tensor,
                  position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = forward(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids, past_key_values=self.cache, use_cache=True,
-                      **self.keep)
+        out = forward(**self._inputs(input_ids, position_ids, attention_mask))
         self.cache = out.past_key_values
         return out.logits[:, -1]  # (B, V)
 
@@ -265,7 +361,8 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
                   draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf,
                   repeats: int = 1, rows: torch.Tensor | None = None,
                   share_prompts: bool = True,
-                  step_forward: Callable[..., Any] | None = None) -> DecodeResult:
+                  step_forward: Callable[..., Any] | None = None,
+                  draw_step: DrawingStep | None = None) -> DecodeResult:
     """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
     repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
     prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
@@ -281,6 +378,11 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     :param step_forward: what runs the decode steps, called as the model is (``None``: the
         model; the ``hf`` engine's ``compile_decode``: its forward compiled,
         :class:`rft.engines.compiled_step.CompiledStep`).
+    :param draw_step: a decode step that also draws (:data:`DrawingStep`; the ``hf``
+        engine's ``compile_decode``: the forward and the draw in one compiled graph), run for
+        the steps after the first where :func:`draws_in_step` (the default draw, ``T > 0``,
+        no top-k, no top-p): the same uniform numbers, the same tokens up to the rounding of
+        the step's kernels, the log-probs by :func:`chosen_logprobs`' formula.
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
@@ -301,6 +403,8 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     if source is not None:
         positions = positions.index_select(0, source)  # (R, 1)
     unfinished = torch.ones(step_logits.shape[0], dtype=torch.long, device=device)  # (R,)
+    draws = (_StepDraws(settings, step_logits.shape[-1], device)
+             if draw_step is not None and draws_in_step(settings, draw) else None)
     tokens: list[torch.Tensor] = []
     logits: list[torch.Tensor] = []
     logprobs: list[torch.Tensor] = []  # (B,) per step
@@ -309,22 +413,18 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         if step and settings.interrupt is not None and settings.interrupt():
             interrupted = True
             break
-        if step:
-            step_logits = forward.step(tokens[-1][:, None], positions)  # (B, V)
-        raw = step_logits.float()  # (B, V), never modified
-        if settings.keep_logits:
-            logits.append(raw)
-        scores = filter_scores(raw, step, settings)
-        probs: torch.Tensor | None = None
-        if settings.temperature == 0:
-            chosen = torch.argmax(scores, dim=-1)  # (B,)
+        if step and draw_step is not None and draws is not None:
+            raw, chosen, drawn = forward.step_and_draw(
+                draw_step, tokens[-1][:, None], positions,
+                draws.at(step, rows=step_logits.shape[0]))  # (B, V), (B,), (B,)
+            if settings.keep_logits:
+                logits.append(raw)
+            if settings.logprob_temperature is not None:
+                logprobs.append(drawn)
         else:
-            probs = scores.softmax(dim=-1)  # (B, V)
-            chosen = draw(probs)  # (B,)
-        if settings.logprob_temperature is not None:
-            logprobs.append(
-                drawn_logprobs(probs, chosen) if probs is not None and unfiltered(step, settings)
-                else chosen_logprobs(raw, chosen, settings.logprob_temperature))  # (B,)
+            if step:
+                step_logits = forward.step(tokens[-1][:, None], positions)  # (B, V)
+            chosen = _draw_eagerly(step_logits.float(), step, settings, draw, logits, logprobs)
         if can_stop:
             chosen = chosen * unfinished + settings.pad_token_id * (1 - unfinished)
             unfinished = unfinished & ~torch.isin(chosen, stop_ids)
@@ -339,6 +439,62 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
                         logprobs=(torch.stack(logprobs, dim=1)  # (B, N)
                                   if settings.logprob_temperature is not None else None),
                         interrupted=interrupted)
+
+
+def _draw_eagerly(raw: torch.Tensor, step: int, settings: DecodeSettings,
+                  draw: Callable[[torch.Tensor], torch.Tensor], logits: list[torch.Tensor],
+                  logprobs: list[torch.Tensor]) -> torch.Tensor:
+    """Step ``step``'s tokens ``(B,)`` from its raw float32 logits ``raw`` ``(B, V)`` (never
+    modified) by the loop's own operations; appends the logits to ``logits`` when
+    :attr:`DecodeSettings.keep_logits` and the tokens' log-probs to ``logprobs`` when
+    :attr:`DecodeSettings.logprob_temperature` is set."""
+    if settings.keep_logits:
+        logits.append(raw)
+    scores = filter_scores(raw, step, settings)
+    probs: torch.Tensor | None = None
+    if settings.temperature == 0:
+        chosen = torch.argmax(scores, dim=-1)  # (B,)
+    else:
+        probs = scores.softmax(dim=-1)  # (B, V)
+        chosen = draw(probs)  # (B,)
+    if settings.logprob_temperature is not None:
+        logprobs.append(
+            drawn_logprobs(probs, chosen) if probs is not None and unfiltered(step, settings)
+            else chosen_logprobs(raw, chosen, settings.logprob_temperature))  # (B,)
+    return chosen
+
+
+def draws_in_step(settings: DecodeSettings,
+                  draw: Callable[[torch.Tensor], torch.Tensor] = draw_inverse_cdf) -> bool:
+    """Whether a :data:`DrawingStep` can draw these settings' tokens
+    (:func:`draw_from_logits`): the inverse-CDF draw, ``T > 0``, no top-k, no top-p."""
+    return (draw is draw_inverse_cdf and settings.temperature > 0 and settings.top_k <= 0
+            and settings.top_p >= 1.0)
+
+
+class _StepDraws:
+    """The :class:`StepDraw` of each step of one :func:`sample_tokens` call: fresh uniform
+    numbers from the global RNG, the minimum length's held-back stop tokens while it
+    holds them."""
+
+    def __init__(self, settings: DecodeSettings, vocab: int, device: torch.device) -> None:
+        self.device = device
+        self.min_new_tokens = settings.min_new_tokens
+        self.temperature = torch.tensor(settings.temperature, dtype=torch.float32,
+                                        device=device)  # ()
+        self.logprob_temperature = torch.tensor(
+            settings.logprob_temperature or 1.0, dtype=torch.float32, device=device)  # ()
+        self.free = torch.zeros(vocab, dtype=torch.float32, device=device)  # (V,)
+        self.held_back = self.free.clone()  # (V,)
+        if settings.stop_token_ids:
+            self.held_back[settings.stop_token_ids] = -float("inf")
+
+    def at(self, step: int, rows: int) -> StepDraw:
+        """Step ``step``'s draw over ``rows`` rows (its uniforms drawn now)."""
+        uniforms = torch.rand(rows, 1, dtype=torch.float64, device=self.device)  # (R, 1)
+        return StepDraw(uniforms, self.temperature,
+                        self.held_back if step < self.min_new_tokens else self.free,
+                        self.logprob_temperature)
 
 
 def unfiltered(step: int, settings: DecodeSettings) -> bool:

@@ -335,7 +335,9 @@ class HFEngine(InferenceEngine):
                                      else None),
                 keep_logits=False)  # the log-probs are taken in the loop
             decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
-                                                rows=source, step_forward=self.step_forward)
+                                                rows=source, step_forward=self.step_forward,
+                                                draw_step=(None if self.step_forward is None
+                                                           else self.step_forward.forward_and_draw))
             new_tokens, logprobs = decoded.tokens, decoded.logprobs  # (B·n, N) each
             interrupted = decoded.interrupted
         else:
