@@ -298,7 +298,8 @@ class _CachedForward:
         the cache holding ``R`` rows: ``source`` ``(R,)`` long, the prompt row of each
         sample row (``None``: the ``B`` rows as they are)."""
         self.mask = attention_mask  # (B, P)
-        logits = self._forward(self.model, input_ids, position_ids, attention_mask)  # (B, V)
+        logits = self._forward(self.model, self._inputs(input_ids, position_ids,
+                                                         attention_mask))  # (B, V)
         if source is not None:
             self.cache.batch_select_indices(source)  # (R, kv, P, d) per layer
             self.mask = self.mask.index_select(0, source)  # (R, P)
@@ -312,9 +313,8 @@ class _CachedForward:
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``input_ids`` ``(B·n, 1)``; returns logits ``(B·n, V)``."""
-        out = self.step_forward(**self._step_inputs(input_ids, position_ids))
-        self.cache = out.past_key_values
-        return out.logits[:, -1]  # (B·n, V)
+        return self._forward(self.step_forward,
+                             self._step_inputs(input_ids, position_ids))  # (B·n, V)
 
     def step_and_draw(self, draw_step: DrawingStep, input_ids: torch.Tensor,
                       position_ids: torch.Tensor, draw: StepDraw
@@ -348,9 +348,9 @@ class _CachedForward:
                     position_ids=position_ids, past_key_values=self.cache, use_cache=True,
                     **self.keep)
 
-    def _forward(self, forward: Callable[..., Any], input_ids: torch.Tensor,
-                 position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = forward(**self._inputs(input_ids, position_ids, attention_mask))
+    def _forward(self, forward: Callable[..., Any], inputs: dict[str, Any]) -> torch.Tensor:
+        """``forward(**inputs)``, keeping its cache; the last position's logits ``(B, V)``."""
+        out = forward(**inputs)
         self.cache = out.past_key_values
         return out.logits[:, -1]  # (B, V)
 

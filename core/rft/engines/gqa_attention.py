@@ -49,13 +49,12 @@ def gqa_sdpa_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = int(getattr(module, "num_key_value_groups", 1))
+    own_arguments = any(kwargs.get(name) is not None for name in _OWN_ARGUMENTS)
     if (query.shape[2] == 1 and attention_mask is not None and attention_mask.dim() == 4
             and attention_mask.shape[1] == 1 and dropout == 0.0
-            and torch.compiler.is_compiling()
-            and all(kwargs.get(name) is None for name in _OWN_ARGUMENTS)):
+            and torch.compiler.is_compiling() and not own_arguments):
         return one_query_attention(query, key, value, attention_mask, scaling), None
-    if (groups <= 1 or attention_mask is None
-            or any(kwargs.get(name) is not None for name in _OWN_ARGUMENTS)):
+    if groups <= 1 or attention_mask is None or own_arguments:
         return sdpa_attention_forward(module, query, key, value, attention_mask,
                                       dropout=dropout, scaling=scaling, is_causal=is_causal,
                                       **kwargs)
