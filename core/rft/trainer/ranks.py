@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -45,6 +45,7 @@ from rft.host_memory import retain_freed_memory
 from rft.trainer.base import Trainer
 from rft.trainer.options import param_offload
 from rft.trainer.parallel import RankGroup, cpu_threads, free_port
+from rft.trainer.rank_waits import wait_for_ranks
 from rft.trainer.save_turns import SaveStrategy, SaveTurn, SaveWindow, save_turns
 
 log = logging.getLogger("rft.trainer.ranks")
@@ -54,11 +55,6 @@ SIDE_GROUP = "side"
 
 DEFAULT_TIMEOUT_S = 1800.0
 """Rank timeout when the plan has none (``trainer.rank_timeout`` unset: no validation)."""
-
-DEAD_PEER_GRACE = 5.0
-"""Seconds the other ranks are waited for after one raised, to find a rank that died (whose
-death made the collective fail there)."""
-
 
 @dataclass(frozen=True)
 class RankPlace:
@@ -356,60 +352,18 @@ class RankedTrainer(Trainer):
 
     def _all(self, refs: list[Any], what: str) -> list[Any]:
         """Results of one call per rank (``refs[i]`` on rank ``i``); the first failure ends
-        it with one line naming the rank, after stopping the others."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
+        it with one line naming the rank, after stopping the others
+        (:func:`rft.trainer.rank_waits.wait_for_ranks`)."""
         if self._failure is not None:
             raise RftError(f"trainer {self.name!r}: its ranks were stopped after: {self._failure}")
-        pending = {ref: rank for rank, ref in enumerate(refs)}
-        results: list[Any] = [None] * len(refs)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            for ref in ready:
-                rank = pending.pop(ref)
-                try:
-                    results[rank] = ray.get(ref)
-                except RayActorError as exc:
-                    self._fail(f"trainer rank {rank} of {len(refs)}{self._on(rank)} died during "
-                               f"{what}: {_first_line(exc)}")
-                except RayTaskError as exc:
-                    cause = exc.cause if exc.cause is not None else exc
-                    self._fail_on_a_dead_rank(pending, len(refs), what)  # it explains this one
-                    waiting = sorted(pending.values())
-                    also = (f" (ranks {', '.join(map(str, waiting))} had not finished)"
-                            if waiting else "")
-                    self._fail(f"trainer rank {rank} of {len(refs)}{self._on(rank)}, {what}: "
-                               f"{_first_line(cause)}{also}")
-        return results
-
-    def _fail_on_a_dead_rank(self, pending: dict[Any, int], world: int, what: str) -> None:
-        """When a rank's call raised, the ranks still ``pending`` get a short grace
-        (:data:`DEAD_PEER_GRACE` s): a collective fails on the live ranks (gloo's
-        "Connection reset by peer") when a peer process dies, and the dead rank, not the
-        one that noticed, is the culprit the line names."""
-        import ray
-        from ray.exceptions import RayActorError
-
-        if not pending:
-            return
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=DEAD_PEER_GRACE)
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except RayActorError as exc:
-                rank = pending[ref]
-                self._fail(f"trainer rank {rank} of {world}{self._on(rank)} died during "
-                           f"{what}: {_first_line(exc)}")
-            except Exception:  # noqa: BLE001 (a raising live rank: the first one is reported)
-                pass
+        return wait_for_ranks(refs, what, self._on, self._fail)
 
     def _on(self, rank: int) -> str:
         if rank < len(self.places):
             return f" (node {self.places[rank].node_ip}, pid {self.places[rank].pid})"
         return ""
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         import ray
 
         self._failure = message
@@ -545,14 +499,6 @@ class RankedTrainer(Trainer):
 def _adapter_weights(rank: TrainerRank) -> AdapterWeights | None:
     """Run on every rank: the LoRA adapter on rank 0, ``None`` on the others."""
     return rank.trainer.adapter_weights()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if "Traceback" in text and lines:
-        return lines[-1].strip()
-    return lines[0].strip() if lines else type(exc).__name__
 
 
 __all__ = ["RankPlace", "RankedTrainer", "TrainerRank"]

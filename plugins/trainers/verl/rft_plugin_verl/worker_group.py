@@ -48,10 +48,11 @@ import string
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from rft.errors import RftError
+from rft.trainer.rank_waits import wait_for_ranks
 from verl.single_controller.base.decorator import (
     Dispatch,
     make_nd_compute_dataproto_dispatch_fn,
@@ -278,29 +279,13 @@ class RankedWorkerGroup(RayWorkerGroup):
 
     def wait(self, refs: list[Any], what: str) -> list[Any]:
         """Results of one call per rank (``refs[i]`` on rank ``i``); the first failure
-        stops the ranks and raises one line naming the rank."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
+        stops the ranks and raises one line naming the rank (a rank that died, not the
+        live one whose collective failed because of it:
+        :func:`rft.trainer.rank_waits.wait_for_ranks`)."""
         status = self.status
         if status.failure is not None:
             raise RftError(f"trainer: its veRL ranks were stopped after: {status.failure}")
-        pending = {ref: rank for rank, ref in enumerate(refs)}
-        results: list[Any] = [None] * len(refs)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            for ref in ready:
-                rank = pending.pop(ref)
-                try:
-                    results[rank] = ray.get(ref)
-                except RayActorError as exc:
-                    self._fail(f"trainer rank {rank} of {len(refs)}{self._on(rank)} died "
-                               f"during {what}: {_first_line(exc)}")
-                except RayTaskError as exc:
-                    cause = exc.cause if exc.cause is not None else exc
-                    self._fail(f"trainer rank {rank} of {len(refs)}{self._on(rank)}, {what}: "
-                               f"{_first_line(cause)}")
-        return results
+        return wait_for_ranks(refs, what, self._on, self._fail)
 
     def _on(self, rank: int) -> str:
         places = self.status.places
@@ -308,7 +293,7 @@ class RankedWorkerGroup(RayWorkerGroup):
             return f" (node {places[rank].node_ip}, pid {places[rank].pid})"
         return ""
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         import ray
 
         self.status.failure = message
@@ -336,14 +321,6 @@ def _checked_method(group: RankedWorkerGroup, method_name: str, dispatch_fn: Any
         return collect_fn(group, results[0] if single else results)
 
     return type(method_name, (), {"__call__": staticmethod(call)})()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if "Traceback" in text and lines:
-        return lines[-1].strip()
-    return lines[0].strip() if lines else type(exc).__name__
 
 
 # ---- building the groups ---------------------------------------------------------------
