@@ -87,9 +87,11 @@ def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, pro
     assert eager.step_forward is None
     step = compiled.step_forward
     assert isinstance(step, CompiledStep)
-    before = _compiled_calls(compiled)
+    before, unguarded = _compiled_calls(compiled), step.unguarded_calls
     assert _tokens(compiled, prompts, GREEDY) == _tokens(eager, prompts, GREEDY)
     assert _compiled_calls(compiled) == before + GREEDY.max_tokens - 1  # every decode step
+    # dynamo's guards checked on the call's first decode step only (torch >= 2.6)
+    assert step.unguarded_calls == unguarded + GREEDY.max_tokens - 2
     assert step.compiled_draws == 0  # greedy: the loop picks the tokens
     graphs = _graphs_compiled()
     assert graphs >= 1
@@ -99,6 +101,7 @@ def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, pro
     sampled = compiled.generate(prompts, sampling, n=4)
     assert _graphs_compiled() == graphs + 1
     assert step.compiled_draws == sampling.max_tokens - 1
+    assert step.unguarded_calls == unguarded + GREEDY.max_tokens + sampling.max_tokens - 4
     assert [len(group) for group in sampled] == [4, 4, 4]
     assert [c.token_ids for c in _flat(sampled)] == _tokens(eager, prompts, sampling, n=4)
     _assert_teacher_forced(compiled, sampled, eager)
