@@ -8,8 +8,8 @@ import time
 from typing import Any, NoReturn
 
 import pytest
-from rft.errors import RftError
-from rft.trainer.rank_waits import first_line, wait_for_ranks
+from rft.errors import RftError, ray_error_line
+from rft.trainer.rank_waits import wait_for_ranks
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +69,11 @@ def test_a_raising_rank_is_named_with_its_error_when_no_peer_died(rank_actors: A
                        "Read error [127.0.0.1]:36506: Connection reset by peer")
 
 
-def test_first_line_takes_a_tracebacks_last_line() -> None:
-    assert first_line(RuntimeError("Traceback (most recent call last):\n  x\nValueError: bad")) \
+def test_ray_error_line_takes_a_tracebacks_last_line() -> None:
+    assert ray_error_line(RuntimeError("Traceback (most recent call last):\n  x\nValueError: bad")) \
         == "ValueError: bad"
-    assert first_line(RuntimeError("\n  one\ntwo")) == "one"
-    assert first_line(RuntimeError("")) == "RuntimeError"
+    assert ray_error_line(RuntimeError("\n  one\ntwo")) == "one"
+    assert ray_error_line(RuntimeError("")) == "RuntimeError"
 
 
 def test_the_ranks_still_running_after_the_grace_are_listed(rank_actors: Any,

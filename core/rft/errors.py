@@ -19,6 +19,17 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
+def ray_error_line(exc: BaseException) -> str:
+    """The line of a Ray-wrapped exception (its text holds the remote traceback) that says
+    what went wrong: the traceback's last line, else the first non-blank line, else the
+    exception's type."""
+    text = str(exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Traceback" in text and lines:
+        return lines[-1]
+    return lines[0] if lines else type(exc).__name__
+
+
 class PluginError(RftError):
     """A plugin misbehaved: bad hook return value, failing import, duplicate names."""
 

@@ -17,7 +17,7 @@ from rft.config import Stage
 from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.placement import actor_gpus, detect_from_ray
 from rft.distributed.workers import ExplorerService, TrainerService
-from rft.errors import RftError
+from rft.errors import RftError, ray_error_line
 from rft.modes.runtime import BROADCAST_GROUP, Call, Ref, Role
 
 log = logging.getLogger("rft.distributed")
@@ -118,7 +118,7 @@ class RayBothActors:
             if isinstance(cause, RayActorError):
                 raise self._died(cause, call, seen_by=f"{call.role} {name!r}") from None
             raise RftError(f"{call.role} {name!r}, {call.what} {call.step}: "
-                           f"{_first_line(cause)}") from None
+                           f"{ray_error_line(cause)}") from None
         except RayActorError as exc:
             raise self._died(exc, call) from None
 
@@ -135,13 +135,13 @@ class RayBothActors:
                      if dead_id and _actor_id(actor) == dead_id), None)
         if role is None and seen_by is not None:  # an actor of its own (an engine replica)
             return RftError(f"{seen_by}, {call.what} {call.step}: a Ray actor it called "
-                            f"died: {_first_line(exc)}")
+                            f"died: {ray_error_line(exc)}")
         role = role or call.role
         self.actors.pop(role, None)
         where = (f"(found by {seen_by}, {call.what} {call.step})" if seen_by is not None
                  and role != call.role else f"during {call.what} {call.step}")
         return RftError(f"{role} actor {self._name(role)!r} died {where}: "
-                        f"{_first_line(exc)}")
+                        f"{ray_error_line(exc)}")
 
     def _name(self, role: Role) -> str:
         c = self.config
@@ -180,11 +180,6 @@ def _refusal(exc: BaseException) -> str | None:
     last = lines[-1] if lines else ""
     kind, _, message = last.partition(": ")
     return message if kind.startswith("rft.errors.") and message else None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if "Traceback" in text else (text.splitlines() or [""])[0]
 
 
 __all__ = ["RayBothActors"]

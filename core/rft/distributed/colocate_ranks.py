@@ -55,7 +55,7 @@ from rft.chat_template import model_chat_template
 from rft.config.plan import RunPlan
 from rft.config.schema import RftConfig
 from rft.distributed.engine_pool import EngineReplica, chunks
-from rft.errors import RftError
+from rft.errors import RftError, ray_error_line
 from rft.engines.engine import Completion, InferenceEngine, SamplingArgs
 from rft.engines.engine_sleep import EngineSleep
 from rft.synchronizer import counted_tensors
@@ -247,10 +247,10 @@ class RankEngines(InferenceEngine):
                 if exc.cause is not None:
                     raise exc.cause from None
                 raise RftError(f"colocate: rollout engine of trainer rank {rank}, {what}: "
-                               f"{_first_line(exc)}") from None
+                               f"{ray_error_line(exc)}") from None
             except RayActorError as exc:
                 raise RftError(f"colocate: trainer rank {rank} (with its rollout engine) died "
-                               f"during {what}: {_first_line(exc)}") from None
+                               f"during {what}: {ray_error_line(exc)}") from None
         return results
 
 
@@ -320,12 +320,6 @@ def _close_engine(rank: TrainerRank) -> None:
     replica = rank.scratch.pop(ENGINE, None)
     if replica is not None:
         replica.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if "Traceback" in str(exc) and lines else (lines[0] if lines
-                                                               else type(exc).__name__)
 
 
 __all__ = ["RankEngines", "shares"]

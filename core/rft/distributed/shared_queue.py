@@ -46,7 +46,7 @@ from rft.distributed.buffer_actor import BUFFER_CONCURRENCY, BufferService
 from rft.distributed.cluster import ray_cluster
 from rft.distributed.ray_join import configured_address, join_address
 from rft.distributed.timeline import timeline_file
-from rft.errors import RftError
+from rft.errors import RftError, ray_error_line
 from rft.experience import Experience
 from rft.modes.explore import read_progress
 from rft.modes.stage import StageResult
@@ -146,10 +146,10 @@ class SharedQueue:
             if isinstance(cause, RftError):
                 raise cause from None
             raise RftError(f"experience buffer {self.name!r}: {self.where()}, {what}: "
-                           f"{_first_line(cause)}") from None
+                           f"{ray_error_line(cause)}") from None
         except RayActorError as exc:
             raise RftError(f"experience buffer {self.name!r}: the {self.where()} died: "
-                           f"{_first_line(exc).rstrip('.')}; the experiences it held are lost (a "
+                           f"{ray_error_line(exc).rstrip('.')}; the experiences it held are lost (a "
                            "queue lives in memory; storage_type 'sql' survives)") from None
 
     def totals(self) -> QueueTotals:
@@ -306,8 +306,3 @@ def run_sharing_queue(stage: Stage, side: str,
         result = run(queue.open)
         queue.finish()
     return result
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if "Traceback" in text else (text.splitlines() or [""])[0]

@@ -15,19 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from rft.errors import ray_error_line
+
 DEAD_PEER_GRACE = 5.0
 """Seconds the other ranks are waited for after one raised, to find a rank that died (whose
 death made the collective fail there)."""
-
-
-def first_line(exc: BaseException) -> str:
-    """The line of a (Ray-wrapped) exception that says what went wrong: the last line of a
-    traceback, else the first non-blank line, else the exception's type."""
-    text = str(exc).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if "Traceback" in text and lines:
-        return lines[-1]
-    return lines[0] if lines else type(exc).__name__
 
 
 def wait_for_ranks(refs: list[Any], what: str, on: Callable[[int], str],
@@ -53,20 +45,20 @@ def wait_for_ranks(refs: list[Any], what: str, on: Callable[[int], str],
                 results[rank] = ray.get(ref)
             except RayActorError as exc:
                 fail(f"trainer rank {rank} of {world}{on(rank)} died during {what}: "
-                     f"{first_line(exc)}")
+                     f"{ray_error_line(exc)}")
             except RayTaskError as exc:
                 cause = exc.cause if exc.cause is not None else exc
                 dead, running = _dead_rank(pending)  # its death may be why this one raised
                 if dead is not None:
                     dead_rank, death = dead
                     fail(f"trainer rank {dead_rank} of {world}{on(dead_rank)} died during "
-                         f"{what}: {first_line(death)}")
+                         f"{what}: {ray_error_line(death)}")
                 also = ""
                 if running:
                     also = (f" (rank{'s' if len(running) > 1 else ''} "
                             f"{', '.join(map(str, running))} had not finished)")
                 fail(f"trainer rank {rank} of {world}{on(rank)}, {what}: "
-                     f"{first_line(cause)}{also}")
+                     f"{ray_error_line(cause)}{also}")
     return results
 
 
@@ -93,4 +85,4 @@ def _dead_rank(pending: dict[Any, int]
     return dead, sorted(pending[ref] for ref in running)
 
 
-__all__ = ["DEAD_PEER_GRACE", "first_line", "wait_for_ranks"]
+__all__ = ["DEAD_PEER_GRACE", "wait_for_ranks"]
