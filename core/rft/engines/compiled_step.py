@@ -37,7 +37,7 @@ filters and draw.
 **Guards once per call.** Dynamo checks ~1,000 guards before each compiled call (~90 µs
 of a ~900 µs CPU step of the bench's model). Within one ``generate`` call nothing they
 check can change, so only a call's first decode step checks them; its later steps run
-with ``skip_guard_eval_unsafe`` (:meth:`CompiledStep._run`): 27.0–27.9 → 25.4–26.1 ms
+with ``skip_guard_eval_unsafe`` (:meth:`CompiledStep._run`): 26.4–27.6 → 25.0–25.9 ms
 per call of 32 rows × 32 tokens.
 
 Dynamo keeps compiled graphs, and its limit of 8 per function, on the traced code; every
