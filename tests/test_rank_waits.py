@@ -70,8 +70,8 @@ def test_a_raising_rank_is_named_with_its_error_when_no_peer_died(rank_actors: A
 
 
 def test_ray_error_line_takes_a_tracebacks_last_line() -> None:
-    assert ray_error_line(RuntimeError("Traceback (most recent call last):\n  x\nValueError: bad")) \
-        == "ValueError: bad"
+    traceback = "Traceback (most recent call last):\n  x\nValueError: bad"
+    assert ray_error_line(RuntimeError(traceback)) == "ValueError: bad"
     assert ray_error_line(RuntimeError("\n  one\ntwo")) == "one"
     assert ray_error_line(RuntimeError("")) == "RuntimeError"
 

@@ -149,8 +149,8 @@ class SharedQueue:
                            f"{ray_error_line(cause)}") from None
         except RayActorError as exc:
             raise RftError(f"experience buffer {self.name!r}: the {self.where()} died: "
-                           f"{ray_error_line(exc).rstrip('.')}; the experiences it held are lost (a "
-                           "queue lives in memory; storage_type 'sql' survives)") from None
+                           f"{ray_error_line(exc).rstrip('.')}; the experiences it held are "
+                           "lost (a queue lives in memory; storage_type 'sql' survives)") from None
 
     def totals(self) -> QueueTotals:
         """What the queue holds and has handed out."""

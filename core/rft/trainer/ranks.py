@@ -56,6 +56,7 @@ SIDE_GROUP = "side"
 DEFAULT_TIMEOUT_S = 1800.0
 """Rank timeout when the plan has none (``trainer.rank_timeout`` unset: no validation)."""
 
+
 @dataclass(frozen=True)
 class RankPlace:
     """Where a rank runs."""
