@@ -41,6 +41,7 @@ its graph, from the uniform numbers the loop draws.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -239,7 +240,23 @@ def missing_cache_api(cache_type: type | None = None) -> str | None:
 
 
 def accepts_keyword(function: Callable[..., object], name: str) -> bool:
-    """Whether ``function`` takes a keyword argument ``name``."""
+    """Whether ``function`` takes a keyword argument ``name`` (a bound method is read
+    through its function: its ``self`` takes no keyword)."""
+    target = getattr(function, "__func__", function)
+    try:
+        return _remembered_accepts_keyword(target, name)
+    except TypeError:  # an unhashable callable: read every time
+        return _signature_accepts_keyword(target, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_accepts_keyword(function: Callable[..., object], name: str) -> bool:
+    """:func:`accepts_keyword`, remembered: reading a signature costs ~50 µs, and every
+    decode call asks it of the model's ``forward``."""
+    return _signature_accepts_keyword(function, name)
+
+
+def _signature_accepts_keyword(function: Callable[..., object], name: str) -> bool:
     try:
         return name in inspect.signature(function).parameters
     except (TypeError, ValueError):  # builtins without a signature

@@ -27,9 +27,10 @@ tensors into them, so the engine computes what the trainer's peft model computes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -222,8 +223,7 @@ class HFEngine(InferenceEngine):
             return []
         chunk = self.max_batch_size or len(prepared)
         results: list[list[Completion]] = []
-        with self._lock, torch.random.fork_rng(devices=self._rng_devices()), torch.no_grad():
-            torch.manual_seed(seed)
+        with self._seeded_call(seed):
             for start in range(0, len(prepared), chunk):
                 results.extend(self._generate_chunk(prepared[start:start + chunk], sampling, n))
         return results
@@ -248,8 +248,7 @@ class HFEngine(InferenceEngine):
                                f"{len(prompts[index].token_ids)} tokens, over the prompt "
                                f"limit (model.max_prompt_tokens); it is not truncated")
         results: list[list[Completion]] = []
-        with self._lock, torch.random.fork_rng(devices=self._rng_devices()), torch.no_grad():
-            torch.manual_seed(seed)
+        with self._seeded_call(seed):
             for prompt, vision in zip(prepared, prompts, strict=True):
                 results.append(self._generate_vision(prompt, vision.multi_modal_inputs,
                                                      sampling, n))
@@ -278,8 +277,22 @@ class HFEngine(InferenceEngine):
                                  None if logprobs is None else [logprobs[r] for r in picked],
                                  sampling, set(self.stop_token_ids(sampling)))
 
-    def _rng_devices(self) -> list[Any]:
-        return [self.device] if self.device.type == "cuda" else []
+    @contextlib.contextmanager
+    def _seeded_call(self, seed: int) -> Iterator[None]:
+        """One generation call: the engine's lock, ``no_grad``, and the generators it draws
+        from seeded with ``seed`` — the CPU's and, on CUDA, the engine's device's — inside
+        ``torch.random.fork_rng`` (the caller's RNG state comes back afterwards). Not
+        ``torch.manual_seed``: that also seeds every other accelerator backend and, where
+        CUDA is not initialised, queues the seeding with a captured stack (~110 µs per call
+        on a CPU host, nothing the draw uses)."""
+        cuda = self.device.type == "cuda"
+        with self._lock, torch.random.fork_rng(devices=[self.device] if cuda else []), \
+                torch.no_grad():
+            torch.default_generator.manual_seed(seed)
+            if cuda:
+                with torch.cuda.device(self.device):
+                    torch.cuda.manual_seed(seed)
+            yield
 
     def _generation_config(self, sampling: SamplingArgs, n: int, max_new_tokens: int) -> Any:
         """A complete ``GenerationConfig`` (every knob set, so the checkpoint's
