@@ -88,8 +88,10 @@ def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, pro
     step = compiled.step_forward
     assert isinstance(step, CompiledStep)
     before, unguarded = _compiled_calls(compiled), step.unguarded_calls
+    prefills = step.compiled_prefills
     assert _tokens(compiled, prompts, GREEDY) == _tokens(eager, prompts, GREEDY)
     assert _compiled_calls(compiled) == before + GREEDY.max_tokens - 1  # every decode step
+    assert step.compiled_prefills == prefills + 1  # the call's prompts: the prompt graph
     # dynamo's guards checked on the call's first decode step only (torch >= 2.6)
     assert step.unguarded_calls == unguarded + GREEDY.max_tokens - 2
     assert step.compiled_draws == 0  # greedy: the loop picks the tokens
@@ -102,15 +104,22 @@ def test_compiled_steps_give_the_eager_engines_tokens_and_log_probs(engines, pro
     assert _graphs_compiled() == graphs + 1
     assert step.compiled_draws == sampling.max_tokens - 1
     assert step.unguarded_calls == unguarded + GREEDY.max_tokens + sampling.max_tokens - 4
+    assert step.compiled_prefills == prefills + 2
     assert [len(group) for group in sampled] == [4, 4, 4]
     assert [c.token_ids for c in _flat(sampled)] == _tokens(eager, prompts, sampling, n=4)
     _assert_teacher_forced(compiled, sampled, eager)
-    # another row count and cache length: the same graph (rows and cache length marked
-    # dynamic), no compile, no failure
+    # another row count and cache length: the same decode graphs (rows and cache length
+    # marked dynamic); a call of one prompt compiles the prompt graph once more (a size of
+    # 1 is specialised), and one prompt of another length then compiles nothing
     graphs = _graphs_compiled()
     _assert_teacher_forced(compiled, compiled.generate(prompts[:1], SamplingArgs(
         max_tokens=20, seed=4), n=3), eager)
-    assert _graphs_compiled() == graphs
+    assert _graphs_compiled() == graphs + 1
+    assert len(prompts[2]) != len(prompts[0])
+    _assert_teacher_forced(compiled, compiled.generate(prompts[2:], SamplingArgs(
+        max_tokens=6, seed=5), n=5), eager)
+    assert _graphs_compiled() == graphs + 1
+    assert step.compiled_prefills == prefills + 4
     assert step.failure is None
 
 
@@ -186,8 +195,10 @@ def test_two_compiled_engines_keep_graphs_of_their_own(prompts,
         graphs = _graphs_compiled()
         for engine in more:
             assert _tokens(engine, prompts, GREEDY) == _tokens(eager, prompts, GREEDY)
-    assert _graphs_compiled() == graphs + 2
+    assert _graphs_compiled() == graphs + 4  # each engine: its prompt graph, its step graph
     assert all(_compiled_calls(engine) == GREEDY.max_tokens - 1 for engine in more)
+    assert all(isinstance(engine.step_forward, CompiledStep)
+               and engine.step_forward.compiled_prefills == 1 for engine in more)
 
 
 def test_a_failed_compile_is_one_warning_line_and_decoding_goes_on_eagerly(

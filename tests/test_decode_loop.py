@@ -371,8 +371,9 @@ def test_decode_steps_with_a_key_mask_equal_the_two_d_mask(tiny_model_dir: Path,
         original = decode_loop._CachedForward
 
         def recording(m: torch.nn.Module, key_mask: bool | None = key_mask,
-                      step_forward: object = None) -> object:
-            forward = original(m, key_mask=key_mask, step_forward=step_forward)
+                      step_forward: object = None, prefill_forward: object = None) -> object:
+            forward = original(m, key_mask=key_mask, step_forward=step_forward,
+                               prefill_forward=prefill_forward)
             used.append(forward.uses_key_mask)
             return forward
 

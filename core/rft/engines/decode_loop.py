@@ -289,13 +289,18 @@ class _CachedForward:
     """
 
     def __init__(self, model: nn.Module, key_mask: bool | None = None,
-                 step_forward: Callable[..., Any] | None = None) -> None:
+                 step_forward: Callable[..., Any] | None = None,
+                 prefill_forward: Callable[..., Any] | None = None) -> None:
         from transformers import DynamicCache
 
         self.model = model
         self.step_forward: Callable[..., Any] = model if step_forward is None else step_forward
         """What runs the decode steps: the model, or the model's forward compiled
-        (:class:`rft.engines.compiled_step.CompiledStep`); the prefill runs the model."""
+        (:class:`rft.engines.compiled_step.CompiledStep`)."""
+        self.prefill_forward: Callable[..., Any] = (model if prefill_forward is None
+                                                    else prefill_forward)
+        """What runs the prefill: the model, or its compiled prompt graph
+        (:meth:`rft.engines.compiled_step.CompiledStep.prefill`)."""
         config = getattr(model, "config", None)
         # with the model's config the cache knows sliding-window layers, as generate's does
         self.cache: Any = (DynamicCache(config=config)
@@ -315,7 +320,7 @@ class _CachedForward:
         the cache holding ``R`` rows: ``source`` ``(R,)`` long, the prompt row of each
         sample row (``None``: the ``B`` rows as they are)."""
         self.mask = attention_mask  # (B, P)
-        logits = self._forward(self.model, self._inputs(input_ids, position_ids,
+        logits = self._forward(self.prefill_forward, self._inputs(input_ids, position_ids,
                                                          attention_mask))  # (B, V)
         if source is not None:
             self.cache.batch_select_indices(source)  # (R, kv, P, d) per layer
@@ -379,7 +384,8 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
                   repeats: int = 1, rows: torch.Tensor | None = None,
                   share_prompts: bool = True,
                   step_forward: Callable[..., Any] | None = None,
-                  draw_step: DrawingStep | None = None) -> DecodeResult:
+                  draw_step: DrawingStep | None = None,
+                  prefill_forward: Callable[..., Any] | None = None) -> DecodeResult:
     """Draw up to ``max_new_tokens`` for each left-padded row of ``input_ids`` ``(B, P)``
     repeated ``repeats`` times (rows ``i·repeats … i·repeats + repeats − 1`` continue
     prompt ``i``, as ``repeat_interleave``), stopping when every row has drawn a stop
@@ -400,6 +406,9 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         the steps after the first where :func:`draws_in_step` (the default draw, ``T > 0``,
         no top-k, no top-p): the same uniform numbers, the same tokens up to the rounding of
         the step's kernels, the log-probs by :func:`chosen_logprobs`' formula.
+    :param prefill_forward: what runs the prompts' forward, called as the model is
+        (``None``: the model; the ``hf`` engine's ``compile_decode``: a compiled prompt
+        graph, :meth:`rft.engines.compiled_step.CompiledStep.prefill`).
     """
     device = input_ids.device
     mask = attention_mask.long()  # (B, P)
@@ -414,7 +423,7 @@ def sample_tokens(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         input_ids, mask, positions = (t.index_select(0, source)  # (R, P) each
                                       for t in (input_ids, mask, positions))
         source = None
-    forward = _CachedForward(model, step_forward=step_forward)
+    forward = _CachedForward(model, step_forward=step_forward, prefill_forward=prefill_forward)
     step_logits = forward.prefill(input_ids, mask, positions, source)  # (R, V)
     positions = positions[:, -1:]  # (B, 1)
     if source is not None:

@@ -347,10 +347,12 @@ class HFEngine(InferenceEngine):
                 logprob_temperature=(sampling.logprob_temperature if sampling.logprobs
                                      else None),
                 keep_logits=False)  # the log-probs are taken in the loop
-            decoded = decode_loop.sample_tokens(self.model, input_ids, attention_mask, settings,
-                                                rows=source, step_forward=self.step_forward,
-                                                draw_step=(None if self.step_forward is None
-                                                           else self.step_forward.forward_and_draw))
+            compiled = self.step_forward
+            decoded = decode_loop.sample_tokens(
+                self.model, input_ids, attention_mask, settings, rows=source,
+                step_forward=compiled,
+                draw_step=None if compiled is None else compiled.forward_and_draw,
+                prefill_forward=None if compiled is None else compiled.prefill)
             new_tokens, logprobs = decoded.tokens, decoded.logprobs  # (B·n, N) each
             interrupted = decoded.interrupted
         else:
