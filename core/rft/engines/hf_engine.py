@@ -27,10 +27,9 @@ tensors into them, so the engine computes what the trainer's peft model computes
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -40,7 +39,7 @@ from rft.adapter import AdapterWeights, LoraSpec
 from rft.errors import RftError
 from rft.multimodal.inputs import (MultiModalInputs, VisionPrompt, forward_inputs,
                                    join_inputs, vision_token_ids)
-from rft.engines import decode_loop, gqa_attention
+from rft.engines import call_rng, decode_loop, gqa_attention
 from rft.engines.compiled_step import CompiledStep
 from rft.engines.engine import (Completion, FinishReason, InferenceEngine, PreparedPrompt,
                                 SamplingArgs)
@@ -223,7 +222,7 @@ class HFEngine(InferenceEngine):
             return []
         chunk = self.max_batch_size or len(prepared)
         results: list[list[Completion]] = []
-        with self._seeded_call(seed):
+        with self._lock, call_rng.seeded(self.device, seed), torch.no_grad():
             for start in range(0, len(prepared), chunk):
                 results.extend(self._generate_chunk(prepared[start:start + chunk], sampling, n))
         return results
@@ -248,7 +247,7 @@ class HFEngine(InferenceEngine):
                                f"{len(prompts[index].token_ids)} tokens, over the prompt "
                                f"limit (model.max_prompt_tokens); it is not truncated")
         results: list[list[Completion]] = []
-        with self._seeded_call(seed):
+        with self._lock, call_rng.seeded(self.device, seed), torch.no_grad():
             for prompt, vision in zip(prepared, prompts, strict=True):
                 results.append(self._generate_vision(prompt, vision.multi_modal_inputs,
                                                      sampling, n))
@@ -276,23 +275,6 @@ class HFEngine(InferenceEngine):
         return self._completions([prompt] * n, [rows[r] for r in picked],
                                  None if logprobs is None else [logprobs[r] for r in picked],
                                  sampling, set(self.stop_token_ids(sampling)))
-
-    @contextlib.contextmanager
-    def _seeded_call(self, seed: int) -> Iterator[None]:
-        """One generation call: the engine's lock, ``no_grad``, and the generators it draws
-        from seeded with ``seed`` — the CPU's and, on CUDA, the engine's device's — inside
-        ``torch.random.fork_rng`` (the caller's RNG state comes back afterwards). Not
-        ``torch.manual_seed``: that also seeds every other accelerator backend and, where
-        CUDA is not initialised, queues the seeding with a captured stack (~110 µs per call
-        on a CPU host, nothing the draw uses)."""
-        cuda = self.device.type == "cuda"
-        with self._lock, torch.random.fork_rng(devices=[self.device] if cuda else []), \
-                torch.no_grad():
-            torch.default_generator.manual_seed(seed)
-            if cuda:
-                with torch.cuda.device(self.device):
-                    torch.cuda.manual_seed(seed)
-            yield
 
     def _generation_config(self, sampling: SamplingArgs, n: int, max_new_tokens: int) -> Any:
         """A complete ``GenerationConfig`` (every knob set, so the checkpoint's
