@@ -147,7 +147,9 @@ class CompiledStep:
         self._last_cache: dict[int, weakref.ref[Any]] = {}  # id(compiled) → its last cache
 
     def __call__(self, **inputs: Any) -> Any:
-        return self._counted(self._compiled, self.model, inputs)
+        out, compiled = self._run(self._compiled, self.model, inputs)
+        self.compiled_calls += compiled
+        return out
 
     def prefill(self, **inputs: Any) -> Any:
         """A call's prompt forward (an empty cache, ``(B, P)`` inputs) through a graph of
@@ -159,10 +161,8 @@ class CompiledStep:
             tensor = inputs.get(name)
             if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
                 torch._dynamo.maybe_mark_dynamic(tensor, 1)
-        compiled = self.failure is None
-        out = self._run(self._compiled_prefill, self.model, inputs)
-        if compiled and self.failure is None:
-            self.compiled_prefills += 1
+        out, compiled = self._run(self._compiled_prefill, self.model, inputs)
+        self.compiled_prefills += compiled
         contiguous_cache(getattr(out, "past_key_values", None))
         return out
 
@@ -172,22 +172,14 @@ class CompiledStep:
         :data:`~rft.engines.decode_loop.DrawingStep`): the step's softmax, inverse-CDF draw
         and log-probs join the forward's graph instead of running as ~15 eager operators
         after it (~80 µs per step on the CPU at 32 rows)."""
-        calls = self.compiled_calls
-        out = self._counted(self._compiled_draw, self._eager_draw, inputs)
-        self.compiled_draws += self.compiled_calls - calls
+        out, compiled = self._run(self._compiled_draw, self._eager_draw, inputs)
+        self.compiled_calls += compiled
+        self.compiled_draws += compiled
         return out
 
-    def _counted(self, compiled: Any, eager: Any, inputs: dict[str, Any]) -> Any:
-        """A decode step by :meth:`_run`, counted in :attr:`compiled_calls` when a compiled
-        graph ran it."""
-        compiled_before = self.failure is None
-        out = self._run(compiled, eager, inputs)
-        if compiled_before and self.failure is None:
-            self.compiled_calls += 1
-        return out
-
-    def _run(self, compiled: Any, eager: Any, inputs: dict[str, Any]) -> Any:
-        """``compiled(**inputs)`` (``eager(**inputs)`` once compiling failed).
+    def _run(self, compiled: Any, eager: Any, inputs: dict[str, Any]) -> tuple[Any, bool]:
+        """``(compiled(**inputs), True)`` (``(eager(**inputs), False)`` once compiling
+        failed).
 
         **Guards skipped within a call.** Before each call dynamo checks ~1,000 guards (the
         module tree, every parameter's attributes): ~90 µs of a ~900 µs CPU step of the
@@ -210,14 +202,14 @@ class CompiledStep:
                     else:
                         mark_decode_dims(inputs)
                         out = compiled(**inputs)
-                return out
+                return out, True
             except torch._dynamo.exc.TorchDynamoException as error:
                 # raised while tracing or compiling, before the graph ran: the inputs (and
                 # the cache) are as they were, so the eager forward below starts afresh
                 self.failure = first_line(error)
                 log.warning("hf engine: compile_decode: compiling the decode step failed "
                             "(%s); decoding eagerly", self.failure)
-        return eager(**inputs)
+        return eager(**inputs), False
 
     def _continues_a_call(self, compiled: Any, cache: Any) -> bool:
         """Whether ``cache`` is the one ``compiled``'s previous step ran with (the same
